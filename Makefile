@@ -1,0 +1,40 @@
+# arbiter — the two commands a newcomer needs: `make run` and `make test`.
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+FUZZ_DIR ?= build-fuzz
+JOBS ?= $(shell nproc)
+CMAKE ?= cmake
+
+.PHONY: all deps build run test test-asan fuzz clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(BUILD_DIR)/tools/arbiter serve $(ARGS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build running the unit tests.
+test-asan: deps
+	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_SANITIZE=ON
+	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L unit
+
+# libFuzzer targets, built with clang-16 (not part of CI yet).
+fuzz:
+	@scripts/install-deps.sh --with-fuzz
+	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_FUZZ=ON -DARBITER_TESTS=OFF
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

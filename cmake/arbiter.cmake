@@ -1,0 +1,29 @@
+# arbiter_layer(NAME SOURCES ... DEPS ...): one static library per layer.
+function(arbiter_layer name)
+  cmake_parse_arguments(L "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(arbiter_${name} STATIC ${L_SOURCES})
+  target_include_directories(arbiter_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                            PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(arbiter_${name} PUBLIC ${L_DEPS})
+endfunction()
+
+# arbiter_test(NAME [LABEL unit|e2e] SOURCES ... DEPS ...): a GoogleTest binary registered with ctest.
+# Tests run with the source tree's root as ARBITER_SOURCE_DIR so they can find
+# scripts (e.g. the numpy reference).
+function(arbiter_test name)
+  if(NOT ARBITER_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(T "" "LABEL" "SOURCES;DEPS" ${ARGN})
+  if(NOT T_LABEL)
+    set(T_LABEL unit)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    ARBITER_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    ARBITER_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS ${T_LABEL} ENVIRONMENT "ARBITER_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

@@ -1,0 +1,42 @@
+// arbiter/base/clock.h — injectable time (STYLE.md rule 8).
+//
+// Components take a `Clock*` instead of calling std::chrono directly, so tests
+// drive time with `SimulatedClock` and never sleep to wait for a state.
+//
+// Units: NowMs() is milliseconds on a monotonic (steady) timeline whose origin
+// is unspecified; only differences are meaningful.
+//
+// Thread safety: all implementations are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace arbiter {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Monotonic milliseconds.
+  virtual int64_t NowMs() const = 0;
+  // Monotonic nanoseconds (for timing measurements).
+  virtual int64_t NowNs() const = 0;
+
+  // The process-wide real steady clock. Never null; never destroyed.
+  static Clock* Real();
+};
+
+// A clock that only moves when told. Starts at `start_ms`.
+class SimulatedClock final : public Clock {
+ public:
+  explicit SimulatedClock(int64_t start_ms = 0) : now_ns_(start_ms * 1000000) {}
+  int64_t NowMs() const override { return now_ns_.load() / 1000000; }
+  int64_t NowNs() const override { return now_ns_.load(); }
+  void AdvanceMs(int64_t ms) { now_ns_.fetch_add(ms * 1000000); }
+  void SetMs(int64_t ms) { now_ns_.store(ms * 1000000); }
+
+ private:
+  std::atomic<int64_t> now_ns_;
+};
+
+}  // namespace arbiter

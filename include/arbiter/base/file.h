@@ -1,0 +1,62 @@
+// arbiter/base/file.h — files: read-only memory maps, whole-file reads and
+// crash-safe writes.
+//
+// Atomic write protocol (the project's rule "no partial file is ever left
+// where a good one was"): write to "<path>.tmp.<pid>.<n>" in the same
+// directory, fsync it, rename over <path>, fsync the directory. On any error
+// the temp file is removed and <path> is untouched.
+//
+// Thread safety: MappedFile is immutable after Open (thread-safe reads);
+// the free functions are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "arbiter/base/status.h"
+
+namespace arbiter {
+
+// A read-only, private mmap of a whole file. Move-only; unmaps on destruction.
+class MappedFile {
+ public:
+  // Errors: kNotFound (no such file), kPermissionDenied, kInvalidArgument
+  // (a directory), kInternal for other OS errors; messages name the path.
+  // An empty file maps to data()==nullptr, size()==0.
+  static Result<MappedFile> Open(const std::string& path);
+
+  MappedFile() = default;
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+// Reads the whole file. Errors as MappedFile::Open; kResourceExhausted when
+// the file exceeds `max_bytes`.
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes = size_t{1} << 30);
+
+// Writes `data` to `path` atomically (see the protocol above).
+Status WriteFileAtomic(const std::string& path, std::string_view data);
+
+// Same, streaming: `writer` is called with a function that appends bytes to
+// the temp file; returning a non-OK Status aborts and removes the temp file.
+Status WriteFileAtomicStreaming(
+    const std::string& path,
+    const std::function<Status(const std::function<Status(const void*, size_t)>& append)>& writer);
+
+}  // namespace arbiter
