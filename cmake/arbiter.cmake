@@ -1,6 +1,12 @@
 # arbiter_layer(NAME SOURCES ... DEPS ...): one static library per layer.
 function(arbiter_layer name)
   cmake_parse_arguments(L "" "" "SOURCES;DEPS" ${ARGN})
+  if(NOT L_SOURCES)  # a layer whose sources have not landed yet
+    add_library(arbiter_${name} INTERFACE)
+    target_include_directories(arbiter_${name} INTERFACE ${PROJECT_SOURCE_DIR}/include)
+    target_link_libraries(arbiter_${name} INTERFACE ${L_DEPS})
+    return()
+  endif()
   add_library(arbiter_${name} STATIC ${L_SOURCES})
   target_include_directories(arbiter_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
                                             PRIVATE ${PROJECT_SOURCE_DIR}/src)
@@ -17,6 +23,9 @@ function(arbiter_test name)
   cmake_parse_arguments(T "" "LABEL" "SOURCES;DEPS" ${ARGN})
   if(NOT T_LABEL)
     set(T_LABEL unit)
+  endif()
+  if(NOT T_SOURCES)
+    return()
   endif()
   add_executable(${name} ${T_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)

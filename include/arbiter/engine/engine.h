@@ -1,0 +1,116 @@
+// arbiter/engine/engine.h — the built-in CPU engine for Llama-family
+// decoders: one loaded model with `n_slots` KV slots.
+//
+// Architectures: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias),
+// Qwen3ForCausalLM (per-head q/k RMSNorm); weights F32/F16/BF16 converted to
+// f32 at load. Forward pass: RMSNorm, RoPE (theta from config; HF
+// "rotate_half" layout), grouped-query attention, SwiGLU MLP, tied or separate
+// lm_head. Prefill runs the prompt in batches through cblas_sgemm; decode
+// uses cblas_sgemv (OpenBLAS).
+//
+// KV cache: per slot [n_layers, 2, n_ctx, n_kv_heads × head_dim] f32.
+//
+// Thread safety: thread-safe. Generate/Embed may be called from many threads;
+// up to n_slots run at once, the rest block until a slot frees (or their
+// `cancelled` returns true).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "arbiter/base/status.h"
+#include "arbiter/engine/chat_template.h"
+#include "arbiter/engine/tokenizer.h"
+#include "arbiter/formats/model_config.h"
+
+namespace arbiter {
+
+struct EngineOptions {
+  int n_ctx = 2048;   // tokens per slot (clamped to max_position_embeddings)
+  int n_slots = 1;    // concurrent sequences ("parallel")
+  int prefill_batch = 512;  // tokens per sgemm batch
+};
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 → greedy
+  float top_p = 1.0f;        // (0, 1]
+  int top_k = 0;             // 0 → off
+  bool has_seed = false;
+  uint64_t seed = 0;         // used when has_seed; else random
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  int max_tokens = 256;               // ≥ 1; also bounded by n_ctx
+  std::vector<std::string> stop;      // stop strings (not included in text)
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled };
+std::string_view FinishReasonName(FinishReason r);  // "stop" | "length" | "cancelled"
+
+struct GenerationTimings {
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int prefill_tokens = 0;  // prompt tokens computed
+  int decode_tokens = 0;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> output_ids;
+  std::string text;                 // complete UTF-8; stop string removed
+  FinishReason finish_reason = FinishReason::kStop;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;            // prompt tokens reused from the slot's KV
+  GenerationTimings timings;
+};
+
+// Receives each new piece of text (complete UTF-8 sequences only; text that
+// might begin a stop string is held back until resolved). Return false to
+// stop generation (finish reason kCancelled).
+using TextCallback = std::function<bool(std::string_view delta)>;
+// Polled between tokens and while waiting for a slot; true → cancel.
+using CancelFn = std::function<bool()>;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Loads config.json, tokenizer.json and the safetensors weights of
+  // `model_dir`. Errors name the file and the field or tensor (kDataLoss,
+  // kNotFound, kUnimplemented).
+  static Result<std::unique_ptr<Engine>> Load(const std::string& model_dir,
+                                              const EngineOptions& options);
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  // kFailedPrecondition when the tokenizer has no known chat format.
+  virtual Result<ChatTemplateKind> chat_template() const = 0;
+  virtual int n_ctx() const = 0;
+  virtual int n_slots() const = 0;
+  // Bytes held: f32 weights, and all slots' KV caches plus scratch.
+  virtual size_t weight_bytes() const = 0;
+  virtual size_t kv_bytes() const = 0;
+
+  // Runs one generation. kInvalidArgument for an empty prompt or a prompt
+  // that does not fit n_ctx (message gives both numbers).
+  virtual Result<GenerationResult> Generate(const GenerationRequest& request,
+                                            const TextCallback& on_text,
+                                            const CancelFn& cancelled) = 0;
+
+  // Mean of the final (normed) hidden states over `ids`, L2-normalized.
+  // Returns [hidden_size].
+  virtual Result<std::vector<float>> Embed(const std::vector<int32_t>& ids,
+                                           const CancelFn& cancelled) = 0;
+
+  // For tests and the numerical reference: logits for every position of
+  // `ids` from an empty KV state. Returns [n_tokens, vocab_size] row-major.
+  virtual Result<std::vector<float>> ComputeLogits(const std::vector<int32_t>& ids) = 0;
+};
+
+}  // namespace arbiter
