@@ -72,8 +72,9 @@ class SafetensorsFile {
   // returned object. `name` is used in messages.
   static Result<SafetensorsFile> Parse(const uint8_t* bytes, size_t size, const std::string& name);
 
+  // Sorted by name. Header entries may come in any order in the file.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const TensorInfo* Find(std::string_view name) const;  // nullptr when absent
+  const TensorInfo* Find(std::string_view name) const;  // nullptr when absent; O(log n)
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
   size_t file_size() const { return file_size_; }
@@ -90,14 +91,20 @@ class SafetensorsFile {
 class SafetensorsModel {
  public:
   // `path`: a .safetensors file, a directory containing model.safetensors,
-  // or a directory containing model.safetensors.index.json.
+  // or a directory containing model.safetensors.index.json (preferred when
+  // both exist). Shard names in the index must be relative paths without
+  // "..". Every tensor the index names must be in the shard it names
+  // (kDataLoss otherwise); a tensor found in two shards is kDataLoss; a
+  // missing shard is kNotFound (message names the index and the shard).
   static Result<SafetensorsModel> Open(const std::string& path);
 
   const TensorInfo* Find(std::string_view name) const;  // nullptr when absent
   std::vector<const TensorInfo*> tensors() const;        // sorted by name
+  // Union of the shards' __metadata__ (the first shard wins on a clash).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Paths of the files opened, in shard-name order.
   const std::vector<std::string>& files() const { return files_; }
-  uint64_t total_tensor_bytes() const;
+  uint64_t total_tensor_bytes() const;  // sum of size_bytes
 
  private:
   std::vector<SafetensorsFile> shards_;
@@ -107,7 +114,9 @@ class SafetensorsModel {
 };
 
 // Converts an F32/F16/BF16 tensor to f32. `out` holds num_elements() floats.
-// kUnimplemented for other dtypes (message names the tensor and dtype).
+// `tensor.data` need not be aligned. kUnimplemented for other dtypes
+// (message names the tensor and dtype); kInvalidArgument when size_bytes
+// does not match shape × dtype size (a hand-built TensorInfo).
 Status ConvertToF32(const TensorInfo& tensor, float* out);
 
 // A tensor to write. `data` holds prod(shape) × DTypeSize(dtype) bytes.
@@ -119,12 +128,17 @@ struct TensorToWrite {
 };
 
 // Writes a safetensors file atomically (temp file, fsync, rename). Tensors
-// are laid out in the given order, 8-byte aligned header.
-// kInvalidArgument on a size/shape mismatch or duplicate name.
+// are laid out in the given order; the JSON header is padded with spaces to
+// a multiple of 8 bytes so the data area starts 8-byte aligned.
+// kInvalidArgument on a size/shape mismatch, negative dim, duplicate, empty
+// or "__metadata__" name, or a name/metadata that is not valid UTF-8; IO
+// errors as WriteFileAtomicStreaming. On error `path` is untouched.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                         const std::map<std::string, std::string>& metadata = {});
 
-// f32 → bf16 (round to nearest even) and f32 → f16 conversions for writers.
+// f32 → bf16 (round to nearest even; NaN stays NaN with its sign; overflow
+// → inf) and f32 ↔ f16 (round to nearest even, subnormals, inf and NaN
+// handled). bf16/f16 → f32 is exact.
 uint16_t F32ToBF16(float f);
 float BF16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);

@@ -1,0 +1,24 @@
+// libFuzzer target: ParseModelConfig on arbitrary text. Accepted configs
+// must satisfy the invariants model_config.h promises.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "arbiter/formats/model_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  arbiter::Result<arbiter::ModelConfig> config = arbiter::ParseModelConfig(text, "config.json");
+  if (!config.ok()) return 0;
+  const arbiter::ModelConfig& c = *config;
+  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers <= 0 ||
+      c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
+      c.vocab_size <= 0 || c.max_position_embeddings <= 0) {
+    __builtin_trap();
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) __builtin_trap();
+  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) __builtin_trap();
+  for (int id : c.bos_token_ids) if (id < 0) __builtin_trap();
+  for (int id : c.eos_token_ids) if (id < 0) __builtin_trap();
+  return 0;
+}

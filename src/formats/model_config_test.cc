@@ -1,0 +1,352 @@
+#include "arbiter/formats/model_config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Meta-Llama-3.1-8B-Instruct/config.json (abridged: same fields and types).
+constexpr const char* kLlama3 = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.42.3",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+// Qwen2.5-0.5B-Instruct/config.json: no attention_bias field.
+constexpr const char* kQwen2 = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 21,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// Qwen3-0.6B/config.json: head_dim (128) ≠ hidden_size / heads (64).
+constexpr const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// A minimal valid config to mutate in the error tests.
+json Minimal() {
+  return json::parse(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                         "intermediate_size": 128, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "vocab_size": 100})");
+}
+
+Result<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dump(), "config.json"); }
+
+#define EXPECT_CONFIG_ERROR(result, code_, substring)                      \
+  do {                                                                     \
+    Status s_ = (result).status();                                         \
+    EXPECT_EQ(s_.code(), (code_)) << s_.ToString();                        \
+    EXPECT_NE(s_.message().find(substring), std::string::npos)             \
+        << "message: " << s_.message() << "\nexpected: " << substring;     \
+  } while (0)
+
+TEST(ModelConfigTest, Llama3) {
+  Result<ModelConfig> c = ParseModelConfig(kLlama3, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kLlama);
+  EXPECT_EQ(c->architecture_name, "LlamaForCausalLM");
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->intermediate_size, 14336);
+  EXPECT_EQ(c->num_hidden_layers, 32);
+  EXPECT_EQ(c->num_attention_heads, 32);
+  EXPECT_EQ(c->num_key_value_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_EQ(c->max_position_embeddings, 131072);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->bos_token_ids, (std::vector<int>{128000}));
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int>{128001, 128008, 128009}));
+  EXPECT_EQ(c->torch_dtype, "bfloat16");
+}
+
+TEST(ModelConfigTest, Qwen2DefaultsAttentionBiasToTrue) {
+  Result<ModelConfig> c = ParseModelConfig(kQwen2, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kQwen2);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->head_dim, 64);  // 896 / 14
+  EXPECT_EQ(c->num_key_value_heads, 2);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);
+  EXPECT_EQ(c->bos_token_ids, (std::vector<int>{151643}));
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int>{151645}));
+
+  // An explicit field wins over the Qwen2 default.
+  json j = json::parse(kQwen2);
+  j["attention_bias"] = false;
+  Result<ModelConfig> c2 = Parse(j);
+  ASSERT_TRUE(c2.ok());
+  EXPECT_FALSE(c2->attention_bias);
+}
+
+TEST(ModelConfigTest, Qwen3HasQkNormAndExplicitHeadDim) {
+  Result<ModelConfig> c = ParseModelConfig(kQwen3, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kQwen3);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->hidden_size, 1024);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);  // integer in the file
+  EXPECT_EQ(c->max_position_embeddings, 40960);
+}
+
+TEST(ModelConfigTest, HeadlessModelVariants) {
+  for (const char* name : {"LlamaModel", "Qwen2Model", "Qwen3Model"}) {
+    json j = Minimal();
+    j["architectures"] = {name};
+    Result<ModelConfig> c = Parse(j);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().ToString();
+    EXPECT_EQ(c->architecture_name, name);
+  }
+  json j = Minimal();
+  j["architectures"] = {"Qwen3Model"};
+  EXPECT_TRUE(Parse(j)->qk_norm);
+  j["architectures"] = {"Qwen2Model"};
+  EXPECT_TRUE(Parse(j)->attention_bias);
+}
+
+TEST(ModelConfigTest, Defaults) {
+  Result<ModelConfig> c = Parse(Minimal());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->num_key_value_heads, 4);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);
+  EXPECT_EQ(c->max_position_embeddings, 2048);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_TRUE(c->bos_token_ids.empty());
+  EXPECT_TRUE(c->eos_token_ids.empty());
+  EXPECT_TRUE(c->torch_dtype.empty());
+}
+
+TEST(ModelConfigTest, NullMeansAbsent) {
+  json j = Minimal();
+  j["bos_token_id"] = nullptr;
+  j["eos_token_id"] = nullptr;
+  j["head_dim"] = nullptr;
+  j["num_key_value_heads"] = nullptr;
+  j["rope_theta"] = nullptr;
+  Result<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->bos_token_ids.empty());
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->num_key_value_heads, 4);
+}
+
+TEST(ModelConfigTest, NewerTransformersSpellings) {
+  json j = Minimal();
+  j["dtype"] = "float16";
+  j["rope_parameters"] = {{"rope_theta", 250000.0}, {"rope_type", "default"}};
+  Result<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->torch_dtype, "float16");
+  EXPECT_FLOAT_EQ(c->rope_theta, 250000.0f);
+}
+
+TEST(ModelConfigTest, UnsupportedArchitecture) {
+  json j = Minimal();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  Result<ModelConfig> c = Parse(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(c.status().message(),
+            "config.json: architecture \"GPT2LMHeadModel\" is not supported (supported: "
+            "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+}
+
+TEST(ModelConfigTest, BadJson) {
+  EXPECT_CONFIG_ERROR(ParseModelConfig("{", "config.json"), StatusCode::kDataLoss,
+                      "config.json: not valid JSON");
+  EXPECT_CONFIG_ERROR(ParseModelConfig("", "config.json"), StatusCode::kDataLoss, "not valid JSON");
+  EXPECT_CONFIG_ERROR(ParseModelConfig("[1]", "config.json"), StatusCode::kDataLoss,
+                      "config.json: top level is an array, expected a JSON object");
+}
+
+TEST(ModelConfigTest, ArchitecturesField) {
+  json j = Minimal();
+  j.erase("architectures");
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, "config.json: field \"architectures\" is missing");
+  j["architectures"] = json::array();
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, "field \"architectures\" must be a non-empty list");
+  j["architectures"] = "LlamaForCausalLM";
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, "field \"architectures\" must be a non-empty list");
+  j["architectures"] = {1};
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, "field \"architectures\" must be a non-empty list");
+}
+
+TEST(ModelConfigTest, MissingRequiredFields) {
+  for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "vocab_size"}) {
+    json j = Minimal();
+    j.erase(field);
+    EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss,
+                        "config.json: field \"" + std::string(field) + "\" is missing");
+  }
+}
+
+TEST(ModelConfigTest, WrongTypesNameTheField) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"hidden_size", "4096", "field \"hidden_size\" is a string, expected an integer"},
+      {"hidden_size", 4096.0, "field \"hidden_size\" is a float, expected an integer"},
+      {"num_hidden_layers", true, "field \"num_hidden_layers\" is a boolean, expected an integer"},
+      {"num_key_value_heads", json::array(), "field \"num_key_value_heads\" is an array"},
+      {"rms_norm_eps", "1e-5", "field \"rms_norm_eps\" is a string, expected a number"},
+      {"rope_theta", json::object(), "field \"rope_theta\" is an object, expected a number"},
+      {"tie_word_embeddings", 1, "field \"tie_word_embeddings\" is an integer, expected true or false"},
+      {"attention_bias", "false", "field \"attention_bias\" is a string, expected true or false"},
+      {"bos_token_id", "1", "field \"bos_token_id\" is a string, expected an integer, a list"},
+      {"eos_token_id", json::array({1, "2"}), "field \"eos_token_id\" holds a string"},
+      {"eos_token_id", -1, "field \"eos_token_id\" holds -1, which is not a valid token id"},
+      {"torch_dtype", 16, "field \"torch_dtype\" is an integer, expected a string"},
+  };
+  for (const Case& c : cases) {
+    json j = Minimal();
+    j[c.field] = c.value;
+    EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, c.expected);
+  }
+}
+
+TEST(ModelConfigTest, OutOfRangeValues) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"hidden_size", 0, "field \"hidden_size\" is 0, expected 1..2147483647"},
+      {"num_attention_heads", -4, "field \"num_attention_heads\" is -4, expected > 0"},
+      {"vocab_size", 3000000000ull, "field \"vocab_size\" is 3000000000, expected 1..2147483647"},
+      {"head_dim", 0, "field \"head_dim\" is 0"},
+      {"max_position_embeddings", -1, "field \"max_position_embeddings\" is -1"},
+      {"rms_norm_eps", 0.0, "field \"rms_norm_eps\" is 0.0, expected a positive number"},
+      {"rms_norm_eps", -1e-6, "field \"rms_norm_eps\""},
+      {"rope_theta", 1e300, "field \"rope_theta\" is 1e+300, expected a positive number within float range"},
+      {"num_key_value_heads", 3, "field \"num_key_value_heads\" is 3, which does not divide num_attention_heads 4"},
+      {"num_key_value_heads", 8, "does not divide"},
+  };
+  for (const Case& c : cases) {
+    json j = Minimal();
+    j[c.field] = c.value;
+    EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, c.expected);
+  }
+  json j = Minimal();
+  j["hidden_size"] = 66;  // not a multiple of 4 heads, no head_dim
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss,
+                      "field \"head_dim\" is missing and hidden_size 66 is not a multiple of "
+                      "num_attention_heads 4");
+  j["head_dim"] = 16;
+  EXPECT_TRUE(Parse(j).ok());
+}
+
+TEST(ModelConfigTest, LoadFromFile) {
+  std::string tmpl = (fs::temp_directory_path() / "arbiter_cfg_XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string path = tmpl + "/config.json";
+  {
+    std::ofstream f(path);
+    f << kQwen3;
+  }
+  Result<ModelConfig> c = LoadModelConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kQwen3);
+  {
+    std::ofstream f(path);
+    f << "{\"architectures\": 5}";
+  }
+  EXPECT_CONFIG_ERROR(LoadModelConfig(path), StatusCode::kDataLoss, path + ": field \"architectures\"");
+  EXPECT_EQ(LoadModelConfig(tmpl + "/missing.json").status().code(), StatusCode::kNotFound);
+  fs::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace arbiter
