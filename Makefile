@@ -2,10 +2,11 @@
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 FUZZ_DIR ?= build-fuzz
+TSA_DIR ?= build-tsa
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 
-.PHONY: all deps build run test test-asan fuzz clean
+.PHONY: all deps build run test test-asan tsa fuzz clean
 
 all: build
 
@@ -30,6 +31,13 @@ test-asan: deps
 	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L unit
 
+# clang-16 build with -Wthread-safety as errors: checks every GUARDED_BY /
+# REQUIRES annotation (STYLE.md rule 5). Builds the libraries and the CLI.
+tsa:
+	@scripts/install-deps.sh --with-fuzz
+	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(TSA_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_TESTS=OFF -DARBITER_WERROR_TSA=ON
+	$(CMAKE) --build $(TSA_DIR) -j $(JOBS)
+
 # libFuzzer targets, built with clang-16 (not part of CI yet).
 fuzz:
 	@scripts/install-deps.sh --with-fuzz
@@ -37,4 +45,4 @@ fuzz:
 	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR) $(TSA_DIR)

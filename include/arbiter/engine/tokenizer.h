@@ -8,8 +8,18 @@
 // (<0xNN> tokens) when the model enables it. Decoding reverses the ByteLevel
 // mapping (or byte fallback), yielding raw bytes.
 //
+// Supported tokenizer.json features: see arbiter/formats/tokenizer_json.h
+// (ByteLevel/GPT-2, Qwen2/Llama-3 Split regex, Llama-2 sentencepiece-style
+// Prepend/Replace + byte fallback, Metaspace). Deviations from HF, all on
+// inputs HF cannot represent or rarely sees: input need not be valid UTF-8
+// (invalid bytes never match the split regex and form their own pieces);
+// Decode returns raw bytes instead of replacing invalid UTF-8 with U+FFFD;
+// an NFC normalizer is treated as identity; all added tokens are matched in
+// the raw (unnormalized) text.
+//
 // Errors: Load/FromJson return kDataLoss naming the file and the field for a
-// malformed tokenizer.json, kUnimplemented for unsupported model types.
+// malformed tokenizer.json (including a split regex PCRE2 rejects),
+// kUnimplemented for unsupported model types, kNotFound for a missing file.
 //
 // Thread safety: immutable after construction; all methods thread-safe.
 #pragma once
