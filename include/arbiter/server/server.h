@@ -1,0 +1,72 @@
+// arbiter/server/server.h — the HTTP server: OpenAI-compatible API plus
+// health and admin status, over cpp-httplib (docs/http-api.md).
+//
+// Routes:
+//   GET  /health                  open (no auth): {"status":"ok"}
+//   GET  /v1/models               OpenAI list; each model also carries
+//                                 "capability", "status" (ready | loading |
+//                                 loaded | failed) and "error" when failed
+//   POST /v1/chat/completions     non-streaming and SSE streaming
+//   POST /v1/completions          non-streaming and SSE streaming
+//   POST /v1/embeddings
+//   GET  /admin/status            the MemoryArbiter's stats snapshot
+//
+// Limits and policy (ARCHITECTURE.md "External interfaces", STYLE.md rule
+// 11): binds loopback by default; bodies over max_body_bytes → 413; read and
+// write timeouts; keep-alive caps; a fixed worker pool (threads; default 8 +
+// Σ parallel). With an API key configured, /v1/* and /admin/* require
+// `Authorization: Bearer KEY` (401 otherwise). Errors are OpenAI-shaped
+// {"error":{"message","type","code"}}: 400 bad input, 401, 404 unknown model
+// or route, 413, 503 + Retry-After when the budget refuses or the arbiter is
+// busy, 503 (no Retry-After, code "model_load_failed") when the model failed
+// to load, 500 only for bugs.
+//
+// Cancellation: a streaming client that disconnects stops its generation at
+// the next token (the SSE write or the liveness check fails). For
+// non-streaming requests the server finds the connection's socket (Linux
+// /proc/self/fd; httplib 0.11 does not expose it to handlers) and polls it
+// for hang-up between tokens. Stop() also cancels every generation.
+//
+// Thread safety: Start/Run/Stop may be called from different threads; Stop()
+// is idempotent and safe to call before, during or after Run(). Not
+// async-signal-safe: call Stop() from a normal thread (e.g. one that
+// sigwait()s), not from a signal handler.
+// Lifetime: `arbiter` must outlive the Server.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/base/status.h"
+#include "arbiter/server/config.h"
+
+namespace arbiter {
+
+class Server {
+ public:
+  // Serves the models registered in `arbiter` (registrations must be
+  // complete before the Server is constructed). `settings.threads == 0`
+  // picks 8 + `total_parallel`.
+  Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel = 1);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds settings.host:settings.port (port 0: any free port).
+  // Errors: kUnavailable naming the address when it cannot be bound.
+  Status Bind();
+  // The bound port. REQUIRES: Bind() succeeded.
+  int port() const;
+  // Serves until Stop(). REQUIRES: Bind() succeeded. Errors: kInternal when
+  // the listener fails.
+  Status Run();
+  // Stops accepting, cancels running generations, lets handlers finish.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace arbiter

@@ -1,0 +1,281 @@
+// TOML configuration: defaults, file, environment. See config.h and
+// docs/config.md for every key and its default.
+#include "arbiter/server/config.h"
+
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "arbiter/base/file.h"
+#include "arbiter/base/size.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kMaxParallel = 64;
+
+Status KeyError(const std::string& key, std::string_view what) {
+  return InvalidArgumentError(fmt::format("{} must be {}", key, what));
+}
+
+// Reads an integer key into *out when present. `what` describes the range.
+Status ReadInt(const toml::table& t, const char* key, const std::string& path, int64_t lo,
+               int64_t hi, std::string_view what, int64_t* out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  auto v = n->value_exact<int64_t>();
+  if (!v || *v < lo || *v > hi) return KeyError(path + key, what);
+  *out = *v;
+  return OkStatus();
+}
+
+Status ReadString(const toml::table& t, const char* key, const std::string& path,
+                  std::string* out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  auto v = n->value_exact<std::string>();
+  if (!v) return KeyError(path + key, "a string");
+  *out = *v;
+  return OkStatus();
+}
+
+Status ReadBool(const toml::table& t, const char* key, const std::string& path, bool* out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  auto v = n->value_exact<bool>();
+  if (!v) return KeyError(path + key, "true or false");
+  *out = *v;
+  return OkStatus();
+}
+
+void WarnUnknown(const toml::table& t, const std::set<std::string>& known,
+                 const std::string& where, std::vector<std::string>* warnings) {
+  for (auto&& [k, v] : t) {
+    (void)v;
+    if (known.count(std::string(k.str())) == 0) {
+      warnings->push_back(fmt::format("unknown key {}{} (ignored)", where, k.str()));
+    }
+  }
+}
+
+template <typename T>
+Status ReadIntAs(const toml::table& t, const char* key, const std::string& path, int64_t lo,
+                 int64_t hi, std::string_view what, T* out) {
+  int64_t v = static_cast<int64_t>(*out);
+  ARBITER_RETURN_IF_ERROR(ReadInt(t, key, path, lo, hi, what, &v));
+  *out = static_cast<T>(v);
+  return OkStatus();
+}
+
+Status ParseServer(const toml::table& t, Config* c) {
+  const std::string p = "[server].";
+  ServerSettings& s = c->server;
+  ARBITER_RETURN_IF_ERROR(ReadString(t, "host", p, &s.host));
+  if (s.host.empty()) return KeyError(p + "host", "a non-empty host name or address");
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "port", p, 0, 65535, "an integer in 0..65535", &s.port));
+  ARBITER_RETURN_IF_ERROR(ReadString(t, "api_key", p, &s.api_key));
+  // max_body_bytes: an integer or a SIZE string.
+  if (const toml::node* n = t.get("max_body_bytes")) {
+    if (auto i = n->value_exact<int64_t>()) {
+      if (*i <= 0) return KeyError(p + "max_body_bytes", "a positive size");
+      s.max_body_bytes = static_cast<size_t>(*i);
+    } else if (auto str = n->value_exact<std::string>()) {
+      auto size = ParseSize(*str);
+      if (!size.ok() || *size == 0) {
+        return KeyError(p + "max_body_bytes", "a positive size such as 8MiB");
+      }
+      s.max_body_bytes = static_cast<size_t>(*size);
+    } else {
+      return KeyError(p + "max_body_bytes", "a size (bytes or e.g. \"8MiB\")");
+    }
+  }
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "threads", p, 0, 1024, "an integer in 0..1024", &s.threads));
+  ARBITER_RETURN_IF_ERROR(
+      ReadIntAs(t, "read_timeout_s", p, 1, 86400, "a positive integer", &s.read_timeout_s));
+  ARBITER_RETURN_IF_ERROR(
+      ReadIntAs(t, "write_timeout_s", p, 1, 86400, "a positive integer", &s.write_timeout_s));
+  ARBITER_RETURN_IF_ERROR(
+      ReadIntAs(t, "keep_alive_max", p, 1, 1000000, "a positive integer", &s.keep_alive_max));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "keep_alive_timeout_s", p, 1, 3600,
+                                    "an integer in 1..3600", &s.keep_alive_timeout_s));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "acquire_timeout_s", p, 1, 86400, "a positive integer",
+                                    &s.acquire_timeout_s));
+  ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
+  WarnUnknown(t,
+              {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
+               "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s", "acquire_timeout_s",
+               "preload"},
+              p, &c->warnings);
+  return OkStatus();
+}
+
+Status ParseBudget(std::string_view text, uint64_t mem_total, const std::string& key,
+                   uint64_t* out) {
+  auto size = ParseSize(text, mem_total);
+  if (!size.ok()) {
+    return InvalidArgumentError(fmt::format("{} is invalid: {}", key, size.status().message()));
+  }
+  if (*size == 0) return KeyError(key, "a positive size");
+  *out = *size;
+  return OkStatus();
+}
+
+Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
+  const std::string p = "[memory].";
+  if (const toml::node* n = t.get("budget")) {
+    if (auto i = n->value_exact<int64_t>()) {
+      if (*i <= 0) return KeyError(p + "budget", "a positive size");
+      c->budget_text = std::to_string(*i);
+      c->budget_bytes = static_cast<uint64_t>(*i);
+    } else if (auto str = n->value_exact<std::string>()) {
+      ARBITER_RETURN_IF_ERROR(ParseBudget(*str, mem_total, p + "budget", &c->budget_bytes));
+      c->budget_text = *str;
+    } else {
+      return KeyError(p + "budget", "a size: bytes, \"512MiB\", \"2GB\" or \"75%\"");
+    }
+  }
+  WarnUnknown(t, {"budget"}, p, &c->warnings);
+  return OkStatus();
+}
+
+Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) {
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string p = fmt::format("[[models]][{}].", i);
+    const toml::table* t = arr[i].as_table();
+    if (t == nullptr) return KeyError(fmt::format("[[models]][{}]", i), "a table");
+    ModelEntry m;
+    ARBITER_RETURN_IF_ERROR(ReadString(*t, "name", p, &m.name));
+    if (m.name.empty()) return KeyError(p + "name", "a non-empty string");
+    ARBITER_RETURN_IF_ERROR(ReadString(*t, "path", p, &m.path));
+    if (m.path.empty()) return KeyError(p + "path", "a non-empty string (the model directory)");
+    fs::path path(m.path);
+    if (path.is_relative()) path = base_dir / path;
+    m.path = path.lexically_normal().string();
+    std::string cap;
+    ARBITER_RETURN_IF_ERROR(ReadString(*t, "capability", p, &cap));
+    if (!cap.empty()) {
+      auto parsed = ParseCapability(cap);
+      if (!parsed.ok()) return KeyError(p + "capability", "\"text\" or \"embedding\"");
+      m.capability = *parsed;
+    }
+    ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "parallel", p, 1, kMaxParallel,
+                                      fmt::format("an integer in 1..{}", kMaxParallel),
+                                      &m.parallel));
+    ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "ctx", p, 1, std::numeric_limits<int32_t>::max(),
+                                      "a positive integer", &m.ctx));
+    WarnUnknown(*t, {"name", "path", "capability", "parallel", "ctx"}, p, &c->warnings);
+    c->models.push_back(std::move(m));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+uint64_t DefaultBudgetBytes(uint64_t mem_total_bytes) {
+  if (mem_total_bytes > kDefaultHeadroomBytes &&
+      mem_total_bytes - kDefaultHeadroomBytes >= mem_total_bytes / 4) {
+    return mem_total_bytes - kDefaultHeadroomBytes;
+  }
+  return mem_total_bytes / 2;
+}
+
+Config DefaultConfig(uint64_t mem_total_bytes) {
+  Config c;
+  c.budget_bytes = DefaultBudgetBytes(mem_total_bytes);
+  return c;
+}
+
+Result<Config> ParseConfigToml(std::string_view text, const std::string& file,
+                               uint64_t mem_total_bytes) {
+  Config c = DefaultConfig(mem_total_bytes);
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    return InvalidArgumentError(fmt::format("{}:{}:{}: {}", file, e.source().begin.line,
+                                            e.source().begin.column, e.description()));
+  }
+  const fs::path base_dir = fs::absolute(fs::path(file)).parent_path();
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    if (key == "server") {
+      const toml::table* t = v.as_table();
+      if (t == nullptr) return KeyError("[server]", "a table");
+      ARBITER_RETURN_IF_ERROR(ParseServer(*t, &c));
+    } else if (key == "memory") {
+      const toml::table* t = v.as_table();
+      if (t == nullptr) return KeyError("[memory]", "a table");
+      ARBITER_RETURN_IF_ERROR(ParseMemory(*t, mem_total_bytes, &c));
+    } else if (key == "models") {
+      const toml::array* a = v.as_array();
+      if (a == nullptr) return KeyError("models", "an array of tables ([[models]])");
+      ARBITER_RETURN_IF_ERROR(ParseModels(*a, base_dir, &c));
+    } else {
+      c.warnings.push_back(fmt::format("unknown section or key \"{}\" (ignored)", key));
+    }
+  }
+  ARBITER_RETURN_IF_ERROR(ValidateConfig(c).WithPrefix(file));
+  return c;
+}
+
+Result<Config> LoadConfigFile(const std::string& path, uint64_t mem_total_bytes) {
+  auto text = ReadFile(path, 16u << 20);
+  if (!text.ok()) {
+    return Status(text.status().code(),
+                  fmt::format("cannot read config file: {}", text.status().message()));
+  }
+  return ParseConfigToml(*text, path, mem_total_bytes);
+}
+
+Status ApplyEnvOverrides(const EnvLookup& env, uint64_t mem_total_bytes, Config* config) {
+  if (const char* v = env("ARBITER_HOST"); v != nullptr && *v != '\0') config->server.host = v;
+  if (const char* v = env("ARBITER_PORT"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    long port = std::strtol(v, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535) {
+      return InvalidArgumentError(
+          fmt::format("ARBITER_PORT must be an integer in 0..65535 (got \"{}\")", v));
+    }
+    config->server.port = static_cast<int>(port);
+  }
+  if (const char* v = env("ARBITER_API_KEY"); v != nullptr) config->server.api_key = v;
+  if (const char* v = env("ARBITER_BUDGET"); v != nullptr && *v != '\0') {
+    ARBITER_RETURN_IF_ERROR(ParseBudget(v, mem_total_bytes, "ARBITER_BUDGET", &config->budget_bytes));
+    config->budget_text = v;
+  }
+  return OkStatus();
+}
+
+Status ValidateConfig(const Config& config) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < config.models.size(); ++i) {
+    if (!names.insert(config.models[i].name).second) {
+      return InvalidArgumentError(fmt::format("[[models]][{}].name \"{}\" is used twice; model "
+                                              "names must be unique",
+                                              i, config.models[i].name));
+    }
+  }
+  if (config.server.port < 0 || config.server.port > 65535) {
+    return KeyError("[server].port", "an integer in 0..65535");
+  }
+  if (config.budget_bytes == 0) return KeyError("[memory].budget", "a positive size");
+  return OkStatus();
+}
+
+Result<std::string> DefaultStateDir(const EnvLookup& env) {
+  if (const char* xdg = env("XDG_STATE_HOME"); xdg != nullptr && *xdg == '/') {
+    return (fs::path(xdg) / "arbiter").string();
+  }
+  if (const char* home = env("HOME"); home != nullptr && *home != '\0') {
+    return (fs::path(home) / ".local" / "state" / "arbiter").string();
+  }
+  return FailedPreconditionError(
+      "cannot pick a state directory: neither XDG_STATE_HOME nor HOME is set; pass --state-dir");
+}
+
+}  // namespace arbiter

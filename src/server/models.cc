@@ -1,0 +1,103 @@
+// [[models]] → MemoryArbiter registrations backed by the Engine; see models.h
+// for the lazy-load policy.
+#include "arbiter/server/models.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "arbiter/base/size.h"
+#include "arbiter/engine/engine.h"
+#include "arbiter/formats/model_config.h"
+#include "arbiter/formats/safetensors.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+Result<size_t> EstimateModelBytes(const ModelEntry& entry) {
+  std::error_code ec;
+  if (!fs::is_directory(entry.path, ec)) {
+    return NotFoundError(fmt::format("model directory {} does not exist or is not a directory",
+                                     entry.path));
+  }
+  const std::string config_path = (fs::path(entry.path) / "config.json").string();
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(config_path));
+  const std::string tokenizer_path = (fs::path(entry.path) / "tokenizer.json").string();
+  if (!fs::is_regular_file(tokenizer_path, ec)) {
+    return NotFoundError(fmt::format("{} is missing", tokenizer_path));
+  }
+  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel weights, SafetensorsModel::Open(entry.path));
+  size_t weight_bytes = 0;
+  for (const TensorInfo* t : weights.tensors()) {
+    weight_bytes += static_cast<size_t>(t->num_elements()) * sizeof(float);
+  }
+  const size_t ctx = static_cast<size_t>(std::min(entry.ctx, cfg.max_position_embeddings));
+  const size_t kv_bytes = static_cast<size_t>(entry.parallel) * cfg.num_hidden_layers * 2 * ctx *
+                          cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
+  return weight_bytes + kv_bytes;
+}
+
+ModelRegistration EngineModelRegistration(const ModelEntry& entry, size_t estimated_bytes) {
+  ModelRegistration r;
+  r.name = entry.name;
+  r.capability = entry.capability;
+  r.estimated_bytes = estimated_bytes;
+  r.load = [entry]() -> Result<LoadedBackend> {
+    // The cheap check first: its errors are clearer than a load's, and a
+    // model fixed on disk since startup loads on the next request.
+    ARBITER_RETURN_IF_ERROR(EstimateModelBytes(entry).status());
+    EngineOptions options;
+    options.n_ctx = entry.ctx;
+    options.n_slots = entry.parallel;
+    ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Load(entry.path, options));
+    const size_t bytes = engine->weight_bytes() + engine->kv_bytes();
+    return LoadedBackend::Of(std::shared_ptr<Engine>(std::move(engine)), bytes);
+  };
+  return r;
+}
+
+Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
+  std::vector<std::string> broken;
+  for (const ModelEntry& m : config.models) {
+    Result<size_t> estimate = EstimateModelBytes(m);
+    ARBITER_RETURN_IF_ERROR(
+        arbiter->Register(EngineModelRegistration(m, estimate.ok() ? *estimate : 0)));
+    if (estimate.ok()) {
+      spdlog::info("model \"{}\" ({}, {}): {} estimated, parallel {}, ctx {}", m.name,
+                   CapabilityName(m.capability), m.path, FormatSize(*estimate), m.parallel, m.ctx);
+    } else {
+      spdlog::error("model \"{}\" ({}) is broken and will not serve: {}", m.name, m.path,
+                    estimate.status().message());
+      broken.push_back(m.name);
+    }
+  }
+  // Record the failures in the arbiter (its load re-runs the cheap check and
+  // fails fast), so /v1/models shows them as failed with their error.
+  for (const std::string& name : broken) {
+    const ModelEntry* m = nullptr;
+    for (const ModelEntry& e : config.models) {
+      if (e.name == name) m = &e;
+    }
+    auto h = arbiter->Acquire(m->capability, name, Deadline(std::chrono::seconds(60)));
+    (void)h;
+  }
+  if (config.server.preload) {
+    for (const ModelEntry& m : config.models) {
+      if (std::find(broken.begin(), broken.end(), m.name) != broken.end()) continue;
+      auto h = arbiter->Acquire(m.capability, m.name,
+                                Deadline(std::chrono::seconds(config.server.acquire_timeout_s)));
+      if (!h.ok()) {
+        spdlog::error("preload of model \"{}\" failed: {}", m.name, h.status().message());
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace arbiter

@@ -1,0 +1,227 @@
+#include "arbiter/server/openai.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace arbiter {
+namespace {
+
+using json = nlohmann::json;
+
+std::string ErrorOf(const Status& s) { return s.message(); }
+
+TEST(ParseChatRequest, MinimalAndDefaults) {
+  auto r = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model, "m");
+  ASSERT_EQ(r->messages.size(), 1u);
+  EXPECT_EQ(r->messages[0].role, "user");
+  EXPECT_EQ(r->messages[0].content, "hi");
+  EXPECT_FALSE(r->max_tokens.has_value());
+  EXPECT_FALSE(r->stream);
+  SamplingParams p = r->sampling.ToSamplingParams();
+  EXPECT_FLOAT_EQ(p.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(p.top_p, 1.0f);
+  EXPECT_EQ(p.top_k, 0);
+  EXPECT_FALSE(p.has_seed);
+}
+
+TEST(ParseChatRequest, AllFields) {
+  auto r = ParseChatRequest(R"({
+    "model":"m",
+    "messages":[{"role":"developer","content":"be brief"},
+                {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+                {"role":"assistant","content":null}],
+    "max_completion_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40, "seed": -3,
+    "stop": ["x","y"], "stream": true, "stream_options": {"include_usage": true},
+    "n": 1, "user": "u", "some_future_field": {"a": 1}, "logit_bias": null,
+    "conversation_id": "c1", "cache_ttl": "long"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_EQ(r->messages[2].content, "");
+  EXPECT_EQ(*r->max_tokens, 7);
+  EXPECT_EQ(r->stop, (std::vector<std::string>{"x", "y"}));
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->user, "u");
+  EXPECT_EQ(r->conversation_id, "c1");
+  SamplingParams p = r->sampling.ToSamplingParams();
+  EXPECT_FLOAT_EQ(p.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(p.top_p, 0.5f);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_TRUE(p.has_seed);
+  EXPECT_EQ(p.seed, static_cast<uint64_t>(int64_t{-3}));
+}
+
+TEST(ParseChatRequest, StopAsString) {
+  auto r = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stop":"END"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
+}
+
+struct BadCase {
+  const char* body;
+  const char* message_part;
+};
+
+class ChatErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ChatErrors, NamesTheField) {
+  auto r = ParseChatRequest(GetParam().body);
+  ASSERT_FALSE(r.ok()) << GetParam().body;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ErrorOf(r.status()).find(GetParam().message_part), std::string::npos)
+      << ErrorOf(r.status());
+}
+
+#define MSGS R"("messages":[{"role":"user","content":"hi"}])"
+INSTANTIATE_TEST_SUITE_P(
+    All, ChatErrors,
+    ::testing::Values(
+        BadCase{"{not json", "not valid JSON"}, BadCase{"[1,2]", "JSON object"},
+        BadCase{R"({"messages":[]})", "\"model\" is required"},
+        BadCase{R"({"model":5,)" MSGS "}", "\"model\" must be a string"},
+        BadCase{R"({"model":"m"})", "\"messages\" is required"},
+        BadCase{R"({"model":"m","messages":{}})", "\"messages\" must be an array"},
+        BadCase{R"({"model":"m","messages":[]})", "must not be empty"},
+        BadCase{R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role"},
+        BadCase{R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
+        BadCase{R"({"model":"m","messages":[{"role":"user","content":5}]})",
+                "\"messages[0].content\" must be a string or an array"},
+        BadCase{R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+                "only \"text\""},
+        BadCase{R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content\" is required"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"temperature":"hot"})", "\"temperature\" must be a number"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"temperature":2.5})", "\"temperature\" must be between 0 and 2"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"top_p":0})", "\"top_p\" must be in (0, 1]"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"top_p":1.5})", "\"top_p\""},
+        BadCase{R"({"model":"m",)" MSGS R"(,"top_k":-1})", "\"top_k\" must be a non-negative integer"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"top_k":1.5})", "\"top_k\""},
+        BadCase{R"({"model":"m",)" MSGS R"(,"seed":"x"})", "\"seed\" must be an integer"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"max_tokens":0})", "\"max_tokens\" must be a positive integer"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"max_tokens":"10"})", "\"max_tokens\""},
+        BadCase{R"({"model":"m",)" MSGS R"(,"max_completion_tokens":-5})", "\"max_completion_tokens\""},
+        BadCase{R"({"model":"m",)" MSGS R"(,"stop":["a","b","c","d","e"]})", "at most 4"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"stop":[1]})", "\"stop[0]\" must be a string"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"stop":5})", "\"stop\" must be"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"stream":"yes"})", "\"stream\" must be a boolean"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"stream_options":{"include_usage":1}})",
+                "\"stream_options.include_usage\" must be a boolean"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"n":2})", "\"n\" must be 1"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"user":7})", "\"user\" must be a string"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"cache_ttl":"forever"})", "\"cache_ttl\""}));
+
+TEST(ParseCompletionRequest, PromptForms) {
+  auto a = ParseCompletionRequest(R"({"model":"m","prompt":"hello"})");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->prompt, "hello");
+  EXPECT_FALSE(a->prompt_is_ids);
+  auto b = ParseCompletionRequest(R"({"model":"m","prompt":["hello"],"echo":true})");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->prompt, "hello");
+  EXPECT_TRUE(b->echo);
+  auto c = ParseCompletionRequest(R"({"model":"m","prompt":[1,2,3]})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prompt_is_ids);
+  EXPECT_EQ(c->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  auto d = ParseCompletionRequest(R"({"model":"m","prompt":["a","b"]})");
+  EXPECT_NE(d.status().message().find("exactly one string"), std::string::npos);
+  auto e = ParseCompletionRequest(R"({"model":"m","prompt":{}})");
+  EXPECT_NE(e.status().message().find("\"prompt\" must be"), std::string::npos);
+  auto f = ParseCompletionRequest(R"({"model":"m"})");
+  EXPECT_NE(f.status().message().find("\"prompt\" is required"), std::string::npos);
+  auto g = ParseCompletionRequest(R"({"model":"m","prompt":[1,-2]})");
+  EXPECT_NE(g.status().message().find("prompt[1]"), std::string::npos);
+  auto h = ParseCompletionRequest(R"({"model":"m","prompt":"x","n":3})");
+  EXPECT_NE(h.status().message().find("\"n\" must be 1"), std::string::npos);
+}
+
+TEST(ParseEmbeddingRequest, InputForms) {
+  auto a = ParseEmbeddingRequest(R"({"model":"e","input":"one"})");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->input, std::vector<std::string>{"one"});
+  EXPECT_FALSE(a->base64);
+  auto b = ParseEmbeddingRequest(R"({"model":"e","input":["a","b"],"encoding_format":"base64"})");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->input.size(), 2u);
+  EXPECT_TRUE(b->base64);
+  EXPECT_FALSE(ParseEmbeddingRequest(R"({"model":"e","input":[]})").ok());
+  EXPECT_NE(ParseEmbeddingRequest(R"({"model":"e","input":[1]})").status().message().find(
+                "\"input[0]\" must be a string"),
+            std::string::npos);
+  EXPECT_NE(ParseEmbeddingRequest(R"({"model":"e","input":""})").status().message().find(
+                "must not be empty"),
+            std::string::npos);
+  EXPECT_NE(ParseEmbeddingRequest(R"({"model":"e","input":"x","encoding_format":"int8"})")
+                .status()
+                .message()
+                .find("encoding_format"),
+            std::string::npos);
+}
+
+TEST(ResponseJson, ChatCompletionShape) {
+  json j = json::parse(ChatCompletionJson("chatcmpl-1", 123, "m", "hello", FinishReason::kLength,
+                                          Usage{5, 2, 1}));
+  EXPECT_EQ(j["id"], "chatcmpl-1");
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["created"], 123);
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "hello");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(j["usage"]["total_tokens"], 7);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+TEST(ResponseJson, ChunksAndUsage) {
+  const std::string role = "assistant", text = "hi";
+  const FinishReason fr = FinishReason::kStop;
+  json first = json::parse(ChatChunkJson("c", 1, "m", &role, nullptr, nullptr, true));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(first.contains("usage") && first["usage"].is_null());
+  json last = json::parse(ChatChunkJson("c", 1, "m", nullptr, nullptr, &fr, false));
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(last.contains("usage"));
+  json usage = json::parse(UsageChunkJson("c", 1, "m", "chat.completion.chunk", Usage{3, 4, 0}));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 7);
+  json comp = json::parse(CompletionChunkJson("c", 1, "m", text, nullptr, false));
+  EXPECT_EQ(comp["object"], "text_completion");
+  EXPECT_EQ(comp["choices"][0]["text"], "hi");
+  EXPECT_EQ(SseData("{}"), "data: {}\n\n");
+}
+
+TEST(ResponseJson, EmbeddingsFloatAndBase64) {
+  std::vector<std::vector<float>> v = {{1.0f, 0.0f}, {0.5f, -0.5f}};
+  json f = json::parse(EmbeddingsJson("e", v, false, 9));
+  EXPECT_EQ(f["object"], "list");
+  EXPECT_EQ(f["data"].size(), 2u);
+  EXPECT_EQ(f["data"][1]["index"], 1);
+  EXPECT_EQ(f["data"][1]["object"], "embedding");
+  EXPECT_FLOAT_EQ(f["data"][1]["embedding"][1].get<float>(), -0.5f);
+  EXPECT_EQ(f["usage"]["prompt_tokens"], 9);
+  json b = json::parse(EmbeddingsJson("e", {{1.0f}}, true, 1));
+  // 1.0f little-endian = 00 00 80 3f → "AACAPw==".
+  EXPECT_EQ(b["data"][0]["embedding"], "AACAPw==");
+}
+
+TEST(ResponseJson, ErrorShapeAndIds) {
+  json e = json::parse(ErrorJson("bad", "invalid_request_error", ""));
+  EXPECT_EQ(e["error"]["message"], "bad");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(e["error"]["code"].is_null());
+  const std::string id = NewCompletionId("chatcmpl");
+  EXPECT_EQ(id.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(id.size(), std::string("chatcmpl-").size() + 24);
+  EXPECT_NE(id, NewCompletionId("chatcmpl"));
+}
+
+}  // namespace
+}  // namespace arbiter

@@ -1,0 +1,612 @@
+// The HTTP server (cpp-httplib): routes, auth, limits, SSE streaming.
+//
+// Request path (ARCHITECTURE.md "One chat request, end to end"):
+//   1. pre-routing: API key check for /v1/* and /admin/* (401);
+//   2. the body (≤ max_body_bytes, else httplib answers 413 and the error
+//      handler writes the JSON body) is parsed into a native request struct
+//      (openai.h) — 400 naming the field on any problem;
+//   3. the model is resolved against the registered models (404) and its
+//      capability checked (400);
+//   4. MemoryArbiter::Acquire pins it, loading it if needed (503 on budget
+//      refusal, busy timeout or load failure);
+//   5. the prompt is built (chat template) and tokenized and checked against
+//      the context *before* any byte is sent, so a streaming response never
+//      starts with a request error;
+//   6. the engine generates; streaming sends SSE chunks from httplib's
+//      chunked content provider on the same worker thread;
+//   7. the handle is released as soon as generation ends.
+//
+// Note [Cancellation]
+// Every generation gets a CancelFn, polled by the engine between tokens and
+// while waiting for a slot. It returns true when the server is stopping, or
+// the client is gone: for SSE, when a write fails or sink.is_writable()
+// (select + MSG_PEEK liveness check in httplib 0.11.4) says so; for
+// non-streaming requests, when the ConnectionProbe sees a hang-up on the
+// request's socket.
+#include "arbiter/server/server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "arbiter/engine/engine.h"
+#include "arbiter/server/openai.h"
+#include "server/internal/connection_probe.h"
+
+namespace arbiter {
+namespace {
+
+using json = nlohmann::json;
+using server_internal::ConnectionProbe;
+
+constexpr const char* kJson = "application/json";
+constexpr const char* kInvalidRequest = "invalid_request_error";
+constexpr const char* kServerError = "server_error";
+constexpr int kRetryAfterSeconds = 5;
+// Default completion length for /v1/completions (OpenAI's default).
+constexpr int kDefaultCompletionTokens = 16;
+
+void SendError(httplib::Response& res, int status, std::string_view message,
+               std::string_view type, std::string_view code, int retry_after_s = 0) {
+  res.status = status;
+  if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
+  res.set_content(ErrorJson(message, type, code), kJson);
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// httplib 0.11 listens with a backlog of 5: a burst of more simultaneous
+// connects gets SYNs dropped and waits for the 1 s retransmission. Linux lets
+// listen() be called again on a listening socket to raise the backlog; the
+// socket is a protected member, hence the subclass.
+class HttpServer : public httplib::Server {
+ public:
+  void RaiseListenBacklog() {
+    const socket_t sock = svr_sock_;
+    if (sock != INVALID_SOCKET) ::listen(sock, SOMAXCONN);
+  }
+};
+
+}  // namespace
+
+struct Server::Impl {
+  ServerSettings settings;
+  MemoryArbiter* arbiter;
+  int threads;
+  HttpServer http;
+  std::map<std::string, Capability, std::less<>> models;  // immutable after construction
+  int64_t started_at = UnixNow();
+  std::atomic<bool> stopping{false};
+  int port = -1;
+
+  Impl(ServerSettings s, MemoryArbiter* a, int total_parallel)
+      : settings(std::move(s)), arbiter(a) {
+    threads = settings.threads > 0 ? settings.threads : 8 + std::max(1, total_parallel);
+    for (const ModelStats& m : arbiter->Stats().models) models.emplace(m.name, m.capability);
+    Configure();
+    Routes();
+  }
+
+  void Configure() {
+    const int n = threads;
+    http.new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    http.set_payload_max_length(settings.max_body_bytes);
+    http.set_read_timeout(settings.read_timeout_s, 0);
+    http.set_write_timeout(settings.write_timeout_s, 0);
+    http.set_keep_alive_max_count(static_cast<size_t>(settings.keep_alive_max));
+    http.set_keep_alive_timeout(settings.keep_alive_timeout_s);
+    http.set_tcp_nodelay(true);
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (settings.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const bool protected_path =
+          req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
+      if (!protected_path) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      constexpr std::string_view kBearer = "Bearer ";
+      if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
+          ConstantTimeEquals(std::string_view(auth).substr(kBearer.size()), settings.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      res.set_header("WWW-Authenticate", "Bearer");
+      // The body (if any) was not read; do not reuse the connection.
+      res.set_header("Connection", "close");
+      SendError(res, 401,
+                auth.empty() ? "missing API key: send \"Authorization: Bearer <key>\""
+                             : "invalid API key",
+                kInvalidRequest, "invalid_api_key");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+
+    // Fills a JSON body for statuses httplib produced itself (404 no route,
+    // 413 payload too large, 400 unparsable request line ...).
+    httplib::Server::HandlerWithResponse on_error = [this](const httplib::Request& req,
+                                                           httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      switch (res.status) {
+        case 404:
+          SendError(res, 404, fmt::format("no route for {} {}", req.method, req.path),
+                    kInvalidRequest, "not_found");
+          break;
+        case 413:
+          SendError(res, 413,
+                    fmt::format("request body is larger than the limit of {} bytes "
+                                "([server] max_body_bytes)",
+                                settings.max_body_bytes),
+                    kInvalidRequest, "request_too_large");
+          break;
+        default:
+          SendError(res, res.status,
+                    res.status == 400 ? std::string("malformed HTTP request")
+                                      : fmt::format("HTTP error {}", res.status),
+                    res.status >= 500 ? kServerError : kInvalidRequest, "");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    http.set_error_handler(std::move(on_error));
+
+    http.set_exception_handler(
+        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+          std::string what = "unknown exception";
+          try {
+            if (ep) std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          spdlog::error("bug: {} {} threw: {}", req.method, req.path, what);
+          SendError(res, 500, fmt::format("internal error: {}", what), kServerError,
+                    "internal_error");
+        });
+
+    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+      spdlog::info("{} {} {} ({}:{})", req.method, req.path, res.status, req.remote_addr,
+                   req.remote_port);
+    });
+  }
+
+  void Routes() {
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", kJson);
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      HandleModels(res);
+    });
+    http.Get("/admin/status", [this](const httplib::Request&, httplib::Response& res) {
+      HandleStatus(res);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleChat(req, res);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleCompletion(req, res);
+    });
+    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleEmbeddings(req, res);
+    });
+  }
+
+  // ---- model resolution and acquisition -----------------------------------
+
+  // 404 / 400 unless `name` is a registered model of capability `want`.
+  bool CheckModel(const std::string& name, Capability want, httplib::Response& res) {
+    auto it = models.find(name);
+    if (it == models.end()) {
+      SendError(res, 404, fmt::format("model \"{}\" not found", name), kInvalidRequest,
+                "model_not_found");
+      return false;
+    }
+    if (it->second != want) {
+      SendError(res, 400,
+                fmt::format("model \"{}\" is a {} model; {}", name, CapabilityName(it->second),
+                            it->second == Capability::kEmbedding
+                                ? "use /v1/embeddings"
+                                : "use /v1/chat/completions or /v1/completions"),
+                kInvalidRequest, "wrong_model_capability");
+      return false;
+    }
+    return true;
+  }
+
+  // Pins the model; on failure writes the error response and returns nullopt.
+  std::optional<ArbiterHandle> Acquire(const std::string& name, Capability cap,
+                                       httplib::Response& res) {
+    auto h = arbiter->Acquire(cap, name, Deadline(std::chrono::seconds(settings.acquire_timeout_s)));
+    if (h.ok()) {
+      if (h->backend<Engine>() == nullptr) {
+        SendError(res, 500, fmt::format("model \"{}\" has no engine backend", name), kServerError,
+                  "internal_error");
+        return std::nullopt;
+      }
+      return std::move(h).value();
+    }
+    const Status& st = h.status();
+    // Load errors carry the arbiter's documented prefix; everything else is
+    // the arbiter refusing or timing out (CheckModel already ruled out
+    // unknown names and wrong capabilities).
+    const bool load_failed =
+        st.message().rfind(fmt::format("model \"{}\" failed to load", name), 0) == 0;
+    if (load_failed) {
+      // 503 without Retry-After: retrying will not help until the files are fixed.
+      SendError(res, 503, st.message(), kServerError, "model_load_failed");
+    } else if (st.code() == StatusCode::kResourceExhausted) {
+      SendError(res, 503, st.message(), kServerError, "budget_exceeded", kRetryAfterSeconds);
+    } else if (st.code() == StatusCode::kDeadlineExceeded) {
+      SendError(res, 503, st.message(), kServerError, "model_loading", kRetryAfterSeconds);
+    } else if (st.code() == StatusCode::kUnavailable) {
+      SendError(res, 503, st.message(), kServerError, "unavailable", kRetryAfterSeconds);
+    } else {
+      spdlog::error("bug: unexpected acquire error for model \"{}\": {}", name, st.ToString());
+      SendError(res, 500, st.message(), kServerError, "internal_error");
+    }
+    return std::nullopt;
+  }
+
+  // 400 unless `ids` is a non-empty, in-vocabulary prompt leaving room for at
+  // least one generated token.
+  bool CheckPrompt(const Engine& engine, const std::string& model,
+                   const std::vector<int32_t>& ids, httplib::Response& res) {
+    if (ids.empty()) {
+      SendError(res, 400, "the prompt is empty", kInvalidRequest, "empty_prompt");
+      return false;
+    }
+    if (static_cast<int>(ids.size()) > engine.n_ctx() - 1) {
+      SendError(res, 400,
+                fmt::format("the prompt is {} tokens; model \"{}\" has a context of {} tokens "
+                            "(shorten the prompt or raise [[models]] ctx)",
+                            ids.size(), model, engine.n_ctx()),
+                kInvalidRequest, "context_length_exceeded");
+      return false;
+    }
+    const int vocab = engine.tokenizer().vocab_size();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= vocab) {
+        SendError(res, 400,
+                  fmt::format("\"prompt[{}]\" is token id {}, outside the model's vocabulary "
+                              "[0, {})",
+                              i, ids[i], vocab),
+                  kInvalidRequest, "invalid_token_id");
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // ---- generation ------------------------------------------------------------
+
+  struct GenJob {
+    ArbiterHandle handle;
+    Engine* engine = nullptr;
+    GenerationRequest request;
+    bool chat = true;
+    std::string id;
+    std::string model;
+    int64_t created = 0;
+    bool include_usage = false;
+    std::string echo;  // completions: prompt text prepended to the output
+  };
+
+  static void SendGenerationError(httplib::Response& res, const Status& st) {
+    if (st.code() == StatusCode::kInvalidArgument) {
+      SendError(res, 400, st.message(), kInvalidRequest, "");
+    } else if (st.code() == StatusCode::kFailedPrecondition) {
+      SendError(res, 400, st.message(), kInvalidRequest, "");
+    } else {
+      spdlog::error("generation failed: {}", st.ToString());
+      SendError(res, 500, st.message(), kServerError, "internal_error");
+    }
+  }
+
+  void RunNonStreaming(const httplib::Request& req, httplib::Response& res, GenJob& job) {
+    const ConnectionProbe probe =
+        ConnectionProbe::Find(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+    CancelFn cancel = [this, &probe] { return stopping.load() || probe.PeerGone(); };
+    TextCallback ignore = [](std::string_view) { return true; };
+    Result<GenerationResult> result = job.engine->Generate(job.request, ignore, cancel);
+    job.handle.Release();
+    if (!result.ok()) return SendGenerationError(res, result.status());
+    if (result->finish_reason == FinishReason::kCancelled) {
+      spdlog::info("{} {}: client went away; generation stopped after {} tokens", req.method,
+                   req.path, result->output_ids.size());
+      SendError(res, 503, "generation cancelled", kServerError, "cancelled");
+      return;
+    }
+    Usage usage{result->prompt_tokens, static_cast<int>(result->output_ids.size()),
+                result->cached_tokens};
+    if (job.chat) {
+      res.set_content(ChatCompletionJson(job.id, job.created, job.model, result->text,
+                                         result->finish_reason, usage),
+                      kJson);
+    } else {
+      res.set_content(CompletionJson(job.id, job.created, job.model, job.echo + result->text,
+                                     result->finish_reason, usage),
+                      kJson);
+    }
+  }
+
+  void RunStreaming(httplib::Response& res, std::shared_ptr<GenJob> job) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, job](size_t /*offset*/, httplib::DataSink& sink) {
+          bool client_ok = true;
+          auto send = [&](const std::string& payload) {
+            if (!client_ok) return false;
+            const std::string frame = SseData(payload);
+            if (!sink.write(frame.data(), frame.size())) client_ok = false;
+            return client_ok;
+          };
+          const std::string assistant = "assistant";
+          const std::string empty;
+          if (job->chat) {
+            send(ChatChunkJson(job->id, job->created, job->model, &assistant, &empty, nullptr,
+                               job->include_usage));
+          } else if (!job->echo.empty()) {
+            send(CompletionChunkJson(job->id, job->created, job->model, job->echo, nullptr,
+                                     job->include_usage));
+          }
+          TextCallback on_text = [&](std::string_view delta) {
+            const std::string text(delta);
+            return send(job->chat ? ChatChunkJson(job->id, job->created, job->model, nullptr,
+                                                  &text, nullptr, job->include_usage)
+                                  : CompletionChunkJson(job->id, job->created, job->model, text,
+                                                        nullptr, job->include_usage));
+          };
+          CancelFn cancel = [&] {
+            return !client_ok || stopping.load() || !sink.is_writable();
+          };
+          Result<GenerationResult> result = job->engine->Generate(job->request, on_text, cancel);
+          job->handle.Release();
+          if (!client_ok) {
+            spdlog::info("stream {}: client went away; generation stopped", job->id);
+            return false;  // closes the connection
+          }
+          if (!result.ok()) {
+            // Headers are gone; report in-band, then end the stream.
+            const Status& st = result.status();
+            spdlog::error("stream {}: generation failed: {}", job->id, st.ToString());
+            send(ErrorJson(st.message(), kServerError, "generation_failed"));
+          } else if (result->finish_reason == FinishReason::kCancelled) {
+            // The liveness check failed (client gone) or the server is stopping.
+            spdlog::info("stream {}: cancelled after {} tokens ({})", job->id,
+                         result->output_ids.size(),
+                         stopping.load() ? "server stopping" : "client went away");
+            return false;
+          } else {
+            const FinishReason fr = result->finish_reason;
+            send(job->chat ? ChatChunkJson(job->id, job->created, job->model, nullptr, nullptr,
+                                           &fr, job->include_usage)
+                           : CompletionChunkJson(job->id, job->created, job->model, "", &fr,
+                                                 job->include_usage));
+            if (job->include_usage) {
+              Usage usage{result->prompt_tokens, static_cast<int>(result->output_ids.size()),
+                          result->cached_tokens};
+              send(UsageChunkJson(job->id, job->created, job->model,
+                                  job->chat ? "chat.completion.chunk" : "text_completion", usage));
+            }
+          }
+          const std::string done = "data: [DONE]\n\n";
+          if (!client_ok || !sink.write(done.data(), done.size())) return false;
+          sink.done();
+          return true;
+        });
+  }
+
+  void HandleChat(const httplib::Request& req, httplib::Response& res) {
+    Result<ChatRequest> parsed = ParseChatRequest(req.body);
+    if (!parsed.ok()) {
+      return SendError(res, 400, parsed.status().message(), kInvalidRequest, "invalid_request");
+    }
+    ChatRequest& r = *parsed;
+    if (!CheckModel(r.model, Capability::kText, res)) return;
+    std::optional<ArbiterHandle> handle = Acquire(r.model, Capability::kText, res);
+    if (!handle) return;
+    Engine* engine = handle->backend<Engine>();
+    Result<ChatTemplateKind> kind = engine->chat_template();
+    if (!kind.ok()) {
+      return SendError(res, 400,
+                       fmt::format("model \"{}\" has no chat template ({}); use /v1/completions",
+                                   r.model, kind.status().message()),
+                       kInvalidRequest, "no_chat_template");
+    }
+    auto job = std::make_shared<GenJob>();
+    job->request.prompt_ids =
+        engine->tokenizer().Encode(ApplyChatTemplate(*kind, r.messages, true), true);
+    if (!CheckPrompt(*engine, r.model, job->request.prompt_ids, res)) return;
+    const int room = engine->n_ctx() - static_cast<int>(job->request.prompt_ids.size());
+    job->request.max_tokens = std::min(r.max_tokens.value_or(room), std::max(room, 1));
+    job->request.sampling = r.sampling.ToSamplingParams();
+    job->request.stop = r.stop;
+    job->handle = std::move(*handle);
+    job->engine = engine;
+    job->chat = true;
+    job->id = NewCompletionId("chatcmpl");
+    job->model = r.model;
+    job->created = UnixNow();
+    job->include_usage = r.include_usage;
+    if (r.stream) return RunStreaming(res, std::move(job));
+    RunNonStreaming(req, res, *job);
+  }
+
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res) {
+    Result<CompletionRequest> parsed = ParseCompletionRequest(req.body);
+    if (!parsed.ok()) {
+      return SendError(res, 400, parsed.status().message(), kInvalidRequest, "invalid_request");
+    }
+    CompletionRequest& r = *parsed;
+    if (!CheckModel(r.model, Capability::kText, res)) return;
+    std::optional<ArbiterHandle> handle = Acquire(r.model, Capability::kText, res);
+    if (!handle) return;
+    Engine* engine = handle->backend<Engine>();
+    auto job = std::make_shared<GenJob>();
+    job->request.prompt_ids =
+        r.prompt_is_ids ? r.prompt_ids : engine->tokenizer().Encode(r.prompt, true);
+    if (!CheckPrompt(*engine, r.model, job->request.prompt_ids, res)) return;
+    // The engine stops at the context end (finish_reason "length").
+    job->request.max_tokens = r.max_tokens.value_or(kDefaultCompletionTokens);
+    job->request.sampling = r.sampling.ToSamplingParams();
+    job->request.stop = r.stop;
+    if (r.echo) {
+      job->echo = r.prompt_is_ids ? engine->tokenizer().Decode(r.prompt_ids) : r.prompt;
+    }
+    job->handle = std::move(*handle);
+    job->engine = engine;
+    job->chat = false;
+    job->id = NewCompletionId("cmpl");
+    job->model = r.model;
+    job->created = UnixNow();
+    job->include_usage = r.include_usage;
+    if (r.stream) return RunStreaming(res, std::move(job));
+    RunNonStreaming(req, res, *job);
+  }
+
+  void HandleEmbeddings(const httplib::Request& req, httplib::Response& res) {
+    Result<EmbeddingRequest> parsed = ParseEmbeddingRequest(req.body);
+    if (!parsed.ok()) {
+      return SendError(res, 400, parsed.status().message(), kInvalidRequest, "invalid_request");
+    }
+    EmbeddingRequest& r = *parsed;
+    if (!CheckModel(r.model, Capability::kEmbedding, res)) return;
+    std::optional<ArbiterHandle> handle = Acquire(r.model, Capability::kEmbedding, res);
+    if (!handle) return;
+    Engine* engine = handle->backend<Engine>();
+    if (r.dimensions && *r.dimensions != engine->config().hidden_size) {
+      return SendError(res, 400,
+                       fmt::format("\"dimensions\" must be {} for model \"{}\" (got {})",
+                                   engine->config().hidden_size, r.model, *r.dimensions),
+                       kInvalidRequest, "invalid_request");
+    }
+    std::vector<std::vector<int32_t>> ids(r.input.size());
+    int prompt_tokens = 0;
+    for (size_t i = 0; i < r.input.size(); ++i) {
+      ids[i] = engine->tokenizer().Encode(r.input[i], false);
+      if (ids[i].empty() || static_cast<int>(ids[i].size()) > engine->n_ctx()) {
+        return SendError(res, 400,
+                         fmt::format("\"input[{}]\" is {} tokens; model \"{}\" accepts 1 to {}", i,
+                                     ids[i].size(), r.model, engine->n_ctx()),
+                         kInvalidRequest, "context_length_exceeded");
+      }
+      prompt_tokens += static_cast<int>(ids[i].size());
+    }
+    const ConnectionProbe probe =
+        ConnectionProbe::Find(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+    CancelFn cancel = [this, &probe] { return stopping.load() || probe.PeerGone(); };
+    std::vector<std::vector<float>> vectors;
+    for (const auto& one : ids) {
+      Result<std::vector<float>> v = engine->Embed(one, cancel);
+      if (!v.ok()) {
+        handle->Release();
+        if (v.status().code() == StatusCode::kCancelled) {
+          SendError(res, 503, "embedding cancelled", kServerError, "cancelled");
+          return;
+        }
+        return SendGenerationError(res, v.status());
+      }
+      vectors.push_back(std::move(v).value());
+    }
+    handle->Release();
+    res.set_content(EmbeddingsJson(r.model, vectors, r.base64, prompt_tokens), kJson);
+  }
+
+  // ---- listing and status ----------------------------------------------------
+
+  void HandleModels(httplib::Response& res) {
+    ArbiterStats stats = arbiter->Stats();
+    json data = json::array();
+    for (const ModelStats& m : stats.models) {
+      json item = {{"id", m.name},
+                   {"object", "model"},
+                   {"created", started_at},
+                   {"owned_by", "arbiter"},
+                   {"capability", CapabilityName(m.capability)},
+                   {"status", ModelStateName(m.state)}};
+      if (m.state == ModelState::kFailed) item["error"] = m.last_error;
+      data.push_back(std::move(item));
+    }
+    res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), kJson);
+  }
+
+  void HandleStatus(httplib::Response& res) {
+    ArbiterStats s = arbiter->Stats();
+    json models = json::array();
+    for (const ModelStats& m : s.models) {
+      json item = {{"name", m.name},
+                   {"capability", CapabilityName(m.capability)},
+                   {"status", ModelStateName(m.state)},
+                   {"bytes", m.bytes},
+                   {"bytes_measured", m.bytes_measured},
+                   {"refcount", m.refcount},
+                   {"loads", m.loads},
+                   {"load_failures", m.load_failures},
+                   {"evictions", m.evictions},
+                   {"last_load_ms", m.last_load_ms}};
+      item["error"] = m.last_error.empty() ? json(nullptr) : json(m.last_error);
+      models.push_back(std::move(item));
+    }
+    json j = {{"budget_bytes", s.budget_bytes},     {"resident_bytes", s.resident_bytes},
+              {"loading_bytes", s.loading_bytes},   {"resident_models", s.resident_models},
+              {"loads", s.loads},                   {"load_failures", s.load_failures},
+              {"evictions", s.evictions},           {"models", std::move(models)}};
+    res.set_content(j.dump(), kJson);
+  }
+};
+
+Server::Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel)
+    : impl_(std::make_unique<Impl>(std::move(settings), arbiter, total_parallel)) {}
+
+Server::~Server() { Stop(); }
+
+Status Server::Bind() {
+  const ServerSettings& s = impl_->settings;
+  if (s.port == 0) {
+    const int port = impl_->http.bind_to_any_port(s.host);
+    if (port <= 0) {
+      return UnavailableError(fmt::format("cannot bind {}: no free port", s.host));
+    }
+    impl_->port = port;
+  } else {
+    if (!impl_->http.bind_to_port(s.host, s.port)) {
+      return UnavailableError(fmt::format(
+          "cannot bind {}:{} (in use, or not a local address); pick another with --port",
+          s.host, s.port));
+    }
+    impl_->port = s.port;
+  }
+  impl_->http.RaiseListenBacklog();
+  return OkStatus();
+}
+
+int Server::port() const { return impl_->port; }
+
+Status Server::Run() {
+  spdlog::info("serving on http://{}:{} with {} worker threads", impl_->settings.host,
+               impl_->port, impl_->threads);
+  if (!impl_->http.listen_after_bind() && !impl_->stopping.load()) {
+    return InternalError("the HTTP listener stopped unexpectedly");
+  }
+  return OkStatus();
+}
+
+void Server::Stop() {
+  impl_->stopping.store(true);
+  impl_->http.stop();
+}
+
+}  // namespace arbiter

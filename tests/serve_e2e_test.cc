@@ -1,0 +1,606 @@
+// End-to-end: the real `arbiter serve` binary as a child process, driven over
+// HTTP on a free loopback port.
+//
+// Setup (once per test process; ctest runs each test in its own process, so
+// every test gets a fresh server): make the `tiny` model, a second copy of it
+// served as an embedding model, and a broken model (truncated safetensors);
+// write a TOML config (API key, 64 KiB body limit); start the server; wait
+// for /health. Teardown always kills the child.
+//
+// No wall-clock speed assertions: every wait has a generous deadline and
+// only turns a hang into a failure.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "arbiter/base/file.h"
+#include "arbiter/engine/model_maker.h"
+
+extern char** environ;
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kApiKey = "e2e-secret-key";
+constexpr size_t kBodyLimit = 64 * 1024;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One server-sent-events body → the payloads of its `data:` lines.
+std::vector<std::string> SseEvents(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) == 0) out.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+void ExpectErrorShape(const httplib::Result& r, int status, const std::string& message_part) {
+  ASSERT_TRUE(r) << "no response";
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->body;
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_TRUE(j["error"].contains("code"));
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(message_part), std::string::npos)
+      << j["error"]["message"];
+}
+
+class ServeE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/arbiter-e2e-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    const std::string tiny = dir_ + "/tiny";
+    const std::string embed = dir_ + "/embed";
+    const std::string broken = dir_ + "/broken";
+    ASSERT_TRUE(MakeModel("tiny", tiny, 1).ok());
+    ASSERT_TRUE(MakeModel("tiny", embed, 2).ok());
+    fs::create_directories(broken);
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(tiny + "/" + f, broken + "/" + f);
+    }
+    const std::string weights = ReadAll(tiny + "/model.safetensors");
+    ASSERT_TRUE(WriteFileAtomic(broken + "/model.safetensors", weights.substr(0, weights.size() / 2)).ok());
+
+    port_ = FreeLoopbackPort();
+    ASSERT_GT(port_, 0);
+    const std::string config = dir_ + "/arbiter.toml";
+    std::ofstream(config) << "[server]\n"
+                          << "port = " << port_ << "\n"
+                          << "api_key = \"" << kApiKey << "\"\n"
+                          << "max_body_bytes = \"64KiB\"\n"
+                          << "[memory]\nbudget = \"1GiB\"\n"
+                          << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nparallel = 2\nctx = 2048\n"
+                          << "[[models]]\nname = \"tiny-concurrent\"\npath = \"tiny\"\nparallel = 2\n"
+                          << "[[models]]\nname = \"embed\"\npath = \"embed\"\ncapability = \"embedding\"\n"
+                          << "[[models]]\nname = \"broken\"\npath = \"broken\"\n";
+
+    // The child's environment without ARBITER_* overrides from the caller.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string(*e).rfind("ARBITER_", 0) != 0) env_strings.emplace_back(*e);
+    }
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+
+    std::vector<std::string> args = {ARBITER_BINARY, "serve",       "--config",
+                                     config,         "--state-dir", dir_ + "/state"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    log_path_ = dir_ + "/serve.log";
+    const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(log_fd, 0);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    ASSERT_GE(pid_, 0) << "fork failed";
+    if (pid_ == 0) {
+      // Child: die with the test process even if it crashes (no orphan
+      // servers), log to serve.log, exec the server.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      dup2(log_fd, 1);
+      dup2(log_fd, 2);
+      execve(ARBITER_BINARY, argv.data(), envp.data());
+      _exit(127);
+    }
+    close(log_fd);
+
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    httplib::Client cli("127.0.0.1", port_);
+    cli.set_connection_timeout(1, 0);
+    while (Clock::now() < deadline) {
+      if (auto r = cli.Get("/health"); r && r->status == 200) return;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL() << "arbiter serve exited during startup:\n" << ReadAll(log_path_);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "arbiter serve did not answer /health within 60 s:\n" << ReadAll(log_path_);
+  }
+
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // ARBITER_E2E_VERBOSE=1 prints the server log after every test.
+  void TearDown() override {
+    if (HasFailure() || std::getenv("ARBITER_E2E_VERBOSE") != nullptr) std::cerr << "---- serve.log ----\n" << ReadAll(log_path_) << "-------\n";
+  }
+
+  static httplib::Client Client(bool auth = true) {
+    httplib::Client cli("127.0.0.1", port_);
+    cli.set_read_timeout(120, 0);
+    cli.set_write_timeout(30, 0);
+    if (auth) cli.set_bearer_token_auth(kApiKey);
+    return cli;
+  }
+
+  static httplib::Result PostJson(const std::string& path, const json& body) {
+    return Client().Post(path.c_str(), body.dump(), "application/json");
+  }
+
+  static json AdminStatus() {
+    auto r = Client().Get("/admin/status");
+    if (!r || r->status != 200) return json();
+    return json::parse(r->body);
+  }
+
+  static json ModelStatus(const std::string& name) {
+    json s = AdminStatus();
+    for (const json& m : s["models"]) {
+      if (m["name"] == name) return m;
+    }
+    return json();
+  }
+
+  // Waits (with a deadline) until the server log contains `text`.
+  static bool LogEventually(const std::string& text) {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline) {
+      if (ReadAll(log_path_).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  static json Chat(const std::string& model, int max_tokens, bool stream = false) {
+    return json{{"model", model},
+                {"messages", {{{"role", "system"}, {"content", "You are terse."}},
+                              {{"role", "user"}, {"content", "Say hello."}}}},
+                {"max_tokens", max_tokens},
+                {"temperature", 0},
+                {"stream", stream}};
+  }
+
+  static std::string dir_;
+  static std::string log_path_;
+  static int port_;
+  static pid_t pid_;
+};
+
+std::string ServeE2E::dir_;
+std::string ServeE2E::log_path_;
+int ServeE2E::port_ = -1;
+pid_t ServeE2E::pid_ = -1;
+
+TEST_F(ServeE2E, HealthIsOpen) {
+  auto r = Client(/*auth=*/false).Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["status"], "ok");
+}
+
+TEST_F(ServeE2E, ModelsListReportsStatusAndBrokenModel) {
+  auto r = Client().Get("/v1/models");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 4u);
+  std::map<std::string, json> by_id;
+  for (const json& m : j["data"]) {
+    EXPECT_EQ(m["object"], "model");
+    EXPECT_TRUE(m["created"].is_number_integer());
+    EXPECT_TRUE(m["owned_by"].is_string());
+    by_id[m["id"]] = m;
+  }
+  EXPECT_EQ(by_id["tiny"]["capability"], "text");
+  EXPECT_TRUE(by_id["tiny"]["status"] == "ready" || by_id["tiny"]["status"] == "loaded");
+  EXPECT_EQ(by_id["embed"]["capability"], "embedding");
+  EXPECT_EQ(by_id["broken"]["status"], "failed");
+  ASSERT_TRUE(by_id["broken"]["error"].is_string());
+  EXPECT_NE(by_id["broken"]["error"].get<std::string>().find("model.safetensors"),
+            std::string::npos)
+      << by_id["broken"]["error"];
+}
+
+TEST_F(ServeE2E, ChatCompletionNonStreaming) {
+  auto r = PostJson("/v1/chat/completions", Chat("tiny", 8));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->get_header_value("Content-Type").find("application/json"), std::string::npos);
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_TRUE(j["created"].is_number_integer());
+  EXPECT_EQ(j["model"], "tiny");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  const std::string finish = j["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "stop" || finish == "length") << finish;
+  const json& u = j["usage"];
+  EXPECT_GT(u["prompt_tokens"].get<int>(), 0);
+  EXPECT_LE(u["completion_tokens"].get<int>(), 8);
+  EXPECT_EQ(u["total_tokens"].get<int>(),
+            u["prompt_tokens"].get<int>() + u["completion_tokens"].get<int>());
+  EXPECT_TRUE(u["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+  if (finish == "length") {
+    EXPECT_EQ(u["completion_tokens"].get<int>(), 8);
+  }
+  // The same prompt again: the slot's KV prefix is reused.
+  auto again = PostJson("/v1/chat/completions", Chat("tiny", 8));
+  ASSERT_TRUE(again);
+  json j2 = json::parse(again->body);
+  EXPECT_EQ(j2["choices"][0]["message"]["content"], j["choices"][0]["message"]["content"]);
+  EXPECT_GT(j2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+}
+
+TEST_F(ServeE2E, ChatCompletionStreamingWithUsage) {
+  auto plain = PostJson("/v1/chat/completions", Chat("tiny", 12));
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200);
+  json expected = json::parse(plain->body);
+
+  json req = Chat("tiny", 12, /*stream=*/true);
+  req["stream_options"] = {{"include_usage", true}};
+  auto r = PostJson("/v1/chat/completions", req);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::vector<std::string> events = SseEvents(r->body);
+  ASSERT_GE(events.size(), 4u) << r->body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  const std::string id = first["id"];
+  EXPECT_EQ(id.rfind("chatcmpl-", 0), 0u);
+
+  std::string text;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["id"], id);
+    EXPECT_TRUE(c.contains("usage") && c["usage"].is_null());
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const json& delta = c["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  json usage_chunk = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], expected["usage"]["completion_tokens"]);
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], expected["usage"]["prompt_tokens"]);
+  // Greedy: streaming and non-streaming produce the same text.
+  EXPECT_EQ(text, expected["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(finish, expected["choices"][0]["finish_reason"].get<std::string>());
+}
+
+TEST_F(ServeE2E, CompletionsNonStreamingAndStreaming) {
+  json req = {{"model", "tiny"}, {"prompt", {"Once upon a time"}}, {"max_tokens", 6},
+              {"temperature", 0}};
+  auto r = PostJson("/v1/completions", req);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_TRUE(j["choices"][0]["text"].is_string());
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 6);
+
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  req["prompt"] = "Once upon a time";
+  auto s = PostJson("/v1/completions", req);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  std::vector<std::string> events = SseEvents(s->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, j["choices"][0]["text"].get<std::string>());
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], j["usage"]["completion_tokens"]);
+}
+
+TEST_F(ServeE2E, Embeddings) {
+  auto r = PostJson("/v1/embeddings", {{"model", "embed"}, {"input", {"hello world", "goodbye"}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["model"], "embed");
+  ASSERT_EQ(j["data"].size(), 2u);
+  size_t dim = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    const json& d = j["data"][i];
+    EXPECT_EQ(d["object"], "embedding");
+    EXPECT_EQ(d["index"], i);
+    ASSERT_TRUE(d["embedding"].is_array());
+    dim = d["embedding"].size();
+    double norm = 0;
+    for (const json& v : d["embedding"]) norm += v.get<double>() * v.get<double>();
+    EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-3);
+  }
+  EXPECT_GT(dim, 0u);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"]);
+
+  auto single = PostJson("/v1/embeddings",
+                         {{"model", "embed"}, {"input", "hello world"}, {"encoding_format", "base64"}});
+  ASSERT_TRUE(single);
+  ASSERT_EQ(single->status, 200) << single->body;
+  json b = json::parse(single->body);
+  ASSERT_EQ(b["data"].size(), 1u);
+  const std::string b64 = b["data"][0]["embedding"];
+  EXPECT_EQ(b64.size(), (dim * 4 + 2) / 3 * 4);  // base64 of dim float32s
+
+  // Text endpoints refuse the embedding model, and vice versa.
+  ExpectErrorShape(PostJson("/v1/chat/completions", Chat("embed", 4)), 400, "embedding model");
+  ExpectErrorShape(PostJson("/v1/embeddings", {{"model", "tiny"}, {"input", "x"}}), 400,
+                   "text model");
+}
+
+TEST_F(ServeE2E, ErrorStatuses) {
+  httplib::Client cli = Client();
+  // 400: malformed JSON, wrong type naming the field, n = 2.
+  ExpectErrorShape(cli.Post("/v1/chat/completions", "{\"model\": ", "application/json"), 400,
+                   "not valid JSON");
+  json bad_temp = Chat("tiny", 4);
+  bad_temp["temperature"] = "warm";
+  ExpectErrorShape(PostJson("/v1/chat/completions", bad_temp), 400,
+                   "\"temperature\" must be a number");
+  json n2 = Chat("tiny", 4);
+  n2["n"] = 2;
+  ExpectErrorShape(PostJson("/v1/chat/completions", n2), 400, "\"n\" must be 1");
+  ExpectErrorShape(PostJson("/v1/completions", {{"model", "tiny"}, {"prompt", 5}}), 400,
+                   "\"prompt\" must be");
+  // 401: no key, wrong key; /health stays open.
+  httplib::Client anon = Client(/*auth=*/false);
+  ExpectErrorShape(anon.Post("/v1/chat/completions", Chat("tiny", 4).dump(), "application/json"),
+                   401, "API key");
+  ExpectErrorShape(anon.Get("/v1/models"), 401, "API key");
+  ExpectErrorShape(anon.Get("/admin/status"), 401, "API key");
+  httplib::Client wrong("127.0.0.1", port_);
+  wrong.set_bearer_token_auth("not-the-key");
+  ExpectErrorShape(wrong.Get("/v1/models"), 401, "invalid API key");
+  // 404: unknown model, unknown route.
+  ExpectErrorShape(PostJson("/v1/chat/completions", Chat("nope", 4)), 404,
+                   "model \"nope\" not found");
+  ExpectErrorShape(PostJson("/v1/embeddings", {{"model", "nope"}, {"input", "x"}}), 404,
+                   "model \"nope\" not found");
+  ExpectErrorShape(cli.Get("/v1/nothing-here"), 404, "no route");
+  // 413: body over the configured 64 KiB.
+  json big = Chat("tiny", 4);
+  big["messages"][1]["content"] = std::string(kBodyLimit + 1024, 'a');
+  ExpectErrorShape(PostJson("/v1/chat/completions", big), 413, "larger than the limit");
+  // The broken model: a clear 503 naming it, every time (retried, still broken).
+  for (int i = 0; i < 2; ++i) {
+    auto r = PostJson("/v1/chat/completions", Chat("broken", 4));
+    ExpectErrorShape(r, 503, "model \"broken\" failed to load");
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "model_load_failed");
+  }
+  // The server is still healthy.
+  auto ok = PostJson("/v1/chat/completions", Chat("tiny", 2));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(ServeE2E, ConcurrentRequestsShareOneLoad) {
+  ASSERT_EQ(ModelStatus("tiny-concurrent")["loads"], 0);
+  constexpr int kRequests = 10;
+  std::vector<int> statuses(kRequests, 0);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      json req = Chat("tiny-concurrent", 4);
+      req["seed"] = i;
+      ready.fetch_add(1);
+      while (ready.load() < kRequests) std::this_thread::yield();
+      auto r = PostJson("/v1/chat/completions", req);
+      statuses[i] = r ? r->status : -1;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(statuses[i], 200) << "request " << i;
+  json m = ModelStatus("tiny-concurrent");
+  EXPECT_EQ(m["loads"], 1) << m.dump();
+  EXPECT_EQ(m["status"], "loaded");
+  EXPECT_EQ(m["refcount"], 0);
+}
+
+// Opens a raw connection and sends one POST /v1/chat/completions. Returns the
+// socket (or -1).
+int SendChatRaw(int port, const std::string& body) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Authorization: Bearer " + std::string(kApiKey) +
+                              "\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends a streaming request, reads up to the first SSE event, then closes
+// the connection.
+bool StreamThenDisconnect(int port, const std::string& body) {
+  const int fd = SendChatRaw(port, body);
+  if (fd < 0) return false;
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return got.find("200 OK") != std::string::npos && got.find("data: ") != std::string::npos;
+}
+
+TEST_F(ServeE2E, ClientDisconnectMidStreamLeavesServerHealthy) {
+  json req = Chat("tiny", 1900, /*stream=*/true);
+  req["temperature"] = 1.0;
+  req["seed"] = 7;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(StreamThenDisconnect(port_, req.dump())) << "attempt " << i;
+  }
+  // Each generation notices and stops (instead of running 1900 tokens).
+  EXPECT_TRUE(LogEventually("(client went away)"));
+  // The handle is released once the generation stops (cancelled or done).
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline && ModelStatus("tiny")["refcount"] != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(ModelStatus("tiny")["refcount"], 0);
+  auto health = Client(false).Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto r = PostJson("/v1/chat/completions", Chat("tiny", 4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+TEST_F(ServeE2E, ClientDisconnectStopsNonStreamingGeneration) {
+  json req = Chat("tiny", 1900);
+  req["temperature"] = 1.0;
+  req["seed"] = 11;
+  const int fd = SendChatRaw(port_, req.dump());
+  ASSERT_GE(fd, 0);
+  close(fd);  // gone before the answer
+  EXPECT_TRUE(LogEventually("client went away; generation stopped"));
+  auto r = PostJson("/v1/chat/completions", Chat("tiny", 4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(ModelStatus("tiny")["refcount"], 0);
+}
+
+TEST_F(ServeE2E, SigtermExitsCleanly) {
+  // A long streaming request is (usually) in flight when the signal arrives;
+  // shutdown cancels it rather than waiting for it to finish.
+  std::thread in_flight([] {
+    json req = Chat("tiny", 1900, /*stream=*/true);
+    req["temperature"] = 1.0;
+    req["seed"] = 3;
+    auto r = PostJson("/v1/chat/completions", req);
+    (void)r;  // cut short or complete; either is fine
+  });
+  const auto started = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < started && ModelStatus("tiny")["refcount"] != 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int status = 0;
+  pid_t got = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline && (got = waitpid(pid_, &status, WNOHANG)) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  in_flight.join();
+  ASSERT_EQ(got, pid_) << "arbiter serve did not exit within 60 s of SIGTERM";
+  pid_ = -1;
+  ASSERT_TRUE(WIFEXITED(status)) << "terminated by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_NE(ReadAll(log_path_).find("received SIGTERM"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace arbiter

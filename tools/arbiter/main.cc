@@ -1,0 +1,522 @@
+// arbiter — the command-line tool (ARCHITECTURE.md "External interfaces").
+//
+//   arbiter serve [--config FILE] [--host H] [--port P] [--state-dir DIR]
+//                 [--budget SIZE] [--api-key KEY]
+//   arbiter make-model --preset NAME --out DIR [--seed N]
+//   arbiter inspect PATH [--json]
+//   arbiter generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]
+//   arbiter bench decode --model DIR [--threads N]
+//
+// Exit status: 0 on success (serve: after SIGINT/SIGTERM and a clean
+// shutdown), 1 on any error (message on stderr), 2 on bad usage.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/base/size.h"
+#include "arbiter/engine/bench.h"
+#include "arbiter/engine/engine.h"
+#include "arbiter/engine/model_maker.h"
+#include "arbiter/formats/inspect.h"
+#include "arbiter/memory/system_memory.h"
+#include "arbiter/server/config.h"
+#include "arbiter/server/models.h"
+#include "arbiter/server/server.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "arbiter: %s\n", message.c_str());
+  return 1;
+}
+
+const char* GetEnv(const char* name) { return std::getenv(name); }
+
+// ---- make-model -------------------------------------------------------------
+
+Status MakeModelWithProgress(const std::string& preset, const std::string& out, uint64_t seed) {
+  std::string last_stage;
+  int last_pct = -1;
+  auto progress = [&](std::string_view stage, double fraction) {
+    const int pct = static_cast<int>(fraction * 100.0);
+    if (stage != last_stage || pct / 10 != last_pct / 10) {
+      std::fprintf(stderr, "  %-10.*s %3d%%\n", static_cast<int>(stage.size()), stage.data(), pct);
+      last_stage = std::string(stage);
+      last_pct = pct;
+    }
+  };
+  std::fprintf(stderr, "making model \"%s\" (seed %llu) in %s\n", preset.c_str(),
+               static_cast<unsigned long long>(seed), out.c_str());
+  return MakeModel(preset, out, seed, progress);
+}
+
+int RunMakeModel(const std::string& preset, const std::string& out, uint64_t seed) {
+  if (ModelPresetDescription(preset).empty()) {
+    std::string names;
+    for (const std::string& p : ModelPresetNames()) {
+      if (!names.empty()) names += ", ";
+      names += p;
+    }
+    return Fail(fmt::format("unknown preset \"{}\"; presets: {}", preset, names));
+  }
+  Status s = MakeModelWithProgress(preset, out, seed);
+  if (!s.ok()) return Fail(s.message());
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+// ---- inspect ----------------------------------------------------------------
+
+int RunInspect(const std::string& path, bool as_json) {
+  Result<ModelInspection> info = InspectModel(path);
+  if (!info.ok()) return Fail(fmt::format("cannot inspect {}: {}", path, info.status().message()));
+  if (as_json) {
+    std::cout << RenderInspectionJson(*info) << "\n";
+  } else {
+    std::cout << RenderInspectionText(*info);
+  }
+  return 0;
+}
+
+// ---- generate ---------------------------------------------------------------
+
+struct GenerateFlags {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  int max_tokens = 32;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  int64_t seed = -1;
+  int ctx = 2048;
+  bool ignore_eos = false;
+  bool json = false;
+};
+
+Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      return InvalidArgumentError(
+          fmt::format("--prompt-ids: \"{}\" is not a token id (expected e.g. 1,2,3)", item));
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return InvalidArgumentError("--prompt-ids is empty");
+  return ids;
+}
+
+int RunGenerate(const GenerateFlags& f) {
+  EngineOptions options;
+  options.n_ctx = f.ctx;
+  options.n_slots = 1;
+  Result<std::unique_ptr<Engine>> engine = Engine::Load(f.model, options);
+  if (!engine.ok()) return Fail(fmt::format("cannot load {}: {}", f.model, engine.status().message()));
+  GenerationRequest req;
+  if (!f.prompt_ids.empty()) {
+    Result<std::vector<int32_t>> ids = ParseIdList(f.prompt_ids);
+    if (!ids.ok()) return Fail(ids.status().message());
+    req.prompt_ids = *ids;
+  } else {
+    req.prompt_ids = (*engine)->tokenizer().Encode(f.prompt, true);
+  }
+  req.max_tokens = f.max_tokens;
+  req.ignore_eos = f.ignore_eos;
+  req.sampling.temperature = static_cast<float>(f.temperature);
+  req.sampling.top_p = static_cast<float>(f.top_p);
+  req.sampling.top_k = f.top_k;
+  if (f.seed >= 0) {
+    req.sampling.has_seed = true;
+    req.sampling.seed = static_cast<uint64_t>(f.seed);
+  }
+  Result<GenerationResult> r = (*engine)->Generate(
+      req, [](std::string_view) { return true; }, nullptr);
+  if (!r.ok()) return Fail(fmt::format("generation failed: {}", r.status().message()));
+  const GenerationTimings& t = r->timings;
+  const double decode_tok_s = t.decode_ms > 0 ? t.decode_tokens / (t.decode_ms / 1000.0) : 0;
+  const double prefill_tok_s = t.prefill_ms > 0 ? t.prefill_tokens / (t.prefill_ms / 1000.0) : 0;
+  if (f.json) {
+    nlohmann::json j = {
+        {"prompt_ids", req.prompt_ids},
+        {"output_ids", r->output_ids},
+        {"text", r->text},
+        {"finish_reason", FinishReasonName(r->finish_reason)},
+        {"timings",
+         {{"prefill_ms", t.prefill_ms},
+          {"decode_ms", t.decode_ms},
+          {"prefill_tokens", t.prefill_tokens},
+          {"decode_tokens", t.decode_tokens},
+          {"prefill_tokens_per_s", prefill_tok_s},
+          {"decode_tokens_per_s", decode_tok_s}}}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  auto join = [](const std::vector<int32_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) s += ',';
+      s += std::to_string(v[i]);
+    }
+    return s;
+  };
+  std::cout << "prompt_ids: " << join(req.prompt_ids) << "\n"
+            << "output_ids: " << join(r->output_ids) << "\n"
+            << "text: " << r->text << "\n"
+            << "finish_reason: " << FinishReasonName(r->finish_reason) << "\n"
+            << fmt::format("timings: prefill {} tokens in {:.1f} ms ({:.1f} tok/s), decode {} "
+                           "tokens in {:.1f} ms ({:.1f} tok/s)\n",
+                           t.prefill_tokens, t.prefill_ms, prefill_tok_s, t.decode_tokens,
+                           t.decode_ms, decode_tok_s);
+  return 0;
+}
+
+// ---- bench ------------------------------------------------------------------
+
+struct BenchFlags {
+  std::string model;
+  int threads = 0;
+  int prompt_tokens = 512;
+  int gen_tokens = 128;
+  int repetitions = 3;
+};
+
+int RunBenchDecode(const BenchFlags& f) {
+  const int threads =
+      f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  Result<DecodeBenchResult> r =
+      RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions);
+  if (!r.ok()) return Fail(fmt::format("bench decode failed: {}", r.status().message()));
+  std::cout << FormatDecodeBench(*r);
+  return 0;
+}
+
+// ---- serve ------------------------------------------------------------------
+
+struct ServeFlags {
+  std::string config;
+  std::string host;
+  int port = -1;
+  std::string state_dir;
+  std::string budget;
+  std::string api_key;
+  bool api_key_set = false;
+};
+
+// Demo models: generated into <state>/models/<preset> on first run.
+// config.json is written last by MakeModel, so a directory whose files all
+// validate is complete; anything else is regenerated.
+Result<std::vector<ModelEntry>> EnsureDemoModels(const std::string& state_dir) {
+  std::vector<ModelEntry> entries;
+  for (const char* preset : {"demo-chat", "demo-embed"}) {
+    ModelEntry m;
+    m.name = preset;
+    m.path = (fs::path(state_dir) / "models" / preset).string();
+    m.capability = ModelPresetIsEmbedding(preset) ? Capability::kEmbedding : Capability::kText;
+    if (!EstimateModelBytes(m).ok()) {
+      std::error_code ec;
+      fs::create_directories(m.path, ec);
+      if (ec) {
+        return UnavailableError(fmt::format("cannot create {}: {}", m.path, ec.message()));
+      }
+      ARBITER_RETURN_IF_ERROR(MakeModelWithProgress(preset, m.path, 0));
+    } else {
+      spdlog::info("demo model \"{}\" found in {}", preset, m.path);
+    }
+    entries.push_back(std::move(m));
+  }
+  return entries;
+}
+
+// Shutdown signals go through a self-pipe: the handler (async-signal-safe)
+// writes the signal number; a normal thread reads it and stops the server.
+// A handler rather than sigwait(), because libraries (OpenBLAS) start
+// threads before main() that would not have the signals blocked.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void OnShutdownSignal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  (void)!write(g_signal_pipe[1], &b, 1);
+  errno = saved;
+}
+
+Status InstallShutdownSignals() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    return InternalError(fmt::format("pipe2: {}", std::strerror(errno)));
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnShutdownSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a kill
+  return OkStatus();
+}
+
+// Reads one byte from the signal pipe; returns the signal, or 0 when the
+// pipe was closed/woken for exit.
+int WaitSignal() {
+  unsigned char b = 0;
+  for (;;) {
+    ssize_t n = read(g_signal_pipe[0], &b, 1);
+    if (n == 1) return b;
+    if (n < 0 && errno == EINTR) continue;
+    return 0;
+  }
+}
+
+int RunServe(const ServeFlags& f) {
+  if (Status s = InstallShutdownSignals(); !s.ok()) return Fail(s.message());
+
+  uint64_t mem_total = 0;
+  if (Result<SystemMemoryInfo> mem = ReadSystemMemory(); mem.ok()) {
+    mem_total = mem->total_bytes;
+  } else {
+    spdlog::warn("cannot read total RAM ({}); set the budget explicitly with --budget",
+                 mem.status().message());
+  }
+
+  Config config = DefaultConfig(mem_total);
+  if (!f.config.empty()) {
+    Result<Config> loaded = LoadConfigFile(f.config, mem_total);
+    if (!loaded.ok()) return Fail(loaded.status().message());
+    config = std::move(loaded).value();
+  }
+  for (const std::string& w : config.warnings) spdlog::warn("config: {}", w);
+  if (Status s = ApplyEnvOverrides(GetEnv, mem_total, &config); !s.ok()) return Fail(s.message());
+  if (!f.host.empty()) config.server.host = f.host;
+  if (f.port >= 0) config.server.port = f.port;
+  if (f.api_key_set) config.server.api_key = f.api_key;
+  if (!f.budget.empty()) {
+    Result<uint64_t> b = ParseSize(f.budget, mem_total);
+    if (!b.ok() || *b == 0) {
+      return Fail(fmt::format("--budget: {}", b.ok() ? "must be positive" : b.status().message()));
+    }
+    config.budget_bytes = *b;
+    config.budget_text = f.budget;
+  }
+  if (!f.state_dir.empty()) {
+    config.state_dir = f.state_dir;
+  } else {
+    Result<std::string> dir = DefaultStateDir(GetEnv);
+    if (!dir.ok()) return Fail(dir.status().message());
+    config.state_dir = *dir;
+  }
+
+  if (f.config.empty()) {
+    Result<std::vector<ModelEntry>> demo = EnsureDemoModels(config.state_dir);
+    if (!demo.ok()) return Fail(fmt::format("cannot prepare the demo models: {}",
+                                            demo.status().message()));
+    config.models = std::move(demo).value();
+  }
+  if (Status s = ValidateConfig(config); !s.ok()) return Fail(s.message());
+  if (config.models.empty()) spdlog::warn("no models configured; add [[models]] to the config");
+
+  spdlog::info("memory budget {}{}", FormatSize(config.budget_bytes),
+               config.budget_text.empty() ? " (total RAM − 1.5 GiB headroom)"
+                                          : " (" + config.budget_text + ")");
+  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes});
+  if (Status s = RegisterConfiguredModels(config, &arbiter); !s.ok()) return Fail(s.message());
+
+  int total_parallel = 0;
+  for (const ModelEntry& m : config.models) total_parallel += m.parallel;
+  Server server(config.server, &arbiter, total_parallel);
+  if (Status s = server.Bind(); !s.ok()) return Fail(s.message());
+
+  const std::string url = fmt::format("http://{}:{}", config.server.host, server.port());
+  std::string example_model = "MODEL";
+  for (const ModelEntry& m : config.models) {
+    if (m.capability == Capability::kText) {
+      example_model = m.name;
+      break;
+    }
+  }
+  std::printf("arbiter listening on %s\n", url.c_str());
+  std::printf("try:\n  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
+              "    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],"
+              "\"max_tokens\":32}'\n",
+              url.c_str(),
+              config.server.api_key.empty() ? "" : " -H 'Authorization: Bearer $ARBITER_API_KEY'",
+              example_model.c_str());
+  std::fflush(stdout);
+
+  // The signal thread: the first SIGINT/SIGTERM stops the server (retrying
+  // until Run() has returned, so a signal that lands before the listener
+  // started is not lost); a second one forces an exit.
+  std::atomic<bool> run_returned{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread signal_thread([&] {
+    const int sig = WaitSignal();
+    if (sig == 0) return;  // Run() returned on its own
+    spdlog::info("received {}; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::thread force([] {
+      if (WaitSignal() == 0) return;
+      std::fprintf(stderr, "arbiter: second signal; exiting now\n");
+      std::_Exit(1);
+    });
+    force.detach();
+    std::unique_lock<std::mutex> l(mu);
+    while (!run_returned.load()) {
+      server.Stop();
+      cv.wait_for(l, std::chrono::milliseconds(100));
+    }
+  });
+
+  Status run = server.Run();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    run_returned.store(true);
+  }
+  cv.notify_all();
+  const unsigned char wake = 0;  // "0": exit without a signal
+  (void)!write(g_signal_pipe[1], &wake, 1);
+  signal_thread.join();
+  arbiter.Shutdown();
+  if (!run.ok()) return Fail(run.message());
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace arbiter
+
+int main(int argc, char** argv) {
+  using namespace arbiter;
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+
+  CLI::App app{"arbiter — local inference runtime: every model under one memory budget, "
+               "served over an OpenAI-compatible HTTP API"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "arbiter 0.1.0");
+
+  ServeFlags serve;
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve",
+      "Serve models over HTTP. Without --config, serves the built-in demo models "
+      "(demo-chat, demo-embed), generating them into <state-dir>/models on first run.");
+  serve_cmd->add_option("--config", serve.config, "TOML config file (see docs/config.md)")
+      ->check(CLI::ExistingFile);
+  serve_cmd->add_option("--host", serve.host, "Address to bind (default 127.0.0.1)");
+  serve_cmd->add_option("--port", serve.port, "Port to bind (default 8080; 0 = any free port)")
+      ->check(CLI::Range(0, 65535));
+  serve_cmd->add_option("--state-dir", serve.state_dir,
+                        "State directory (default $XDG_STATE_HOME/arbiter, else "
+                        "~/.local/state/arbiter)");
+  serve_cmd->add_option("--budget", serve.budget,
+                        "Memory budget for models: bytes, 512MiB, 2GB or 75% of RAM "
+                        "(default: total RAM - 1.5 GiB)");
+  CLI::Option* key_opt = serve_cmd->add_option(
+      "--api-key", serve.api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");
+
+  std::string mm_preset, mm_out;
+  uint64_t mm_seed = 0;
+  std::string presets;
+  for (const std::string& p : ModelPresetNames()) {
+    if (!presets.empty()) presets += ", ";
+    presets += p;
+  }
+  CLI::App* mm_cmd = app.add_subcommand(
+      "make-model", "Write a deterministic demo/test model (Hugging Face layout) to a directory");
+  mm_cmd->add_option("--preset", mm_preset, "Preset: " + presets)->required();
+  mm_cmd->add_option("--out", mm_out, "Output directory")->required();
+  mm_cmd->add_option("--seed", mm_seed, "Weight seed (default 0; same seed, same files)");
+
+  std::string inspect_path;
+  bool inspect_json = false;
+  CLI::App* inspect_cmd = app.add_subcommand(
+      "inspect", "Describe a safetensors file or model directory (tensors, dtypes, config)");
+  inspect_cmd->add_option("PATH", inspect_path, "A .safetensors file or a model directory")
+      ->required();
+  inspect_cmd->add_flag("--json", inspect_json, "Print one JSON object instead of text");
+
+  GenerateFlags gen;
+  CLI::App* gen_cmd = app.add_subcommand(
+      "generate", "Run one generation on a model directory and print ids, text and timings");
+  gen_cmd->add_option("--model", gen.model, "Model directory")->required();
+  CLI::Option* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "Prompt text");
+  CLI::Option* ids_opt =
+      gen_cmd->add_option("--prompt-ids", gen.prompt_ids, "Prompt token ids, e.g. 1,2,3");
+  prompt_opt->excludes(ids_opt);
+  gen_cmd->add_option("--max-tokens", gen.max_tokens, "Tokens to generate (default 32)")
+      ->check(CLI::PositiveNumber);
+  gen_cmd->add_option("--temperature", gen.temperature, "Sampling temperature (default 0: greedy)")
+      ->check(CLI::Range(0.0, 2.0));
+  gen_cmd->add_option("--top-p", gen.top_p, "Nucleus sampling mass (default 1)")
+      ->check(CLI::Range(0.0, 1.0));
+  gen_cmd->add_option("--top-k", gen.top_k, "Top-k (default 0: off)")->check(CLI::NonNegativeNumber);
+  gen_cmd->add_option("--seed", gen.seed, "Sampling seed (default: random)");
+  gen_cmd->add_option("--ctx", gen.ctx, "Context tokens (default 2048)")->check(CLI::PositiveNumber);
+  gen_cmd->add_flag("--ignore-eos", gen.ignore_eos, "Keep generating past end-of-sequence");
+  gen_cmd->add_flag("--json", gen.json,
+                    "Print {prompt_ids, output_ids, text, finish_reason, timings} as JSON");
+
+  BenchFlags bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
+  bench_cmd->require_subcommand(1);
+  CLI::App* decode_cmd = bench_cmd->add_subcommand(
+      "decode", "Decode/prefill throughput against the memory-bandwidth roofline");
+  decode_cmd->add_option("--model", bench.model, "Model directory")->required();
+  decode_cmd->add_option("--threads", bench.threads,
+                         "BLAS threads (default: all hardware threads)")
+      ->check(CLI::NonNegativeNumber);
+  decode_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "Prompt length (default 512)")
+      ->check(CLI::PositiveNumber);
+  decode_cmd->add_option("--gen-tokens", bench.gen_tokens, "Decode steps (default 128)")
+      ->check(CLI::PositiveNumber);
+  decode_cmd->add_option("--repetitions", bench.repetitions, "Repetitions, best kept (default 3)")
+      ->check(CLI::PositiveNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (serve_cmd->parsed()) {
+    serve.api_key_set = key_opt->count() > 0;
+    return RunServe(serve);
+  }
+  if (mm_cmd->parsed()) return RunMakeModel(mm_preset, mm_out, mm_seed);
+  if (inspect_cmd->parsed()) return RunInspect(inspect_path, inspect_json);
+  if (gen_cmd->parsed()) {
+    if (gen.prompt.empty() && gen.prompt_ids.empty()) {
+      std::fprintf(stderr, "arbiter generate: one of --prompt or --prompt-ids is required\n");
+      return 2;
+    }
+    return RunGenerate(gen);
+  }
+  if (decode_cmd->parsed()) return RunBenchDecode(bench);
+  return 2;
+}
