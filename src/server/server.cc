@@ -427,8 +427,8 @@ struct Server::Impl {
                        kInvalidRequest, "no_chat_template");
     }
     auto job = std::make_shared<GenJob>();
-    job->request.prompt_ids =
-        engine->tokenizer().Encode(ApplyChatTemplate(*kind, r.messages, true), true);
+    // Message text never becomes control tokens (no template injection).
+    job->request.prompt_ids = EncodeChat(engine->tokenizer(), *kind, r.messages, true);
     if (!CheckPrompt(*engine, r.model, job->request.prompt_ids, res)) return;
     const int room = engine->n_ctx() - static_cast<int>(job->request.prompt_ids.size());
     job->request.max_tokens = std::min(r.max_tokens.value_or(room), std::max(room, 1));

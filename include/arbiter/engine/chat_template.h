@@ -17,6 +17,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,16 @@ Result<ChatTemplateKind> DetectChatTemplate(const Tokenizer& tokenizer);
 // The prompt text (special tokens written out; encode with parse_special).
 std::string ApplyChatTemplate(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                               bool add_generation_prompt = true);
+// The prompt as token ids, safe against template injection: template tokens
+// map to their special ids, while roles and message contents are tokenized
+// as plain text (parse_special=false), so a user who writes "<|im_start|>"
+// in a message gets those characters, not the control token. For content
+// without special-token text the ids equal
+// tokenizer.Encode(ApplyChatTemplate(...), true), as HF tokenizers produce.
+std::vector<int32_t> EncodeChat(const Tokenizer& tokenizer, ChatTemplateKind kind,
+                                const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt = true);
+
 // The template's end-of-turn token string, e.g. "<|im_end|>".
 std::string ChatEndOfTurnToken(ChatTemplateKind kind);
 
