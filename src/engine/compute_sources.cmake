@@ -1,3 +1,21 @@
 # Compute side of the engine layer (paths relative to src/engine).
-set(ENGINE_COMPUTE_SOURCES)
-set(ENGINE_COMPUTE_TESTS)
+set(ENGINE_COMPUTE_SOURCES
+  bench.cc
+  engine.cc
+  sampler.cc
+  internal/model_weights.cc
+  internal/forward.cc
+  internal/matvec_pool.cc
+  internal/text_stream.cc
+)
+set(ENGINE_COMPUTE_TESTS
+  bench_test.cc
+  engine_test.cc
+  reference_test.cc
+  sampler_test.cc
+  internal/matvec_pool_test.cc
+  internal/model_weights_test.cc
+  internal/test_model.cc
+  internal/text_stream_test.cc
+  internal/vec_ops_test.cc
+)

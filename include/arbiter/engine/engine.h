@@ -33,6 +33,9 @@ struct EngineOptions {
   int n_ctx = 2048;   // tokens per slot (clamped to max_position_embeddings)
   int n_slots = 1;    // concurrent sequences ("parallel")
   int prefill_batch = 512;  // tokens per sgemm batch
+  // Threads for decode's matrix-vector products; 0 → openblas_get_num_threads()
+  // at Load. Prefill's sgemm always uses OpenBLAS's (process-wide) thread count.
+  int n_threads = 0;
 };
 
 struct SamplingParams {
@@ -98,18 +101,29 @@ class Engine {
   virtual size_t kv_bytes() const = 0;
 
   // Runs one generation. kInvalidArgument for an empty prompt or a prompt
-  // that does not fit n_ctx (message gives both numbers).
+  // that does not fit n_ctx (message gives both numbers), a token id outside
+  // [0, vocab_size), max_tokens < 1, or bad sampling params; kFailedPrecondition
+  // for a model without an lm_head. Reuses the longest common prefix of a free
+  // slot's cached tokens (GenerationResult::cached_tokens; at least one prompt
+  // token is always recomputed). Cancellation (CancelFn true, or TextCallback
+  // false) is not an error: the result has finish_reason kCancelled, with no
+  // output when it happened while waiting for a slot. `on_text` and
+  // `cancelled` may be empty and are called on the calling thread.
   virtual Result<GenerationResult> Generate(const GenerationRequest& request,
                                             const TextCallback& on_text,
                                             const CancelFn& cancelled) = 0;
 
   // Mean of the final (normed) hidden states over `ids`, L2-normalized.
-  // Returns [hidden_size].
+  // Returns [hidden_size]. Uses (and blocks for) a slot like Generate.
+  // kInvalidArgument for empty ids, ids longer than n_ctx or out of vocab;
+  // kCancelled when `cancelled` fired while waiting for a slot.
   virtual Result<std::vector<float>> Embed(const std::vector<int32_t>& ids,
                                            const CancelFn& cancelled) = 0;
 
   // For tests and the numerical reference: logits for every position of
   // `ids` from an empty KV state. Returns [n_tokens, vocab_size] row-major.
+  // Uses (and blocks for) a slot. kInvalidArgument as for Embed;
+  // kFailedPrecondition for a model without an lm_head.
   virtual Result<std::vector<float>> ComputeLogits(const std::vector<int32_t>& ids) = 0;
 };
 

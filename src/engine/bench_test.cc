@@ -1,0 +1,84 @@
+// The bench library on `tiny` (shape of the result only; no speed asserted).
+// Set ARBITER_BENCH_DEMO_CHAT=1 to also run the real benchmark on demo-chat
+// with 1 and 2 threads and print the report (used for docs/BENCHMARKS.md);
+// ARBITER_BENCH_MODEL_DIR=DIR keeps the generated model in DIR for reuse;
+// ARBITER_BENCH_{THREADS,PROMPT,GEN,REPS} override the run shape (profiling).
+#include "arbiter/engine/bench.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <unistd.h>
+
+#include "arbiter/engine/engine.h"
+#include "arbiter/engine/model_maker.h"
+#include "engine/internal/test_model.h"
+
+namespace arbiter {
+namespace {
+
+TEST(BenchTest, RunsOnTinyModel) {
+  const std::string dir = engine_internal::MakeTempDir("arbiter_bench_");
+  ASSERT_TRUE(MakeModel("tiny", dir, 3).ok());
+  Result<DecodeBenchResult> r = RunDecodeBench(dir, 1, 32, 8, 1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->prompt_tokens, 32);
+  EXPECT_EQ(r->gen_tokens, 8);
+  EXPECT_GT(r->prefill_tok_s, 0);
+  EXPECT_GT(r->decode_tok_s, 0);
+  EXPECT_GT(r->weight_bytes_per_token, 0u);
+  EXPECT_LE(r->weight_bytes_per_token, r->weight_bytes);
+  EXPECT_GT(r->memcpy_bytes_per_s, 0);
+  EXPECT_NEAR(r->roofline_tok_s * r->weight_bytes_per_token, r->memcpy_bytes_per_s,
+              r->memcpy_bytes_per_s * 1e-9);
+  EXPECT_FALSE(FormatDecodeBench(*r).empty());
+  EXPECT_EQ(RunDecodeBench(dir, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(BenchTest, DemoChat) {
+  const char* env = std::getenv("ARBITER_BENCH_DEMO_CHAT");
+  if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set ARBITER_BENCH_DEMO_CHAT=1";
+  const char* dir_env = std::getenv("ARBITER_BENCH_MODEL_DIR");
+  std::string dir = dir_env ? dir_env : engine_internal::MakeTempDir("arbiter_bench_demo_");
+  if (access((dir + "/config.json").c_str(), F_OK) != 0) {  // make it once, reuse after
+    ASSERT_TRUE(MakeModel("demo-chat", dir, 1).ok());
+  }
+  // Optional overrides for profiling runs.
+  auto env_int = [](const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::atoi(v) : fallback;
+  };
+  std::vector<int> thread_counts = {1, 2};
+  if (env_int("ARBITER_BENCH_THREADS", 0) > 0) thread_counts = {env_int("ARBITER_BENCH_THREADS", 1)};
+  // Numerical check at the real shape (bf16 weights, Qwen3, tied, 8 layers).
+  {
+    EngineOptions o;
+    o.n_ctx = 512;
+    o.prefill_batch = 16;
+    Result<std::unique_ptr<Engine>> e = Engine::Load(dir, o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<int32_t> ids = (*e)->tokenizer().Encode("The licensee may copy and distribute "
+                                                        "verbatim copies of the Program.", false);
+    Result<std::vector<float>> got = (*e)->ComputeLogits(ids);
+    ASSERT_TRUE(got.ok());
+    Result<std::vector<double>> ref =
+        engine_internal::RunReferenceLogits(dir, ids, (*e)->config().vocab_size);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    const double err = engine_internal::MaxRelativeError(got->data(), ref->data(), got->size());
+    std::printf("demo-chat %zu tokens: rel err vs numpy %.3g\n", ids.size(), err);
+    EXPECT_LE(err, 1e-4);
+  }
+  for (int threads : thread_counts) {
+    Result<DecodeBenchResult> r =
+        RunDecodeBench(dir, threads, env_int("ARBITER_BENCH_PROMPT", 512),
+                       env_int("ARBITER_BENCH_GEN", 128), env_int("ARBITER_BENCH_REPS", 3));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::printf("%s\n", FormatDecodeBench(*r).c_str());
+  }
+}
+
+}  // namespace
+}  // namespace arbiter

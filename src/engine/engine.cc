@@ -1,0 +1,372 @@
+// engine/engine.cc — Engine::Load and the generation loop.
+//
+// Generation (one call, one leased slot; see internal/engine_impl.h):
+//   1. validate the request; lease the slot with the longest common prefix;
+//   2. prefill prompt[cached, n) in prefill_batch chunks → logits of the last
+//      prompt token;
+//   3. loop: poll `cancelled`; sample; EOS (unless ignore_eos) → stop; append
+//      the token's bytes (special tokens render as nothing) to a TextStream,
+//      which holds back partial UTF-8 and possible stop-string prefixes;
+//      a stop string → stop; send the released delta (callback false →
+//      cancelled); max_tokens reached → length; context full → length;
+//      otherwise decode the token (one sgemv step) for the next logits.
+//   4. flush the TextStream (unless stopped by a stop string or cancelled).
+// The sampled token that ends generation (EOS, or the last one) is never fed
+// back, so the slot's cached tokens are exactly the prompt plus the fed
+// outputs.
+#include "arbiter/engine/engine.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+#include "arbiter/base/clock.h"
+#include "arbiter/engine/sampler.h"
+#include "arbiter/formats/safetensors.h"
+#include "engine/internal/engine_impl.h"
+#include "engine/internal/model_weights.h"
+#include "engine/internal/text_stream.h"
+
+namespace arbiter {
+
+std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "stop";
+}
+
+namespace engine_internal {
+namespace {
+
+constexpr int kSlotWaitPollMs = 50;  // how often a waiting caller polls its CancelFn
+
+// End-of-turn / end-of-text specials that end generation when the tokenizer
+// has them, in addition to config.json's eos_token_id.
+constexpr const char* kEndTokens[] = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>",
+                                      "<|end_of_text|>", "<|eom_id|>"};
+
+double MsSince(int64_t start_ns) {
+  return static_cast<double>(Clock::Real()->NowNs() - start_ns) / 1e6;
+}
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = std::min(a.size(), b.size()), i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// SlotLease
+
+SlotLease::SlotLease(EngineImpl* engine, int index, std::vector<int32_t> cached_prefix)
+    : engine_(engine), index_(index), fed_(std::move(cached_prefix)) {}
+
+SlotLease::SlotLease(SlotLease&& o) noexcept
+    : engine_(std::exchange(o.engine_, nullptr)), index_(o.index_), fed_(std::move(o.fed_)) {}
+
+SlotLease::~SlotLease() {
+  if (engine_ != nullptr) engine_->ReleaseSlot(index_, std::move(fed_));
+}
+
+SlotState& SlotLease::state() { return *engine_->slot_states_[index_]; }
+
+// ---------------------------------------------------------------------------
+// EngineImpl
+
+EngineImpl::EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Decoder> decoder,
+                       const EngineOptions& options, int n_ctx)
+    : tokenizer_(std::move(tokenizer)), decoder_(std::move(decoder)), options_(options),
+      n_ctx_(n_ctx) {
+  const ModelDims& d = decoder_->dims();
+  const int batch = std::min(options.prefill_batch, n_ctx);
+  for (int i = 0; i < options.n_slots; ++i) {
+    auto st = std::make_unique<SlotState>();
+    st->kv = KvCache(d.n_layers, n_ctx, d.kv_dim);
+    st->scratch = ForwardScratch(d, batch, n_ctx);
+    slot_states_.push_back(std::move(st));
+  }
+  MutexLock l(&mu_);
+  slots_.resize(options.n_slots);
+
+  for (int id : decoder_->weights().config.eos_token_ids) {
+    if (id >= 0) eos_ids_.push_back(id);
+  }
+  for (const char* t : kEndTokens) {
+    const int32_t id = tokenizer_->TokenId(t);
+    if (id >= 0 && tokenizer_->IsSpecial(id)) eos_ids_.push_back(id);
+  }
+  std::sort(eos_ids_.begin(), eos_ids_.end());
+  eos_ids_.erase(std::unique(eos_ids_.begin(), eos_ids_.end()), eos_ids_.end());
+}
+
+EngineImpl::~EngineImpl() = default;
+
+Result<ChatTemplateKind> EngineImpl::chat_template() const {
+  return DetectChatTemplate(*tokenizer_);
+}
+
+size_t EngineImpl::kv_bytes() const {
+  size_t total = 0;
+  for (const auto& s : slot_states_) total += s->kv.bytes() + s->scratch.bytes();
+  return total;
+}
+
+bool EngineImpl::IsEos(int32_t id) const {
+  return std::binary_search(eos_ids_.begin(), eos_ids_.end(), id);
+}
+
+Status EngineImpl::CheckIds(const std::vector<int32_t>& ids, int limit, const char* what) const {
+  if (ids.empty()) return InvalidArgumentError(std::string(what) + " is empty");
+  if (ids.size() > static_cast<size_t>(limit)) {
+    return InvalidArgumentError(std::string(what) + " has " + std::to_string(ids.size()) +
+                                " tokens; this model's context holds at most " +
+                                std::to_string(limit) + " (n_ctx " + std::to_string(n_ctx_) +
+                                "); shorten it or raise n_ctx");
+  }
+  const int vocab = decoder_->dims().vocab;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return InvalidArgumentError(std::string(what) + ": token id " + std::to_string(ids[i]) +
+                                  " at position " + std::to_string(i) + " is outside [0, " +
+                                  std::to_string(vocab) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+std::optional<SlotLease> EngineImpl::AcquireSlot(const std::vector<int32_t>& prompt,
+                                                 const CancelFn& cancelled) {
+  std::vector<int32_t> prefix;
+  int chosen = -1;
+  {
+    MutexLock l(&mu_);
+    while (true) {
+      size_t best_lcp = 0;
+      for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+        const SlotMeta& m = slots_[i];
+        if (m.busy) continue;
+        const size_t lcp = CommonPrefix(m.tokens, prompt);
+        if (chosen < 0 || lcp > best_lcp ||
+            (lcp == best_lcp && m.last_used < slots_[chosen].last_used)) {
+          chosen = i;
+          best_lcp = lcp;
+        }
+      }
+      if (chosen >= 0) {
+        SlotMeta& m = slots_[chosen];
+        m.busy = true;
+        m.last_used = ++use_counter_;
+        m.tokens.resize(best_lcp);  // the rest will be overwritten
+        prefix = std::move(m.tokens);
+        m.tokens.clear();
+        break;
+      }
+      slot_freed_.WaitUntil(std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(kSlotWaitPollMs));
+      if (cancelled && cancelled()) return std::nullopt;
+    }
+  }
+  return SlotLease(this, chosen, std::move(prefix));
+}
+
+void EngineImpl::ReleaseSlot(int index, std::vector<int32_t> fed) {
+  MutexLock l(&mu_);
+  slots_[index].tokens = std::move(fed);
+  slots_[index].busy = false;
+  slot_freed_.Signal();
+}
+
+Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
+                                              const TextCallback& on_text,
+                                              const CancelFn& cancelled) {
+  const std::vector<int32_t>& prompt = request.prompt_ids;
+  ARBITER_RETURN_IF_ERROR(CheckIds(prompt, n_ctx_ - 1, "prompt"));
+  if (request.max_tokens < 1) {
+    return InvalidArgumentError("max_tokens " + std::to_string(request.max_tokens) +
+                                " must be ≥ 1");
+  }
+  ARBITER_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  if (!decoder_->weights().has_lm_head) {
+    return FailedPreconditionError("model " + config().architecture_name +
+                                   " has no lm_head; it can only embed");
+  }
+
+  GenerationResult result;
+  result.prompt_tokens = static_cast<int>(prompt.size());
+  std::optional<SlotLease> lease = AcquireSlot(prompt, cancelled);
+  if (!lease) {
+    result.finish_reason = FinishReason::kCancelled;
+    return result;
+  }
+  SlotState& st = lease->state();
+  std::vector<int32_t>& fed = lease->fed();
+  const int vocab = decoder_->dims().vocab;
+
+  // Prefill the uncached suffix (at least one token).
+  const size_t cached = std::min(fed.size(), prompt.size() - 1);
+  fed.resize(cached);
+  result.cached_tokens = static_cast<int>(cached);
+  std::vector<float> logits(vocab);
+  int64_t t0 = Clock::Real()->NowNs();
+  const int n_new = static_cast<int>(prompt.size() - cached);
+  decoder_->Forward(st.kv, st.scratch, prompt.data() + cached, n_new, static_cast<int>(cached),
+                    ForwardOutputs{.last_logits = logits.data()});
+  fed.insert(fed.end(), prompt.begin() + cached, prompt.end());
+  result.timings.prefill_ms = MsSince(t0);
+  result.timings.prefill_tokens = n_new;
+
+  Sampler sampler(request.sampling);
+  TextStream stream(request.stop);
+  t0 = Clock::Real()->NowNs();
+  bool flush = true;
+  while (true) {
+    if (cancelled && cancelled()) {
+      result.finish_reason = FinishReason::kCancelled;
+      flush = false;
+      break;
+    }
+    const int32_t next = sampler.Sample(logits.data(), vocab);
+    if (!request.ignore_eos && IsEos(next)) {
+      result.finish_reason = FinishReason::kStop;
+      break;
+    }
+    result.output_ids.push_back(next);
+    const std::string delta =
+        tokenizer_->IsSpecial(next) ? std::string() : stream.Append(tokenizer_->TokenBytes(next));
+    if (!delta.empty() && on_text && !on_text(delta)) {
+      result.finish_reason = FinishReason::kCancelled;
+      flush = false;
+      break;
+    }
+    if (stream.stopped()) {
+      result.finish_reason = FinishReason::kStop;
+      break;
+    }
+    if (static_cast<int>(result.output_ids.size()) >= request.max_tokens ||
+        static_cast<int>(fed.size()) >= n_ctx_) {
+      result.finish_reason = FinishReason::kLength;
+      break;
+    }
+    decoder_->Forward(st.kv, st.scratch, &next, 1, static_cast<int>(fed.size()),
+                      ForwardOutputs{.last_logits = logits.data()});
+    fed.push_back(next);
+    ++result.timings.decode_tokens;
+  }
+  result.timings.decode_ms = MsSince(t0);
+  if (flush) {
+    const std::string tail = stream.Finish();
+    if (!tail.empty() && on_text) on_text(tail);  // generation is over either way
+  }
+  result.text = stream.text();
+  return result;
+}
+
+Result<std::vector<float>> EngineImpl::Embed(const std::vector<int32_t>& ids,
+                                             const CancelFn& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
+  std::optional<SlotLease> lease = AcquireSlot(ids, cancelled);
+  if (!lease) return CancelledError("embedding cancelled while waiting for a free slot");
+  SlotState& st = lease->state();
+  const int hidden = decoder_->dims().hidden;
+  std::vector<double> sum(hidden, 0.0);
+  lease->fed().clear();
+  decoder_->Forward(st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
+                    ForwardOutputs{.hidden_sum = sum.data()});
+  lease->fed() = ids;
+  double norm = 0;
+  for (double v : sum) norm += v * v;  // the mean's 1/n cancels in the L2 normalization
+  norm = std::sqrt(norm);
+  std::vector<float> out(hidden);
+  for (int i = 0; i < hidden; ++i) out[i] = norm > 0 ? static_cast<float>(sum[i] / norm) : 0.0f;
+  return out;
+}
+
+Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>& ids) {
+  ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
+  if (!decoder_->weights().has_lm_head) {
+    return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
+  }
+  std::optional<SlotLease> lease = AcquireSlot(ids, nullptr);
+  SlotState& st = lease->state();
+  std::vector<float> out;
+  try {
+    out.resize(ids.size() * static_cast<size_t>(decoder_->dims().vocab));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("ComputeLogits: no memory for " + std::to_string(ids.size()) +
+                                  " × " + std::to_string(decoder_->dims().vocab) + " logits");
+  }
+  lease->fed().clear();
+  decoder_->Forward(st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
+                    ForwardOutputs{.all_logits = out.data()});
+  lease->fed() = ids;
+  return out;
+}
+
+Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32_t>& ids,
+                                                         int n_prefill) {
+  ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
+  if (n_prefill < 1 || static_cast<size_t>(n_prefill) > ids.size()) {
+    return InvalidArgumentError("n_prefill " + std::to_string(n_prefill) + " outside [1, " +
+                                std::to_string(ids.size()) + "]");
+  }
+  if (!decoder_->weights().has_lm_head) {
+    return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
+  }
+  std::optional<SlotLease> lease = AcquireSlot(ids, nullptr);
+  SlotState& st = lease->state();
+  std::vector<float> logits(decoder_->dims().vocab);
+  lease->fed().clear();
+  decoder_->Forward(st.kv, st.scratch, ids.data(), n_prefill, 0,
+                    ForwardOutputs{.last_logits = logits.data()});
+  for (size_t i = n_prefill; i < ids.size(); ++i) {
+    decoder_->Forward(st.kv, st.scratch, &ids[i], 1, static_cast<int>(i),
+                      ForwardOutputs{.last_logits = logits.data()});
+  }
+  lease->fed() = ids;
+  return logits;
+}
+
+}  // namespace engine_internal
+
+// ---------------------------------------------------------------------------
+// Engine::Load
+
+Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
+                                             const EngineOptions& options) {
+  if (options.n_ctx < 2 || options.n_slots < 1 || options.prefill_batch < 1 ||
+      options.n_threads < 0) {
+    return InvalidArgumentError("engine options: need n_ctx ≥ 2 (got " +
+                                std::to_string(options.n_ctx) + "), n_slots ≥ 1 (got " +
+                                std::to_string(options.n_slots) + "), prefill_batch ≥ 1 (got " +
+                                std::to_string(options.prefill_batch) + "), n_threads ≥ 0 (got " +
+                                std::to_string(options.n_threads) + ")");
+  }
+  const std::string dir = model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                           Tokenizer::Load(dir + "tokenizer.json"));
+  try {
+    ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+    ARBITER_ASSIGN_OR_RETURN(engine_internal::ModelWeights weights,
+                             engine_internal::LoadModelWeights(config, st, model_dir));
+    const int n_ctx = std::max(2, std::min(options.n_ctx, config.max_position_embeddings));
+    const int n_threads = options.n_threads > 0 ? options.n_threads : openblas_get_num_threads();
+    auto decoder =
+        std::make_unique<engine_internal::Decoder>(std::move(weights), n_ctx, n_threads);
+    return std::unique_ptr<Engine>(std::make_unique<engine_internal::EngineImpl>(
+        std::move(tokenizer), std::move(decoder), options, n_ctx));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(model_dir + ": out of memory allocating weights or KV cache (n_ctx " +
+                                  std::to_string(options.n_ctx) + ", n_slots " +
+                                  std::to_string(options.n_slots) + ")");
+  }
+}
+
+}  // namespace arbiter

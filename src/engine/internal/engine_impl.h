@@ -1,0 +1,125 @@
+// engine/internal/engine_impl.h — the Engine implementation, visible to the
+// engine's own tests (the public surface is arbiter/engine/engine.h).
+//
+// Slots. Each of the n_slots slots owns a KvCache [n_layers, 2, n_ctx,
+// kv_dim] and a ForwardScratch, and remembers `tokens`: the ids whose K/V
+// are in its cache, positions [0, tokens.size()). A call leases one slot
+// (SlotLease, RAII) for its whole duration:
+//   - under mu_, among free slots pick the one whose `tokens` share the
+//     longest common prefix with the new prompt (ties: least recently used);
+//     if none is free, wait on slot_freed_ in 50 ms steps, polling the
+//     caller's CancelFn between waits;
+//   - outside the lock, the holder runs the forward pass on the slot's
+//     buffers (only the holder touches them) and tracks the fed tokens;
+//   - on release, under mu_, `tokens` becomes what is in the KV now and one
+//     waiter is signalled.
+// Prefix reuse keeps at least one prompt token to recompute so the last
+// position's logits exist: cached = min(lcp, prompt.size() − 1).
+//
+// Thread safety: thread-safe (see engine.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "arbiter/base/mutex.h"
+#include "arbiter/engine/engine.h"
+#include "engine/internal/forward.h"
+
+namespace arbiter::engine_internal {
+
+class EngineImpl;
+
+// A slot's heavy state; touched only by the thread holding its lease.
+struct SlotState {
+  KvCache kv;
+  ForwardScratch scratch;
+};
+
+// Exclusive use of one slot. Move-only; the destructor publishes `fed` as
+// the slot's cached tokens and frees the slot.
+class SlotLease {
+ public:
+  SlotLease(EngineImpl* engine, int index, std::vector<int32_t> cached_prefix);
+  SlotLease(SlotLease&& o) noexcept;
+  SlotLease& operator=(SlotLease&&) = delete;
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease();
+
+  int index() const { return index_; }
+  SlotState& state();
+  // Tokens whose K/V are in the slot, positions [0, fed().size()).
+  std::vector<int32_t>& fed() { return fed_; }
+
+ private:
+  EngineImpl* engine_;
+  int index_;
+  std::vector<int32_t> fed_;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  // `n_ctx`: tokens per slot (already clamped). REQUIRES: options validated.
+  EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Decoder> decoder,
+             const EngineOptions& options, int n_ctx);
+  ~EngineImpl() override;
+
+  const ModelConfig& config() const override { return decoder_->weights().config; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  Result<ChatTemplateKind> chat_template() const override;
+  int n_ctx() const override { return n_ctx_; }
+  int n_slots() const override { return static_cast<int>(slot_states_.size()); }
+  size_t weight_bytes() const override { return decoder_->weights().bytes(); }
+  size_t kv_bytes() const override;
+
+  Result<GenerationResult> Generate(const GenerationRequest& request, const TextCallback& on_text,
+                                    const CancelFn& cancelled) override;
+  Result<std::vector<float>> Embed(const std::vector<int32_t>& ids,
+                                   const CancelFn& cancelled) override;
+  Result<std::vector<float>> ComputeLogits(const std::vector<int32_t>& ids) override;
+
+  // --- for tests and the bench
+  // Logits [vocab] of the last of `ids`, computed the way Generate does:
+  // ids[0, n_prefill) as one prefill call (chunked by prefill_batch), then
+  // every further id as its own single-token decode step. Starts from an
+  // empty KV state. REQUIRES: 1 ≤ n_prefill ≤ ids.size() ≤ n_ctx.
+  Result<std::vector<float>> IncrementalLogits(const std::vector<int32_t>& ids, int n_prefill);
+  // Token ids that end generation (config eos + end-of-turn specials).
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  const Decoder& decoder() const { return *decoder_; }
+
+ private:
+  friend class SlotLease;
+
+  // Leases the free slot with the longest common prefix with `prompt`;
+  // std::nullopt when `cancelled` fired while waiting.
+  std::optional<SlotLease> AcquireSlot(const std::vector<int32_t>& prompt,
+                                       const CancelFn& cancelled) EXCLUDES(mu_);
+  void ReleaseSlot(int index, std::vector<int32_t> fed) EXCLUDES(mu_);
+  // kInvalidArgument for an empty sequence, an id outside [0, vocab), or
+  // more than `limit` ids.
+  Status CheckIds(const std::vector<int32_t>& ids, int limit, const char* what) const;
+  bool IsEos(int32_t id) const;
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Decoder> decoder_;
+  EngineOptions options_;
+  int n_ctx_;
+  std::vector<int32_t> eos_ids_;
+  std::vector<std::unique_ptr<SlotState>> slot_states_;  // fixed after construction
+
+  struct SlotMeta {
+    bool busy = false;
+    uint64_t last_used = 0;
+    std::vector<int32_t> tokens;  // ids whose K/V are in the slot
+  };
+  Mutex mu_;
+  CondVar slot_freed_{&mu_};
+  std::vector<SlotMeta> slots_ GUARDED_BY(mu_);
+  uint64_t use_counter_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace arbiter::engine_internal

@@ -1,0 +1,121 @@
+// engine/internal/forward.h — the decoder forward pass over f32 weights.
+//
+// `Decoder` owns the weights and the RoPE tables and is immutable (shared by
+// all slots). Per-sequence state lives outside it: a `KvCache` and a
+// `ForwardScratch`, owned by one slot and used by one thread at a time.
+//
+// One call of Decoder::Forward runs tokens [pos, pos + n) of a sequence whose
+// positions [0, pos) are already in the KV cache. It processes the tokens in
+// chunks of at most scratch.batch(): for a chunk of more than one token every
+// projection is one cblas_sgemm ([n_tokens, in] × W^T) and attention is two
+// sgemm per head and query tile (Q·Kᵀ then P·V) with the causal mask applied
+// before the softmax; a single token (decode) uses row-streaming
+// matrix-vector products (MatVecPool; faster than cblas_sgemv here, see
+// forward.cc) and tight loops.
+// Layer order (HF LlamaDecoderLayer):
+//   h  = x + o_proj(attn(rope(qk_norm(q)), rope(qk_norm(k)), v))   on rms_norm(x)
+//   x' = h + down(silu(gate(n)) · up(n))                           n = rms_norm(h)
+// then the final RMSNorm and the lm_head.
+//
+// RoPE uses the HF "rotate_half" layout: dimension i pairs with i + head_dim/2,
+// angle = pos · theta^(−2i/head_dim), tables computed in double at load.
+//
+// Thread safety: Decoder is thread-safe (const). KvCache / ForwardScratch are
+// thread-compatible; one thread per slot.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "arbiter/base/status.h"
+#include "engine/internal/aligned_buffer.h"
+#include "engine/internal/matvec_pool.h"
+#include "engine/internal/model_weights.h"
+
+namespace arbiter::engine_internal {
+
+// K and V of one sequence: [n_layers, 2, n_ctx, kv_dim] f32.
+class KvCache {
+ public:
+  KvCache() = default;
+  KvCache(int n_layers, int n_ctx, int kv_dim)
+      : n_layers_(n_layers), n_ctx_(n_ctx), kv_dim_(kv_dim),
+        data_(size_t{2} * n_layers * n_ctx * kv_dim) {}
+
+  // [n_ctx, kv_dim] K rows of `layer`.
+  float* k(int layer) { return data_.data() + size_t{2} * layer * n_ctx_ * kv_dim_; }
+  // [n_ctx, kv_dim] V rows of `layer`.
+  float* v(int layer) { return k(layer) + static_cast<size_t>(n_ctx_) * kv_dim_; }
+  int n_layers() const { return n_layers_; }
+  int n_ctx() const { return n_ctx_; }
+  size_t bytes() const { return data_.size_bytes(); }
+
+ private:
+  int n_layers_ = 0;
+  int n_ctx_ = 0;
+  int kv_dim_ = 0;
+  AlignedFloats data_;
+};
+
+// Activations of one chunk, sized for `batch` tokens and `n_ctx` positions.
+class ForwardScratch {
+ public:
+  ForwardScratch() = default;
+  ForwardScratch(const ModelDims& d, int batch, int n_ctx);
+  int batch() const { return batch_; }
+  size_t bytes() const;
+
+  AlignedFloats x;       // [batch, hidden]      residual stream
+  AlignedFloats xn;      // [batch, hidden]      normed input of a sub-layer
+  AlignedFloats qkv;     // [batch, qkv_dim]     q | k | v per token
+  AlignedFloats attn;    // [batch, q_dim]       attention output
+  AlignedFloats gu;      // [batch, 2 × inter]   gate | up per token
+  AlignedFloats act;     // [batch, inter]       silu(gate) · up
+  AlignedFloats scores;  // [max(batch, n_heads), n_ctx] attention probabilities
+                         // (prefill: [batch, L] of one head; decode: [n_heads, L])
+
+ private:
+  int batch_ = 0;
+};
+
+// Where Forward writes its results; any may be null.
+struct ForwardOutputs {
+  float* last_logits = nullptr;  // [vocab]: logits of token n − 1
+  float* all_logits = nullptr;   // [n, vocab]: logits of every token, row-major
+  double* hidden_sum = nullptr;  // [hidden]: += final-normed hidden state of every token
+};
+
+class Decoder {
+ public:
+  // `n_ctx`: the largest position + 1 any KV cache will hold. `n_threads`:
+  // threads for decode's matrix-vector products (the caller + a pool of
+  // n_threads − 1). Prefill's sgemm uses OpenBLAS's own thread count.
+  Decoder(ModelWeights weights, int n_ctx, int n_threads = 1);
+
+  const ModelWeights& weights() const { return w_; }
+  const ModelDims& dims() const { return w_.dims; }
+  int n_ctx() const { return n_ctx_; }
+
+  // Runs `tokens` [n] at positions [pos, pos + n), writing their K/V into `kv`.
+  // REQUIRES: n ≥ 1; pos + n ≤ kv.n_ctx() ≤ n_ctx(); every token in
+  // [0, vocab); positions [0, pos) of `kv` hold this sequence's K/V;
+  // logits outputs require weights().has_lm_head.
+  void Forward(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n, int pos,
+               const ForwardOutputs& out) const;
+
+ private:
+  // One chunk of nt ≤ s.batch() tokens.
+  void ForwardChunk(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int nt, int pos,
+                    bool need_all_rows) const;
+  void Attention(KvCache& kv, ForwardScratch& s, int layer, int nt, int pos) const;
+  void Rope(float* head, int pos) const;
+
+  ModelWeights w_;
+  int n_ctx_;
+  std::unique_ptr<MatVecPool> pool_;  // Run() is thread-safe
+  AlignedFloats rope_cos_;  // [n_ctx, head_dim / 2]
+  AlignedFloats rope_sin_;  // [n_ctx, head_dim / 2]
+};
+
+}  // namespace arbiter::engine_internal

@@ -1,0 +1,193 @@
+// Weight loading: presence/shape validation and the decoder against the numpy
+// reference on synthetic checkpoints (no tokenizer needed).
+#include "engine/internal/model_weights.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "arbiter/formats/model_config.h"
+#include "arbiter/formats/safetensors.h"
+#include "engine/internal/forward.h"
+#include "engine/internal/test_model.h"
+
+namespace arbiter::engine_internal {
+namespace {
+
+Result<ModelWeights> LoadDir(const std::string& dir) {
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
+  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
+  return LoadModelWeights(config, st, dir);
+}
+
+std::string WriteModel(const TestModelSpec& spec) {
+  std::string dir = MakeTempDir("arbiter_weights_test_");
+  EXPECT_FALSE(dir.empty());
+  Status s = WriteTestModel(dir, spec);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return dir;
+}
+
+TEST(ModelWeightsTest, LoadsAndFusesLlama) {
+  TestModelSpec spec;
+  const std::string dir = WriteModel(spec);
+  Result<ModelWeights> w = LoadDir(dir);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->layers.size(), 2u);
+  EXPECT_EQ(w->dims.qkv_dim, 4 * 16 + 2 * 2 * 16);
+  EXPECT_EQ(w->layers[0].wqkv.size(), size_t{128} * 64);
+  EXPECT_EQ(w->layers[0].w_gate_up.size(), size_t{2} * 96 * 64);
+  EXPECT_TRUE(w->layers[0].bqkv.empty());
+  EXPECT_TRUE(w->has_lm_head);
+  EXPECT_FALSE(w->lm_head.empty());
+  for (const auto* buf : {&w->embed, &w->layers[1].wqkv, &w->layers[1].w_down, &w->lm_head}) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
+  }
+  // k_proj rows start right after q_proj rows in the fused matrix.
+  Result<SafetensorsModel> st = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(st.ok());
+  const TensorInfo* k = st->Find("model.layers.1.self_attn.k_proj.weight");
+  ASSERT_NE(k, nullptr);
+  float first;
+  std::memcpy(&first, k->data, 4);
+  EXPECT_EQ(w->layers[1].wqkv[size_t{64} * 64], first);
+}
+
+TEST(ModelWeightsTest, WrongShapeNamesFileTensorAndShapes) {
+  TestModelSpec spec;  // k_proj expected [2 × 16, 64] = [32, 64]
+  spec.edit = [](auto& list) {
+    for (auto& [name, shape] : list) {
+      if (name == "model.layers.1.self_attn.k_proj.weight") shape = {64, 64};
+    }
+  };
+  Result<ModelWeights> w = LoadDir(WriteModel(spec));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(w.status().message(),
+            "model.safetensors: tensor \"model.layers.1.self_attn.k_proj.weight\" has shape "
+            "[64, 64], expected [32, 64]");
+}
+
+TEST(ModelWeightsTest, MissingTensorIsNamed) {
+  TestModelSpec spec;
+  spec.edit = [](auto& list) {
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [](auto& e) { return e.first == "model.layers.0.mlp.up_proj.weight"; }),
+               list.end());
+  };
+  Result<ModelWeights> w = LoadDir(WriteModel(spec));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(w.status().message().find("tensor \"model.layers.0.mlp.up_proj.weight\" not found in "
+                                      "model.safetensors"),
+            std::string::npos)
+      << w.status().message();
+}
+
+TEST(ModelWeightsTest, MissingBiasAndQkNormAreNamed) {
+  TestModelSpec q2;
+  q2.architecture = "Qwen2ForCausalLM";
+  q2.edit = [](auto& list) {
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [](auto& e) { return e.first.find("v_proj.bias") != std::string::npos; }),
+               list.end());
+  };
+  Result<ModelWeights> w = LoadDir(WriteModel(q2));
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.layers.0.self_attn.v_proj.bias"), std::string::npos);
+
+  TestModelSpec q3;
+  q3.architecture = "Qwen3ForCausalLM";
+  q3.edit = [](auto& list) {
+    for (auto& [name, shape] : list) {
+      if (name == "model.layers.0.self_attn.q_norm.weight") shape = {8};
+    }
+  };
+  w = LoadDir(WriteModel(q3));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().message(),
+            "model.safetensors: tensor \"model.layers.0.self_attn.q_norm.weight\" has shape [8], "
+            "expected [16]");
+}
+
+TEST(ModelWeightsTest, TiedModelNeedsNoLmHead) {
+  TestModelSpec spec;
+  spec.tied = true;
+  Result<ModelWeights> w = LoadDir(WriteModel(spec));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_TRUE(w->lm_head.empty());
+  EXPECT_EQ(w->lm_head_data(), w->embed.data());
+
+  TestModelSpec untied;
+  untied.edit = [](auto& list) { list.pop_back(); };  // drop lm_head.weight
+  w = LoadDir(WriteModel(untied));
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("\"lm_head.weight\" not found"), std::string::npos);
+}
+
+// The decoder (prefill in small chunks, and one-token decode steps) against
+// the float64 numpy reference, for each architecture and bf16 storage.
+TEST(DecoderTest, MatchesNumpyReference) {
+  struct Case {
+    const char* arch;
+    bool tied;
+    DType dtype;
+  };
+  for (const Case& c : {Case{"LlamaForCausalLM", false, DType::kF32},
+                        Case{"Qwen2ForCausalLM", true, DType::kBF16},
+                        Case{"Qwen3ForCausalLM", false, DType::kBF16}}) {
+    TestModelSpec spec;
+    spec.architecture = c.arch;
+    spec.tied = c.tied;
+    spec.dtype = c.dtype;
+    spec.rope_theta = 1000.0f;
+    const std::string dir = WriteModel(spec);
+    Result<ModelWeights> w = LoadDir(dir);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    const int vocab = w->dims.vocab;
+    constexpr int kCtx = 256;
+    // Two decode threads: the MatVecPool splits rows (tiny matrices still
+    // span several 32-row chunks).
+    Decoder dec(std::move(*w), kCtx, /*n_threads=*/2);
+    // 150 tokens: with chunks of 100 the first chunk spans two 64-row
+    // attention tiles and the second starts at position 100.
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 150; ++i) ids.push_back((i * 37 + 5) % vocab);
+
+    Result<std::vector<double>> ref = RunReferenceLogits(dir, ids, vocab);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+
+    // All positions, prefill in chunks of 5 and of 100.
+    double err_all = 0;
+    for (int batch : {5, 100}) {
+      KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
+      ForwardScratch s(dec.dims(), batch, kCtx);
+      std::vector<float> all(ids.size() * vocab);
+      dec.Forward(kv, s, ids.data(), ids.size(), 0, ForwardOutputs{.all_logits = all.data()});
+      err_all = std::max(err_all, MaxRelativeError(all.data(), ref->data(), all.size()));
+    }
+
+    // Prefill 140, then decode one token at a time; compare each step's logits.
+    double err_dec = 0;
+    {
+      KvCache kv2(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
+      ForwardScratch s(dec.dims(), 100, kCtx);
+      std::vector<float> last(vocab);
+      dec.Forward(kv2, s, ids.data(), 140, 0, ForwardOutputs{.last_logits = last.data()});
+      err_dec = std::max(err_dec,
+                         MaxRelativeError(last.data(), ref->data() + size_t{139} * vocab, vocab));
+      for (size_t i = 140; i < ids.size(); ++i) {
+        dec.Forward(kv2, s, &ids[i], 1, i, ForwardOutputs{.last_logits = last.data()});
+        err_dec = std::max(err_dec, MaxRelativeError(last.data(), ref->data() + i * vocab, vocab));
+      }
+    }
+    std::printf("[ decoder  ] %s %s: rel err all-positions %.3g, decode steps %.3g\n", c.arch,
+                c.dtype == DType::kBF16 ? "bf16" : "f32", err_all, err_dec);
+    EXPECT_LE(err_all, 1e-4) << c.arch;
+    EXPECT_LE(err_dec, 1e-4) << c.arch;
+  }
+}
+
+}  // namespace
+}  // namespace arbiter::engine_internal

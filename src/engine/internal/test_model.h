@@ -1,0 +1,55 @@
+// engine/internal/test_model.h — test-only: writes a random Llama/Qwen2/Qwen3
+// checkpoint (config.json + model.safetensors, no tokenizer) so the weight
+// loader and the forward pass can be tested without the model maker.
+//
+// Thread safety: thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "arbiter/base/status.h"
+#include "arbiter/formats/safetensors.h"
+
+namespace arbiter::engine_internal {
+
+struct TestModelSpec {
+  std::string architecture = "LlamaForCausalLM";  // or Qwen2ForCausalLM, Qwen3ForCausalLM
+  int hidden = 64;
+  int inter = 96;
+  int n_layers = 2;
+  int n_heads = 4;
+  int n_kv_heads = 2;
+  int head_dim = 16;
+  int vocab = 128;
+  bool tied = false;
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-5f;
+  int max_position_embeddings = 512;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+  uint64_t seed = 1;
+  // Edits the tensor list before writing (drop or reshape tensors in tests).
+  std::function<void(std::vector<std::pair<std::string, std::vector<int64_t>>>&)> edit;
+};
+
+// Writes <dir>/config.json and <dir>/model.safetensors. `dir` must exist.
+Status WriteTestModel(const std::string& dir, const TestModelSpec& spec);
+
+// Runs scripts/reference_logits.py (with /usr/bin/python3, via popen) on
+// `model_dir` for `ids`; returns float64 logits [ids.size(), vocab] row-major.
+// Errors: kFailedPrecondition when python3 or numpy is missing (the message
+// says how to install it), kInternal when the script fails (its output is in
+// the message).
+Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
+                                               const std::vector<int32_t>& ids, int vocab);
+
+// max_i |got_i − want_i| / max_i |want_i| over one row set.
+double MaxRelativeError(const float* got, const double* want, size_t n);
+
+// A fresh empty directory under $TMPDIR (or /tmp), e.g. for a test model;
+// removed (recursively) when the process exits. "" on failure.
+std::string MakeTempDir(const std::string& prefix);
+
+}  // namespace arbiter::engine_internal
