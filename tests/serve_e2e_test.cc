@@ -3,8 +3,10 @@
 //
 // Setup (once per test process; ctest runs each test in its own process, so
 // every test gets a fresh server): make the `tiny` model, a second copy of it
-// served as an embedding model, and a broken model (truncated safetensors);
-// write a TOML config (API key, 64 KiB body limit); start the server; wait
+// served as an embedding model, and two broken models (truncated safetensors;
+// truncated tokenizer.json);
+// write a TOML config (API key, 64 KiB body limit, 3 s request timeout);
+// start the server; wait
 // for /health. Teardown always kills the child.
 //
 // No wall-clock speed assertions: every wait has a generous deadline and
@@ -47,6 +49,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kApiKey = "e2e-secret-key";
 constexpr size_t kBodyLimit = 64 * 1024;
+// [server] request_timeout_s: short, so the slow-client test is quick. No
+// other test takes this long to send a request.
+constexpr int kRequestTimeoutS = 3;
 
 std::string ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -115,6 +120,15 @@ class ServeE2E : public ::testing::Test {
     }
     const std::string weights = ReadAll(tiny + "/model.safetensors");
     ASSERT_TRUE(WriteFileAtomic(broken + "/model.safetensors", weights.substr(0, weights.size() / 2)).ok());
+    // Good weights, truncated tokenizer.json.
+    const std::string badtok = dir_ + "/badtok";
+    fs::create_directories(badtok);
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer_config.json"}) {
+      fs::copy_file(tiny + "/" + f, badtok + "/" + f);
+    }
+    const std::string tokenizer = ReadAll(tiny + "/tokenizer.json");
+    ASSERT_TRUE(
+        WriteFileAtomic(badtok + "/tokenizer.json", tokenizer.substr(0, tokenizer.size() / 2)).ok());
 
     port_ = FreeLoopbackPort();
     ASSERT_GT(port_, 0);
@@ -123,11 +137,13 @@ class ServeE2E : public ::testing::Test {
                           << "port = " << port_ << "\n"
                           << "api_key = \"" << kApiKey << "\"\n"
                           << "max_body_bytes = \"64KiB\"\n"
+                          << "request_timeout_s = " << kRequestTimeoutS << "\n"
                           << "[memory]\nbudget = \"1GiB\"\n"
                           << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nparallel = 2\nctx = 2048\n"
                           << "[[models]]\nname = \"tiny-concurrent\"\npath = \"tiny\"\nparallel = 2\n"
                           << "[[models]]\nname = \"embed\"\npath = \"embed\"\ncapability = \"embedding\"\n"
-                          << "[[models]]\nname = \"broken\"\npath = \"broken\"\n";
+                          << "[[models]]\nname = \"broken\"\npath = \"broken\"\n"
+                          << "[[models]]\nname = \"badtok\"\npath = \"badtok\"\n";
 
     // The child's environment without ARBITER_* overrides from the caller.
     std::vector<std::string> env_strings;
@@ -261,7 +277,7 @@ TEST_F(ServeE2E, ModelsListReportsStatusAndBrokenModel) {
   ASSERT_EQ(r->status, 200);
   json j = json::parse(r->body);
   EXPECT_EQ(j["object"], "list");
-  ASSERT_EQ(j["data"].size(), 4u);
+  ASSERT_EQ(j["data"].size(), 5u);
   std::map<std::string, json> by_id;
   for (const json& m : j["data"]) {
     EXPECT_EQ(m["object"], "model");
@@ -277,6 +293,15 @@ TEST_F(ServeE2E, ModelsListReportsStatusAndBrokenModel) {
   EXPECT_NE(by_id["broken"]["error"].get<std::string>().find("model.safetensors"),
             std::string::npos)
       << by_id["broken"]["error"];
+  // Regression: a malformed tokenizer.json used to pass the startup check
+  // (only its existence was checked) and show as "ready" until a request.
+  EXPECT_EQ(by_id["badtok"]["status"], "failed");
+  ASSERT_TRUE(by_id["badtok"]["error"].is_string());
+  EXPECT_NE(by_id["badtok"]["error"].get<std::string>().find("badtok/tokenizer.json"),
+            std::string::npos)
+      << by_id["badtok"]["error"];
+  auto chat = PostJson("/v1/chat/completions", Chat("badtok", 2));
+  ExpectErrorShape(chat, 503, "badtok/tokenizer.json");
 }
 
 TEST_F(ServeE2E, ChatCompletionNonStreaming) {
@@ -571,6 +596,99 @@ TEST_F(ServeE2E, ClientDisconnectStopsNonStreamingGeneration) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(ModelStatus("tiny")["refcount"], 0);
+}
+
+// Regressions from hostile-input QA: each answer is a 400 naming the
+// problem, and the server keeps serving.
+TEST_F(ServeE2E, HostileBodiesGet400NamingTheProblem) {
+  httplib::Client cli = Client();
+  // 30k nested arrays (the body stays under the 64 KiB limit): rejected
+  // before parsing.
+  const std::string deep = R"({"model":"tiny","messages":)" + std::string(30000, '[') +
+                           std::string(30000, ']') + "}";
+  ExpectErrorShape(cli.Post("/v1/chat/completions", deep, "application/json"), 400,
+                   "nest deeper than 128 levels");
+  // Invalid UTF-8 in content; the echoed parse error stays short.
+  const std::string bad_utf8 = R"({"model":"tiny","messages":[{"role":"user","content":")" +
+                               std::string(40000, 'a') + "\xff\xfe\"}]}";
+  auto r = cli.Post("/v1/chat/completions", bad_utf8, "application/json");
+  ExpectErrorShape(r, 400, "not valid JSON");
+  EXPECT_LT(r->body.size(), 1000u);
+  ExpectErrorShape(
+      PostJson("/v1/chat/completions", {{"model", "tiny"}, {"messages", {{{"content", "x"}}}}}),
+      400, "\"messages[0].role\" is required");
+  json many_stops = Chat("tiny", 4);
+  many_stops["stop"] = std::vector<std::string>(10000, "x");
+  ExpectErrorShape(PostJson("/v1/chat/completions", many_stops), 400, "at most 4");
+  json nul = Chat("tiny", 2);
+  nul["messages"][1]["content"] = std::string("a\0b", 3);
+  auto ok = PostJson("/v1/chat/completions", nul);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// Opens a connection and sends a chat request's headers and the first bytes
+// of its body; -1 on failure.
+int StartPartialRequest(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Authorization: Bearer " + std::string(kApiKey) +
+                           "\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n"
+                           "{\"model\":";
+  if (send(fd, head.data(), head.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(head.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Regression (slowloris): httplib's read timeout is per recv, so clients that
+// trickle a byte every half second held every worker and the server stopped
+// answering. Now each request must arrive within request_timeout_s (408).
+TEST_F(ServeE2E, SlowClientsAreCutOffAndOthersServed) {
+  // More tricklers than worker threads (8 + Σ parallel = 14).
+  constexpr int kTricklers = 24;
+  std::vector<int> fds;
+  for (int i = 0; i < kTricklers; ++i) {
+    const int fd = StartPartialRequest(port_);
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+  }
+  std::atomic<int> health_status{0};
+  std::thread normal([&] {
+    httplib::Client cli("127.0.0.1", port_);
+    cli.set_read_timeout(60, 0);
+    auto r = cli.Get("/health");
+    health_status = r ? r->status : -1;
+  });
+  // Keep trickling (well under the 30 s per-read timeout) until the normal
+  // request is answered; the fuse turns the old hang into a failure.
+  const auto fuse = Clock::now() + std::chrono::seconds(40);
+  while (health_status == 0 && Clock::now() < fuse) {
+    for (int fd : fds) send(fd, " ", 1, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  const bool answered = health_status != 0;
+  for (int fd : fds) shutdown(fd, SHUT_RDWR);  // unblocks the normal request if still stuck
+  normal.join();
+  ASSERT_TRUE(answered) << "/health was not answered within 40 s while clients trickled";
+  EXPECT_EQ(health_status, 200);
+  // A trickler got the 408 (read what the server sent before we shut down).
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fds[0], buf, sizeof(buf), MSG_DONTWAIT)) > 0) got.append(buf, n);
+  for (int fd : fds) close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
+  EXPECT_NE(got.find("request_timeout_s"), std::string::npos) << got;
 }
 
 TEST_F(ServeE2E, SigtermExitsCleanly) {

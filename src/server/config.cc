@@ -97,6 +97,8 @@ Status ParseServer(const toml::table& t, Config* c) {
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "threads", p, 0, 1024, "an integer in 0..1024", &s.threads));
   ARBITER_RETURN_IF_ERROR(
       ReadIntAs(t, "read_timeout_s", p, 1, 86400, "a positive integer", &s.read_timeout_s));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "request_timeout_s", p, 1, 86400, "a positive integer",
+                                    &s.request_timeout_s));
   ARBITER_RETURN_IF_ERROR(
       ReadIntAs(t, "write_timeout_s", p, 1, 86400, "a positive integer", &s.write_timeout_s));
   ARBITER_RETURN_IF_ERROR(
@@ -108,8 +110,8 @@ Status ParseServer(const toml::table& t, Config* c) {
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
   WarnUnknown(t,
               {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
-               "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s", "acquire_timeout_s",
-               "preload"},
+               "request_timeout_s", "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s",
+               "acquire_timeout_s", "preload"},
               p, &c->warnings);
   return OkStatus();
 }
@@ -200,7 +202,11 @@ Result<Config> ParseConfigToml(std::string_view text, const std::string& file,
     return InvalidArgumentError(fmt::format("{}:{}:{}: {}", file, e.source().begin.line,
                                             e.source().begin.column, e.description()));
   }
-  const fs::path base_dir = fs::absolute(fs::path(file)).parent_path();
+  // The non-throwing overload: fs::absolute throws when the working
+  // directory is gone.
+  std::error_code ec;
+  fs::path base_dir = fs::absolute(fs::path(file), ec).parent_path();
+  if (ec) base_dir = fs::path(file).parent_path();
   for (auto&& [k, v] : root) {
     const std::string key(k.str());
     if (key == "server") {

@@ -26,6 +26,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c->server.api_key, "");
   EXPECT_EQ(c->server.max_body_bytes, 8u << 20);
   EXPECT_EQ(c->server.threads, 0);
+  EXPECT_EQ(c->server.request_timeout_s, 60);
   EXPECT_FALSE(c->server.preload);
   EXPECT_EQ(c->budget_bytes, kMemTotal - kDefaultHeadroomBytes);
   EXPECT_TRUE(c->models.empty());
@@ -45,6 +46,7 @@ port = 9000
 api_key = "secret"
 max_body_bytes = "1MiB"
 threads = 12
+request_timeout_s = 20
 preload = true
 
 [memory]
@@ -68,6 +70,7 @@ capability = "embedding"
   EXPECT_EQ(c->server.api_key, "secret");
   EXPECT_EQ(c->server.max_body_bytes, 1u << 20);
   EXPECT_EQ(c->server.threads, 12);
+  EXPECT_EQ(c->server.request_timeout_s, 20);
   EXPECT_TRUE(c->server.preload);
   EXPECT_EQ(c->budget_bytes, kMemTotal / 4 * 3);
   ASSERT_EQ(c->models.size(), 2u);
@@ -136,6 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[server]\nthreads = -1\n", "[server].threads"},
         BadConfig{"[server]\nmax_body_bytes = true\n", "[server].max_body_bytes"},
         BadConfig{"[server]\npreload = 1\n", "[server].preload"},
+        BadConfig{"[server]\nrequest_timeout_s = 0\n",
+                  "[server].request_timeout_s must be a positive integer"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\n[[models]]\nname = \"b\"\npath = "
                   "\"/b\"\nctx = 0\n",
                   "[[models]][1].ctx must be a positive integer"},

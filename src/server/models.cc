@@ -10,6 +10,7 @@
 
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
+#include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
 
@@ -17,6 +18,17 @@ namespace arbiter {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The startup check: EstimateModelBytes, plus tokenizer.json must parse, so
+// a broken tokenizer shows in the startup log and /v1/models as failed
+// rather than only on the first request. (Not part of every load: the
+// engine's loader parses it anyway.)
+Result<size_t> StartupCheck(const ModelEntry& entry) {
+  ARBITER_ASSIGN_OR_RETURN(size_t bytes, EstimateModelBytes(entry));
+  ARBITER_RETURN_IF_ERROR(
+      Tokenizer::Load((fs::path(entry.path) / "tokenizer.json").string()).status());
+  return bytes;
+}
 
 }  // namespace
 
@@ -55,7 +67,15 @@ ModelRegistration EngineModelRegistration(const ModelEntry& entry, size_t estima
     EngineOptions options;
     options.n_ctx = entry.ctx;
     options.n_slots = entry.parallel;
-    ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Load(entry.path, options));
+    Result<std::unique_ptr<Engine>> loaded = Engine::Load(entry.path, options);
+    if (!loaded.ok()) {
+      // Some loader errors name only the file ("model.safetensors: tensor
+      // ... has shape ..."); say which model directory.
+      const Status& st = loaded.status();
+      if (st.message().find(entry.path) != std::string::npos) return st;
+      return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
+    }
+    std::unique_ptr<Engine> engine = std::move(loaded).value();
     const size_t bytes = engine->weight_bytes() + engine->kv_bytes();
     return LoadedBackend::Of(std::shared_ptr<Engine>(std::move(engine)), bytes);
   };
@@ -65,7 +85,7 @@ ModelRegistration EngineModelRegistration(const ModelEntry& entry, size_t estima
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
   std::vector<std::string> broken;
   for (const ModelEntry& m : config.models) {
-    Result<size_t> estimate = EstimateModelBytes(m);
+    Result<size_t> estimate = StartupCheck(m);
     ARBITER_RETURN_IF_ERROR(
         arbiter->Register(EngineModelRegistration(m, estimate.ok() ? *estimate : 0)));
     if (estimate.ok()) {

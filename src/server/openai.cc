@@ -27,12 +27,60 @@ std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// Deepest JSON nesting accepted in a request body. OpenAI requests nest ~6
+// levels (messages[i].content[j].text); tool schemas, which we ignore, a few
+// more. Without a bound an 8 MiB body of `[` builds 8M nested arrays
+// (~0.5 GiB per request) before nlohmann reports the missing `]`.
+constexpr int kMaxJsonDepth = 128;
+// Longest parse-error text echoed to the client: nlohmann's message quotes
+// the token read so far ("last read: '...'"), which can be the whole body.
+constexpr size_t kMaxParseErrorChars = 256;
+
+// True when `body` opens more than kMaxJsonDepth arrays/objects at once.
+// Tracks strings (and escapes in them) so brackets inside strings do not
+// count. On malformed input it agrees with a JSON lexer up to the first
+// error, which is as far as the parser reads, so it never rejects a body the
+// parser would accept within the bound.
+bool NestsTooDeep(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 Result<json> ParseBody(std::string_view body) {
+  if (NestsTooDeep(body)) {
+    return InvalidArgumentError(fmt::format(
+        "request body is not valid JSON: arrays and objects nest deeper than {} levels",
+        kMaxJsonDepth));
+  }
   json j;
   try {
     j = json::parse(body.begin(), body.end());
   } catch (const json::exception& e) {
-    return InvalidArgumentError(fmt::format("request body is not valid JSON: {}", e.what()));
+    std::string what = e.what();
+    if (what.size() > kMaxParseErrorChars) {
+      what.resize(kMaxParseErrorChars);
+      what += "...";
+    }
+    return InvalidArgumentError(fmt::format("request body is not valid JSON: {}", what));
   }
   if (!j.is_object()) return InvalidArgumentError("request body must be a JSON object");
   return j;
@@ -213,7 +261,8 @@ Status ParseMessages(const json& j, std::vector<ChatMessage>* out) {
     const std::string path = fmt::format("messages[{}]", i);
     if (!msg.is_object()) return TypeError(path, "an object");
     const json* role = Field(msg, "role");
-    if (role == nullptr || !role->is_string()) return TypeError(path + ".role", "a string");
+    if (role == nullptr) return InvalidArgumentError(fmt::format("\"{}.role\" is required", path));
+    if (!role->is_string()) return TypeError(path + ".role", "a string");
     ChatMessage cm;
     cm.role = role->get<std::string>();
     if (cm.role == "developer") cm.role = "system";

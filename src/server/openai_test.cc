@@ -85,7 +85,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"model":"m"})", "\"messages\" is required"},
         BadCase{R"({"model":"m","messages":{}})", "\"messages\" must be an array"},
         BadCase{R"({"model":"m","messages":[]})", "must not be empty"},
-        BadCase{R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role"},
+        BadCase{R"({"model":"m","messages":[{"content":"x"}]})", "\"messages[0].role\" is required"},
+        BadCase{R"({"model":"m","messages":[{"role":7,"content":"x"}]})",
+                "\"messages[0].role\" must be a string"},
+        BadCase{R"({"model":"",)" MSGS "}", "\"model\" must not be empty"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"temperature":NaN})", "not valid JSON"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"temperature":Infinity})", "not valid JSON"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"max_tokens":1e400})", "not valid JSON"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"max_tokens":99999999999999999999})",
+                "\"max_tokens\" must be a positive integer"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"stream":true,"stream_options":"on"})",
+                "\"stream_options\" must be an object"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"temperature":-1})", "\"temperature\" must be between"},
         BadCase{R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
         BadCase{R"({"model":"m","messages":[{"role":"user","content":5}]})",
                 "\"messages[0].content\" must be a string or an array"},
@@ -111,6 +122,53 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"model":"m",)" MSGS R"(,"n":2})", "\"n\" must be 1"},
         BadCase{R"({"model":"m",)" MSGS R"(,"user":7})", "\"user\" must be a string"},
         BadCase{R"({"model":"m",)" MSGS R"(,"cache_ttl":"forever"})", "\"cache_ttl\""}));
+
+// Regression: a body of 100k `[` used to be parsed into 100k nested arrays
+// (an 8 MiB body → ~0.5 GiB); nesting is now bounded before parsing.
+TEST(ParseRequest, DeepNestingIsRejectedBeforeParsing) {
+  const std::string deep = R"({"model":"m","messages":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  for (const Status& st : {ParseChatRequest(deep).status(), ParseCompletionRequest(deep).status(),
+                           ParseEmbeddingRequest(deep).status()}) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("nest deeper than 128"), std::string::npos) << st.message();
+  }
+  EXPECT_FALSE(ParseChatRequest(std::string(100000, '[')).ok());
+  // Brackets inside strings (and after escaped quotes) do not count.
+  const std::string brackets = std::string(1000, '[') + "\\\"" + std::string(1000, '{');
+  auto r = ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":")" +
+                            brackets + R"("}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->messages[0].content, std::string(1000, '[') + "\"" + std::string(1000, '{'));
+  // 128 levels (the body object + 127 arrays) are fine, 129 are not.
+  const std::string at_limit = R"({"model":"m","x":)" + std::string(127, '[') +
+                               std::string(127, ']') + "," + MSGS "}";
+  EXPECT_TRUE(ParseChatRequest(at_limit).ok()) << ParseChatRequest(at_limit).status().ToString();
+  const std::string over = R"({"model":"m","x":)" + std::string(128, '[') +
+                           std::string(128, ']') + "," + MSGS "}";
+  EXPECT_FALSE(ParseChatRequest(over).ok());
+}
+
+// Regression: nlohmann's parse error quotes the token read so far, so an
+// invalid byte at the end of a 7 MiB string echoed 7 MiB back to the client.
+TEST(ParseRequest, ParseErrorMessageIsBounded) {
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":")" +
+                           std::string(1 << 20, 'a') + "\xff\"}]}";
+  auto r = ParseChatRequest(body);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not valid JSON"), std::string::npos);
+  EXPECT_LT(r.status().message().size(), 400u);
+}
+
+TEST(ParseRequest, NulAndEscapesInContentAreText) {
+  auto r = ParseChatRequest(
+      R"({"model":"m","messages":[{"role":"user","content":"a\u0000b"}]})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->messages[0].content, std::string("a\0b", 3));
+  // A lone surrogate is not valid JSON text.
+  EXPECT_FALSE(
+      ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"\ud800"}]})").ok());
+}
 
 TEST(ParseCompletionRequest, PromptForms) {
   auto a = ParseCompletionRequest(R"({"model":"m","prompt":"hello"})");

@@ -1,6 +1,9 @@
 // The HTTP server (cpp-httplib): routes, auth, limits, SSE streaming.
 //
 // Request path (ARCHITECTURE.md "One chat request, end to end"):
+//   0. the request (headers and body) must arrive within request_timeout_s,
+//      else 408 and the connection is closed (Note [Slow clients] in
+//      server/internal/deadline_stream.h);
 //   1. pre-routing: API key check for /v1/* and /admin/* (401);
 //   2. the body (≤ max_body_bytes, else httplib answers 413 and the error
 //      handler writes the JSON body) is parsed into a native request struct
@@ -42,12 +45,15 @@
 #include "arbiter/engine/engine.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/connection_probe.h"
+#include "server/internal/deadline_stream.h"
 
 namespace arbiter {
 namespace {
 
 using json = nlohmann::json;
 using server_internal::ConnectionProbe;
+using server_internal::DeadlineStream;
+using server_internal::WaitReadable;
 
 constexpr const char* kJson = "application/json";
 constexpr const char* kInvalidRequest = "invalid_request_error";
@@ -72,16 +78,60 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 
 int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
 
-// httplib 0.11 listens with a backlog of 5: a burst of more simultaneous
-// connects gets SYNs dropped and waits for the 1 s retransmission. Linux lets
-// listen() be called again on a listening socket to raise the backlog; the
-// socket is a protected member, hence the subclass.
+// The stream the calling worker thread is reading a request from (set by
+// HttpServer while httplib processes the request), for the error handler.
+thread_local const DeadlineStream* tls_request_stream = nullptr;
+
+// True when the calling worker's current request ran out of
+// request_timeout_s while being read (Note [Slow clients]).
+bool RequestReadTimedOut() {
+  return tls_request_stream != nullptr && tls_request_stream->deadline_expired();
+}
+
+// Two changes to httplib::Server, hence the subclass:
+// - httplib 0.11 listens with a backlog of 5: a burst of more simultaneous
+//   connects gets SYNs dropped and waits for the 1 s retransmission. Linux
+//   lets listen() be called again on a listening socket to raise the backlog;
+//   the socket is a protected member.
+// - Each connection is served by our keep-alive loop (httplib's, with the
+//   same limits) over a DeadlineStream, which bounds the time to send a whole
+//   request: Note [Slow clients] in server/internal/deadline_stream.h.
 class HttpServer : public httplib::Server {
  public:
   void RaiseListenBacklog() {
     const socket_t sock = svr_sock_;
     if (sock != INVALID_SOCKET) ::listen(sock, SOMAXCONN);
   }
+  void set_request_timeout(std::chrono::milliseconds timeout) { request_timeout_ = timeout; }
+
+ private:
+  // Overrides httplib's (private virtual) connection loop; called on a worker
+  // thread for every accepted socket, which it closes.
+  bool process_and_close_socket(socket_t sock) override {
+    using std::chrono::milliseconds;
+    using std::chrono::seconds;
+    const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
+    const milliseconds read_timeout =
+        seconds(read_timeout_sec_) + milliseconds(read_timeout_usec_ / 1000);
+    const milliseconds write_timeout =
+        seconds(write_timeout_sec_) + milliseconds(write_timeout_usec_ / 1000);
+    bool ret = false;
+    for (size_t left = keep_alive_max_count_; left > 0; --left) {
+      if (!WaitReadable(sock, seconds(keep_alive_timeout_sec_), stopping)) break;
+      DeadlineStream stream(sock, read_timeout, write_timeout,
+                            std::chrono::steady_clock::now() + request_timeout_);
+      bool connection_closed = false;
+      tls_request_stream = &stream;
+      ret = process_request(stream, /*close_connection=*/left == 1, connection_closed, nullptr);
+      tls_request_stream = nullptr;
+      if (!ret || connection_closed || stream.deadline_expired()) break;
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
+
+  std::chrono::milliseconds request_timeout_{std::chrono::seconds(60)};
 };
 
 }  // namespace
@@ -109,6 +159,7 @@ struct Server::Impl {
     http.new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
     http.set_payload_max_length(settings.max_body_bytes);
     http.set_read_timeout(settings.read_timeout_s, 0);
+    http.set_request_timeout(std::chrono::seconds(settings.request_timeout_s));
     http.set_write_timeout(settings.write_timeout_s, 0);
     http.set_keep_alive_max_count(static_cast<size_t>(settings.keep_alive_max));
     http.set_keep_alive_timeout(settings.keep_alive_timeout_s);
@@ -140,6 +191,16 @@ struct Server::Impl {
     httplib::Server::HandlerWithResponse on_error = [this](const httplib::Request& req,
                                                            httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      if (RequestReadTimedOut()) {
+        // httplib reports a failed read as 400; the cause was the deadline.
+        res.set_header("Connection", "close");
+        SendError(res, 408,
+                  fmt::format("the request was not received within {} s ([server] "
+                              "request_timeout_s); the connection is closed",
+                              settings.request_timeout_s),
+                  kInvalidRequest, "request_timeout");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       switch (res.status) {
         case 404:
           SendError(res, 404, fmt::format("no route for {} {}", req.method, req.path),

@@ -39,6 +39,7 @@
 #include "arbiter/engine/bench.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/model_maker.h"
+#include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/inspect.h"
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/server/config.h"
@@ -92,6 +93,10 @@ int RunMakeModel(const std::string& preset, const std::string& out, uint64_t see
 
 // ---- inspect ----------------------------------------------------------------
 
+// Prints the inspection (even of a model with problems, so the tensors can
+// be seen), then exits 1 when the directory's config.json or tokenizer.json
+// would keep `serve` from loading it. Tensor names and shapes are not checked
+// against the config here (the loader does that; see `serve`'s error).
 int RunInspect(const std::string& path, bool as_json) {
   Result<ModelInspection> info = InspectModel(path);
   if (!info.ok()) return Fail(fmt::format("cannot inspect {}: {}", path, info.status().message()));
@@ -100,7 +105,18 @@ int RunInspect(const std::string& path, bool as_json) {
   } else {
     std::cout << RenderInspectionText(*info);
   }
-  return 0;
+  std::cout.flush();
+  int status = 0;
+  if (!info->config_error.empty()) {
+    status = Fail(info->config_error);  // names the file
+  }
+  std::error_code ec;
+  const std::filesystem::path tokenizer = std::filesystem::path(path) / "tokenizer.json";
+  if (std::filesystem::is_directory(path, ec) && std::filesystem::exists(tokenizer, ec)) {
+    Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::Load(tokenizer.string());
+    if (!tok.ok()) status = Fail(tok.status().message());
+  }
+  return status;
 }
 
 // ---- generate ---------------------------------------------------------------

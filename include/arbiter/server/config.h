@@ -5,7 +5,7 @@
 // command-line flags. Every setting and its default is in docs/config.md.
 //
 //   [server]  host, port, api_key, max_body_bytes, threads, read_timeout_s,
-//             write_timeout_s, keep_alive_max, keep_alive_timeout_s,
+//             request_timeout_s, write_timeout_s, keep_alive_max, keep_alive_timeout_s,
 //             acquire_timeout_s, preload
 //   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal)
 //   [[models]] name, path, capability ("text" | "embedding"), parallel, ctx
@@ -42,7 +42,8 @@ struct ServerSettings {
   std::string api_key;                   // empty = no auth
   size_t max_body_bytes = 8u << 20;      // request bodies above → 413
   int threads = 0;                       // HTTP worker threads; 0 = 8 + Σ parallel
-  int read_timeout_s = 30;
+  int read_timeout_s = 30;               // per read of request bytes
+  int request_timeout_s = 60;            // to send one whole request (headers + body) → 408
   int write_timeout_s = 30;
   int keep_alive_max = 100;              // requests per connection
   int keep_alive_timeout_s = 5;          // idle seconds before closing

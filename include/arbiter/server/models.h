@@ -4,8 +4,8 @@
 // Policy (docs/config.md "Model loading"): models load lazily, on the first
 // request that needs them, through the arbiter (one load however many
 // requests arrive together; evicted LRU under the budget). At startup each
-// model directory is checked cheaply (config.json parses, tokenizer.json
-// exists, safetensors headers are valid); a model that fails the check is
+// model directory is checked cheaply (config.json and tokenizer.json parse,
+// safetensors headers are valid); a model that fails the check is
 // still registered and immediately marked failed — /v1/models reports the
 // error and requests for it get 503 — while the other models serve normally.
 // `[server] preload = true` loads every model at startup instead.
@@ -22,15 +22,15 @@
 
 namespace arbiter {
 
-// The cheap startup check. Returns the estimated resident bytes: f32
-// weights (the engine converts at load) + KV caches
-// (parallel × layers × 2 × ctx × kv_heads × head_dim × 4) .
+// The cheap check (startup also parses tokenizer.json). Returns the
+// estimated resident bytes: f32 weights (the engine converts at load) + KV
+// caches (parallel × layers × 2 × ctx × kv_heads × head_dim × 4).
 // Errors: those of the format readers (kNotFound, kDataLoss, kUnimplemented),
 // naming the file.
 Result<size_t> EstimateModelBytes(const ModelEntry& entry);
 
-// A registration whose load runs the cheap check, then Engine::Load with
-// n_ctx = ctx, n_slots = parallel. The backend is a std::shared_ptr<Engine>
+// A registration whose load runs EstimateModelBytes, then Engine::Load with
+// n_ctx = ctx, n_slots = parallel (load errors name the model directory). The backend is a std::shared_ptr<Engine>
 // (ArbiterHandle::backend<Engine>()); its measured size is
 // weight_bytes() + kv_bytes().
 ModelRegistration EngineModelRegistration(const ModelEntry& entry, size_t estimated_bytes);

@@ -13,11 +13,12 @@
 //
 // Limits and policy (ARCHITECTURE.md "External interfaces", STYLE.md rule
 // 11): binds loopback by default; bodies over max_body_bytes → 413; read and
-// write timeouts; keep-alive caps; a fixed worker pool (threads; default 8 +
+// write timeouts, and request_timeout_s for a whole request (408, slowloris
+// guard); JSON nesting ≤ 128; keep-alive caps; a fixed worker pool (threads; default 8 +
 // Σ parallel). With an API key configured, /v1/* and /admin/* require
 // `Authorization: Bearer KEY` (401 otherwise). Errors are OpenAI-shaped
 // {"error":{"message","type","code"}}: 400 bad input, 401, 404 unknown model
-// or route, 413, 503 + Retry-After when the budget refuses or the arbiter is
+// or route, 408, 413, 503 + Retry-After when the budget refuses or the arbiter is
 // busy, 503 (no Retry-After, code "model_load_failed") when the model failed
 // to load, 500 only for bugs.
 //

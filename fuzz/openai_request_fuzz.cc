@@ -1,0 +1,68 @@
+// libFuzzer target: the OpenAI request parsers (ParseChatRequest,
+// ParseCompletionRequest, ParseEmbeddingRequest) on arbitrary bytes, i.e. an
+// untrusted HTTP body. No exception may escape; every error must be
+// kInvalidArgument with a message; accepted requests must satisfy the ranges
+// openai.h promises on each struct.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "arbiter/server/openai.h"
+
+namespace {
+
+void CheckSampling(const arbiter::SamplingFields& s) {
+  if (s.temperature && !(*s.temperature >= 0.0 && *s.temperature <= 2.0)) __builtin_trap();
+  if (s.top_p && !(*s.top_p > 0.0 && *s.top_p <= 1.0)) __builtin_trap();
+  if (s.top_k && *s.top_k < 0) __builtin_trap();
+  (void)s.ToSamplingParams();
+}
+
+template <typename R>
+bool CheckError(const arbiter::Result<R>& r) {
+  if (r.ok()) return true;
+  if (r.status().code() != arbiter::StatusCode::kInvalidArgument) __builtin_trap();
+  if (r.status().message().empty()) __builtin_trap();
+  return false;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+
+  arbiter::Result<arbiter::ChatRequest> chat = arbiter::ParseChatRequest(body);
+  if (CheckError(chat)) {
+    if (chat->model.empty() || chat->messages.empty()) __builtin_trap();
+    if (chat->max_tokens && *chat->max_tokens < 1) __builtin_trap();
+    if (chat->stop.size() > 4) __builtin_trap();
+    for (const auto& m : chat->messages) {
+      if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
+        __builtin_trap();
+      }
+    }
+    CheckSampling(chat->sampling);
+  }
+
+  arbiter::Result<arbiter::CompletionRequest> completion = arbiter::ParseCompletionRequest(body);
+  if (CheckError(completion)) {
+    if (completion->model.empty()) __builtin_trap();
+    if (completion->max_tokens && *completion->max_tokens < 1) __builtin_trap();
+    if (completion->stop.size() > 4) __builtin_trap();
+    if (completion->prompt_is_ids == completion->prompt_ids.empty()) __builtin_trap();
+    for (int32_t id : completion->prompt_ids) {
+      if (id < 0) __builtin_trap();
+    }
+    CheckSampling(completion->sampling);
+  }
+
+  arbiter::Result<arbiter::EmbeddingRequest> embedding = arbiter::ParseEmbeddingRequest(body);
+  if (CheckError(embedding)) {
+    if (embedding->model.empty() || embedding->input.empty()) __builtin_trap();
+    for (const auto& s : embedding->input) {
+      if (s.empty()) __builtin_trap();
+    }
+    if (embedding->dimensions && *embedding->dimensions < 1) __builtin_trap();
+  }
+  return 0;
+}
