@@ -338,6 +338,15 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
 // ---------------------------------------------------------------------------
 // Engine::Load
 
+Status Engine::Validate(const std::string& model_dir) {
+  const std::string dir = model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                           Tokenizer::Load(dir + "tokenizer.json"));
+  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+  return engine_internal::ValidateModelWeights(config, st, model_dir);
+}
+
 Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
                                              const EngineOptions& options) {
   if (options.n_ctx < 2 || options.n_slots < 1 || options.prefill_batch < 1 ||

@@ -10,7 +10,6 @@
 
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
 
@@ -19,14 +18,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The startup check: EstimateModelBytes, plus tokenizer.json must parse, so
-// a broken tokenizer shows in the startup log and /v1/models as failed
-// rather than only on the first request. (Not part of every load: the
-// engine's loader parses it anyway.)
+// The startup check: EstimateModelBytes, plus Engine::Validate (tokenizer.json
+// parses, every tensor the architecture needs is present with its shape;
+// headers only), so a broken model shows in the startup log and /v1/models
+// as failed rather than only on the first request.
 Result<size_t> StartupCheck(const ModelEntry& entry) {
   ARBITER_ASSIGN_OR_RETURN(size_t bytes, EstimateModelBytes(entry));
-  ARBITER_RETURN_IF_ERROR(
-      Tokenizer::Load((fs::path(entry.path) / "tokenizer.json").string()).status());
+  ARBITER_RETURN_IF_ERROR(Engine::Validate(entry.path).WithPrefix(entry.path));
   return bytes;
 }
 

@@ -94,9 +94,10 @@ int RunMakeModel(const std::string& preset, const std::string& out, uint64_t see
 // ---- inspect ----------------------------------------------------------------
 
 // Prints the inspection (even of a model with problems, so the tensors can
-// be seen), then exits 1 when the directory's config.json or tokenizer.json
-// would keep `serve` from loading it. Tensor names and shapes are not checked
-// against the config here (the loader does that; see `serve`'s error).
+// be seen), then, for a model directory with a config.json, runs the
+// engine's header-only validation (config.json, tokenizer.json, every
+// tensor's presence and shape against the config) and exits 1 with its error
+// when `serve` could not load the model.
 int RunInspect(const std::string& path, bool as_json) {
   Result<ModelInspection> info = InspectModel(path);
   if (!info.ok()) return Fail(fmt::format("cannot inspect {}: {}", path, info.status().message()));
@@ -106,17 +107,13 @@ int RunInspect(const std::string& path, bool as_json) {
     std::cout << RenderInspectionText(*info);
   }
   std::cout.flush();
-  int status = 0;
-  if (!info->config_error.empty()) {
-    status = Fail(info->config_error);  // names the file
-  }
+  if (!info->config_error.empty()) return Fail(info->config_error);  // names the file
   std::error_code ec;
-  const std::filesystem::path tokenizer = std::filesystem::path(path) / "tokenizer.json";
-  if (std::filesystem::is_directory(path, ec) && std::filesystem::exists(tokenizer, ec)) {
-    Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::Load(tokenizer.string());
-    if (!tok.ok()) status = Fail(tok.status().message());
+  if (std::filesystem::is_directory(path, ec) &&
+      std::filesystem::exists(std::filesystem::path(path) / "config.json", ec)) {
+    if (Status s = Engine::Validate(path); !s.ok()) return Fail(s.message());
   }
-  return status;
+  return 0;
 }
 
 // ---- generate ---------------------------------------------------------------

@@ -87,6 +87,12 @@ class Engine {
   // Loads config.json, tokenizer.json and the safetensors weights of
   // `model_dir`. Errors name the file and the field or tensor (kDataLoss,
   // kNotFound, kUnimplemented).
+  // Everything Load checks except the weight conversion: config.json and
+  // tokenizer.json parse, the safetensors headers are valid, and every
+  // tensor the architecture needs is present with the expected shape. Reads
+  // only headers (cheap for any model size). Errors as Load.
+  static Status Validate(const std::string& model_dir);
+
   static Result<std::unique_ptr<Engine>> Load(const std::string& model_dir,
                                               const EngineOptions& options);
 

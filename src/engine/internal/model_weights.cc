@@ -79,9 +79,14 @@ size_t ModelWeights::decode_bytes_per_token() const {
   return total;
 }
 
-Result<ModelWeights> LoadModelWeights(const ModelConfig& config, const SafetensorsModel& st,
-                                      const std::string& model_dir) {
-  ModelWeights w;
+namespace {
+
+// Sets w's config and dims and lists every tensor the architecture needs with
+// its expected shape and destination; checks presence and shapes against the
+// safetensors headers. Allocates no weight buffer.
+Result<std::vector<Part>> PlanAndCheck(const ModelConfig& config, const SafetensorsModel& st,
+                                       const std::string& model_dir, ModelWeights* out) {
+  ModelWeights& w = *out;
   w.config = config;
   w.dims = DimsOf(config);
   const ModelDims& d = w.dims;
@@ -148,7 +153,7 @@ Result<ModelWeights> LoadModelWeights(const ModelConfig& config, const Safetenso
     w.has_lm_head = true;
   }
 
-  // Pass 1: presence and shapes.
+  // Presence and shapes.
   for (Part& part : parts) {
     part.info = st.Find(part.name);
     if (part.info == nullptr) {
@@ -168,7 +173,22 @@ Result<ModelWeights> LoadModelWeights(const ModelConfig& config, const Safetenso
     }
   }
 
-  // Pass 2: allocate and convert.
+  return parts;
+}
+
+}  // namespace
+
+Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& st,
+                            const std::string& model_dir) {
+  ModelWeights w;
+  return PlanAndCheck(config, st, model_dir, &w).status();
+}
+
+Result<ModelWeights> LoadModelWeights(const ModelConfig& config, const SafetensorsModel& st,
+                                      const std::string& model_dir) {
+  ModelWeights w;
+  ARBITER_ASSIGN_OR_RETURN(std::vector<Part> parts, PlanAndCheck(config, st, model_dir, &w));
+  // Allocate and convert.
   try {
     for (Part& part : parts) {
       if (part.dest->size() != part.dest_size) part.dest->Resize(part.dest_size);

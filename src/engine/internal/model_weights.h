@@ -77,6 +77,12 @@ struct ModelWeights {
   size_t decode_bytes_per_token() const;
 };
 
+// Checks that every tensor the config needs is present with exactly the
+// expected shape, reading only the safetensors headers (no conversion, no
+// allocation of weight buffers). Errors as LoadModelWeights' first four.
+Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& st,
+                            const std::string& model_dir);
+
 // Validates and converts. `model_dir` is used in messages.
 // Errors: kNotFound naming a missing tensor and the files searched;
 // kDataLoss `<file>: tensor "<name>" has shape [a, b], expected [c, d]`;

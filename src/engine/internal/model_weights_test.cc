@@ -191,3 +191,31 @@ TEST(DecoderTest, MatchesNumpyReference) {
 
 }  // namespace
 }  // namespace arbiter::engine_internal
+
+namespace arbiter::engine_internal {
+namespace {
+
+// ValidateModelWeights reports exactly what LoadModelWeights would, from the
+// headers alone.
+TEST(ModelWeightsTest, ValidateMatchesLoadErrors) {
+  TestModelSpec wrong;
+  wrong.edit = [](auto& list) {
+    for (auto& [name, shape] : list) {
+      if (name == "model.layers.1.self_attn.k_proj.weight") shape = {64, 64};
+    }
+  };
+  TestModelSpec good;
+  for (const TestModelSpec* spec : {&wrong, &good}) {
+    const std::string dir = WriteModel(*spec);
+    auto config = LoadModelConfig(dir + "/config.json");
+    ASSERT_TRUE(config.ok());
+    auto st = SafetensorsModel::Open(dir);
+    ASSERT_TRUE(st.ok());
+    Status v = ValidateModelWeights(*config, *st, dir);
+    Result<ModelWeights> w = LoadModelWeights(*config, *st, dir);
+    EXPECT_EQ(v, w.status());
+  }
+}
+
+}  // namespace
+}  // namespace arbiter::engine_internal

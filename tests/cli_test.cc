@@ -1,0 +1,144 @@
+// End-to-end: the `arbiter` CLI's offline commands (make-model, inspect,
+// generate) as child processes, on good and broken model directories.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "arbiter/base/file.h"
+#include "arbiter/formats/safetensors.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+RunResult RunArbiter(const std::string& args) {
+  RunResult r;
+  const std::string cmd = std::string(ARBITER_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        ("arbiter_cli_test_" + std::to_string(::getpid())));
+    fs::remove_all(*dir_);
+    fs::create_directories(*dir_);
+    RunResult r = RunArbiter("make-model --preset tiny --out " + (*dir_ / "tiny").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // A copy of tiny whose safetensors is rewritten by `edit`.
+  static std::string BrokenCopy(const std::string& name,
+                                const std::function<void(std::vector<TensorToWrite>*)>& edit) {
+    const fs::path out = *dir_ / name;
+    fs::remove_all(out);
+    fs::copy(*dir_ / "tiny", out, fs::copy_options::recursive);
+    auto st = SafetensorsFile::Open((*dir_ / "tiny" / "model.safetensors").string());
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    std::vector<TensorToWrite> tensors;
+    for (const TensorInfo& t : st->tensors()) {
+      tensors.push_back({t.name, t.dtype, t.shape,
+                         std::string_view(reinterpret_cast<const char*>(t.data), t.size_bytes)});
+    }
+    edit(&tensors);
+    EXPECT_TRUE(WriteSafetensors((out / "model.safetensors").string(), tensors).ok());
+    return out.string();
+  }
+
+  static fs::path* dir_;
+};
+fs::path* CliTest::dir_ = nullptr;
+
+TEST_F(CliTest, InspectGoodModel) {
+  RunResult r = RunArbiter("inspect " + (*dir_ / "tiny").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model.embed_tokens.weight"), std::string::npos) << r.output;
+  RunResult j = RunArbiter("inspect --json " + (*dir_ / "tiny").string());
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  auto doc = nlohmann::json::parse(j.output, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << j.output;
+  EXPECT_GT(doc["totals"]["tensors"].get<int>(), 10);
+}
+
+TEST_F(CliTest, InspectWrongShapeFailsNamingTheTensor) {
+  // Swap the two dims of a non-square projection: same bytes, wrong shape.
+  const std::string bad = BrokenCopy("wrong-shape", [](std::vector<TensorToWrite>* ts) {
+    for (TensorToWrite& t : *ts) {
+      if (t.name == "model.layers.0.self_attn.k_proj.weight") std::swap(t.shape[0], t.shape[1]);
+    }
+  });
+  RunResult r = RunArbiter("inspect " + bad);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("tensor \"model.layers.0.self_attn.k_proj.weight\" has shape"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(CliTest, InspectMissingTensorFailsNamingIt) {
+  const std::string bad = BrokenCopy("missing", [](std::vector<TensorToWrite>* ts) {
+    std::erase_if(*ts, [](const TensorToWrite& t) { return t.name == "model.norm.weight"; });
+  });
+  RunResult r = RunArbiter("inspect " + bad);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("tensor \"model.norm.weight\" not found"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(CliTest, InspectTruncatedFileFails) {
+  const fs::path bad = *dir_ / "truncated";
+  fs::remove_all(bad);
+  fs::copy(*dir_ / "tiny", bad, fs::copy_options::recursive);
+  fs::resize_file(bad / "model.safetensors", fs::file_size(bad / "model.safetensors") / 2);
+  RunResult r = RunArbiter("inspect " + (bad / "model.safetensors").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("model.safetensors"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, GenerateJsonIsDeterministic) {
+  const std::string args = "generate --model " + (*dir_ / "tiny").string() +
+                           " --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json";
+  RunResult a = RunArbiter(args), b = RunArbiter(args);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto ja = nlohmann::json::parse(a.output, nullptr, false);
+  auto jb = nlohmann::json::parse(b.output, nullptr, false);
+  ASSERT_FALSE(ja.is_discarded()) << a.output;
+  EXPECT_EQ(ja["prompt_ids"], nlohmann::json::array({1, 2, 3}));
+  EXPECT_EQ(ja["output_ids"].size(), 5u);
+  EXPECT_EQ(ja["output_ids"], jb["output_ids"]);  // greedy by default
+  EXPECT_TRUE(ja.contains("text"));
+  EXPECT_TRUE(ja.contains("timings"));
+}
+
+TEST_F(CliTest, UnknownPresetFailsListingPresets) {
+  RunResult r = RunArbiter("make-model --preset nope --out " + (*dir_ / "nope").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("demo-chat"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(*dir_ / "nope" / "config.json"));
+}
+
+}  // namespace
+}  // namespace arbiter
