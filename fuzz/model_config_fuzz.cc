@@ -18,6 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) __builtin_trap();
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) __builtin_trap();
+  const arbiter::RopeScaling& rs = c.rope_scaling;
+  if (rs.type != arbiter::RopeScalingType::kNone && !(rs.factor > 0)) __builtin_trap();
+  if (rs.type == arbiter::RopeScalingType::kLlama3 &&
+      (!(rs.low_freq_factor > 0) || !(rs.high_freq_factor > rs.low_freq_factor) ||
+       rs.original_max_position_embeddings <= 0)) {
+    __builtin_trap();
+  }
   for (int id : c.bos_token_ids) if (id < 0) __builtin_trap();
   for (int id : c.eos_token_ids) if (id < 0) __builtin_trap();
   return 0;

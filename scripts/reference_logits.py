@@ -5,8 +5,9 @@ Reads <model_dir>/config.json and the safetensors weights (model.safetensors, or
 shards named by model.safetensors.index.json) with nothing but json + numpy, runs the
 Hugging Face forward pass (LlamaForCausalLM semantics: RMSNorm, rotate_half RoPE,
 grouped-query causal attention, SwiGLU MLP; Qwen2 q/k/v bias; Qwen3 per-head q/k
-RMSNorm before RoPE; tied lm_head) in float64 on the given token ids, and writes the
-logits of every position.
+RMSNorm before RoPE; tied lm_head; rope_scaling "linear" and "llama3") in float64 on
+the given token ids, and writes the logits of every position. Other rope_scaling types
+are refused (exit 2).
 
 Usage:
   reference_logits.py MODEL_DIR --ids 1,2,3 --out logits.f64
@@ -89,6 +90,45 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+def rope_inv_freq(cfg, hd):
+    """RoPE inverse frequencies [hd/2] (radians per position), rope_scaling applied.
+
+    Written from the transformers rule, independently of the C++ engine: "linear"
+    divides every frequency by factor; "llama3" splits channels by wavelength
+    2*pi/inv_freq against the pre-training context C: waves longer than
+    C/low_freq_factor are divided by factor, waves shorter than C/high_freq_factor
+    are kept, and the band between blends the two linearly in C/wavelength.
+    """
+    theta = cfg.get("rope_theta")
+    params = cfg.get("rope_parameters")  # newer transformers spelling
+    if theta is None and isinstance(params, dict):
+        theta = params.get("rope_theta")
+    if theta is None:
+        theta = 10000.0
+    inv_freq = float(theta) ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        scaling = params
+    if not scaling:
+        return inv_freq
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind == "default":
+        return inv_freq
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        fail("rope_scaling type %r is not implemented" % kind)
+    low = float(scaling["low_freq_factor"])
+    high = float(scaling["high_freq_factor"])
+    context = float(scaling["original_max_position_embeddings"])
+    wavelen = 2.0 * np.pi / inv_freq
+    blend = (context / wavelen - low) / (high - low)   # 0 at the long end, 1 at the short end
+    middle = (1.0 - blend) * inv_freq / factor + blend * inv_freq
+    return np.where(wavelen > context / low, inv_freq / factor,
+                    np.where(wavelen < context / high, inv_freq, middle))
+
+
 def forward(cfg, w, ids):
     arch = cfg["architectures"][0]
     hidden = cfg["hidden_size"]
@@ -96,7 +136,6 @@ def forward(cfg, w, ids):
     n_kv = cfg.get("num_key_value_heads") or n_heads
     hd = cfg.get("head_dim") or hidden // n_heads
     eps = cfg.get("rms_norm_eps", 1e-6)
-    theta = cfg.get("rope_theta", 10000.0)
     n_layers = cfg["num_hidden_layers"]
     qwen2 = arch.startswith("Qwen2")
     qk_norm = arch.startswith("Qwen3")
@@ -108,7 +147,7 @@ def forward(cfg, w, ids):
     x = w[p + "embed_tokens.weight"][np.array(ids)]  # [T, hidden]
 
     pos = np.arange(T, dtype=np.float64)
-    inv_freq = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)  # [hd/2]
+    inv_freq = rope_inv_freq(cfg, hd)                                    # [hd/2]
     ang = pos[:, None] * inv_freq[None, :]                               # [T, hd/2]
     cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]  # [T, 1, hd]
     sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]

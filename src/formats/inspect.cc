@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -19,19 +20,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
 
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string Pad(const std::string& s, size_t width) {
   if (s.size() >= width) return s;
@@ -190,7 +179,7 @@ std::string RenderInspectionText(const ModelInspection& m) {
   shapes.reserve(m.tensors.size());
   sizes.reserve(m.tensors.size());
   for (const InspectedTensor& t : m.tensors) {
-    shapes.push_back(ShapeText(t.shape));
+    shapes.push_back(ShapeString(t.shape));
     sizes.push_back(FormatSize(t.size_bytes));
     w_name = std::max(w_name, t.name.size());
     w_dtype = std::max(w_dtype, DTypeName(t.dtype).size());
@@ -204,7 +193,7 @@ std::string RenderInspectionText(const ModelInspection& m) {
     const InspectedTensor& t = m.tensors[i];
     std::string line = "  " + Pad(t.name, w_name) + "  " + Pad(std::string(DTypeName(t.dtype)), w_dtype) +
                        "  " + Pad(shapes[i], w_shape) + "  " + Pad(sizes[i], w_size);
-    if (multi_file) line += "  " + BaseName(t.file);
+    if (multi_file) line += "  " + std::filesystem::path(t.file).filename().string();
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }

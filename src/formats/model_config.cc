@@ -7,7 +7,12 @@
 //
 // Besides the fields in model_config.h, two spellings from newer
 // transformers releases are accepted: "dtype" for "torch_dtype", and
-// "rope_parameters": {"rope_theta": ...} when top-level rope_theta is absent.
+// "rope_parameters": {"rope_theta": ..., "rope_type": ..., ...} when
+// top-level rope_theta / rope_scaling are absent.
+//
+// rope_scaling is all-or-nothing: a type this engine does not implement is
+// kUnimplemented, never "ignored", because RoPE without the checkpoint's
+// scaling still runs and yields plausible but wrong logits.
 
 #include "arbiter/formats/model_config.h"
 
@@ -15,6 +20,8 @@
 #include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include "formats/internal/json_type_name.h"
 
 #include "arbiter/base/file.h"
 
@@ -25,13 +32,7 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxConfigBytes = 16u << 20;
 
-std::string TypeName(const json& j) {
-  if (j.is_number_integer()) return "an integer";
-  if (j.is_number_float()) return "a float";
-  if (j.is_array()) return "an array";
-  if (j.is_object()) return "an object";
-  return std::string("a ") + j.type_name();
-}
+using formats_internal::JsonTypeName;
 
 // The field's value, or nullptr when absent or null.
 const json* Field(const json& root, const char* name) {
@@ -44,19 +45,23 @@ class Reader {
  public:
   Reader(const json& root, const std::string& file) : root_(root), file_(file) {}
 
-  Status Error(const char* field, const std::string& what) const {
+  Status Error(const std::string& field, const std::string& what) const {
     return DataLossError(file_ + ": field \"" + field + "\" " + what);
   }
 
   // A positive int; `fallback` < 0 means required.
   Status PositiveInt(const char* name, int fallback, int* out) const {
-    const json* v = Field(root_, name);
+    return PositiveInt(name, Field(root_, name), fallback, out);
+  }
+
+  // `v` (nullptr when absent or null) as a positive int named `name`.
+  Status PositiveInt(const std::string& name, const json* v, int fallback, int* out) const {
     if (v == nullptr) {
       if (fallback < 0) return Error(name, "is missing");
       *out = fallback;
       return OkStatus();
     }
-    if (!v->is_number_integer()) return Error(name, "is " + TypeName(*v) + ", expected an integer");
+    if (!v->is_number_integer()) return Error(name, "is " + JsonTypeName(*v) + ", expected an integer");
     if (v->is_number_unsigned()) {
       uint64_t u = v->get<uint64_t>();
       if (u == 0 || u > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
@@ -70,9 +75,9 @@ class Reader {
   }
 
   // A positive finite float (integers accepted).
-  Status PositiveFloat(const char* name, const json* v, float* out) const {
+  Status PositiveFloat(const std::string& name, const json* v, float* out) const {
     if (v == nullptr) return OkStatus();  // keep the default
-    if (!v->is_number()) return Error(name, "is " + TypeName(*v) + ", expected a number");
+    if (!v->is_number()) return Error(name, "is " + JsonTypeName(*v) + ", expected a number");
     double d = v->get<double>();
     float f = static_cast<float>(d);
     if (!(d > 0) || !std::isfinite(f) || f == 0.0f) {
@@ -88,7 +93,7 @@ class Reader {
       *out = fallback;
       return OkStatus();
     }
-    if (!v->is_boolean()) return Error(name, "is " + TypeName(*v) + ", expected true or false");
+    if (!v->is_boolean()) return Error(name, "is " + JsonTypeName(*v) + ", expected true or false");
     *out = v->get<bool>();
     return OkStatus();
   }
@@ -100,7 +105,7 @@ class Reader {
     if (v == nullptr) return OkStatus();
     auto one = [&](const json& id) -> Status {
       if (!id.is_number_integer()) {
-        return Error(name, "holds " + TypeName(id) + ", expected token ids (integers)");
+        return Error(name, "holds " + JsonTypeName(id) + ", expected token ids (integers)");
       }
       if (!id.is_number_unsigned() ||
           id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
@@ -114,7 +119,7 @@ class Reader {
       return OkStatus();
     }
     if (v->is_number_integer()) return one(*v);
-    return Error(name, "is " + TypeName(*v) + ", expected an integer, a list of integers or null");
+    return Error(name, "is " + JsonTypeName(*v) + ", expected an integer, a list of integers or null");
   }
 
  private:
@@ -133,9 +138,69 @@ constexpr ArchEntry kArchitectures[] = {
     {"Qwen3ForCausalLM", Architecture::kQwen3}, {"Qwen3Model", Architecture::kQwen3},
 };
 
+constexpr const char* kSupportedRopeScaling = "default (or null), linear, llama3";
+
+// Parses `obj` (the value of `field`: "rope_scaling" or "rope_parameters")
+// into *out. Errors name nested fields as "rope_scaling.factor".
+Status ParseRopeScaling(const Reader& r, const std::string& file, const std::string& field,
+                        const json& obj, RopeScaling* out) {
+  *out = RopeScaling{};
+  if (!obj.is_object()) {
+    return r.Error(field, "is " + JsonTypeName(obj) + ", expected an object or null");
+  }
+  // transformers: rope_scaling.get("rope_type", rope_scaling.get("type")).
+  const char* type_key = Field(obj, "rope_type") != nullptr ? "rope_type" : "type";
+  const json* type = Field(obj, type_key);
+  if (type == nullptr) {
+    // A bare rope_parameters {"rope_theta": ...} means default RoPE.
+    if (field == "rope_parameters") return OkStatus();
+    return r.Error(field, "has no \"rope_type\" (or \"type\"); expected one of " +
+                              std::string(kSupportedRopeScaling));
+  }
+  if (!type->is_string()) {
+    return r.Error(field + "." + type_key, "is " + JsonTypeName(*type) + ", expected a string");
+  }
+  const std::string name = type->get<std::string>();
+  if (name == "default") return OkStatus();
+  if (name != "linear" && name != "llama3") {
+    return UnimplementedError(file + ": " + field + " type \"" + name +
+                              "\" is not supported (supported: " + kSupportedRopeScaling +
+                              "); running it as plain RoPE would give wrong logits");
+  }
+  // Fetches a required field; nullptr is reported with missing(key).
+  auto required = [&](const char* key) { return Field(obj, key); };
+  auto missing = [&](const char* key) {
+    return r.Error(field + "." + key, "is missing (required for rope type \"" + name + "\")");
+  };
+  if (required("factor") == nullptr) return missing("factor");
+  ARBITER_RETURN_IF_ERROR(r.PositiveFloat(field + ".factor", required("factor"), &out->factor));
+  if (name == "linear") {
+    out->type = RopeScalingType::kLinear;
+    return OkStatus();
+  }
+  for (const char* key :
+       {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    if (required(key) == nullptr) return missing(key);
+  }
+  ARBITER_RETURN_IF_ERROR(r.PositiveFloat(field + ".low_freq_factor", required("low_freq_factor"),
+                                          &out->low_freq_factor));
+  ARBITER_RETURN_IF_ERROR(r.PositiveFloat(field + ".high_freq_factor", required("high_freq_factor"),
+                                          &out->high_freq_factor));
+  if (!(out->high_freq_factor > out->low_freq_factor)) {
+    return r.Error(field + ".high_freq_factor",
+                   "is " + obj.at("high_freq_factor").dump() + ", expected more than " + field +
+                       ".low_freq_factor " + obj.at("low_freq_factor").dump());
+  }
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(field + ".original_max_position_embeddings",
+                                        required("original_max_position_embeddings"), -1,
+                                        &out->original_max_position_embeddings));
+  out->type = RopeScalingType::kLlama3;
+  return OkStatus();
+}
+
 Result<ModelConfig> ParseRoot(const json& root, const std::string& file) {
   if (!root.is_object()) {
-    return DataLossError(file + ": top level is " + TypeName(root) + ", expected a JSON object");
+    return DataLossError(file + ": top level is " + JsonTypeName(root) + ", expected a JSON object");
   }
   Reader r(root, file);
   ModelConfig c;
@@ -188,6 +253,11 @@ Result<ModelConfig> ParseRoot(const json& root, const std::string& file) {
     if (params != nullptr && params->is_object()) theta = Field(*params, "rope_theta");
   }
   ARBITER_RETURN_IF_ERROR(r.PositiveFloat("rope_theta", theta, &c.rope_theta));
+  if (const json* scaling = Field(root, "rope_scaling")) {
+    ARBITER_RETURN_IF_ERROR(ParseRopeScaling(r, file, "rope_scaling", *scaling, &c.rope_scaling));
+  } else if (const json* params = Field(root, "rope_parameters")) {
+    ARBITER_RETURN_IF_ERROR(ParseRopeScaling(r, file, "rope_parameters", *params, &c.rope_scaling));
+  }
 
   ARBITER_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", false, &c.tie_word_embeddings));
   ARBITER_RETURN_IF_ERROR(
@@ -200,7 +270,7 @@ Result<ModelConfig> ParseRoot(const json& root, const std::string& file) {
   const char* dtype_field = Field(root, "torch_dtype") != nullptr ? "torch_dtype" : "dtype";
   if (const json* dtype = Field(root, dtype_field)) {
     if (!dtype->is_string()) {
-      return r.Error(dtype_field, "is " + TypeName(*dtype) + ", expected a string");
+      return r.Error(dtype_field, "is " + JsonTypeName(*dtype) + ", expected a string");
     }
     c.torch_dtype = dtype->get<std::string>();
   }

@@ -138,6 +138,165 @@ TEST(ModelConfigTest, Llama3) {
   EXPECT_EQ(c->bos_token_ids, (std::vector<int>{128000}));
   EXPECT_EQ(c->eos_token_ids, (std::vector<int>{128001, 128008, 128009}));
   EXPECT_EQ(c->torch_dtype, "bfloat16");
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 8.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+}
+
+// Llama 3.2 / 3.3 files written by older transformers spell "type".
+TEST(ModelConfigTest, Llama3RopeScalingOlderTypeSpelling) {
+  json j = json::parse(kLlama3);
+  j["rope_scaling"] = {{"type", "llama3"},
+                       {"factor", 32},
+                       {"low_freq_factor", 1},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  Result<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 32.0f);  // integer in the file
+
+  // "rope_type" wins over "type" when both are present (transformers).
+  j["rope_scaling"]["rope_type"] = "default";
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+}
+
+TEST(ModelConfigTest, LinearRopeScaling) {
+  for (const char* key : {"type", "rope_type"}) {
+    json j = Minimal();
+    j["rope_scaling"] = {{key, "linear"}, {"factor", 2.5}};
+    Result<ModelConfig> c = Parse(j);
+    ASSERT_TRUE(c.ok()) << key << ": " << c.status().ToString();
+    EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLinear);
+    EXPECT_FLOAT_EQ(c->rope_scaling.factor, 2.5f);
+  }
+}
+
+TEST(ModelConfigTest, NullAbsentAndDefaultRopeScalingMeanNone) {
+  std::vector<json> values = {nullptr, json{{"type", "default"}}, json{{"rope_type", "default"}},
+                              json{{"rope_type", "default"}, {"factor", 1.0}}};
+  for (const json& value : values) {
+    json j = Minimal();
+    j["rope_scaling"] = value;
+    Result<ModelConfig> c = Parse(j);
+    ASSERT_TRUE(c.ok()) << value.dump() << ": " << c.status().ToString();
+    EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone) << value.dump();
+  }
+  Result<ModelConfig> c = Parse(Minimal());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+  c = ParseModelConfig(kQwen3, "config.json");  // "rope_scaling": null
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+  c = ParseModelConfig(kQwen2, "config.json");  // no rope_scaling field
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+}
+
+TEST(ModelConfigTest, UnsupportedRopeScalingIsRefused) {
+  json j = Minimal();
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  Result<ModelConfig> c = Parse(j);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(c.status().message(),
+            "config.json: rope_scaling type \"yarn\" is not supported (supported: default (or "
+            "null), linear, llama3); running it as plain RoPE would give wrong logits");
+  for (const char* type : {"dynamic", "longrope", "mrope", "su", "LLAMA3"}) {
+    j["rope_scaling"] = {{"type", type}, {"factor", 2.0}};
+    EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kUnimplemented,
+                        "rope_scaling type \"" + std::string(type) + "\" is not supported");
+  }
+}
+
+// transformers ≥ 5 writes "rope_parameters" instead of "rope_scaling".
+TEST(ModelConfigTest, RopeParametersCarryScaling) {
+  json j = Minimal();
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 8.0},           {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  Result<ModelConfig> c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kUnimplemented,
+                      "config.json: rope_parameters type \"yarn\" is not supported");
+  j["rope_parameters"] = {{"rope_theta", 1e6}};  // no rope_type: default RoPE
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+  // A non-null rope_scaling takes precedence.
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLinear);
+}
+
+TEST(ModelConfigTest, BadRopeScalingNamesTheField) {
+  const json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  struct Case {
+    const char* key;  // nullptr: replace the whole rope_scaling value
+    json value;       // null: erase `key`
+    const char* expected;
+  };
+  const Case cases[] = {
+      {nullptr, "llama3", "field \"rope_scaling\" is a string, expected an object or null"},
+      {nullptr, json::array({8.0}), "field \"rope_scaling\" is an array"},
+      {nullptr, json::object({{"factor", 8.0}}),
+       "field \"rope_scaling\" has no \"rope_type\" (or \"type\")"},
+      {"rope_type", 3, "field \"rope_scaling.rope_type\" is an integer, expected a string"},
+      {"factor", "8.0", "field \"rope_scaling.factor\" is a string, expected a number"},
+      {"factor", 0, "field \"rope_scaling.factor\" is 0, expected a positive number"},
+      {"factor", -8.0, "field \"rope_scaling.factor\" is -8.0, expected a positive number"},
+      {"factor", nullptr,
+       "field \"rope_scaling.factor\" is missing (required for rope type \"llama3\")"},
+      {"low_freq_factor", true, "field \"rope_scaling.low_freq_factor\" is a boolean"},
+      {"low_freq_factor", nullptr, "field \"rope_scaling.low_freq_factor\" is missing"},
+      {"high_freq_factor", 0.0, "field \"rope_scaling.high_freq_factor\" is 0.0"},
+      {"high_freq_factor", 1.0,
+       "field \"rope_scaling.high_freq_factor\" is 1.0, expected more than "
+       "rope_scaling.low_freq_factor 1.0"},
+      {"high_freq_factor", nullptr, "field \"rope_scaling.high_freq_factor\" is missing"},
+      {"original_max_position_embeddings", 8192.0,
+       "field \"rope_scaling.original_max_position_embeddings\" is a float, expected an integer"},
+      {"original_max_position_embeddings", 0,
+       "field \"rope_scaling.original_max_position_embeddings\" is 0, expected 1.."},
+      {"original_max_position_embeddings", nullptr,
+       "field \"rope_scaling.original_max_position_embeddings\" is missing"},
+  };
+  for (const Case& c : cases) {
+    json j = Minimal();
+    if (c.key == nullptr) {
+      j["rope_scaling"] = c.value;
+    } else {
+      j["rope_scaling"] = llama3;
+      if (c.value.is_null()) {
+        j["rope_scaling"].erase(c.key);
+      } else {
+        j["rope_scaling"][c.key] = c.value;
+      }
+    }
+    EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss, c.expected);
+  }
+  json j = Minimal();
+  j["rope_scaling"] = {{"type", "linear"}};
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss,
+                      "config.json: field \"rope_scaling.factor\" is missing (required for rope "
+                      "type \"linear\")");
+  j["rope_scaling"]["factor"] = "2";
+  EXPECT_CONFIG_ERROR(Parse(j), StatusCode::kDataLoss,
+                      "field \"rope_scaling.factor\" is a string, expected a number");
 }
 
 TEST(ModelConfigTest, Qwen2DefaultsAttentionBiasToTrue) {

@@ -34,6 +34,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/internal/json_type_name.h"
+
 namespace arbiter {
 namespace {
 
@@ -67,23 +69,8 @@ std::string Quote(std::string_view s) {
   return out;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
 
-// A short description of a JSON value's type for error messages.
-std::string TypeName(const json& j) {
-  if (j.is_number_integer()) return "an integer";
-  if (j.is_number_float()) return "a float";
-  if (j.is_array()) return "an array";
-  if (j.is_object()) return "an object";
-  return std::string("a ") + j.type_name();
-}
+using formats_internal::JsonTypeName;
 
 // prod(shape) × elem_size into *bytes; false on a negative dim or overflow.
 bool ShapeBytes(const std::vector<int64_t>& shape, size_t elem_size, uint64_t* bytes) {
@@ -121,7 +108,7 @@ Status ParseTensorEntry(const std::string& file, const std::string& name, const 
                         uint64_t data_size, TensorInfo* out) {
   const std::string where = file + ": tensor " + Quote(name);
   if (!entry.is_object()) {
-    return DataLossError(where + ": entry is " + TypeName(entry) + ", expected an object");
+    return DataLossError(where + ": entry is " + JsonTypeName(entry) + ", expected an object");
   }
   auto dtype_it = entry.find("dtype");
   auto shape_it = entry.find("shape");
@@ -133,14 +120,14 @@ Status ParseTensorEntry(const std::string& file, const std::string& name, const 
   }
 
   if (!dtype_it->is_string()) {
-    return DataLossError(where + ": field \"dtype\" is " + TypeName(*dtype_it) +
+    return DataLossError(where + ": field \"dtype\" is " + JsonTypeName(*dtype_it) +
                          ", expected a string");
   }
   Result<DType> dtype = ParseDType(dtype_it->get_ref<const std::string&>());
   if (!dtype.ok()) return dtype.status().WithPrefix(where);
 
   if (!shape_it->is_array()) {
-    return DataLossError(where + ": field \"shape\" is " + TypeName(*shape_it) +
+    return DataLossError(where + ": field \"shape\" is " + JsonTypeName(*shape_it) +
                          ", expected an array of integers");
   }
   std::vector<int64_t> shape;
@@ -156,7 +143,7 @@ Status ParseTensorEntry(const std::string& file, const std::string& name, const 
       return DataLossError(where + ": shape dimension " + std::to_string(d.get<int64_t>()) +
                            " is negative");
     } else {
-      return DataLossError(where + ": field \"shape\" holds " + TypeName(d) +
+      return DataLossError(where + ": field \"shape\" holds " + JsonTypeName(d) +
                            ", expected non-negative integers");
     }
   }
@@ -315,7 +302,7 @@ Result<SafetensorsFile> SafetensorsFile::Parse(const uint8_t* bytes, size_t size
     return DataLossError(name + ": header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) {
-    return DataLossError(name + ": header is " + TypeName(header) + ", expected a JSON object");
+    return DataLossError(name + ": header is " + JsonTypeName(header) + ", expected a JSON object");
   }
 
   SafetensorsFile file;
@@ -327,13 +314,13 @@ Result<SafetensorsFile> SafetensorsFile::Parse(const uint8_t* bytes, size_t size
       const std::string& key = it.key();
       if (key == "__metadata__") {
         if (!it->is_object()) {
-          return DataLossError(name + ": field \"__metadata__\" is " + TypeName(*it) +
+          return DataLossError(name + ": field \"__metadata__\" is " + JsonTypeName(*it) +
                                ", expected an object of strings");
         }
         for (auto m = it->begin(); m != it->end(); ++m) {
           if (!m->is_string()) {
             return DataLossError(name + ": __metadata__ entry " + Quote(m.key()) + " is " +
-                                 TypeName(*m) + ", expected a string");
+                                 JsonTypeName(*m) + ", expected a string");
           }
           file.metadata_[m.key()] = m->get<std::string>();
         }
@@ -424,13 +411,13 @@ Result<SafetensorsModel> SafetensorsModel::Open(const std::string& path) {
       return DataLossError(index_path + ": not valid JSON: " + e.what());
     }
     if (!index.is_object()) {
-      return DataLossError(index_path + ": top level is " + TypeName(index) +
+      return DataLossError(index_path + ": top level is " + JsonTypeName(index) +
                            ", expected a JSON object");
     }
     auto wm = index.find("weight_map");
     if (wm == index.end()) return DataLossError(index_path + ": field \"weight_map\" is missing");
     if (!wm->is_object()) {
-      return DataLossError(index_path + ": field \"weight_map\" is " + TypeName(*wm) +
+      return DataLossError(index_path + ": field \"weight_map\" is " + JsonTypeName(*wm) +
                            ", expected an object of tensor name → shard file");
     }
     if (wm->empty()) return DataLossError(index_path + ": field \"weight_map\" is empty");
@@ -438,7 +425,7 @@ Result<SafetensorsModel> SafetensorsModel::Open(const std::string& path) {
     for (auto it = wm->begin(); it != wm->end(); ++it) {
       if (!it->is_string()) {
         return DataLossError(index_path + ": weight_map entry for tensor " + Quote(it.key()) +
-                             " is " + TypeName(*it) + ", expected a file name");
+                             " is " + JsonTypeName(*it) + ", expected a file name");
       }
       const std::string& shard = it->get_ref<const std::string&>();
       if (!IsSafeShardName(shard)) {
@@ -693,6 +680,15 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
     }
     return OkStatus();
   });
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
 }
 
 }  // namespace arbiter

@@ -16,8 +16,23 @@
 //   tie_word_embeddings                default false
 //   attention_bias                     default true for Qwen2, false otherwise
 //   bos_token_id / eos_token_id        int, list of ints, or null
+//   rope_scaling                       default none; see below
+//
+// rope_scaling (transformers `rope_type`, older files spell it `type`;
+// `rope_type` wins when both are present). Read from "rope_parameters" (the
+// newer transformers spelling) when rope_scaling is absent or null.
+//   null, absent, {"rope_type": "default"}   kNone: plain RoPE
+//   {"rope_type": "linear", "factor": F}     kLinear: inv_freq / F
+//   {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+//    "original_max_position_embeddings"}     kLlama3 (Llama 3.1+), all four
+//                                            required; high > low
+// Other types ("dynamic", "yarn", "longrope", "mrope", ...) are refused with
+// kUnimplemented naming the type: running them as plain RoPE would silently
+// give wrong logits.
+//
 // Errors: kDataLoss (malformed JSON, wrong type, out-of-range value) naming
-// the file and the field.
+// the file and the field (nested fields as "rope_scaling.factor");
+// kUnimplemented for an unsupported architecture or rope_scaling type.
 //
 // Thread safety: plain values.
 #pragma once
@@ -32,6 +47,20 @@ namespace arbiter {
 
 enum class Architecture { kLlama, kQwen2, kQwen3 };
 
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+
+// How RoPE inverse frequencies inv_freq_i = theta^(−2i/head_dim) are adjusted
+// (transformers' ROPE_INIT_FUNCTIONS; the engine applies it in
+// engine/internal/forward.cc). Fields other than `type` are meaningful only
+// for the types noted; every parsed value is positive and finite.
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 1.0f;                       // kLinear, kLlama3
+  float low_freq_factor = 1.0f;              // kLlama3
+  float high_freq_factor = 4.0f;             // kLlama3; > low_freq_factor
+  int original_max_position_embeddings = 0;  // kLlama3, in positions
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   std::string architecture_name;  // as in the file, e.g. "Qwen3ForCausalLM"
@@ -45,6 +74,7 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   int vocab_size = 0;
   int max_position_embeddings = 2048;
+  RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;     // q/k/v projections carry a bias (Qwen2)
   bool qk_norm = false;            // per-head RMSNorm on q and k (Qwen3)

@@ -113,6 +113,9 @@ class SafetensorsModel {
   std::vector<std::string> files_;
 };
 
+// "[a, b, c]": a shape as written in error messages and inspect output.
+std::string ShapeString(const std::vector<int64_t>& shape);
+
 // Converts an F32/F16/BF16 tensor to f32. `out` holds num_elements() floats.
 // `tensor.data` need not be aligned. kUnimplemented for other dtypes
 // (message names the tensor and dtype); kInvalidArgument when size_bytes

@@ -31,6 +31,21 @@
 // Note [Residual in place]
 // o_proj and down_proj accumulate into the residual stream with beta = 1,
 // so no separate add pass or temporary is needed.
+//
+// Note [Llama 3 RoPE scaling]
+// Llama 3.1+ stretches its context 8× by slowing only the low-frequency RoPE
+// channels. With wavelen_i = 2π / inv_freq_i (positions per full turn) and
+// the pre-training context C = original_max_position_embeddings:
+//   wavelen > C / low_freq_factor    (long waves)   inv_freq / factor
+//   wavelen < C / high_freq_factor   (short waves)  inv_freq unchanged
+//   otherwise, with s = (C / wavelen − low_freq_factor) /
+//                       (high_freq_factor − low_freq_factor) ∈ [0, 1],
+//                                                   (1 − s) · inv_freq / factor
+//                                                   + s · inv_freq
+// so the middle band interpolates continuously between the two (s = 0 at the
+// long end, s = 1 at the short end). This is transformers'
+// `_compute_llama3_parameters`; scripts/reference_logits.py implements the
+// same rule independently in numpy.
 #include "engine/internal/forward.h"
 
 #include <cblas.h>
@@ -38,6 +53,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "engine/internal/vec_ops.h"
 
@@ -48,6 +64,40 @@ namespace {
 constexpr int kAttnTile = 64;
 
 }  // namespace
+
+std::vector<double> RopeInverseFrequencies(const ModelConfig& config, int head_dim) {
+  const int half = head_dim / 2;
+  const double theta = config.rope_theta;
+  const RopeScaling& rs = config.rope_scaling;
+  const double factor = rs.factor;
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) {
+    const double base = std::pow(theta, -2.0 * i / head_dim);
+    switch (rs.type) {
+      case RopeScalingType::kNone:
+        inv_freq[i] = base;
+        break;
+      case RopeScalingType::kLinear:
+        inv_freq[i] = base / factor;
+        break;
+      case RopeScalingType::kLlama3: {  // Note [Llama 3 RoPE scaling]
+        const double context = rs.original_max_position_embeddings;
+        const double low = rs.low_freq_factor, high = rs.high_freq_factor;
+        const double wavelen = 2.0 * std::numbers::pi / base;
+        if (wavelen > context / low) {
+          inv_freq[i] = base / factor;
+        } else if (wavelen < context / high) {
+          inv_freq[i] = base;
+        } else {
+          const double smooth = (context / wavelen - low) / (high - low);
+          inv_freq[i] = (1.0 - smooth) * base / factor + smooth * base;
+        }
+        break;
+      }
+    }
+  }
+  return inv_freq;
+}
 
 ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx)
     : x(size_t{1} * batch * d.hidden),
@@ -70,11 +120,10 @@ Decoder::Decoder(ModelWeights weights, int n_ctx, int n_threads)
   const int half = w_.dims.head_dim / 2;
   rope_cos_.Resize(size_t{1} * n_ctx * half);
   rope_sin_.Resize(size_t{1} * n_ctx * half);
-  const double theta = w_.config.rope_theta;
+  const std::vector<double> inv_freq = RopeInverseFrequencies(w_.config, w_.dims.head_dim);
   for (int i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * i / w_.dims.head_dim);
     for (int p = 0; p < n_ctx; ++p) {
-      const double angle = p * inv_freq;
+      const double angle = p * inv_freq[i];
       rope_cos_[size_t{1} * p * half + i] = static_cast<float>(std::cos(angle));
       rope_sin_[size_t{1} * p * half + i] = static_cast<float>(std::sin(angle));
     }

@@ -18,7 +18,9 @@
 // then the final RMSNorm and the lm_head.
 //
 // RoPE uses the HF "rotate_half" layout: dimension i pairs with i + head_dim/2,
-// angle = pos · theta^(−2i/head_dim), tables computed in double at load.
+// angle = pos · inv_freq_i with inv_freq_i = theta^(−2i/head_dim) adjusted by
+// config.rope_scaling (RopeInverseFrequencies), tables computed in double at
+// load.
 //
 // Thread safety: Decoder is thread-safe (const). KvCache / ForwardScratch are
 // thread-compatible; one thread per slot.
@@ -85,6 +87,14 @@ struct ForwardOutputs {
   float* all_logits = nullptr;   // [n, vocab]: logits of every token, row-major
   double* hidden_sum = nullptr;  // [hidden]: += final-normed hidden state of every token
 };
+
+// The RoPE inverse frequencies [head_dim / 2] in radians per position:
+// theta^(−2i/head_dim), then config.rope_scaling applied as transformers'
+// ROPE_INIT_FUNCTIONS do ("linear": / factor; "llama3": the three wavelength
+// bands, see forward.cc Note [Llama 3 RoPE scaling]).
+// REQUIRES: head_dim even and > 0; config.rope_scaling as ParseModelConfig
+// validates it.
+std::vector<double> RopeInverseFrequencies(const ModelConfig& config, int head_dim);
 
 class Decoder {
  public:

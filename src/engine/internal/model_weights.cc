@@ -9,6 +9,8 @@
 // offsets).
 #include "engine/internal/model_weights.h"
 
+#include <filesystem>
+
 #include <new>
 #include <string>
 
@@ -24,10 +26,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // One tensor to copy into (a slice of) a destination buffer.
 struct Part {
@@ -160,14 +158,14 @@ Result<std::vector<Part>> PlanAndCheck(const ModelConfig& config, const Safetens
       std::string files;
       for (const std::string& f : st.files()) {
         if (!files.empty()) files += ", ";
-        files += BaseName(f);
+        files += std::filesystem::path(f).filename().string();
       }
       return NotFoundError(model_dir + ": tensor \"" + part.name + "\" not found in " + files +
                            " (required by " + config.architecture_name + " with " +
                            std::to_string(d.n_layers) + " layers)");
     }
     if (part.info->shape != part.shape) {
-      return DataLossError(BaseName(part.info->file) + ": tensor \"" + part.name +
+      return DataLossError(std::filesystem::path(part.info->file).filename().string() + ": tensor \"" + part.name +
                            "\" has shape " + ShapeString(part.info->shape) + ", expected " +
                            ShapeString(part.shape));
     }

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <numbers>
 
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
@@ -186,6 +188,109 @@ TEST(DecoderTest, MatchesNumpyReference) {
                 c.dtype == DType::kBF16 ? "bf16" : "f32", err_all, err_dec);
     EXPECT_LE(err_all, 1e-4) << c.arch;
     EXPECT_LE(err_dec, 1e-4) << c.arch;
+  }
+}
+
+// The three llama3 wavelength bands on hand-checked values: theta 10000,
+// head_dim 16, so inv_freq_i = 10^(−i/2) and wavelen_i = 2π · 10^(i/2); with
+// C = 32, low 1, high 4 the bands are wavelen < 8 (kept), 8..32 (blended),
+// > 32 (divided by factor 8).
+TEST(DecoderTest, RopeInverseFrequencies) {
+  ModelConfig config;
+  config.rope_theta = 10000.0f;
+  std::vector<double> plain = RopeInverseFrequencies(config, 16);
+  ASSERT_EQ(plain.size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(plain[i], std::pow(10.0, -i / 2.0), 1e-15) << i;
+
+  config.rope_scaling.type = RopeScalingType::kLinear;
+  config.rope_scaling.factor = 4.0f;
+  std::vector<double> linear = RopeInverseFrequencies(config, 16);
+  for (int i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(linear[i], plain[i] / 4.0) << i;
+
+  config.rope_scaling = RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 32};
+  std::vector<double> llama3 = RopeInverseFrequencies(config, 16);
+  EXPECT_DOUBLE_EQ(llama3[0], 1.0);  // wavelen 6.28 < 8: kept
+  // wavelen 19.87: s = (32 / 19.87 − 1) / 3 = 0.20352, between the two.
+  const double s = (32.0 / (2 * std::numbers::pi * std::sqrt(10.0)) - 1.0) / 3.0;
+  EXPECT_NEAR(s, 0.20352, 1e-5);
+  EXPECT_NEAR(llama3[1], (1 - s) * plain[1] / 8 + s * plain[1], 1e-15);
+  EXPECT_GT(llama3[1], plain[1] / 8);
+  EXPECT_LT(llama3[1], plain[1]);
+  for (int i = 2; i < 8; ++i) EXPECT_DOUBLE_EQ(llama3[i], plain[i] / 8.0) << i;  // > 32
+}
+
+// rope_scaling "llama3" and "linear" against the numpy reference, on a model
+// with positions well past original_max_position_embeddings: head_dim 32 and
+// theta 10000 give wavelengths 2π · 10000^(i/16) ≈ 6.3, 11.2, 19.9, 35.3, …,
+// so with C = 32 (high band < 8, blended 8..32, low band > 32) every band is
+// populated. The scaled logits must also differ clearly from the unscaled
+// model's, so the test cannot pass by ignoring rope_scaling.
+TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
+  struct Case {
+    const char* name;
+    const char* rope_scaling;
+  };
+  const Case cases[] = {
+      {"llama3", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,)"
+                 R"( "high_freq_factor": 4.0, "original_max_position_embeddings": 32})"},
+      {"linear", R"({"type": "linear", "factor": 8.0})"},
+  };
+  TestModelSpec base;
+  base.head_dim = 32;
+  base.rope_theta = 10000.0f;
+  base.seed = 7;
+  constexpr int kCtx = 128;
+  constexpr int kTokens = 110;
+  const std::string plain_dir = WriteModel(base);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < kTokens; ++i) ids.push_back((i * 53 + 11) % base.vocab);
+  Result<std::vector<double>> plain_ref = RunReferenceLogits(plain_dir, ids, base.vocab);
+  ASSERT_TRUE(plain_ref.ok()) << plain_ref.status().ToString();
+
+  for (const Case& c : cases) {
+    TestModelSpec spec = base;  // same seed and shapes: identical weights
+    spec.rope_scaling_json = c.rope_scaling;
+    const std::string dir = WriteModel(spec);
+    Result<ModelWeights> w = LoadDir(dir);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_NE(w->config.rope_scaling.type, RopeScalingType::kNone) << c.name;
+    const int vocab = w->dims.vocab;
+    Decoder dec(std::move(*w), kCtx, /*n_threads=*/2);
+    Result<std::vector<double>> ref = RunReferenceLogits(dir, ids, vocab);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+
+    // All positions, prefill in chunks of 7 and in one chunk.
+    double err_all = 0;
+    std::vector<float> all(ids.size() * vocab);
+    for (int batch : {7, kTokens}) {
+      KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
+      ForwardScratch s(dec.dims(), batch, kCtx);
+      dec.Forward(kv, s, ids.data(), ids.size(), 0, ForwardOutputs{.all_logits = all.data()});
+      err_all = std::max(err_all, MaxRelativeError(all.data(), ref->data(), all.size()));
+    }
+    // Prefill 100, then one-token decode steps up to position 109.
+    double err_dec = 0;
+    {
+      KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
+      ForwardScratch s(dec.dims(), 32, kCtx);
+      std::vector<float> last(vocab);
+      dec.Forward(kv, s, ids.data(), 100, 0, ForwardOutputs{.last_logits = last.data()});
+      err_dec = MaxRelativeError(last.data(), ref->data() + size_t{99} * vocab, vocab);
+      for (size_t i = 100; i < ids.size(); ++i) {
+        dec.Forward(kv, s, &ids[i], 1, i, ForwardOutputs{.last_logits = last.data()});
+        err_dec = std::max(err_dec, MaxRelativeError(last.data(), ref->data() + i * vocab, vocab));
+      }
+    }
+    // How far scaling moves the logits (all positions; position 0 is
+    // unaffected by RoPE, the rest are).
+    const double vs_unscaled = MaxRelativeError(all.data(), plain_ref->data(), all.size());
+    std::printf(
+        "[ decoder  ] rope_scaling %s: rel err all-positions %.3g, decode steps %.3g; "
+        "differs from unscaled by %.3g\n",
+        c.name, err_all, err_dec, vs_unscaled);
+    EXPECT_LE(err_all, 1e-4) << c.name;
+    EXPECT_LE(err_dec, 1e-4) << c.name;
+    EXPECT_GT(vs_unscaled, 1e-2) << c.name << ": scaled logits match the unscaled model";
   }
 }
 

@@ -174,11 +174,14 @@ Status WriteTestModel(const std::string& dir, const TestModelSpec& s) {
                 " \"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d,"
                 " \"rms_norm_eps\": %g, \"rope_theta\": %g, \"max_position_embeddings\": %d,"
                 " \"tie_word_embeddings\": %s, \"bos_token_id\": 1, \"eos_token_id\": 2,"
-                " \"torch_dtype\": \"%s\"}\n",
+                " \"torch_dtype\": \"%s\"",
                 s.architecture.c_str(), s.hidden, s.inter, s.n_layers, s.n_heads, s.n_kv_heads,
                 s.head_dim, s.vocab, s.rms_norm_eps, s.rope_theta, s.max_position_embeddings,
                 s.tied ? "true" : "false", s.dtype == DType::kBF16 ? "bfloat16" : "float32");
-  return WriteFileAtomic(dir + "/config.json", buf);
+  std::string config = buf;
+  if (!s.rope_scaling_json.empty()) config += ", \"rope_scaling\": " + s.rope_scaling_json;
+  config += "}\n";
+  return WriteFileAtomic(dir + "/config.json", config);
 }
 
 }  // namespace arbiter::engine_internal

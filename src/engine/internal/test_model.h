@@ -28,6 +28,9 @@ struct TestModelSpec {
   float rope_theta = 10000.0f;
   float rms_norm_eps = 1e-5f;
   int max_position_embeddings = 512;
+  // JSON text written as config.json's "rope_scaling" value, e.g.
+  // R"({"rope_type": "linear", "factor": 4})" or "null"; empty omits the field.
+  std::string rope_scaling_json;
   DType dtype = DType::kF32;  // kF32 or kBF16
   uint64_t seed = 1;
   // Edits the tensor list before writing (drop or reshape tensors in tests).
