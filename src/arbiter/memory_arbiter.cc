@@ -1,68 +1,131 @@
-// MemoryArbiter (minimal): registry, single-flight loads, LRU eviction under
-// a byte budget.
+// MemoryArbiter: capabilities, roles, handles, swaps, evict-to-fit against
+// the MemoryLedger, pressure response, request queues, events.
 //
-// Each registered model has one Entry, whose state machine is:
+// Each (capability, model key) seen has one Entry (never deleted, so handles
+// may point at it). Its state machine:
 //
-//   kReady/kFailed --Acquire (this thread loads)--> kLoading
-//   kLoading --load ok--> kLoaded        --load error--> kFailed
-//   kLoaded --evicted (refcount 0)--> kReady
+//   kReady/kFailed --claim (one acquirer or preload)--> kLoading
+//   kLoading --load ok--> kLoaded         --load error--> kFailed
+//   kLoaded --evicted (swap|fit|pressure|idle|shutdown, refcount 0)--> kReady
 //
 // Invariants (all under mu_):
-//   - resident_bytes_ = Σ bytes of kLoaded entries;
-//     loading_bytes_  = Σ charged estimates of kLoading entries.
-//   - An entry with refcount > 0 is kLoaded and is never evicted.
-//   - At most one load per entry is in flight (state kLoading). Other
-//     acquirers wait on load_done_ for that attempt (load_attempt) and, when
-//     it failed, return its error; they never start a second load for the
-//     same attempt. The next Acquire after a failure starts a new attempt.
-//   - LRU order is a per-acquire sequence number (use_seq_), not wall time,
-//     so it is deterministic in tests.
+//   - role_members_[r] = entries of role r that are kLoading or kLoaded.
+//     Same-role conflicts are taken from it, so a load in flight is a
+//     conflict (defect 4), and a key is claimed only in a lock section that
+//     saw no conflict.
+//   - idle_lru_ / idle_by_role_ hold exactly the kLoaded entries with
+//     refcount 0 whose role is not text-target, keyed (last_used, priority,
+//     loaded_at, seq): begin() is the fit victim (no scan), and the begin()
+//     of the lowest non-empty role is the low-pressure victim. Held entries
+//     and text-target are never in them, hence never evicted by fit or
+//     pressure (defects 1, 2).
+//   - Every kLoading/kLoaded entry holds one MemoryCharge (owner = resident
+//     key): the estimate while loading, the measured bytes once loaded. The
+//     footprint is ledger_->charged_bytes(), which includes other owners.
+//   - held_count_ = Σ refcount; loading_count_ = #kLoading.
+//   - After every Acquire, footprint ≤ budget or no idle evictable entry is
+//     left (evict-to-fit also runs on the reuse path, since a best-effort
+//     load or another ledger owner can push the footprint over the budget).
 //
-// Slow work happens outside mu_ (STYLE.md rule 6): the load callable runs
-// unlocked, and evicted backends are moved into a local "graveyard" vector
-// under the lock and destroyed (freeing their memory) after it is released.
-// Logging happens after the lock is released too.
+// Slow work is outside mu_ (STYLE rule 6): load/unload/run callables,
+// listeners and logging. Evictions are decided under the lock (the charge is
+// released there so the fit loop sees it) and the unload callables run after
+// it (FinishUnloads), followed by model_unload and eviction events.
 //
-// Note [Over budget]
-// Before loading model M (charge c = its estimate, or the measured size of
-// its previous load), idle models are evicted LRU-first until
-// resident + loading + c ≤ budget. If that is impossible even after evicting
-// every idle model:
-//   - when some other model is pinned or loading, Acquire fails with
-//     kResourceExhausted naming M, c, the budget and what is held — nothing
-//     is evicted in that case (the caller may retry later: 503 Retry-After);
-//   - when nothing else is pinned or loading (M alone exceeds the whole
-//     budget), every idle model is evicted and M loads anyway, with a
-//     warning. This is ARCHITECTURE.md's "one exception": refusing would make
-//     the model unusable forever.
-// After a load, the charge becomes the measured size. If the measured size
-// pushed the total over the budget, idle models (not M) are evicted LRU-first
-// as far as possible; if still over, a warning is logged.
+// Note [Waits use real time]
+// The drain wait of a swap, Acquire deadlines and the shutdown bound are
+// std::chrono::steady_clock deadlines, never the injected Clock, so a frozen
+// SimulatedClock cannot turn them into hangs (defect 6). The injected clock
+// stamps last-used / loaded-at / events and drives the idle TTL.
+//
+// Note [Refusing over budget]
+// The reference is best effort: after evict-to-fit the load proceeds even if
+// it still does not fit. With options.refuse_over_budget (the server sets it,
+// docs/http-api.md `budget_exceeded`), an acquire that could not fit even
+// after evicting every idle victim fails with kResourceExhausted, evicting
+// nothing, whenever some handle is held or a load is in flight (the caller
+// retries later); when nothing is held the load proceeds as in the
+// reference (a model larger than the budget must stay usable).
+//
+// Note [Shutdown]
+// Shutdown refuses new work, stops the pressure source and the queues, then
+// waits (bounded) for loads in flight and held handles. It then unloads every
+// idle entry. A load that completes after the flag is set unloads its own
+// result and fails its waiters; a handle released after shutdown unloads its
+// entry at once. So no entry survives shutdown (defect 5), and held backends
+// are never freed under a holder.
 #include "arbiter/arbiter/memory_arbiter.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/arbiter/vision_embedding_cache.h"
 #include "arbiter/base/size.h"
 
 namespace arbiter {
+namespace {
+
+constexpr std::string_view kCapabilityNames[kCapabilityCount] = {
+    "text", "embedding", "vision-describe", "image-gen", "transcribe", "speak"};
+constexpr std::string_view kRoleNames[kResidentRoleCount] = {
+    "drafter", "emotion", "speaker-id", "vision", "embedding", "turn-detector",
+    "wake-word", "vad", "asr", "tts", "text-target"};
+constexpr int kRolePriorities[kResidentRoleCount] = {10, 15, 18, 20, 25, 28, 30, 35, 40, 50, 100};
+
+size_t Index(Capability c) { return static_cast<size_t>(c); }
+size_t Index(ResidentRole r) { return static_cast<size_t>(r); }
+
+std::chrono::steady_clock::time_point RealNow() { return std::chrono::steady_clock::now(); }
+
+}  // namespace
 
 std::string_view CapabilityName(Capability capability) {
-  switch (capability) {
-    case Capability::kText: return "text";
-    case Capability::kEmbedding: return "embedding";
-  }
-  return "unknown";
+  const size_t i = Index(capability);
+  return i < kCapabilityCount ? kCapabilityNames[i] : "unknown";
 }
 
 Result<Capability> ParseCapability(std::string_view name) {
-  if (name == "text") return Capability::kText;
-  if (name == "embedding") return Capability::kEmbedding;
+  for (size_t i = 0; i < kCapabilityCount; ++i) {
+    if (kCapabilityNames[i] == name) return static_cast<Capability>(i);
+  }
   return InvalidArgumentError(fmt::format(
-      "unknown capability \"{}\"; expected \"text\" or \"embedding\"", name));
+      "unknown capability \"{}\"; expected one of text, embedding, vision-describe, image-gen, "
+      "transcribe, speak",
+      name));
+}
+
+std::string_view ResidentRoleName(ResidentRole role) {
+  const size_t i = Index(role);
+  return i < kResidentRoleCount ? kRoleNames[i] : "unknown";
+}
+
+Result<ResidentRole> ParseResidentRole(std::string_view name) {
+  for (size_t i = 0; i < kResidentRoleCount; ++i) {
+    if (kRoleNames[i] == name) return static_cast<ResidentRole>(i);
+  }
+  return InvalidArgumentError(fmt::format("unknown resident role \"{}\"", name));
+}
+
+int ResidentRolePriority(ResidentRole role) { return kRolePriorities[Index(role)]; }
+
+ResidentRole DefaultRoleFor(Capability capability) {
+  switch (capability) {
+    case Capability::kText: return ResidentRole::kTextTarget;
+    case Capability::kEmbedding: return ResidentRole::kEmbedding;
+    case Capability::kVisionDescribe: return ResidentRole::kVision;
+    case Capability::kImageGen: return ResidentRole::kVision;
+    case Capability::kTranscribe: return ResidentRole::kAsr;
+    case Capability::kSpeak: return ResidentRole::kTts;
+  }
+  return ResidentRole::kTextTarget;
+}
+
+std::string ResidentKey(Capability capability, std::string_view model_key) {
+  return fmt::format("{}::{}", CapabilityName(capability), model_key);
 }
 
 std::string_view ModelStateName(ModelState state) {
@@ -75,23 +138,85 @@ std::string_view ModelStateName(ModelState state) {
   return "unknown";
 }
 
+std::string_view UnloadReasonName(UnloadReason reason) {
+  switch (reason) {
+    case UnloadReason::kSwap: return "swap";
+    case UnloadReason::kPressure: return "pressure";
+    case UnloadReason::kShutdown: return "shutdown";
+    case UnloadReason::kFit: return "fit";
+    case UnloadReason::kIdle: return "idle";
+  }
+  return "unknown";
+}
+
+std::string_view ArbiterEventTypeName(ArbiterEventType type) {
+  switch (type) {
+    case ArbiterEventType::kModelLoad: return "model_load";
+    case ArbiterEventType::kModelUnload: return "model_unload";
+    case ArbiterEventType::kMemoryPressure: return "memory_pressure";
+    case ArbiterEventType::kEviction: return "eviction";
+    case ArbiterEventType::kCapabilityRun: return "capability_run";
+  }
+  return "unknown";
+}
+
+struct MemoryArbiter::Registration {
+  CapabilityRegistration reg;
+  ResidentRole role = ResidentRole::kTextTarget;
+  int priority = 100;
+};
+
 struct MemoryArbiter::Entry {
-  ModelRegistration reg;
+  Registration* reg = nullptr;
+  std::string key;        // resident key
+  std::string model_key;
+  Capability capability = Capability::kText;
+  ResidentRole role = ResidentRole::kTextTarget;
+  int priority = 100;
   ModelState state = ModelState::kReady;
-  size_t bytes = 0;              // charge: estimate until measured
+  size_t bytes = 0;       // charge: estimate until measured
   bool measured = false;
-  size_t charged_loading = 0;    // bytes in loading_bytes_ while kLoading
-  std::shared_ptr<void> backend;
-  std::type_index type = typeid(void);
+  MemoryCharge charge;    // live while kLoading/kLoaded
+  LoadedBackend backend;
   int refcount = 0;
-  uint64_t last_used = 0;        // use_seq_ at the last acquire
-  uint64_t load_attempt = 0;     // number of the latest started load
-  Status last_error;             // of the latest finished load
-  // Stats.
+  int64_t loaded_at_ms = 0;
+  int64_t last_used_ms = 0;
+  bool idle_listed = false;
+  LruKey lru{};
+  uint64_t load_attempt = 0;
+  Status last_error;
   uint64_t loads = 0;
   uint64_t load_failures = 0;
   uint64_t evictions = 0;
   double last_load_ms = 0;
+};
+
+struct MemoryArbiter::Unloaded {
+  Registration* reg;
+  Capability capability;
+  std::string model_key;
+  LoadedBackend backend;
+  UnloadReason reason;
+  size_t bytes;
+};
+
+struct MemoryArbiter::Listeners {
+  Mutex mu;
+  uint64_t next_id GUARDED_BY(mu) = 1;
+  std::map<uint64_t, std::shared_ptr<ArbiterEventListener>> map GUARDED_BY(mu);
+};
+
+struct MemoryArbiter::Queue {
+  struct Item {
+    std::string model_key;
+    std::any payload;
+    std::stop_token stop;
+    std::promise<Result<std::any>> promise;
+  };
+  explicit Queue(Mutex* mu) : cv(mu) {}
+  CondVar cv;
+  std::deque<Item> items;  // guarded by queue_mu_
+  std::thread worker;
 };
 
 // ---------------------------------------------------------------------------
@@ -99,6 +224,7 @@ struct MemoryArbiter::Entry {
 
 ArbiterHandle::ArbiterHandle(ArbiterHandle&& other) noexcept
     : arbiter_(std::exchange(other.arbiter_, nullptr)),
+      entry_(std::exchange(other.entry_, nullptr)),
       model_(std::move(other.model_)),
       capability_(other.capability_),
       backend_(std::move(other.backend_)),
@@ -108,6 +234,7 @@ ArbiterHandle& ArbiterHandle::operator=(ArbiterHandle&& other) noexcept {
   if (this != &other) {
     Release();
     arbiter_ = std::exchange(other.arbiter_, nullptr);
+    entry_ = std::exchange(other.entry_, nullptr);
     model_ = std::move(other.model_);
     capability_ = other.capability_;
     backend_ = std::move(other.backend_);
@@ -119,317 +246,764 @@ ArbiterHandle& ArbiterHandle::operator=(ArbiterHandle&& other) noexcept {
 void ArbiterHandle::Release() {
   if (arbiter_ == nullptr) return;
   MemoryArbiter* arbiter = std::exchange(arbiter_, nullptr);
-  // Drop our reference to the backend first: if the arbiter unloads it on
-  // release (shutdown), its memory is freed by the arbiter's graveyard.
   backend_.reset();
-  arbiter->ReleaseRef(model_);
+  arbiter->ReleaseEntry(static_cast<MemoryArbiter::Entry*>(entry_));
+}
+
+Result<ArbiterHandle> ArbiterHandle::Retain() const {
+  if (arbiter_ == nullptr) {
+    return FailedPreconditionError(
+        fmt::format("cannot retain {}/{} after release", CapabilityName(capability_), model_));
+  }
+  return arbiter_->RetainEntry(static_cast<MemoryArbiter::Entry*>(entry_));
 }
 
 // ---------------------------------------------------------------------------
 // MemoryArbiter
 
 MemoryArbiter::MemoryArbiter(MemoryArbiterOptions options)
-    : budget_bytes_(options.budget_bytes),
-      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-      load_done_(&mu_) {}
+    : clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      owned_ledger_(options.ledger == nullptr ? std::make_unique<MemoryLedger>(options.budget_bytes)
+                                              : nullptr),
+      ledger_(options.ledger != nullptr ? options.ledger : owned_ledger_.get()),
+      pressure_source_(options.pressure_source),
+      vision_cache_(options.vision_cache),
+      options_(options),
+      changed_(&mu_),
+      reaper_cv_(&mu_),
+      listeners_(std::make_shared<Listeners>()) {}
 
 MemoryArbiter::~MemoryArbiter() {
-  std::vector<std::shared_ptr<void>> graveyard;
-  {
-    MutexLock l(&mu_);
-    for (auto& [name, e] : entries_) {
-      (void)name;
-      if (e->refcount > 0) {
-        spdlog::error("arbiter destroyed while model \"{}\" has {} handle(s)", e->reg.name,
-                      e->refcount);
-      }
-      if (e->backend) graveyard.push_back(std::move(e->backend));
-    }
+  Shutdown();
+  MutexLock l(&mu_);
+  if (held_count_ > 0) {
+    spdlog::error("arbiter destroyed with {} handle(s) outstanding", held_count_);
   }
-  graveyard.clear();
 }
 
-Status MemoryArbiter::Register(ModelRegistration registration) {
-  if (registration.name.empty()) {
-    return InvalidArgumentError("model registration has an empty name");
-  }
+Status MemoryArbiter::RegisterCapability(CapabilityRegistration registration) {
   if (!registration.load) {
-    return InvalidArgumentError(
-        fmt::format("model \"{}\" registered without a load function", registration.name));
+    return InvalidArgumentError(fmt::format("capability \"{}\" registered without a load function",
+                                            CapabilityName(registration.capability)));
   }
   MutexLock l(&mu_);
-  if (entries_.count(registration.name) > 0) {
-    return AlreadyExistsError(
-        fmt::format("model \"{}\" is already registered", registration.name));
+  auto& slot = regs_[Index(registration.capability)];
+  if (slot) {
+    return AlreadyExistsError(fmt::format("capability \"{}\" is already registered",
+                                          CapabilityName(registration.capability)));
   }
-  auto e = std::make_unique<Entry>();
-  e->bytes = registration.estimated_bytes;
-  e->reg = std::move(registration);
-  Entry* raw = e.get();
-  entries_.emplace(raw->reg.name, std::move(e));
-  order_.push_back(raw);
+  auto r = std::make_unique<Registration>();
+  r->role = registration.resident_role.value_or(DefaultRoleFor(registration.capability));
+  r->priority = ResidentRolePriority(r->role);
+  r->reg = std::move(registration);
+  slot = std::move(r);
+  for (const std::string& key : slot->reg.model_keys) FindOrCreateLocked(slot.get(), key);
   return OkStatus();
 }
 
+size_t MemoryArbiter::EstimateFor(const Registration& reg, const std::string& model_key) const {
+  if (reg.reg.estimate_bytes) return reg.reg.estimate_bytes(model_key);
+  return reg.reg.estimated_bytes;
+}
+
+MemoryArbiter::Entry* MemoryArbiter::FindOrCreateLocked(Registration* reg,
+                                                        std::string_view model_key) {
+  std::string key = ResidentKey(reg->reg.capability, model_key);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return it->second.get();
+  auto e = std::make_unique<Entry>();
+  e->reg = reg;
+  e->key = key;
+  e->model_key = std::string(model_key);
+  e->capability = reg->reg.capability;
+  e->role = reg->role;
+  e->priority = reg->priority;
+  e->bytes = EstimateFor(*reg, e->model_key);
+  Entry* raw = e.get();
+  entries_.emplace(std::move(key), std::move(e));
+  order_.push_back(raw);
+  return raw;
+}
+
+void MemoryArbiter::AddIdleLocked(Entry* e) {
+  if (e->idle_listed || e->role == ResidentRole::kTextTarget) return;
+  e->lru = LruKey{e->last_used_ms, e->priority, e->loaded_at_ms, ++seq_};
+  idle_lru_.emplace(e->lru, e);
+  idle_by_role_[Index(e->role)].emplace(e->lru, e);
+  e->idle_listed = true;
+}
+
+void MemoryArbiter::RemoveIdleLocked(Entry* e) {
+  if (!e->idle_listed) return;
+  idle_lru_.erase(e->lru);
+  idle_by_role_[Index(e->role)].erase(e->lru);
+  e->idle_listed = false;
+}
+
 ArbiterHandle MemoryArbiter::PinLocked(Entry* e) {
+  if (e->refcount == 0) RemoveIdleLocked(e);
   e->refcount++;
-  e->last_used = ++use_seq_;
+  held_count_++;
+  e->last_used_ms = clock_->NowMs();
   ArbiterHandle h;
   h.arbiter_ = this;
-  h.model_ = e->reg.name;
-  h.capability_ = e->reg.capability;
-  h.backend_ = e->backend;
-  h.type_ = e->type;
+  h.entry_ = e;
+  h.model_ = e->model_key;
+  h.capability_ = e->capability;
+  h.backend_ = e->backend.object;
+  h.type_ = e->backend.type;
   return h;
 }
 
-bool MemoryArbiter::EvictToFitLocked(size_t incoming, const Entry* except,
-                                     std::vector<std::shared_ptr<void>>* graveyard,
-                                     std::vector<std::string>* evicted) {
-  if (budget_bytes_ == 0) return true;
-  while (resident_bytes_ + loading_bytes_ + incoming > budget_bytes_) {
-    Entry* victim = nullptr;
-    for (Entry* e : order_) {
-      if (e == except || e->state != ModelState::kLoaded || e->refcount > 0) continue;
-      if (victim == nullptr || e->last_used < victim->last_used) victim = e;
-    }
-    if (victim == nullptr) return false;
-    resident_bytes_ -= victim->bytes;
-    graveyard->push_back(std::move(victim->backend));
-    victim->backend.reset();
-    victim->type = typeid(void);
-    victim->state = ModelState::kReady;
-    victim->evictions++;
-    evictions_++;
-    evicted->push_back(fmt::format("{} ({})", victim->reg.name, FormatSize(victim->bytes)));
-  }
-  return true;
+Result<ArbiterHandle> MemoryArbiter::RetainEntry(Entry* e) {
+  MutexLock l(&mu_);
+  e->refcount++;
+  held_count_++;
+  ArbiterHandle h;
+  h.arbiter_ = this;
+  h.entry_ = e;
+  h.model_ = e->model_key;
+  h.capability_ = e->capability;
+  h.backend_ = e->backend.object;
+  h.type_ = e->backend.type;
+  return h;
 }
 
-std::string MemoryArbiter::DescribeHeldLocked() const {
-  std::string out;
-  for (const Entry* e : order_) {
-    if (e->state == ModelState::kLoaded && e->refcount > 0) {
-      if (!out.empty()) out += ", ";
-      out += fmt::format("\"{}\" {} ({} handle(s))", e->reg.name, FormatSize(e->bytes),
-                         e->refcount);
-    } else if (e->state == ModelState::kLoading) {
-      if (!out.empty()) out += ", ";
-      out += fmt::format("\"{}\" {} (loading)", e->reg.name, FormatSize(e->charged_loading));
-    }
-  }
-  return out.empty() ? "nothing" : out;
-}
-
-Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_view name,
-                                             ArbiterDeadline deadline) {
-  std::vector<std::shared_ptr<void>> graveyard;
-  std::vector<std::string> evicted;
-  Entry* e = nullptr;
-  bool over_budget_alone = false;
-  size_t incoming = 0;
-
-  // Phase 1 (locked): reuse, wait for an in-flight load, or claim the load.
+void MemoryArbiter::ReleaseEntry(Entry* e) {
+  std::vector<Unloaded> unloaded;
   {
     MutexLock l(&mu_);
+    if (e->refcount <= 0) {
+      spdlog::error("arbiter: release of {} with refcount {}", e->key, e->refcount);
+      return;
+    }
+    e->refcount--;
+    held_count_--;
+    if (e->refcount == 0) {
+      if (e->state == ModelState::kLoaded) {
+        if (shutting_down_) {
+          EvictLocked(e, UnloadReason::kShutdown, &unloaded);
+        } else {
+          AddIdleLocked(e);
+        }
+      }
+      changed_.SignalAll();
+    }
+  }
+  if (!unloaded.empty()) FinishUnloads(&unloaded);
+}
+
+void MemoryArbiter::EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloaded>* out) {
+  RemoveIdleLocked(e);
+  role_members_[Index(e->role)].erase(e);
+  resident_bytes_ -= e->bytes;
+  e->charge.Release();
+  out->push_back(Unloaded{e->reg, e->capability, e->model_key, std::move(e->backend), reason,
+                          e->bytes});
+  e->backend = LoadedBackend{};
+  e->state = ModelState::kReady;
+  if (reason != UnloadReason::kShutdown) {
+    e->evictions++;
+    evictions_++;
+  }
+  changed_.SignalAll();
+}
+
+void MemoryArbiter::EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out) {
+  if (idle_lru_.empty()) return;  // no victim: skip the ledger lookups
+  const uint64_t budget = ledger_->budget_bytes();
+  if (budget == 0) return;
+  while (!idle_lru_.empty() && ledger_->charged_bytes() + incoming > budget) {
+    EvictLocked(idle_lru_.begin()->second, UnloadReason::kFit, out);
+  }
+}
+
+void MemoryArbiter::ClaimLocked(Entry* e, size_t incoming) {
+  e->state = ModelState::kLoading;
+  ++e->load_attempt;
+  role_members_[Index(e->role)].insert(e);
+  loading_count_++;
+  e->bytes = incoming;
+  loading_bytes_ += incoming;
+  e->charge = ledger_->Charge(e->key, e->reg->reg.charge_kind, incoming);
+}
+
+void MemoryArbiter::FinishUnloads(std::vector<Unloaded>* unloaded) {
+  for (Unloaded& u : *unloaded) {
+    if (u.reg->reg.unload && u.backend.object) {
+      try {
+        u.reg->reg.unload(u.backend);
+      } catch (const std::exception& ex) {
+        spdlog::error("arbiter: unload of {} threw: {}", ResidentKey(u.capability, u.model_key),
+                      ex.what());
+      } catch (...) {
+        spdlog::error("arbiter: unload of {} threw", ResidentKey(u.capability, u.model_key));
+      }
+    }
+    u.backend = LoadedBackend{};  // frees the object unless a handle still holds it
+    spdlog::info("arbiter: unloaded {} ({}, reason {})", ResidentKey(u.capability, u.model_key),
+                 FormatSize(u.bytes), UnloadReasonName(u.reason));
+    ArbiterEvent ev;
+    ev.type = ArbiterEventType::kModelUnload;
+    ev.capability = u.capability;
+    ev.model_key = u.model_key;
+    ev.reason = u.reason;
+    ev.at_ms = clock_->NowMs();
+    Emit(ev);
+    if (u.reason != UnloadReason::kShutdown) {
+      ev.type = ArbiterEventType::kEviction;
+      ev.estimated_bytes = u.bytes;
+      Emit(ev);
+    }
+  }
+  unloaded->clear();
+}
+
+void MemoryArbiter::Emit(const ArbiterEvent& event) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<ArbiterEventListener>>> copy;
+  {
+    MutexLock l(&listeners_->mu);
+    if (listeners_->map.empty()) return;
+    copy.assign(listeners_->map.begin(), listeners_->map.end());
+  }
+  for (auto& [id, fn] : copy) {
+    bool failed = false;
+    try {
+      (*fn)(event);
+    } catch (const std::exception& ex) {
+      failed = true;
+      spdlog::warn("arbiter: event listener threw ({}); removed", ex.what());
+    } catch (...) {
+      failed = true;
+      spdlog::warn("arbiter: event listener threw; removed");
+    }
+    if (failed) {
+      MutexLock l(&listeners_->mu);
+      listeners_->map.erase(id);
+    }
+  }
+}
+
+ArbiterEventSubscription MemoryArbiter::OnEvent(ArbiterEventListener listener) {
+  uint64_t id;
+  {
+    MutexLock l(&listeners_->mu);
+    id = listeners_->next_id++;
+    listeners_->map.emplace(id, std::make_shared<ArbiterEventListener>(std::move(listener)));
+  }
+  std::weak_ptr<Listeners> weak = listeners_;
+  return ArbiterEventSubscription([weak, id] {
+    if (auto ls = weak.lock()) {
+      MutexLock l(&ls->mu);
+      ls->map.erase(id);
+    }
+  });
+}
+
+Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_view model_key,
+                                             ArbiterDeadline deadline) {
+  std::vector<Unloaded> unloaded;
+  Entry* e = nullptr;
+  Status error;
+  std::optional<ArbiterHandle> reused;
+  {
+    MutexLock l(&mu_);
+    Registration* reg = regs_[Index(capability)].get();
+    if (reg == nullptr) {
+      return NotFoundError(
+          fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
+    }
+    std::optional<std::chrono::steady_clock::time_point> drain_deadline;
     for (;;) {
-      auto it = entries_.find(name);
-      if (it == entries_.end()) return NotFoundError(fmt::format("model \"{}\" not found", name));
-      e = it->second.get();
-      if (e->reg.capability != capability) {
-        return InvalidArgumentError(fmt::format(
-            "model \"{}\" has capability \"{}\", not \"{}\"", name,
-            CapabilityName(e->reg.capability), CapabilityName(capability)));
-      }
       if (shutting_down_) {
-        return UnavailableError(
-            fmt::format("arbiter is shutting down; cannot acquire model \"{}\"", name));
+        error = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
+                                             CapabilityName(capability)));
+        break;
       }
-      if (e->state == ModelState::kLoaded) return PinLocked(e);
+      if (level_ == MemoryPressureLevel::kCritical && capability != Capability::kText) {
+        error = UnavailableError(fmt::format(
+            "memory pressure is critical; refusing to load capability \"{}\". Free RAM and retry.",
+            CapabilityName(capability)));
+        break;
+      }
+      e = FindOrCreateLocked(reg, model_key);
+      if (e->state == ModelState::kLoaded) {
+        reused = PinLocked(e);
+        // An earlier best-effort load (or another ledger owner) may have left
+        // the footprint over budget while idle victims now exist.
+        EvictToFitLocked(0, &unloaded);
+        break;
+      }
       if (e->state == ModelState::kLoading) {
-        const uint64_t waiting_for = e->load_attempt;
-        while (e->state == ModelState::kLoading && e->load_attempt == waiting_for) {
-          if (!load_done_.WaitUntil(deadline) &&
-              e->state == ModelState::kLoading && e->load_attempt == waiting_for) {
-            return DeadlineExceededError(fmt::format(
-                "deadline passed while waiting for model \"{}\" to load; the load "
-                "continues, retry later",
-                name));
+        const uint64_t attempt = e->load_attempt;
+        if (!changed_.WaitUntil(deadline) && RealNow() >= deadline &&
+            e->state == ModelState::kLoading) {
+          error = DeadlineExceededError(fmt::format(
+              "deadline passed while waiting for {} to load; the load continues, retry later",
+              e->key));
+          break;
+        }
+        if (e->state == ModelState::kFailed && e->load_attempt == attempt) {
+          error = e->last_error;
+          break;
+        }
+        continue;
+      }
+      // Same-role conflicts, loads in flight included (defect 4).
+      Entry* conflict = nullptr;
+      if (reg->reg.swap_same_role) {
+        for (Entry* o : role_members_[Index(e->role)]) {
+          if (o != e) {
+            conflict = o;
+            break;
           }
         }
-        if (e->load_attempt == waiting_for && e->state == ModelState::kFailed) {
-          return e->last_error;
-        }
-        continue;  // loaded (reuse) or evicted meanwhile (load again)
       }
-      break;  // kReady or kFailed: this thread loads.
-    }
-
-    incoming = e->bytes;
-    if (budget_bytes_ != 0 && resident_bytes_ + loading_bytes_ + incoming > budget_bytes_) {
-      size_t idle_bytes = 0;
-      bool others_busy = loading_bytes_ > 0;
-      for (const Entry* o : order_) {
-        if (o->state == ModelState::kLoaded) {
-          if (o->refcount == 0) {
-            idle_bytes += o->bytes;
-          } else {
-            others_busy = true;
+      if (conflict != nullptr) {
+        if (conflict->state == ModelState::kLoaded && conflict->refcount == 0) {
+          EvictLocked(conflict, UnloadReason::kSwap, &unloaded);
+          continue;
+        }
+        // Note [Waits use real time].
+        if (!drain_deadline) {
+          drain_deadline = RealNow() + std::chrono::milliseconds(options_.drain_timeout_ms);
+        }
+        const auto until = std::min(deadline, *drain_deadline);
+        changed_.WaitUntil(until);
+        if (RealNow() >= until) {
+          // Re-check: the conflict may have drained exactly now.
+          bool still = role_members_[Index(e->role)].count(conflict) > 0 &&
+                       !(conflict->state == ModelState::kLoaded && conflict->refcount == 0);
+          if (still) {
+            if (until == *drain_deadline) {
+              error = DeadlineExceededError(fmt::format(
+                  "timeout waiting for {}/{} to drain (refcount={}); refusing to swap mid-flight",
+                  CapabilityName(conflict->capability), conflict->model_key, conflict->refcount));
+            } else {
+              error = DeadlineExceededError(fmt::format(
+                  "deadline passed while waiting for {} to drain before loading {}",
+                  conflict->key, e->key));
+            }
+            break;
           }
-        } else if (o->state == ModelState::kLoading) {
-          others_busy = true;
+        }
+        continue;
+      }
+      const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
+      if (options_.refuse_over_budget && (held_count_ > 0 || loading_count_ > 0)) {
+        // Note [Refusing over budget]: fail without evicting when even
+        // evicting every idle victim would not make room.
+        const uint64_t budget = ledger_->budget_bytes();
+        uint64_t idle_bytes = 0;
+        for (const auto& [lru, o] : idle_lru_) idle_bytes += o->bytes;
+        const uint64_t charged = ledger_->charged_bytes();
+        if (budget != 0 && charged - std::min(charged, idle_bytes) + incoming > budget) {
+          std::string held;
+          for (const Entry* o : order_) {
+            if (o->refcount > 0 || o->state == ModelState::kLoading) {
+              if (!held.empty()) held += ", ";
+              held += o->refcount > 0
+                          ? fmt::format("\"{}\" {} ({} handle(s))", o->model_key,
+                                        FormatSize(o->bytes), o->refcount)
+                          : fmt::format("\"{}\" {} (loading)", o->model_key, FormatSize(o->bytes));
+            }
+          }
+          error = ResourceExhaustedError(fmt::format(
+              "cannot load model \"{}\" ({}): the memory budget is {} and {} is held by "
+              "requests in flight; retry when they finish, or raise [memory] budget",
+              e->model_key, FormatSize(incoming), FormatSize(budget),
+              held.empty() ? std::string("memory of other owners") : held));
+          break;
         }
       }
-      const size_t after_evicting = resident_bytes_ + loading_bytes_ - idle_bytes + incoming;
-      if (after_evicting > budget_bytes_ && others_busy) {
-        return ResourceExhaustedError(fmt::format(
-            "cannot load model \"{}\" ({}): the memory budget is {} and {} is held by "
-            "requests in flight; retry when they finish, or raise [memory] budget",
-            name, FormatSize(incoming), FormatSize(budget_bytes_), DescribeHeldLocked()));
-      }
-      over_budget_alone = after_evicting > budget_bytes_;
-      EvictToFitLocked(incoming, e, &graveyard, &evicted);
+      EvictToFitLocked(incoming, &unloaded);
+      ClaimLocked(e, incoming);
+      break;
     }
-    e->state = ModelState::kLoading;
-    ++e->load_attempt;
-    e->charged_loading = incoming;
-    loading_bytes_ += incoming;
   }
+  if (!unloaded.empty()) FinishUnloads(&unloaded);
+  if (reused) return std::move(*reused);
+  if (!error.ok()) return error;
+  return LoadClaimed(e, /*pin=*/true);
+}
 
-  // Phase 2 (unlocked): free victims, log, load.
-  graveyard.clear();
-  for (const std::string& v : evicted) {
-    spdlog::info("arbiter: evicted idle model {} to make room for \"{}\"", v, name);
-  }
-  if (over_budget_alone) {
-    spdlog::warn(
-        "arbiter: model \"{}\" ({}) is larger than the whole memory budget ({}); loading it "
-        "anyway with nothing else resident",
-        name, FormatSize(incoming), FormatSize(budget_bytes_));
-  }
+Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
   const int64_t t0 = clock_->NowNs();
   Result<LoadedBackend> loaded = InternalError("load not run");
   try {
-    loaded = e->reg.load();
+    loaded = e->reg->reg.load(e->model_key);
   } catch (const std::exception& ex) {
     loaded = InternalError(fmt::format("load threw an exception: {}", ex.what()));
   } catch (...) {
     loaded = InternalError("load threw an unknown exception");
   }
   const double load_ms = static_cast<double>(clock_->NowNs() - t0) / 1e6;
-  if (loaded.ok() && !loaded->object) {
-    loaded = InternalError("load returned no backend");
-  }
+  if (loaded.ok() && !loaded->object) loaded = InternalError("load returned no backend");
 
-  // Phase 3 (locked): publish the outcome and wake waiters.
+  std::vector<Unloaded> unloaded;
   Result<ArbiterHandle> out = InternalError("unreachable");
-  std::vector<std::string> evicted_after;
-  size_t measured = 0, total_after = 0;
+  bool published = false;
+  size_t bytes = 0;
   {
     MutexLock l(&mu_);
-    loading_bytes_ -= e->charged_loading;
-    e->charged_loading = 0;
+    loading_count_--;
+    loading_bytes_ -= e->bytes;
     e->last_load_ms = load_ms;
+    bytes = e->bytes;
     if (loaded.ok()) {
       LoadedBackend b = std::move(loaded).value();
-      e->state = ModelState::kLoaded;
-      e->backend = std::move(b.object);
-      e->type = b.type;
       if (b.resident_bytes > 0) {
         e->bytes = b.resident_bytes;
         e->measured = true;
+        e->charge.ForceResize(e->bytes);  // estimate → measured
       }
-      measured = e->bytes;
+      e->state = ModelState::kLoaded;
+      e->backend = std::move(b);
       e->last_error = OkStatus();
       e->loads++;
       loads_++;
       resident_bytes_ += e->bytes;
-      if (budget_bytes_ != 0 && resident_bytes_ + loading_bytes_ > budget_bytes_) {
-        EvictToFitLocked(0, e, &graveyard, &evicted_after);
+      bytes = e->bytes;
+      e->loaded_at_ms = clock_->NowMs();
+      e->last_used_ms = e->loaded_at_ms;
+      if (shutting_down_) {
+        // Note [Refusing over budget]
+// The reference is best effort: after evict-to-fit the load proceeds even if
+// it still does not fit. With options.refuse_over_budget (the server sets it,
+// docs/http-api.md `budget_exceeded`), an acquire that could not fit even
+// after evicting every idle victim fails with kResourceExhausted, evicting
+// nothing, whenever some handle is held or a load is in flight (the caller
+// retries later); when nothing is held the load proceeds as in the
+// reference (a model larger than the budget must stay usable).
+//
+// Note [Shutdown]: a load finishing after shutdown unloads itself.
+        EvictLocked(e, UnloadReason::kShutdown, &unloaded);
+        out = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
+                                           CapabilityName(e->capability)));
+      } else {
+        published = true;
+        if (pin) {
+          out = PinLocked(e);
+        } else {
+          AddIdleLocked(e);
+          out = ArbiterHandle();
+        }
+        // The measured size may exceed the estimate: make room again.
+        EvictToFitLocked(0, &unloaded);
       }
-      total_after = resident_bytes_ + loading_bytes_;
-      out = PinLocked(e);
     } else {
+      role_members_[Index(e->role)].erase(e);
+      e->charge.Release();
       e->state = ModelState::kFailed;
-      e->last_error = loaded.status().WithPrefix(fmt::format("model \"{}\" failed to load", name));
+      e->last_error =
+          loaded.status().WithPrefix(fmt::format("model \"{}\" failed to load", e->model_key));
       e->load_failures++;
       load_failures_++;
       out = e->last_error;
     }
-    load_done_.SignalAll();
+    changed_.SignalAll();
   }
-
-  graveyard.clear();
-  if (out.ok()) {
-    spdlog::info("arbiter: loaded model \"{}\" ({}) in {:.0f} ms", name, FormatSize(measured),
-                 load_ms);
-    for (const std::string& v : evicted_after) {
-      spdlog::info("arbiter: evicted idle model {} after \"{}\" measured larger than estimated",
-                   v, name);
-    }
-    if (budget_bytes_ != 0 && total_after > budget_bytes_) {
-      spdlog::warn("arbiter: {} resident, over the {} budget (every other model is in use)",
-                   FormatSize(total_after), FormatSize(budget_bytes_));
-    }
-  } else {
+  if (published) {
+    spdlog::info("arbiter: loaded {} ({}) in {:.0f} ms", e->key, FormatSize(bytes), load_ms);
+    ArbiterEvent ev;
+    ev.type = ArbiterEventType::kModelLoad;
+    ev.capability = e->capability;
+    ev.model_key = e->model_key;
+    ev.load_ms = load_ms;
+    ev.at_ms = clock_->NowMs();
+    Emit(ev);
+  } else if (!out.ok()) {
     spdlog::error("arbiter: {}", out.status().message());
+  }
+  if (!unloaded.empty()) FinishUnloads(&unloaded);
+  return out;
+}
+
+bool MemoryArbiter::Preload(Capability capability, std::string_view model_key) {
+  Entry* e = nullptr;
+  {
+    MutexLock l(&mu_);
+    Registration* reg = regs_[Index(capability)].get();
+    const uint64_t budget = ledger_->budget_bytes();
+    if (reg == nullptr || shutting_down_ || level_ != MemoryPressureLevel::kNominal ||
+        budget == 0) {
+      return false;
+    }
+    e = FindOrCreateLocked(reg, model_key);
+    if (e->state == ModelState::kLoaded) {
+      const bool listed = e->idle_listed;
+      RemoveIdleLocked(e);
+      e->last_used_ms = clock_->NowMs();
+      if (listed) AddIdleLocked(e);
+      return true;
+    }
+    if (e->state == ModelState::kLoading) return false;
+    const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
+    if (incoming == 0 || ledger_->charged_bytes() + incoming > budget) return false;
+    // Defect 7: a same-role conflict would need a swap; preload never evicts.
+    if (reg->reg.swap_same_role && !role_members_[Index(e->role)].empty()) return false;
+    ClaimLocked(e, incoming);
+  }
+  return LoadClaimed(e, /*pin=*/false).ok();
+}
+
+void MemoryArbiter::HandlePressure(const MemoryPressureEvent& event) {
+  std::vector<Unloaded> unloaded;
+  {
+    MutexLock l(&mu_);
+    level_ = event.level;
+    if (event.level == MemoryPressureLevel::kLow) {
+      // Lowest-priority role with an idle entry; text-target is never listed
+      // (defect 1) and held entries are skipped by construction (defect 2).
+      for (auto& by_role : idle_by_role_) {
+        if (!by_role.empty()) {
+          EvictLocked(by_role.begin()->second, UnloadReason::kPressure, &unloaded);
+          break;
+        }
+      }
+    } else if (event.level == MemoryPressureLevel::kCritical) {
+      for (auto& by_role : idle_by_role_) {
+        while (!by_role.empty()) {
+          EvictLocked(by_role.begin()->second, UnloadReason::kPressure, &unloaded);
+        }
+      }
+    }
+  }
+  ArbiterEvent ev;
+  ev.type = ArbiterEventType::kMemoryPressure;
+  ev.level = event.level;
+  ev.source = event.source;
+  ev.free_bytes = event.free_bytes;
+  ev.at_ms = clock_->NowMs();
+  Emit(ev);
+  if (event.level != MemoryPressureLevel::kNominal) {
+    if (vision_cache_ != nullptr) vision_cache_->PurgeExpired();
+    spdlog::warn("arbiter: memory pressure {} from {}; unloading {} idle model(s)",
+                 MemoryPressureLevelName(event.level), event.source, unloaded.size());
+  }
+  if (!unloaded.empty()) FinishUnloads(&unloaded);
+}
+
+size_t MemoryArbiter::ReapIdle() {
+  std::vector<Unloaded> unloaded;
+  {
+    MutexLock l(&mu_);
+    const int64_t now = clock_->NowMs();
+    for (Entry* e : order_) {
+      const auto& ttl = e->reg->reg.idle_ttl_ms;
+      if (ttl && e->state == ModelState::kLoaded && e->refcount == 0 &&
+          now - e->last_used_ms >= *ttl) {
+        EvictLocked(e, UnloadReason::kIdle, &unloaded);
+      }
+    }
+  }
+  const size_t n = unloaded.size();
+  if (n > 0) FinishUnloads(&unloaded);
+  return n;
+}
+
+void MemoryArbiter::ReaperLoop() {
+  for (;;) {
+    {
+      MutexLock l(&mu_);
+      if (reaper_stop_) return;
+      reaper_cv_.WaitUntil(RealNow() + std::chrono::milliseconds(options_.idle_check_interval_ms));
+      if (reaper_stop_) return;
+    }
+    ReapIdle();
+  }
+}
+
+Status MemoryArbiter::Start() {
+  {
+    MutexLock l(&mu_);
+    if (shutting_down_) return FailedPreconditionError("cannot start after shutdown");
+    if (started_) return OkStatus();
+    started_ = true;
+    reaper_stop_ = false;
+  }
+  MutexLock lc(&lifecycle_mu_);
+  if (pressure_source_ != nullptr) {
+    Status s = pressure_source_->Start();
+    if (!s.ok()) {
+      MutexLock l(&mu_);
+      started_ = false;
+      return s;
+    }
+    pressure_sub_ =
+        pressure_source_->Subscribe([this](const MemoryPressureEvent& ev) { HandlePressure(ev); });
+  }
+  if (options_.idle_check_interval_ms > 0) reaper_ = std::thread([this] { ReaperLoop(); });
+  return OkStatus();
+}
+
+void MemoryArbiter::Stop() {
+  {
+    MutexLock l(&mu_);
+    if (!started_) return;
+    started_ = false;
+    reaper_stop_ = true;
+    reaper_cv_.SignalAll();
+  }
+  MutexLock lc(&lifecycle_mu_);
+  pressure_sub_.Reset();
+  if (pressure_source_ != nullptr) pressure_source_->Stop();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+void MemoryArbiter::Shutdown() {
+  {
+    MutexLock l(&mu_);
+    shutting_down_ = true;
+    changed_.SignalAll();
+  }
+  Stop();
+  // Close the queues and join their workers (pending items fail).
+  std::vector<std::thread> workers;
+  {
+    MutexLock l(&queue_mu_);
+    queues_closed_ = true;
+    for (auto& q : queues_) {
+      if (q) {
+        q->cv.SignalAll();
+        if (q->worker.joinable()) workers.push_back(std::move(q->worker));
+      }
+    }
+  }
+  for (std::thread& t : workers) t.join();
+  std::vector<Unloaded> unloaded;
+  {
+    MutexLock l(&mu_);
+    const auto until = RealNow() + std::chrono::milliseconds(options_.shutdown_timeout_ms);
+    while ((loading_count_ > 0 || held_count_ > 0) && RealNow() < until) {
+      changed_.WaitUntil(until);
+    }
+    for (Entry* e : order_) {
+      if (e->state == ModelState::kLoaded && e->refcount == 0) {
+        EvictLocked(e, UnloadReason::kShutdown, &unloaded);
+      }
+    }
+    if (loading_count_ > 0 || held_count_ > 0) {
+      spdlog::warn("arbiter: shutdown bound passed with {} load(s) in flight and {} handle(s) "
+                   "held; they unload when they finish",
+                   loading_count_, held_count_);
+    }
+  }
+  if (!unloaded.empty()) FinishUnloads(&unloaded);
+}
+
+std::future<Result<std::any>> MemoryArbiter::Request(Capability capability, std::string model_key,
+                                                     std::any payload, std::stop_token stop) {
+  Queue::Item item{std::move(model_key), std::move(payload), std::move(stop), {}};
+  std::future<Result<std::any>> f = item.promise.get_future();
+  MutexLock l(&queue_mu_);
+  if (queues_closed_) {
+    item.promise.set_value(UnavailableError(fmt::format(
+        "arbiter is shutting down; cannot acquire {}", CapabilityName(capability))));
+    return f;
+  }
+  auto& q = queues_[Index(capability)];
+  if (!q) {
+    q = std::make_unique<Queue>(&queue_mu_);
+    Queue* raw = q.get();
+    q->worker = std::thread([this, raw, capability] { QueueWorker(raw, capability); });
+  }
+  q->items.push_back(std::move(item));
+  q->cv.Signal();
+  return f;
+}
+
+void MemoryArbiter::QueueWorker(Queue* q, Capability capability) {
+  for (;;) {
+    Queue::Item item;
+    {
+      MutexLock l(&queue_mu_);
+      while (q->items.empty() && !queues_closed_) q->cv.Wait();
+      if (queues_closed_) {
+        for (Queue::Item& rest : q->items) {
+          rest.promise.set_value(UnavailableError(fmt::format(
+              "arbiter is shutting down; cannot acquire {}", CapabilityName(capability))));
+        }
+        q->items.clear();
+        return;
+      }
+      item = std::move(q->items.front());
+      q->items.pop_front();
+    }
+    if (item.stop.stop_requested()) {
+      item.promise.set_value(CancelledError(fmt::format(
+          "request for {} was cancelled before it ran", ResidentKey(capability, item.model_key))));
+      continue;
+    }
+    Result<ArbiterHandle> h = Acquire(capability, item.model_key,
+                                      Deadline(std::chrono::milliseconds(
+                                          options_.request_acquire_timeout_ms)));
+    if (!h.ok()) {
+      item.promise.set_value(h.status());
+      continue;
+    }
+    const Registration* reg;
+    {
+      MutexLock l(&mu_);
+      reg = regs_[Index(capability)].get();
+    }
+    Result<std::any> result = FailedPreconditionError(
+        fmt::format("capability \"{}\" has no run function", CapabilityName(capability)));
+    const int64_t t0 = clock_->NowNs();
+    if (reg->reg.run) {
+      try {
+        result = reg->reg.run(*h, item.payload);
+      } catch (const std::exception& ex) {
+        result = InternalError(fmt::format("run threw an exception: {}", ex.what()));
+      } catch (...) {
+        result = InternalError("run threw an unknown exception");
+      }
+    }
+    ArbiterEvent ev;
+    ev.type = ArbiterEventType::kCapabilityRun;
+    ev.capability = capability;
+    ev.model_key = item.model_key;
+    ev.run_ms = static_cast<double>(clock_->NowNs() - t0) / 1e6;
+    ev.at_ms = clock_->NowMs();
+    h->Release();
+    Emit(ev);
+    item.promise.set_value(std::move(result));
+  }
+}
+
+std::vector<ResidentEntryInfo> MemoryArbiter::ResidentSnapshot() const {
+  MutexLock l(&mu_);
+  std::vector<ResidentEntryInfo> out;
+  for (const Entry* e : order_) {
+    if (e->state != ModelState::kLoaded) continue;
+    out.push_back(ResidentEntryInfo{e->key, e->capability, e->model_key, e->role, e->bytes,
+                                    e->refcount, e->loaded_at_ms, e->last_used_ms});
   }
   return out;
 }
 
-void MemoryArbiter::ReleaseRef(const std::string& name) {
-  std::shared_ptr<void> unloaded;
-  {
-    MutexLock l(&mu_);
-    auto it = entries_.find(name);
-    if (it == entries_.end()) return;
-    Entry* e = it->second.get();
-    if (e->refcount <= 0) {
-      spdlog::error("arbiter: release of model \"{}\" with refcount {}", name, e->refcount);
-      return;
-    }
-    e->refcount--;
-    if (e->refcount == 0 && shutting_down_ && e->state == ModelState::kLoaded) {
-      resident_bytes_ -= e->bytes;
-      unloaded = std::move(e->backend);
-      e->backend.reset();
-      e->state = ModelState::kReady;
-    }
-  }
-  unloaded.reset();  // outside the lock
-}
-
-void MemoryArbiter::Shutdown() {
-  std::vector<std::shared_ptr<void>> graveyard;
-  {
-    MutexLock l(&mu_);
-    shutting_down_ = true;
-    for (Entry* e : order_) {
-      if (e->state == ModelState::kLoaded && e->refcount == 0) {
-        resident_bytes_ -= e->bytes;
-        graveyard.push_back(std::move(e->backend));
-        e->backend.reset();
-        e->state = ModelState::kReady;
-      }
-    }
-    load_done_.SignalAll();
-  }
-  graveyard.clear();
+MemoryPressureLevel MemoryArbiter::CurrentPressureLevel() const {
+  MutexLock l(&mu_);
+  return level_;
 }
 
 ArbiterStats MemoryArbiter::Stats() const {
   MutexLock l(&mu_);
   ArbiterStats s;
-  s.budget_bytes = budget_bytes_;
+  s.budget_bytes = static_cast<size_t>(ledger_->budget_bytes());
+  s.charged_bytes = static_cast<size_t>(ledger_->charged_bytes());
   s.resident_bytes = resident_bytes_;
   s.loading_bytes = loading_bytes_;
   s.loads = loads_;
   s.load_failures = load_failures_;
   s.evictions = evictions_;
+  s.pressure = level_;
   for (const Entry* e : order_) {
     ModelStats m;
-    m.name = e->reg.name;
-    m.capability = e->reg.capability;
+    m.name = e->model_key;
+    m.resident_key = e->key;
+    m.capability = e->capability;
+    m.role = e->role;
     m.state = e->state;
     m.bytes = e->bytes;
     m.bytes_measured = e->measured;

@@ -1,8 +1,11 @@
+// Tests for MemoryArbiter: the reference test list (seed-arbiter-and-precache.md
+// §1.6) and the eight corrected defects (§1.7). Waits are bounded ("fuses").
 #include "arbiter/arbiter/memory_arbiter.h"
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,377 +15,746 @@
 namespace arbiter {
 namespace {
 
-using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+constexpr size_t kMB = 1 << 20;
 
-// A fake backend: a named object whose destruction is counted.
-struct FakeBackend {
-  explicit FakeBackend(std::string n, std::atomic<int>* live) : name(std::move(n)), live(live) {
-    live->fetch_add(1);
-  }
-  ~FakeBackend() { live->fetch_sub(1); }
-  std::string name;
-  std::atomic<int>* live;
+struct Fake {
+  std::string key;
 };
 
-// A gate a load can block on; tests open it explicitly (a test "fuse": every
-// wait has a deadline so a bug fails instead of hanging).
-class Gate {
- public:
-  void Open() {
-    std::lock_guard<std::mutex> l(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  bool Wait() {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, std::chrono::seconds(10), [&] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
-
+// Records loads/unloads and events; registers fake capabilities.
 class ArbiterTest : public ::testing::Test {
  protected:
-  // Registers `name` whose load counts calls, optionally waits on `gate`,
-  // and fails while `fail` is set.
-  ModelRegistration Fake(const std::string& name, size_t estimate, size_t measured = 0,
-                         Gate* gate = nullptr, std::atomic<bool>* fail = nullptr) {
-    ModelRegistration r;
-    r.name = name;
-    r.capability = Capability::kText;
-    r.estimated_bytes = estimate;
-    r.load = [this, name, measured, gate, fail]() -> Result<LoadedBackend> {
-      load_calls_.fetch_add(1);
-      if (gate != nullptr && !gate->Wait()) return InternalError("test gate timed out");
-      if (fail != nullptr && fail->load()) return DataLossError("model.safetensors is truncated");
-      return LoadedBackend::Of(std::make_shared<FakeBackend>(name, &live_), measured);
+  CapabilityRegistration Reg(Capability cap, size_t estimate_mb = 0, int load_delay_ms = 0) {
+    CapabilityRegistration r;
+    r.capability = cap;
+    r.estimated_bytes = estimate_mb * kMB;
+    r.load = [this, cap, load_delay_ms](const std::string& key) -> Result<LoadedBackend> {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        loaded_.push_back(key);
+      }
+      load_calls_++;
+      if (load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(load_delay_ms));
+      if (fail_load_) return DataLossError("weights truncated");
+      return LoadedBackend::Of(std::make_shared<Fake>(Fake{std::string(CapabilityName(cap)) + ":" + key}), 0);
+    };
+    r.unload = [this](const LoadedBackend& b) {
+      std::lock_guard<std::mutex> l(mu_);
+      unloaded_.push_back(static_cast<Fake*>(b.object.get())->key);
+    };
+    r.run = [](const ArbiterHandle& h, std::any& req) -> Result<std::any> {
+      const std::string s = std::any_cast<std::string>(req);
+      if (s == "fail") return InternalError("run failed");
+      if (s == "slow") std::this_thread::sleep_for(30ms);
+      return std::any(h.backend<Fake>()->key + "|" + s);
     };
     return r;
   }
-
-  static ModelState StateOf(const ArbiterStats& s, const std::string& name) {
-    for (const auto& m : s.models) {
-      if (m.name == name) return m.state;
+  void Listen(MemoryArbiter& a) {
+    sub_ = a.OnEvent([this](const ArbiterEvent& e) {
+      std::lock_guard<std::mutex> l(mu_);
+      events_.push_back(e);
+    });
+  }
+  std::vector<ArbiterEvent> Events(ArbiterEventType t) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<ArbiterEvent> out;
+    for (const auto& e : events_) {
+      if (e.type == t) out.push_back(e);
     }
-    return ModelState::kFailed;
+    return out;
+  }
+  std::vector<std::string> Unloaded() {
+    std::lock_guard<std::mutex> l(mu_);
+    return unloaded_;
+  }
+  std::vector<std::string> Loaded() {
+    std::lock_guard<std::mutex> l(mu_);
+    return loaded_;
+  }
+  static bool Resident(MemoryArbiter& a, const std::string& key) {
+    for (const auto& r : a.ResidentSnapshot()) {
+      if (r.resident_key == key) return true;
+    }
+    return false;
+  }
+  static ArbiterHandle Get(MemoryArbiter& a, Capability c, const std::string& k) {
+    auto h = a.Acquire(c, k, Deadline(5s));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    return h.ok() ? std::move(h).value() : ArbiterHandle();
   }
 
+  std::mutex mu_;
+  std::vector<std::string> loaded_, unloaded_;
+  std::vector<ArbiterEvent> events_;
   std::atomic<int> load_calls_{0};
-  std::atomic<int> live_{0};
+  std::atomic<bool> fail_load_{false};
+  ArbiterEventSubscription sub_;
 };
 
-TEST_F(ArbiterTest, AcquireLoadsOnceThenReuses) {
-  MemoryArbiter arb;
-  ASSERT_TRUE(arb.Register(Fake("a", 100)).ok());
-  {
-    auto h1 = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(1000)));
-    ASSERT_TRUE(h1.ok()) << h1.status().ToString();
-    auto h2 = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(1000)));
-    ASSERT_TRUE(h2.ok());
-    EXPECT_EQ(h1->backend<FakeBackend>(), h2->backend<FakeBackend>());
-    EXPECT_EQ(h1->backend<FakeBackend>()->name, "a");
-    EXPECT_EQ(h1->backend<int>(), nullptr);  // wrong type → nullptr
-    EXPECT_EQ(arb.Stats().models[0].refcount, 2);
+TEST(ArbiterTables, RolesCapabilitiesAndKeys) {
+  EXPECT_EQ(ResidentRolePriority(ResidentRole::kDrafter), 10);
+  EXPECT_EQ(ResidentRolePriority(ResidentRole::kVision), 20);
+  EXPECT_EQ(ResidentRolePriority(ResidentRole::kEmbedding), 25);
+  EXPECT_EQ(ResidentRolePriority(ResidentRole::kTts), 50);
+  EXPECT_EQ(ResidentRolePriority(ResidentRole::kTextTarget), 100);
+  EXPECT_EQ(DefaultRoleFor(Capability::kImageGen), ResidentRole::kVision);
+  EXPECT_EQ(DefaultRoleFor(Capability::kTranscribe), ResidentRole::kAsr);
+  EXPECT_EQ(ResidentKey(Capability::kVisionDescribe, "qwen"), "vision-describe::qwen");
+  for (size_t i = 0; i < kCapabilityCount; ++i) {
+    auto c = static_cast<Capability>(i);
+    EXPECT_EQ(*ParseCapability(CapabilityName(c)), c);
   }
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(load_calls_.load(), 1);
-  EXPECT_EQ(s.models[0].refcount, 0);
-  EXPECT_EQ(s.models[0].state, ModelState::kLoaded);  // release never unloads
-  EXPECT_EQ(s.resident_bytes, 100u);
-  EXPECT_EQ(s.loads, 1u);
-}
-
-TEST_F(ArbiterTest, RegistrationErrors) {
-  MemoryArbiter arb;
-  ASSERT_TRUE(arb.Register(Fake("a", 1)).ok());
-  Status dup = arb.Register(Fake("a", 1));
-  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
-  EXPECT_NE(dup.message().find("\"a\" is already registered"), std::string::npos);
-  EXPECT_EQ(arb.Register(Fake("", 1)).code(), StatusCode::kInvalidArgument);
-
-  auto missing = arb.Acquire(Capability::kText, "nope", Deadline(milliseconds(100)));
-  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), "model \"nope\" not found");
-  auto wrong_cap = arb.Acquire(Capability::kEmbedding, "a", Deadline(milliseconds(100)));
-  EXPECT_EQ(wrong_cap.status().code(), StatusCode::kInvalidArgument);
-}
-
-TEST_F(ArbiterTest, HandleReleaseIsIdempotentAndMoveTransfers) {
-  MemoryArbiter arb;
-  ASSERT_TRUE(arb.Register(Fake("a", 10)).ok());
-  auto h = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(1000)));
-  ASSERT_TRUE(h.ok());
-  ArbiterHandle moved = std::move(*h);
-  EXPECT_FALSE(h->valid());
-  EXPECT_TRUE(moved.valid());
-  EXPECT_EQ(arb.Stats().models[0].refcount, 1);
-  moved.Release();
-  moved.Release();
-  h->Release();
-  EXPECT_EQ(arb.Stats().models[0].refcount, 0);
-  EXPECT_EQ(moved.backend<FakeBackend>(), nullptr);
-}
-
-TEST_F(ArbiterTest, SingleFlightEightThreadsOneLoad) {
-  MemoryArbiter arb;
-  Gate gate;
-  ASSERT_TRUE(arb.Register(Fake("a", 100, 0, &gate)).ok());
-  constexpr int kThreads = 8;
-  std::atomic<int> started{0};
-  std::vector<FakeBackend*> seen(kThreads, nullptr);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      started.fetch_add(1);
-      auto h = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(10000)));
-      if (h.ok()) seen[i] = h->backend<FakeBackend>();
-    });
-  }
-  // Open the gate once every thread has at least started; late arrivals
-  // reuse the resident model, so one load holds either way.
-  while (started.load() < kThreads) std::this_thread::yield();
-  gate.Open();
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(load_calls_.load(), 1);
-  for (int i = 0; i < kThreads; ++i) {
-    ASSERT_NE(seen[i], nullptr) << i;
-    EXPECT_EQ(seen[i], seen[0]);
-  }
-  EXPECT_EQ(arb.Stats().loads, 1u);
-  EXPECT_EQ(arb.Stats().models[0].refcount, 0);
-}
-
-TEST_F(ArbiterTest, EvictsIdleLeastRecentlyUsedFirst) {
-  MemoryArbiter arb({.budget_bytes = 300});
-  for (const char* n : {"a", "b", "c", "d"}) ASSERT_TRUE(arb.Register(Fake(n, 100)).ok());
-  auto use = [&](const char* n) {
-    auto h = arb.Acquire(Capability::kText, n, Deadline(milliseconds(1000)));
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
-  };
-  use("a");
-  use("b");
-  use("c");
-  use("a");  // a is now most recent; b is the LRU
-  use("d");
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(StateOf(s, "b"), ModelState::kReady);
-  EXPECT_EQ(StateOf(s, "a"), ModelState::kLoaded);
-  EXPECT_EQ(StateOf(s, "c"), ModelState::kLoaded);
-  EXPECT_EQ(StateOf(s, "d"), ModelState::kLoaded);
-  EXPECT_EQ(s.evictions, 1u);
-  EXPECT_EQ(s.resident_bytes, 300u);
-  EXPECT_EQ(live_.load(), 3);  // b's backend was destroyed
-  use("b");                    // next LRU is c
-  s = arb.Stats();
-  EXPECT_EQ(StateOf(s, "c"), ModelState::kReady);
-  EXPECT_EQ(s.evictions, 2u);
-  EXPECT_EQ(load_calls_.load(), 5);
-}
-
-TEST_F(ArbiterTest, HeldModelIsNeverEvicted) {
-  MemoryArbiter arb({.budget_bytes = 200});
-  for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(arb.Register(Fake(n, 100)).ok());
-  auto a = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(1000)));
-  ASSERT_TRUE(a.ok());
-  {
-    auto b = arb.Acquire(Capability::kText, "b", Deadline(milliseconds(1000)));
-    ASSERT_TRUE(b.ok());
-  }
-  // a is older but held: b must go.
-  auto c = arb.Acquire(Capability::kText, "c", Deadline(milliseconds(1000)));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(StateOf(s, "a"), ModelState::kLoaded);
-  EXPECT_EQ(StateOf(s, "b"), ModelState::kReady);
-
-  // Both a and c held: b cannot fit; nothing is evicted.
-  auto b = arb.Acquire(Capability::kText, "b", Deadline(milliseconds(1000)));
-  ASSERT_EQ(b.status().code(), StatusCode::kResourceExhausted);
-  const std::string msg = b.status().message();
-  EXPECT_NE(msg.find("\"b\""), std::string::npos) << msg;
-  EXPECT_NE(msg.find("100 B"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("200 B"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("\"a\""), std::string::npos) << msg;
-  EXPECT_NE(msg.find("\"c\""), std::string::npos) << msg;
-  s = arb.Stats();
-  EXPECT_EQ(StateOf(s, "a"), ModelState::kLoaded);
-  EXPECT_EQ(StateOf(s, "c"), ModelState::kLoaded);
-  EXPECT_EQ(s.evictions, 1u);
-
-  // Once c is released it is evictable.
-  c->Release();
-  auto b2 = arb.Acquire(Capability::kText, "b", Deadline(milliseconds(1000)));
-  ASSERT_TRUE(b2.ok()) << b2.status().ToString();
-  EXPECT_EQ(StateOf(arb.Stats(), "c"), ModelState::kReady);
-}
-
-TEST_F(ArbiterTest, ModelLargerThanBudgetLoadsAloneWithWarning) {
-  MemoryArbiter arb({.budget_bytes = 100});
-  ASSERT_TRUE(arb.Register(Fake("small", 50)).ok());
-  ASSERT_TRUE(arb.Register(Fake("huge", 500)).ok());
-  { ASSERT_TRUE(arb.Acquire(Capability::kText, "small", Deadline(milliseconds(100))).ok()); }
-  auto h = arb.Acquire(Capability::kText, "huge", Deadline(milliseconds(100)));
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(StateOf(s, "small"), ModelState::kReady);
-  EXPECT_EQ(s.resident_bytes, 500u);
-  // While huge is held, small cannot come in.
-  auto small = arb.Acquire(Capability::kText, "small", Deadline(milliseconds(100)));
-  EXPECT_EQ(small.status().code(), StatusCode::kResourceExhausted);
-}
-
-TEST_F(ArbiterTest, MeasuredBytesReplaceEstimate) {
-  MemoryArbiter arb({.budget_bytes = 1000});
-  ASSERT_TRUE(arb.Register(Fake("a", 100, 250)).ok());
-  auto h = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(100)));
-  ASSERT_TRUE(h.ok());
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(s.models[0].bytes, 250u);
-  EXPECT_TRUE(s.models[0].bytes_measured);
-  EXPECT_EQ(s.resident_bytes, 250u);
-}
-
-TEST_F(ArbiterTest, MeasuredOverBudgetEvictsOtherIdleModels) {
-  MemoryArbiter arb({.budget_bytes = 300});
-  ASSERT_TRUE(arb.Register(Fake("a", 100)).ok());
-  ASSERT_TRUE(arb.Register(Fake("b", 100, 250)).ok());  // underestimated
-  { ASSERT_TRUE(arb.Acquire(Capability::kText, "a", Deadline(milliseconds(100))).ok()); }
-  auto b = arb.Acquire(Capability::kText, "b", Deadline(milliseconds(100)));
-  ASSERT_TRUE(b.ok());
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(StateOf(s, "a"), ModelState::kReady);
-  EXPECT_EQ(s.resident_bytes, 250u);
-}
-
-TEST_F(ArbiterTest, FailedLoadFailsAllWaitersAndIsRetried) {
-  MemoryArbiter arb;
-  Gate gate;
-  std::atomic<bool> fail{true};
-  ASSERT_TRUE(arb.Register(Fake("broken", 100, 0, &gate, &fail)).ok());
-  constexpr int kThreads = 4;
-  std::atomic<int> started{0};
-  std::vector<Status> results(kThreads);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      started.fetch_add(1);
-      auto h = arb.Acquire(Capability::kText, "broken", Deadline(milliseconds(10000)));
-      results[i] = h.status();
-    });
-  }
-  while (started.load() < kThreads) std::this_thread::yield();
-  gate.Open();
-  for (auto& t : threads) t.join();
-  // Threads that arrived after the failure start their own (retry) load, so
-  // count failures by load call: every result is the load's error.
-  for (const Status& st : results) {
-    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
-    EXPECT_NE(st.message().find("model \"broken\" failed to load"), std::string::npos);
-    EXPECT_NE(st.message().find("truncated"), std::string::npos);
-  }
-  const int failed_calls = load_calls_.load();
-  EXPECT_GE(failed_calls, 1);
-  ArbiterStats s = arb.Stats();
-  EXPECT_EQ(s.models[0].state, ModelState::kFailed);
-  EXPECT_NE(s.models[0].last_error.find("truncated"), std::string::npos);
-  EXPECT_EQ(s.models[0].load_failures, static_cast<uint64_t>(failed_calls));
-  EXPECT_EQ(s.loading_bytes, 0u);
-
-  fail.store(false);
-  auto h = arb.Acquire(Capability::kText, "broken", Deadline(milliseconds(1000)));
-  ASSERT_TRUE(h.ok()) << h.status().ToString();
-  EXPECT_EQ(load_calls_.load(), failed_calls + 1);
-  s = arb.Stats();
-  EXPECT_EQ(s.models[0].state, ModelState::kLoaded);
-  EXPECT_TRUE(s.models[0].last_error.empty());
-}
-
-TEST_F(ArbiterTest, WaitersOfOneFailedLoadShareItsSingleCall) {
-  MemoryArbiter arb;
-  Gate gate;
-  std::atomic<bool> fail{true};
-  ASSERT_TRUE(arb.Register(Fake("broken", 100, 0, &gate, &fail)).ok());
-  // The loader thread claims the load first (it is blocked on the gate).
-  std::thread loader([&] {
-    auto h = arb.Acquire(Capability::kText, "broken", Deadline(milliseconds(10000)));
-    EXPECT_EQ(h.status().code(), StatusCode::kDataLoss);
-  });
-  while (arb.Stats().models[0].state != ModelState::kLoading) std::this_thread::yield();
-  std::vector<std::thread> waiters;
-  std::atomic<int> waiting{0};
-  for (int i = 0; i < 4; ++i) {
-    waiters.emplace_back([&] {
-      waiting.fetch_add(1);
-      auto h = arb.Acquire(Capability::kText, "broken", Deadline(milliseconds(10000)));
-      EXPECT_EQ(h.status().code(), StatusCode::kDataLoss);
-    });
-  }
-  while (waiting.load() < 4) std::this_thread::yield();
-  gate.Open();
-  loader.join();
-  for (auto& t : waiters) t.join();
-  // Waiters that entered while kLoading share the one call; a waiter that
-  // arrived after the failure retries, so at most 1 + 4 calls, and every
-  // retry also fails.
-  EXPECT_GE(load_calls_.load(), 1);
-  EXPECT_LE(load_calls_.load(), 5);
-}
-
-TEST_F(ArbiterTest, DeadlineWhileWaitingForAnotherLoad) {
-  MemoryArbiter arb;
-  Gate gate;
-  ASSERT_TRUE(arb.Register(Fake("slow", 100, 0, &gate)).ok());
-  std::thread loader([&] {
-    auto h = arb.Acquire(Capability::kText, "slow", Deadline(milliseconds(1)));
-    // The loading thread is not bounded by its own deadline.
-    EXPECT_TRUE(h.ok()) << h.status().ToString();
-  });
-  while (arb.Stats().models[0].state != ModelState::kLoading) std::this_thread::yield();
-  auto waiter = arb.Acquire(Capability::kText, "slow", Deadline(milliseconds(20)));
-  EXPECT_EQ(waiter.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(waiter.status().message().find("\"slow\""), std::string::npos);
-  gate.Open();
-  loader.join();
-  EXPECT_EQ(load_calls_.load(), 1);
-  EXPECT_EQ(arb.Stats().models[0].state, ModelState::kLoaded);
-}
-
-TEST_F(ArbiterTest, ShutdownRefusesAcquiresAndUnloadsOnRelease) {
-  MemoryArbiter arb;
-  ASSERT_TRUE(arb.Register(Fake("a", 10)).ok());
-  ASSERT_TRUE(arb.Register(Fake("b", 10)).ok());
-  { ASSERT_TRUE(arb.Acquire(Capability::kText, "a", Deadline(milliseconds(100))).ok()); }
-  auto b = arb.Acquire(Capability::kText, "b", Deadline(milliseconds(100)));
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(live_.load(), 2);
-  arb.Shutdown();
-  EXPECT_EQ(live_.load(), 1);  // idle a unloaded; held b stays
-  auto again = arb.Acquire(Capability::kText, "a", Deadline(milliseconds(100)));
-  EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
-  b->Release();
-  EXPECT_EQ(live_.load(), 0);
-  EXPECT_EQ(arb.Stats().resident_bytes, 0u);
-}
-
-TEST_F(ArbiterTest, LoadExceptionBecomesInternalError) {
-  MemoryArbiter arb;
-  ModelRegistration r;
-  r.name = "throws";
-  r.load = []() -> Result<LoadedBackend> { throw std::runtime_error("boom"); };
-  ASSERT_TRUE(arb.Register(std::move(r)).ok());
-  auto h = arb.Acquire(Capability::kText, "throws", Deadline(milliseconds(100)));
-  EXPECT_EQ(h.status().code(), StatusCode::kInternal);
-  EXPECT_NE(h.status().message().find("boom"), std::string::npos);
-}
-
-TEST(CapabilityTest, Names) {
-  EXPECT_EQ(CapabilityName(Capability::kText), "text");
-  EXPECT_EQ(*ParseCapability("embedding"), Capability::kEmbedding);
   EXPECT_FALSE(ParseCapability("vision").ok());
-  EXPECT_EQ(ModelStateName(ModelState::kFailed), "failed");
+}
+
+// ---- Registration and acquire ----
+
+TEST_F(ArbiterTest, AcquireWithNothingRegisteredFails) {
+  MemoryArbiter a;
+  auto h = a.Acquire(Capability::kText, "m", Deadline(1s));
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("no capability registered"), std::string::npos);
+}
+
+TEST_F(ArbiterTest, DuplicateRegistrationFails) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  Status s = a.RegisterCapability(Reg(Capability::kText));
+  EXPECT_EQ(s.message(), "capability \"text\" is already registered");
+}
+
+TEST_F(ArbiterTest, SecondAcquireReusesFirstLoadAndReleaseDoesNotUnload) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ArbiterHandle h1 = Get(a, Capability::kText, "m");
+  ArbiterHandle h2 = Get(a, Capability::kText, "m");
+  EXPECT_EQ(load_calls_, 1);
+  EXPECT_EQ(h1.backend<Fake>(), h2.backend<Fake>());
+  h1.Release();
+  h2.Release();
+  EXPECT_TRUE(Resident(a, "text::m"));
+  EXPECT_TRUE(Unloaded().empty());
+}
+
+TEST_F(ArbiterTest, ThreeConcurrentAcquiresShareOneLoad) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText, 0, 30)).ok());
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    ts.emplace_back([&] { ok += a.Acquire(Capability::kText, "m", Deadline(5s)).ok(); });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok, 3);
+  EXPECT_EQ(load_calls_, 1);
+}
+
+TEST_F(ArbiterTest, FailedLoadIsPrefixedAndRetried) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  fail_load_ = true;
+  auto h = a.Acquire(Capability::kText, "m", Deadline(1s));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().message().rfind("model \"m\" failed to load", 0), 0u);
+  EXPECT_EQ(a.Stats().models[0].state, ModelState::kFailed);
+  fail_load_ = false;
+  EXPECT_TRUE(a.Acquire(Capability::kText, "m", Deadline(1s)).ok());
+}
+
+// ---- Swap ----
+
+TEST_F(ArbiterTest, SameRoleNewKeySwapsWithOneEvictionEvent) {
+  MemoryArbiter a;
+  Listen(a);
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  Get(a, Capability::kText, "a").Release();
+  Get(a, Capability::kText, "b").Release();
+  EXPECT_EQ(Loaded(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Unloaded(), (std::vector<std::string>{"text:a"}));
+  auto ev = Events(ArbiterEventType::kEviction);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].capability, Capability::kText);
+  EXPECT_EQ(ev[0].model_key, "a");
+  EXPECT_EQ(ev[0].reason, UnloadReason::kSwap);
+}
+
+TEST_F(ArbiterTest, SwapWaitsForHolderToDrain) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ArbiterHandle h = Get(a, Capability::kText, "a");
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(30ms);
+    h.Release();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  ArbiterHandle b = Get(a, Capability::kText, "b");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 20ms);
+  releaser.join();
+  EXPECT_EQ(Unloaded(), (std::vector<std::string>{"text:a"}));
+}
+
+TEST_F(ArbiterTest, TwoDifferentRolesCoexist) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding)).ok());
+  Get(a, Capability::kText, "t").Release();
+  Get(a, Capability::kEmbedding, "e").Release();
+  EXPECT_EQ(a.ResidentSnapshot().size(), 2u);
+}
+
+// ---- Pressure ----
+
+class PressureTest : public ArbiterTest {
+ protected:
+  void SetUp() override {
+    a_ = std::make_unique<MemoryArbiter>(MemoryArbiterOptions{.pressure_source = &bridge_});
+    Listen(*a_);
+    for (Capability c : {Capability::kText, Capability::kEmbedding, Capability::kVisionDescribe,
+                         Capability::kImageGen, Capability::kTranscribe}) {
+      ASSERT_TRUE(a_->RegisterCapability(Reg(c)).ok());
+    }
+    ASSERT_TRUE(a_->Start().ok());
+  }
+  BridgePressureSource bridge_;
+  std::unique_ptr<MemoryArbiter> a_;
+};
+
+TEST_F(PressureTest, StartEmitsNominalPressureEvent) {
+  auto ev = Events(ArbiterEventType::kMemoryPressure);
+  // The bridge has no event before its first dispatch; dispatch one now.
+  bridge_.Dispatch(MemoryPressureLevel::kNominal);
+  ev = Events(ArbiterEventType::kMemoryPressure);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.back().level, MemoryPressureLevel::kNominal);
+  EXPECT_EQ(ev.back().source, "bridge");
+}
+
+TEST_F(PressureTest, LowUnloadsVisionKeepsText) {
+  Get(*a_, Capability::kText, "t").Release();
+  Get(*a_, Capability::kVisionDescribe, "v").Release();
+  bridge_.Dispatch(MemoryPressureLevel::kLow);
+  EXPECT_FALSE(Resident(*a_, "vision-describe::v"));
+  EXPECT_TRUE(Resident(*a_, "text::t"));
+  auto ev = Events(ArbiterEventType::kEviction);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].reason, UnloadReason::kPressure);
+}
+
+TEST_F(PressureTest, CriticalUnloadsVisionAndEmbeddingKeepsText) {
+  Get(*a_, Capability::kText, "t").Release();
+  Get(*a_, Capability::kVisionDescribe, "v").Release();
+  Get(*a_, Capability::kEmbedding, "e").Release();
+  bridge_.Dispatch(MemoryPressureLevel::kCritical);
+  EXPECT_EQ(a_->ResidentSnapshot().size(), 1u);
+  EXPECT_TRUE(Resident(*a_, "text::t"));
+}
+
+TEST_F(PressureTest, CriticalRejectsNonTextAcquireAcceptsText) {
+  bridge_.Dispatch(MemoryPressureLevel::kCritical);
+  EXPECT_EQ(a_->CurrentPressureLevel(), MemoryPressureLevel::kCritical);
+  auto h = a_->Acquire(Capability::kEmbedding, "e", Deadline(1s));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().message(),
+            "memory pressure is critical; refusing to load capability \"embedding\". Free RAM "
+            "and retry.");
+  EXPECT_TRUE(a_->Acquire(Capability::kText, "t", Deadline(1s)).ok());
+  bridge_.Dispatch(MemoryPressureLevel::kNominal);
+  EXPECT_TRUE(a_->Acquire(Capability::kEmbedding, "e", Deadline(1s)).ok());
+}
+
+TEST_F(PressureTest, CriticalKeepsHeldEntry) {
+  ArbiterHandle h = Get(*a_, Capability::kVisionDescribe, "v");
+  bridge_.Dispatch(MemoryPressureLevel::kCritical);
+  EXPECT_TRUE(Resident(*a_, "vision-describe::v"));
+}
+
+TEST_F(PressureTest, LowEvictsVisionBeforeEmbedding) {
+  Get(*a_, Capability::kEmbedding, "e").Release();
+  Get(*a_, Capability::kVisionDescribe, "v").Release();
+  bridge_.Dispatch(MemoryPressureLevel::kLow);
+  EXPECT_FALSE(Resident(*a_, "vision-describe::v"));
+  EXPECT_TRUE(Resident(*a_, "embedding::e"));
+}
+
+// Defect 1: with only text resident, low evicts nothing.
+TEST_F(PressureTest, Defect1LowNeverEvictsText) {
+  Get(*a_, Capability::kText, "t").Release();
+  bridge_.Dispatch(MemoryPressureLevel::kLow);
+  EXPECT_TRUE(Resident(*a_, "text::t"));
+  EXPECT_TRUE(Unloaded().empty());
+}
+
+// Defect 2: a held vision entry does not stop low from evicting embedding.
+TEST_F(PressureTest, Defect2HeldLowestRoleDoesNotBlockNextIdle) {
+  ArbiterHandle v = Get(*a_, Capability::kVisionDescribe, "v");
+  Get(*a_, Capability::kEmbedding, "e").Release();
+  bridge_.Dispatch(MemoryPressureLevel::kLow);
+  EXPECT_TRUE(Resident(*a_, "vision-describe::v"));
+  EXPECT_FALSE(Resident(*a_, "embedding::e"));
+}
+
+TEST_F(PressureTest, LowDuringLoadDoesNotFailIt) {
+  MemoryArbiter a({.pressure_source = &bridge_});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe, 0, 40)).ok());
+  ASSERT_TRUE(a.Start().ok());
+  std::thread t([&] {
+    std::this_thread::sleep_for(10ms);
+    bridge_.Dispatch(MemoryPressureLevel::kLow);
+  });
+  EXPECT_TRUE(a.Acquire(Capability::kVisionDescribe, "v", Deadline(5s)).ok());
+  t.join();
+}
+
+// ---- Cross-capability ----
+
+TEST_F(PressureTest, VisionImageGenRoundTripReloadsVision) {
+  Get(*a_, Capability::kVisionDescribe, "v").Release();
+  Get(*a_, Capability::kImageGen, "g").Release();
+  Get(*a_, Capability::kVisionDescribe, "v").Release();
+  EXPECT_EQ(Loaded(), (std::vector<std::string>{"v", "g", "v"}));
+  EXPECT_EQ(Unloaded(), (std::vector<std::string>{"vision-describe:v", "image-gen:g"}));
+}
+
+TEST_F(PressureTest, ImageGenWaitsForHeldVision) {
+  ArbiterHandle v = Get(*a_, Capability::kVisionDescribe, "v");
+  std::thread t([&] {
+    std::this_thread::sleep_for(30ms);
+    v.Release();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(a_->Acquire(Capability::kImageGen, "g", Deadline(5s)).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 20ms);
+  t.join();
+}
+
+TEST_F(PressureTest, TextAndVisionCoexistInEitherOrder) {
+  Get(*a_, Capability::kVisionDescribe, "v").Release();
+  Get(*a_, Capability::kText, "t").Release();
+  EXPECT_EQ(a_->ResidentSnapshot().size(), 2u);
+}
+
+// ---- Fit / budget with a fake clock ----
+
+TEST_F(ArbiterTest, BudgetEvictsOlderWithReasonFit) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.budget_bytes = 1000 * kMB, .clock = &clock});
+  Listen(a);
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 600)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 600)).ok());
+  clock.SetMs(1);
+  Get(a, Capability::kEmbedding, "e").Release();
+  clock.SetMs(2);
+  Get(a, Capability::kTranscribe, "s").Release();
+  EXPECT_FALSE(Resident(a, "embedding::e"));
+  auto ev = Events(ArbiterEventType::kEviction);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].reason, UnloadReason::kFit);
+  EXPECT_EQ(ev[0].estimated_bytes, 600 * kMB);
+}
+
+TEST_F(ArbiterTest, ExternalFootprintCountsAgainstBudget) {
+  SimulatedClock clock(0);
+  MemoryLedger ledger(1000 * kMB);
+  MemoryCharge external = ledger.Charge("kv", ChargeKind::kKvSlot, 500 * kMB);
+  MemoryArbiter a({.ledger = &ledger, .clock = &clock});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 400)).ok());
+  Get(a, Capability::kEmbedding, "e").Release();
+  clock.AdvanceMs(1);
+  Get(a, Capability::kTranscribe, "s").Release();
+  EXPECT_FALSE(Resident(a, "embedding::e"));
+  EXPECT_EQ(ledger.charged_bytes(), 900 * kMB);
+  EXPECT_EQ(ledger.Snapshot().by_owner.count("transcribe::s"), 1u);
+}
+
+TEST_F(ArbiterTest, WithoutExternalFootprintBothStay) {
+  MemoryArbiter a({.budget_bytes = 1000 * kMB});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 400)).ok());
+  Get(a, Capability::kEmbedding, "e").Release();
+  Get(a, Capability::kTranscribe, "s").Release();
+  EXPECT_EQ(a.ResidentSnapshot().size(), 2u);
+}
+
+TEST_F(ArbiterTest, TextIsNeverAFitVictim) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.budget_bytes = 1000 * kMB, .clock = &clock});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText, 600)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 600)).ok());
+  Get(a, Capability::kText, "t").Release();
+  clock.AdvanceMs(1);
+  Get(a, Capability::kEmbedding, "e").Release();
+  EXPECT_TRUE(Resident(a, "text::t"));
+  EXPECT_TRUE(Resident(a, "embedding::e"));  // best effort: loads anyway
+}
+
+TEST_F(ArbiterTest, HeldRefcountPins) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.budget_bytes = 1000 * kMB, .clock = &clock});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 600)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 600)).ok());
+  ArbiterHandle e = Get(a, Capability::kEmbedding, "e");
+  clock.AdvanceMs(1);
+  Get(a, Capability::kTranscribe, "s").Release();
+  EXPECT_TRUE(Resident(a, "embedding::e"));
+}
+
+TEST_F(ArbiterTest, Budget1300EvictsLeastRecentlyUsed) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.budget_bytes = 1300 * kMB, .clock = &clock});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe, 400)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 600)).ok());
+  clock.SetMs(1);
+  Get(a, Capability::kEmbedding, "emb").Release();
+  clock.SetMs(2);
+  Get(a, Capability::kVisionDescribe, "vl").Release();
+  clock.SetMs(3);
+  Get(a, Capability::kEmbedding, "emb").Release();
+  clock.SetMs(4);
+  Get(a, Capability::kTranscribe, "asr").Release();
+  EXPECT_FALSE(Resident(a, "vision-describe::vl"));
+  EXPECT_TRUE(Resident(a, "embedding::emb"));
+  for (const auto& r : a.ResidentSnapshot()) {
+    if (r.model_key == "emb") EXPECT_EQ(r.last_used_ms, 3);
+    if (r.model_key == "asr") EXPECT_EQ(r.last_used_ms, 4);
+  }
+}
+
+TEST_F(ArbiterTest, RefuseOverBudgetFailsWithoutEvictingWhileHeld) {
+  MemoryArbiter a({.budget_bytes = 1000 * kMB, .refuse_over_budget = true});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 500)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 300)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kSpeak, 600)).ok());
+  ArbiterHandle e = Get(a, Capability::kEmbedding, "e");
+  Get(a, Capability::kTranscribe, "s").Release();
+  auto h = a.Acquire(Capability::kSpeak, "tts", Deadline(1s));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(h.status().message().find("\"e\""), std::string::npos) << h.status().message();
+  EXPECT_TRUE(Resident(a, "transcribe::s"));  // nothing evicted
+  e.Release();
+  EXPECT_TRUE(a.Acquire(Capability::kSpeak, "tts", Deadline(1s)).ok());
+}
+
+TEST_F(ArbiterTest, NoBudgetNoEviction) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 60000)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 60000)).ok());
+  Get(a, Capability::kEmbedding, "e").Release();
+  Get(a, Capability::kTranscribe, "s").Release();
+  EXPECT_EQ(a.ResidentSnapshot().size(), 2u);
+}
+
+// ---- Preload ----
+
+TEST_F(PressureTest, PreloadNominalWithRoomLoadsUnpinned) {
+  MemoryArbiter a({.budget_bytes = 1000 * kMB, .pressure_source = &bridge_});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 100)).ok());
+  ASSERT_TRUE(a.Start().ok());
+  EXPECT_TRUE(a.Preload(Capability::kEmbedding, "e"));
+  auto snap = a.ResidentSnapshot();
+  ASSERT_EQ(snap.size(), 1u);
+  EXPECT_EQ(snap[0].refcount, 0);
+  bridge_.Dispatch(MemoryPressureLevel::kLow);
+  EXPECT_FALSE(a.Preload(Capability::kEmbedding, "f"));
+  bridge_.Dispatch(MemoryPressureLevel::kCritical);
+  EXPECT_FALSE(a.Preload(Capability::kEmbedding, "f"));
+}
+
+TEST_F(ArbiterTest, PreloadOverBudgetDeclines) {
+  MemoryArbiter a({.budget_bytes = 100 * kMB});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 200)).ok());
+  EXPECT_FALSE(a.Preload(Capability::kEmbedding, "e"));
+  EXPECT_EQ(load_calls_, 0);
+}
+
+// Defect 7: preload declines rather than swap or fit-evict anything.
+TEST_F(ArbiterTest, Defect7PreloadNeverEvicts) {
+  MemoryArbiter a({.budget_bytes = 1000 * kMB});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe, 100)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kImageGen, 100)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 950)).ok());
+  Get(a, Capability::kVisionDescribe, "v").Release();
+  EXPECT_FALSE(a.Preload(Capability::kImageGen, "g"));   // same role: would swap
+  EXPECT_FALSE(a.Preload(Capability::kEmbedding, "e"));  // would need a fit eviction
+  EXPECT_TRUE(Resident(a, "vision-describe::v"));
+  EXPECT_TRUE(Unloaded().empty());
+}
+
+// ---- Queues ----
+
+TEST_F(ArbiterTest, TwoTextRequestsOneLoadOneRunEventEach) {
+  MemoryArbiter a;
+  Listen(a);
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  auto f1 = a.Request(Capability::kText, "m", std::string("one"));
+  auto f2 = a.Request(Capability::kText, "m", std::string("two"));
+  auto r1 = f1.get(), r2 = f2.get();
+  ASSERT_TRUE(r1.ok() && r2.ok());
+  EXPECT_EQ(std::any_cast<std::string>(*r1), "text:m|one");
+  EXPECT_EQ(std::any_cast<std::string>(*r2), "text:m|two");
+  EXPECT_EQ(load_calls_, 1);
+  EXPECT_EQ(Events(ArbiterEventType::kCapabilityRun).size(), 2u);
+}
+
+TEST_F(ArbiterTest, RunErrorFailsOnlyItsRequest) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding)).ok());
+  auto bad = a.Request(Capability::kText, "m", std::string("fail"));
+  auto good = a.Request(Capability::kEmbedding, "e", std::string("x"));
+  EXPECT_FALSE(bad.get().ok());
+  EXPECT_TRUE(good.get().ok());
+}
+
+TEST_F(ArbiterTest, SlowTextAndVisionRequestsOverlap) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe)).ok());
+  Get(a, Capability::kText, "t").Release();
+  Get(a, Capability::kVisionDescribe, "v").Release();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f1 = a.Request(Capability::kText, "t", std::string("slow"));
+  auto f2 = a.Request(Capability::kVisionDescribe, "v", std::string("slow"));
+  EXPECT_TRUE(f1.get().ok());
+  EXPECT_TRUE(f2.get().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 200ms);
+}
+
+TEST_F(ArbiterTest, CancelledRequestDoesNotRun) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  std::stop_source stop;
+  stop.request_stop();
+  auto r = a.Request(Capability::kText, "m", std::string("x"), stop.get_token()).get();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+}
+
+// ---- Handles, events and shutdown ----
+
+TEST_F(ArbiterTest, DoubleReleaseIsNoOpAndRetainAfterReleaseFails) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ArbiterHandle h = Get(a, Capability::kText, "m");
+  h.Release();
+  h.Release();
+  EXPECT_EQ(a.ResidentSnapshot()[0].refcount, 0);
+  auto r = h.Retain();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "cannot retain text/m after release");
+}
+
+// Defect 3: each retain has its own release; the count returns to zero.
+TEST_F(ArbiterTest, Defect3EveryRetainHasItsOwnRelease) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe)).ok());
+  ArbiterHandle h = Get(a, Capability::kVisionDescribe, "v");
+  ArbiterHandle r1 = std::move(h.Retain()).value();
+  ArbiterHandle r2 = std::move(r1.Retain()).value();
+  EXPECT_EQ(a.ResidentSnapshot()[0].refcount, 3);
+  h.Release();
+  r1.Release();
+  r1.Release();
+  EXPECT_EQ(a.ResidentSnapshot()[0].refcount, 1);
+  r2.Release();
+  EXPECT_EQ(a.ResidentSnapshot()[0].refcount, 0);
+}
+
+TEST_F(ArbiterTest, ThrowingListenerIsRemoved) {
+  MemoryArbiter a;
+  std::atomic<int> calls{0};
+  auto bad = a.OnEvent([&](const ArbiterEvent&) {
+    calls++;
+    throw std::runtime_error("boom");
+  });
+  Listen(a);
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  Get(a, Capability::kText, "a").Release();
+  Get(a, Capability::kText, "b").Release();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(Events(ArbiterEventType::kModelLoad).size(), 2u);
+}
+
+TEST_F(ArbiterTest, ShutdownUnloadsEverythingAndLaterAcquiresFail) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding)).ok());
+  Get(a, Capability::kText, "t").Release();
+  Get(a, Capability::kEmbedding, "e").Release();
+  a.Shutdown();
+  EXPECT_TRUE(a.ResidentSnapshot().empty());
+  EXPECT_EQ(Unloaded().size(), 2u);
+  auto h = a.Acquire(Capability::kText, "t", Deadline(1s));
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("shutting down"), std::string::npos);
+  EXPECT_EQ(a.Start().message(), "cannot start after shutdown");
+}
+
+// Defect 4: two concurrent loads of different keys of one role never both
+// end up resident.
+TEST_F(ArbiterTest, Defect4LoadsInFlightAreSameRoleConflicts) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe, 0, 40)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kImageGen, 0, 40)).ok());
+  std::thread t1([&] { EXPECT_TRUE(a.Acquire(Capability::kVisionDescribe, "v", Deadline(5s)).ok()); });
+  std::thread t2([&] { EXPECT_TRUE(a.Acquire(Capability::kImageGen, "g", Deadline(5s)).ok()); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a.ResidentSnapshot().size(), 1u);
+  EXPECT_EQ(Unloaded().size(), 1u);
+}
+
+// Defect 5: a load in flight at shutdown is waited for and unloaded.
+TEST_F(ArbiterTest, Defect5ShutdownWaitsForInFlightLoad) {
+  MemoryArbiter a;
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 0, 50)).ok());
+  std::thread t([&] { (void)a.Acquire(Capability::kEmbedding, "e", Deadline(5s)); });
+  while (load_calls_ == 0) std::this_thread::yield();
+  a.Shutdown();
+  t.join();
+  EXPECT_TRUE(a.ResidentSnapshot().empty());
+  EXPECT_EQ(Unloaded(), (std::vector<std::string>{"embedding:e"}));
+}
+
+// Defect 6: with a frozen injected clock the drain wait still times out.
+TEST_F(ArbiterTest, Defect6DrainWaitUsesRealDeadline) {
+  SimulatedClock frozen(0);
+  MemoryArbiter a({.clock = &frozen, .drain_timeout_ms = 50});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ArbiterHandle h = Get(a, Capability::kText, "a");
+  auto b = a.Acquire(Capability::kText, "b", Deadline(5s));
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().message(),
+            "timeout waiting for text/a to drain (refcount=1); refusing to swap mid-flight");
+}
+
+// Defect 8: an idle TTL unloads idle entries (not held ones).
+TEST_F(ArbiterTest, Defect8IdleTtlUnloadsIdleModels) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.clock = &clock});
+  Listen(a);
+  CapabilityRegistration r = Reg(Capability::kEmbedding);
+  r.idle_ttl_ms = 1000;
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe)).ok());
+  Get(a, Capability::kEmbedding, "e").Release();
+  Get(a, Capability::kTranscribe, "s").Release();
+  clock.AdvanceMs(999);
+  EXPECT_EQ(a.ReapIdle(), 0u);
+  clock.AdvanceMs(1);
+  EXPECT_EQ(a.ReapIdle(), 1u);
+  EXPECT_FALSE(Resident(a, "embedding::e"));
+  EXPECT_TRUE(Resident(a, "transcribe::s"));  // no TTL: default off
+  auto ev = Events(ArbiterEventType::kModelUnload);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].reason, UnloadReason::kIdle);
+}
+
+TEST_F(ArbiterTest, MeasuredBytesReplaceEstimateInLedger) {
+  MemoryArbiter a({.budget_bytes = 1000 * kMB});
+  CapabilityRegistration r = Reg(Capability::kText, 300);
+  r.load = [](const std::string&) -> Result<LoadedBackend> {
+    return LoadedBackend::Of(std::make_shared<Fake>(Fake{"x"}), 123 * kMB);
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  Get(a, Capability::kText, "m").Release();
+  EXPECT_EQ(a.ledger()->charged_bytes(), 123 * kMB);
+  EXPECT_EQ(a.Stats().models[0].bytes, 123 * kMB);
+}
+
+// Property (fixed seeds): after any acquire, whenever an idle evictable entry
+// is still resident, the ledger is within its budget (so fit eviction left
+// nothing evictable while over budget).
+TEST_F(ArbiterTest, RandomizedFitKeepsChargedWithinBudgetWhileIdleVictimsExist) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937 rng(seed);
+    SimulatedClock clock(0);
+    MemoryArbiter a({.budget_bytes = 1000 * kMB, .clock = &clock});
+    const Capability caps[] = {Capability::kEmbedding, Capability::kVisionDescribe,
+                               Capability::kTranscribe, Capability::kSpeak};
+    for (Capability c : caps) {
+      CapabilityRegistration r = Reg(c);
+      r.swap_same_role = false;
+      r.estimate_bytes = [](const std::string& key) { return (100 + 37 * key.size()) * kMB; };
+      ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+    }
+    std::vector<ArbiterHandle> held;
+    for (int op = 0; op < 200; ++op) {
+      clock.AdvanceMs(1);
+      const int kind = static_cast<int>(rng() % 4);
+      if (kind == 0 && !held.empty()) {
+        held.erase(held.begin() + static_cast<long>(rng() % held.size()));
+        continue;
+      }
+      const Capability c = caps[rng() % 4];
+      const std::string key(1 + rng() % 8, 'k');
+      auto h = a.Acquire(c, key, Deadline(5s));
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      if (held.size() < 2 && rng() % 3 == 0) held.push_back(std::move(h).value());
+      bool idle_exists = false;
+      for (const auto& r : a.ResidentSnapshot()) idle_exists |= r.refcount == 0;
+      if (idle_exists) {
+        EXPECT_LE(a.ledger()->charged_bytes(), a.ledger()->budget_bytes())
+            << "seed " << seed << " op " << op;
+      }
+    }
+  }
+}
+
+// Several threads doing random acquire / release / retain / preload / pressure
+// for a fixed number of operations; run under TSan in CI. Invariants at the
+// end: nothing held, charged bytes = Σ resident bytes, text survives pressure.
+TEST_F(ArbiterTest, ConcurrentStressKeepsInvariants) {
+  BridgePressureSource bridge;
+  MemoryArbiter a({.budget_bytes = 600 * kMB, .pressure_source = &bridge,
+                   .drain_timeout_ms = 2000});
+  for (Capability c : {Capability::kText, Capability::kEmbedding, Capability::kVisionDescribe,
+                       Capability::kImageGen, Capability::kTranscribe}) {
+    ASSERT_TRUE(a.RegisterCapability(Reg(c, 150)).ok());
+  }
+  ASSERT_TRUE(a.Start().ok());
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      for (int op = 0; op < 300; ++op) {
+        const auto c = static_cast<Capability>(rng() % 5);
+        const std::string key = "m" + std::to_string(rng() % 3);
+        switch (rng() % 8) {
+          case 0:
+            (void)a.Preload(c, key);
+            break;
+          case 1:
+            if (t == 0) bridge.Dispatch(static_cast<MemoryPressureLevel>(rng() % 3));
+            break;
+          default: {
+            auto h = a.Acquire(c, key, Deadline(5s));
+            if (h.ok() && rng() % 2 == 0) {
+              auto r = h->Retain();
+              EXPECT_TRUE(r.ok());
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  bridge.Dispatch(MemoryPressureLevel::kNominal);
+  size_t resident = 0;
+  for (const auto& r : a.ResidentSnapshot()) {
+    EXPECT_EQ(r.refcount, 0) << r.resident_key;
+    resident += r.bytes;
+  }
+  EXPECT_EQ(a.ledger()->charged_bytes(), resident);
+  ArbiterStats s = a.Stats();
+  EXPECT_EQ(s.loading_bytes, 0u);
+  EXPECT_EQ(s.resident_bytes, resident);
+  a.Shutdown();
+  EXPECT_TRUE(a.ResidentSnapshot().empty());
+  EXPECT_EQ(a.ledger()->charged_bytes(), 0u);
 }
 
 }  // namespace

@@ -162,7 +162,8 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     ARBITER_RETURN_IF_ERROR(ReadString(*t, "capability", p, &cap));
     if (!cap.empty()) {
       auto parsed = ParseCapability(cap);
-      if (!parsed.ok()) return KeyError(p + "capability", "\"text\" or \"embedding\"");
+      if (!parsed.ok() || (*parsed != Capability::kText && *parsed != Capability::kEmbedding))
+        return KeyError(p + "capability", "\"text\" or \"embedding\"");
       m.capability = *parsed;
     }
     ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "parallel", p, 1, kMaxParallel,

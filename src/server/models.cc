@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -53,39 +56,59 @@ Result<size_t> EstimateModelBytes(const ModelEntry& entry) {
   return weight_bytes + kv_bytes;
 }
 
-ModelRegistration EngineModelRegistration(const ModelEntry& entry, size_t estimated_bytes) {
-  ModelRegistration r;
-  r.name = entry.name;
-  r.capability = entry.capability;
-  r.estimated_bytes = estimated_bytes;
-  r.load = [entry]() -> Result<LoadedBackend> {
-    // The cheap check first: its errors are clearer than a load's, and a
-    // model fixed on disk since startup loads on the next request.
-    ARBITER_RETURN_IF_ERROR(EstimateModelBytes(entry).status());
-    EngineOptions options;
-    options.n_ctx = entry.ctx;
-    options.n_slots = entry.parallel;
-    Result<std::unique_ptr<Engine>> loaded = Engine::Load(entry.path, options);
-    if (!loaded.ok()) {
-      // Some loader errors name only the file ("model.safetensors: tensor
-      // ... has shape ..."); say which model directory.
-      const Status& st = loaded.status();
-      if (st.message().find(entry.path) != std::string::npos) return st;
-      return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
-    }
-    std::unique_ptr<Engine> engine = std::move(loaded).value();
-    const size_t bytes = engine->weight_bytes() + engine->kv_bytes();
-    return LoadedBackend::Of(std::shared_ptr<Engine>(std::move(engine)), bytes);
+Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry) {
+  // The cheap check first: its errors are clearer than a load's, and a
+  // model fixed on disk since startup loads on the next request.
+  ARBITER_RETURN_IF_ERROR(EstimateModelBytes(entry).status());
+  EngineOptions options;
+  options.n_ctx = entry.ctx;
+  options.n_slots = entry.parallel;
+  Result<std::unique_ptr<Engine>> loaded = Engine::Load(entry.path, options);
+  if (!loaded.ok()) {
+    // Some loader errors name only the file ("model.safetensors: tensor
+    // ... has shape ..."); say which model directory.
+    const Status& st = loaded.status();
+    if (st.message().find(entry.path) != std::string::npos) return st;
+    return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
+  }
+  std::unique_ptr<Engine> engine = std::move(loaded).value();
+  const size_t bytes = engine->weight_bytes() + engine->kv_bytes();
+  return LoadedBackend::Of(std::shared_ptr<Engine>(std::move(engine)), bytes);
+}
+
+CapabilityRegistration EngineCapabilityRegistration(
+    Capability capability, const std::vector<ModelEntry>& entries,
+    const std::map<std::string, size_t>& estimated_bytes) {
+  auto models = std::make_shared<std::map<std::string, ModelEntry>>();
+  auto estimates = std::make_shared<std::map<std::string, size_t>>(estimated_bytes);
+  CapabilityRegistration r;
+  r.capability = capability;
+  // Several configured models of one capability stay resident together
+  // (budget permitting) until [[models]] roles are configurable.
+  r.swap_same_role = false;
+  for (const ModelEntry& e : entries) {
+    if (e.capability != capability) continue;
+    models->emplace(e.name, e);
+    r.model_keys.push_back(e.name);
+  }
+  r.estimate_bytes = [estimates](const std::string& key) -> size_t {
+    auto it = estimates->find(key);
+    return it == estimates->end() ? 0 : it->second;
+  };
+  r.load = [models](const std::string& key) -> Result<LoadedBackend> {
+    auto it = models->find(key);
+    if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));
+    return LoadEngineModel(it->second);
   };
   return r;
 }
 
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
   std::vector<std::string> broken;
+  std::map<std::string, size_t> estimates;
   for (const ModelEntry& m : config.models) {
     Result<size_t> estimate = StartupCheck(m);
-    ARBITER_RETURN_IF_ERROR(
-        arbiter->Register(EngineModelRegistration(m, estimate.ok() ? *estimate : 0)));
+    estimates[m.name] = estimate.ok() ? *estimate : 0;
     if (estimate.ok()) {
       spdlog::info("model \"{}\" ({}, {}): {} estimated, parallel {}, ctx {}", m.name,
                    CapabilityName(m.capability), m.path, FormatSize(*estimate), m.parallel, m.ctx);
@@ -94,6 +117,11 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
                     estimate.status().message());
       broken.push_back(m.name);
     }
+  }
+  for (Capability cap : {Capability::kText, Capability::kEmbedding}) {
+    CapabilityRegistration r = EngineCapabilityRegistration(cap, config.models, estimates);
+    if (r.model_keys.empty()) continue;
+    ARBITER_RETURN_IF_ERROR(arbiter->RegisterCapability(std::move(r)));
   }
   // Record the failures in the arbiter (its load re-runs the cheap check and
   // fails fast), so /v1/models shows them as failed with their error.

@@ -359,7 +359,7 @@ int RunServe(const ServeFlags& f) {
   spdlog::info("memory budget {}{}", FormatSize(config.budget_bytes),
                config.budget_text.empty() ? " (total RAM − 1.5 GiB headroom)"
                                           : " (" + config.budget_text + ")");
-  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes});
+  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes, .refuse_over_budget = true});
   if (Status s = RegisterConfiguredModels(config, &arbiter); !s.ok()) return Fail(s.message());
 
   int total_parallel = 0;

@@ -1,64 +1,119 @@
-// arbiter/arbiter/memory_arbiter.h — the MemoryArbiter (minimal): one
-// registry of models, loaded on first use, kept warm, evicted LRU under one
-// byte budget, pinned by RAII handles while in use.
+// arbiter/arbiter/memory_arbiter.h — the MemoryArbiter: the single in-process
+// owner of every model handle (text, embedding, vision-describe, image-gen,
+// transcribe, speak) under one byte budget.
 //
-// Implements the load-or-reuse, single-flight and evict-to-fit parts of the
-// Memory Arbiter seed (reference/seed-arbiter-and-precache.md Part 1, §1.3).
-// Roles, swaps, pressure, events and request queues are later issues.
+// Implements the Memory Arbiter seed (seeds/000_43c95d79a0cd61e5.txt) with the
+// exact semantics of reference/seed-arbiter-and-precache.md Part 1 (§1.1–1.5),
+// and the eight known defects of the reference (§1.7) corrected; see the
+// design notes at the top of memory_arbiter.cc.
 //
 // Concepts:
-//   - A model is registered once (ModelRegistration): a name (the model key),
-//     a capability (text | embedding), an estimated size in bytes and a load
-//     callable producing a backend (type-erased; e.g. std::shared_ptr<Engine>).
-//   - Acquire(capability, name, deadline) returns an ArbiterHandle that pins
-//     the model: a pinned (refcount > 0) model is never evicted. The first
-//     acquire of a non-resident model runs its load; concurrent acquirers of
-//     the same model wait for that one load (single-flight).
-//   - Budget: before a load, idle models are evicted least-recently-used first
-//     until resident + loading + incoming ≤ budget. See Note [Over budget] in
-//     memory_arbiter.cc for what happens when that is impossible.
-//   - After a load the estimate is replaced with the measured size reported
-//     by the load callable (for the engine: weight_bytes + kv_bytes).
+//   - A capability is registered once (CapabilityRegistration) with a resident
+//     role (default from the capability → role table), an estimated size and
+//     load(model_key) / unload(backend) / run(handle, request) callables.
+//   - A resident entry is keyed "<capability>::<model_key>" (ResidentKey()).
+//   - Acquire(capability, model_key, deadline) returns a move-only
+//     ArbiterHandle pinning the entry; pinned entries are never evicted. The
+//     first acquire loads (single flight: all concurrent waiters share one
+//     load call). Loading a key whose role already has another resident (or
+//     loading) entry first waits for that entry to drain, then evicts it with
+//     reason "swap" (registrations may opt out with swap_same_role = false).
+//   - Budget: the arbiter charges every resident (and loading) entry to a
+//     MemoryLedger with owner = resident key; the footprint is the ledger's
+//     total, so bytes charged by other layers count. Before a load, idle
+//     entries are evicted LRU-first (reason "fit") while footprint + incoming
+//     > budget; best effort (the load proceeds if it still does not fit).
+//   - Pressure (from an injected MemoryPressureSource): low → purge expired
+//     vision-cache entries and evict the lowest-priority idle non-text entry;
+//     critical → evict every idle non-text entry and refuse non-text acquires.
+//   - Request(capability, model_key, payload, stop) queues a run: per
+//     capability a FIFO drained by one worker thread (one run at a time per
+//     capability, capabilities concurrent); returns a std::future.
+//   - OnEvent(listener) → RAII subscription to model_load / model_unload /
+//     memory_pressure / eviction / capability_run events.
 //
 // Example:
 //   MemoryArbiter arbiter({.budget_bytes = 2ull << 30});
-//   ARBITER_RETURN_IF_ERROR(arbiter.Register({
-//       .name = "demo-chat", .capability = Capability::kText,
-//       .estimated_bytes = 300 << 20,
-//       .load = [] () -> Result<LoadedBackend> { ... }}));
+//   ARBITER_RETURN_IF_ERROR(arbiter.RegisterCapability({
+//       .capability = Capability::kText, .estimated_bytes = 300 << 20,
+//       .load = [](const std::string& key) -> Result<LoadedBackend> { ... }}));
 //   ARBITER_ASSIGN_OR_RETURN(ArbiterHandle h,
 //       arbiter.Acquire(Capability::kText, "demo-chat", Deadline(30s)));
-//   Engine* engine = h.backend<Engine>();
-//   ...                                   // h releases on scope exit
+//   Engine* engine = h.backend<Engine>();   // h releases on scope exit
 //
 // Thread safety: MemoryArbiter is thread-safe. ArbiterHandle is
-// thread-compatible (one owner; move it, don't share it).
-// Lifetime: the arbiter must outlive every handle it returned.
+// thread-compatible (one owner; move it, Retain() for a second owner).
+// Callables (load, unload, run, event listeners) are invoked without any
+// arbiter lock held and may call back into the arbiter, except that an event
+// listener must not destroy its own subscription from inside the callback.
+// Lifetime: the arbiter, the ledger, the clock, the pressure source and the
+// vision cache must outlive every handle and the arbiter respectively.
 #pragma once
 
+#include <any>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
+#include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <typeindex>
 #include <typeinfo>
+#include <unordered_map>
 #include <vector>
 
 #include "arbiter/base/clock.h"
 #include "arbiter/base/mutex.h"
 #include "arbiter/base/status.h"
+#include "arbiter/memory/memory_ledger.h"
+#include "arbiter/memory/memory_pressure.h"
 
 namespace arbiter {
 
-enum class Capability { kText, kEmbedding };
-// "text" | "embedding".
+class VisionEmbeddingCache;
+
+enum class Capability { kText = 0, kEmbedding, kVisionDescribe, kImageGen, kTranscribe, kSpeak };
+inline constexpr size_t kCapabilityCount = 6;
+// "text" | "embedding" | "vision-describe" | "image-gen" | "transcribe" | "speak".
 std::string_view CapabilityName(Capability capability);
-// Parses "text" | "embedding"; kInvalidArgument otherwise.
+// Parses the names above; kInvalidArgument otherwise.
 Result<Capability> ParseCapability(std::string_view name);
+
+// Reference §1.1; ordered by priority (lowest evicts first).
+enum class ResidentRole {
+  kDrafter = 0,   // 10
+  kEmotion,       // 15
+  kSpeakerId,     // 18
+  kVision,        // 20
+  kEmbedding,     // 25
+  kTurnDetector,  // 28
+  kWakeWord,      // 30
+  kVad,           // 35
+  kAsr,           // 40
+  kTts,           // 50
+  kTextTarget,    // 100 — never evicted by fit or pressure
+};
+inline constexpr size_t kResidentRoleCount = 11;
+// "drafter", "emotion", "speaker-id", "vision", "embedding", "turn-detector",
+// "wake-word", "vad", "asr", "tts", "text-target".
+std::string_view ResidentRoleName(ResidentRole role);
+Result<ResidentRole> ParseResidentRole(std::string_view name);
+int ResidentRolePriority(ResidentRole role);
+// text → text-target, embedding → embedding, vision-describe → vision,
+// image-gen → vision (they cross-evict on purpose), transcribe → asr,
+// speak → tts.
+ResidentRole DefaultRoleFor(Capability capability);
+// "<capability>::<model_key>".
+std::string ResidentKey(Capability capability, std::string_view model_key);
 
 using ArbiterDeadline = std::chrono::steady_clock::time_point;
 // now + timeout.
@@ -71,7 +126,7 @@ inline ArbiterDeadline Deadline(std::chrono::milliseconds timeout) {
 struct LoadedBackend {
   std::shared_ptr<void> object;
   std::type_index type = typeid(void);
-  // Bytes the backend holds once loaded; 0 → keep the registration estimate.
+  // Bytes the backend holds once loaded; 0 → keep the estimate.
   size_t resident_bytes = 0;
 
   template <typename T>
@@ -84,18 +139,42 @@ struct LoadedBackend {
   }
 };
 
-struct ModelRegistration {
-  std::string name;                        // model key; unique, non-empty
+class ArbiterHandle;
+
+struct CapabilityRegistration {
   Capability capability = Capability::kText;
-  size_t estimated_bytes = 0;              // charge before the first load
-  // Called without any arbiter lock held, on the thread of the first
-  // acquirer; may take seconds. An error fails every waiter of this load and
-  // is remembered (reported by Stats()) until the next successful load.
-  std::function<Result<LoadedBackend>()> load;
+  // Empty → DefaultRoleFor(capability).
+  std::optional<ResidentRole> resident_role;
+  // Charged to the ledger while a load is in flight and until the measured
+  // size is known; used by evict-to-fit and preload.
+  size_t estimated_bytes = 0;
+  // Optional per-model estimate; when set it replaces estimated_bytes.
+  std::function<size_t(const std::string& model_key)> estimate_bytes;
+  // Ledger kind of the resident charge (kDeviceWeights or kOther).
+  ChargeKind charge_kind = ChargeKind::kDeviceWeights;
+  // Defect 8: unload an idle (refcount 0) entry of this capability once it
+  // has been unused for this long (arbiter clock). Empty = never (default).
+  std::optional<int64_t> idle_ttl_ms;
+  // The reference swaps out another resident entry of the same role before
+  // loading. false lets several keys of this capability coexist (the server
+  // uses it for several configured text models until roles are configurable).
+  bool swap_same_role = true;
+  // Model keys known up front: listed by Stats() before their first acquire.
+  std::vector<std::string> model_keys;
+  // REQUIRED. Runs without a lock on the first acquirer's thread; may take
+  // seconds. An error (or exception) fails every waiter of this load with the
+  // message prefixed `model "KEY" failed to load: `; the next acquire retries.
+  std::function<Result<LoadedBackend>(const std::string& model_key)> load;
+  // Optional. Called once per successful load when the entry is unloaded,
+  // without a lock. Exceptions are logged. The object may still be alive
+  // afterwards while a released handle's copy is dropped.
+  std::function<void(const LoadedBackend& backend)> unload;
+  // Optional (required for Request()). Runs one queued request.
+  std::function<Result<std::any>(const ArbiterHandle& handle, std::any& request)> run;
 };
 
 enum class ModelState {
-  kReady,    // registered, not resident, last load (if any) succeeded
+  kReady,    // not resident, last load (if any) succeeded
   kLoading,  // a load is in flight
   kLoaded,   // resident
   kFailed,   // not resident; the last load failed (error in last_error)
@@ -103,36 +182,100 @@ enum class ModelState {
 // "ready" | "loading" | "loaded" | "failed".
 std::string_view ModelStateName(ModelState state);
 
-// Snapshot of one model.
+// Snapshot of one model key (Stats()).
 struct ModelStats {
-  std::string name;
+  std::string name;            // model key
+  std::string resident_key;    // "<capability>::<model_key>"
   Capability capability = Capability::kText;
+  ResidentRole role = ResidentRole::kTextTarget;
   ModelState state = ModelState::kReady;
   size_t bytes = 0;            // measured when ever loaded, else the estimate
   bool bytes_measured = false;
   int refcount = 0;            // live handles
-  uint64_t loads = 0;          // successful loads
+  uint64_t loads = 0;
   uint64_t load_failures = 0;
-  uint64_t evictions = 0;
+  uint64_t evictions = 0;      // unloads for any reason but shutdown
   double last_load_ms = 0;
-  std::string last_error;      // of the last failed load; empty otherwise
+  std::string last_error;
 };
 
-// Snapshot of the arbiter (Stats()).
 struct ArbiterStats {
   size_t budget_bytes = 0;     // 0 = unlimited
-  size_t resident_bytes = 0;   // Σ bytes of loaded models
+  size_t charged_bytes = 0;    // ledger total (this arbiter + other owners)
+  size_t resident_bytes = 0;   // Σ bytes of loaded entries
   size_t loading_bytes = 0;    // Σ estimates of in-flight loads
   int resident_models = 0;
   uint64_t loads = 0;
   uint64_t load_failures = 0;
   uint64_t evictions = 0;
-  std::vector<ModelStats> models;  // in registration order
+  MemoryPressureLevel pressure = MemoryPressureLevel::kNominal;
+  std::vector<ModelStats> models;  // registration order, then first use
+};
+
+// One loaded entry (ResidentSnapshot()).
+struct ResidentEntryInfo {
+  std::string resident_key;
+  Capability capability = Capability::kText;
+  std::string model_key;
+  ResidentRole role = ResidentRole::kTextTarget;
+  size_t bytes = 0;
+  int refcount = 0;
+  int64_t loaded_at_ms = 0;
+  int64_t last_used_ms = 0;
+};
+
+enum class UnloadReason { kSwap, kPressure, kShutdown, kFit, kIdle };
+// "swap" | "pressure" | "shutdown" | "fit" | "idle".
+std::string_view UnloadReasonName(UnloadReason reason);
+
+enum class ArbiterEventType { kModelLoad, kModelUnload, kMemoryPressure, kEviction, kCapabilityRun };
+// "model_load" | "model_unload" | "memory_pressure" | "eviction" | "capability_run".
+std::string_view ArbiterEventTypeName(ArbiterEventType type);
+
+// Reference §1.5. Fields not listed for a type keep their defaults.
+struct ArbiterEvent {
+  ArbiterEventType type = ArbiterEventType::kModelLoad;
+  Capability capability = Capability::kText;      // all but memory_pressure
+  std::string model_key;                           // all but memory_pressure
+  double load_ms = 0;                              // model_load
+  double run_ms = 0;                               // capability_run
+  UnloadReason reason = UnloadReason::kFit;        // model_unload, eviction
+  size_t estimated_bytes = 0;                      // eviction
+  MemoryPressureLevel level = MemoryPressureLevel::kNominal;  // memory_pressure
+  std::string source;                              // memory_pressure
+  std::optional<uint64_t> free_bytes;              // memory_pressure
+  int64_t at_ms = 0;                               // arbiter clock
+};
+using ArbiterEventListener = std::function<void(const ArbiterEvent&)>;
+
+// Keeps an OnEvent() listener registered; unsubscribes on destruction.
+class [[nodiscard]] ArbiterEventSubscription {
+ public:
+  ArbiterEventSubscription() = default;
+  explicit ArbiterEventSubscription(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  ArbiterEventSubscription(ArbiterEventSubscription&& o) noexcept
+      : cancel_(std::exchange(o.cancel_, nullptr)) {}
+  ArbiterEventSubscription& operator=(ArbiterEventSubscription&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      cancel_ = std::exchange(o.cancel_, nullptr);
+    }
+    return *this;
+  }
+  ArbiterEventSubscription(const ArbiterEventSubscription&) = delete;
+  ArbiterEventSubscription& operator=(const ArbiterEventSubscription&) = delete;
+  ~ArbiterEventSubscription() { Reset(); }
+  void Reset() {
+    if (cancel_) std::exchange(cancel_, nullptr)();
+  }
+
+ private:
+  std::function<void()> cancel_;
 };
 
 class MemoryArbiter;
 
-// Pins one resident model. Move-only; releases on destruction.
+// Pins one resident entry. Move-only; releases on destruction.
 // Thread-compatible.
 class ArbiterHandle {
  public:
@@ -146,21 +289,25 @@ class ArbiterHandle {
   // True until Release() (or a move from it).
   bool valid() const { return arbiter_ != nullptr; }
   const std::string& model() const { return model_; }
+  const std::string& model_key() const { return model_; }
   Capability capability() const { return capability_; }
-  // The backend object; nullptr after Release().
   const std::shared_ptr<void>& backend_object() const { return backend_; }
-  // The backend as T; nullptr after Release() or when the backend was not
-  // produced as LoadedBackend::Of<T>.
+  // The backend as T; nullptr after Release() or for another type.
   template <typename T>
   T* backend() const {
     return backend_ && type_ == typeid(T) ? static_cast<T*>(backend_.get()) : nullptr;
   }
-  // Unpins the model (it stays resident, evictable). Idempotent.
+  // A second handle on the same entry with its own release (defect 3: every
+  // retain is matched by its own release).
+  // Errors: kFailedPrecondition `cannot retain cap/key after release`.
+  Result<ArbiterHandle> Retain() const;
+  // Unpins the entry (it stays resident, evictable). Idempotent.
   void Release();
 
  private:
   friend class MemoryArbiter;
   MemoryArbiter* arbiter_ = nullptr;
+  void* entry_ = nullptr;  // MemoryArbiter::Entry*, stable for the arbiter's life
   std::string model_;
   Capability capability_ = Capability::kText;
   std::shared_ptr<void> backend_;
@@ -168,76 +315,186 @@ class ArbiterHandle {
 };
 
 struct MemoryArbiterOptions {
-  size_t budget_bytes = 0;  // 0 = unlimited
-  Clock* clock = nullptr;   // for load timings; nullptr → Clock::Real()
+  // Used only when `ledger` is null: the budget of the arbiter's own ledger
+  // (0 = unlimited).
+  size_t budget_bytes = 0;
+  // The one byte budget shared with other layers; null → an owned ledger.
+  MemoryLedger* ledger = nullptr;
+  Clock* clock = nullptr;                          // null → Clock::Real()
+  MemoryPressureSource* pressure_source = nullptr; // subscribed by Start()
+  VisionEmbeddingCache* vision_cache = nullptr;    // purged under pressure
+  // Real-time bound on a swap's wait for the old entry to drain (defect 6:
+  // real time, not the injected clock). Reference: 10 000 ms.
+  int64_t drain_timeout_ms = 10000;
+  // Real-time bound on Shutdown()'s wait for loads and held handles.
+  int64_t shutdown_timeout_ms = 10000;
+  // Real-time period of the idle-TTL reaper started by Start(); 0 = no thread
+  // (call ReapIdle() yourself).
+  int64_t idle_check_interval_ms = 1000;
+  // false (reference): evict-to-fit is best effort and the load proceeds.
+  // true: refuse (kResourceExhausted, nothing evicted) when the load cannot
+  // fit even after evicting every idle victim while something is held or
+  // loading. See Note [Refusing over budget] in memory_arbiter.cc.
+  bool refuse_over_budget = false;
+  // Real-time bound on a queued request's acquire.
+  int64_t request_acquire_timeout_ms = 60000;
 };
 
 class MemoryArbiter {
  public:
   explicit MemoryArbiter(MemoryArbiterOptions options = {});
-  // REQUIRES: no handle outstanding. Drops every resident backend.
+  // Shutdown() (bounded) then joins every thread.
   ~MemoryArbiter();
   MemoryArbiter(const MemoryArbiter&) = delete;
   MemoryArbiter& operator=(const MemoryArbiter&) = delete;
 
-  // Errors: kAlreadyExists (name taken: `model "x" is already registered`),
-  // kInvalidArgument (empty name or no load callable).
-  Status Register(ModelRegistration registration);
+  // Errors: kAlreadyExists `capability "X" is already registered`,
+  // kInvalidArgument (no load callable).
+  Status RegisterCapability(CapabilityRegistration registration);
 
-  // Pins `name`, loading it first if it is not resident. Blocks while a load
-  // of it is in flight (until `deadline`).
-  // Errors:
-  //   kNotFound          not registered (`model "x" not found`)
-  //   kInvalidArgument   registered with another capability
-  //   kUnavailable       Shutdown() was called
-  //   kResourceExhausted the budget cannot make room (message names the
-  //                      model, its size, the budget, and what is held)
-  //   kDeadlineExceeded  the deadline passed while waiting for another
-  //                      thread's load (the load itself continues)
-  //   any error of the load callable, with its code and the message
-  //   prefixed `model "NAME" failed to load: `, to every waiter of that
-  //   load; the next Acquire retries.
+  // Pins capability::model_key, loading it if needed. Checks, in order:
+  //   kNotFound     `no capability registered for "X"`
+  //   kUnavailable  `arbiter is shutting down; cannot acquire X`
+  //   kUnavailable  `memory pressure is critical; refusing to load
+  //                 capability "X". Free RAM and retry.` (non-text only)
+  // then load-or-reuse, which may fail with
+  //   kDeadlineExceeded `timeout waiting for cap/key to drain (refcount=N);
+  //                 refusing to swap mid-flight` (drain_timeout_ms), or when
+  //                 `deadline` passes while waiting for a load or a drain;
+  //   kResourceExhausted (only with options.refuse_over_budget) when the
+  //                 load cannot fit while other entries are held or loading;
+  //   the load's error prefixed `model "KEY" failed to load: `.
   // The thread that runs a load is not bounded by `deadline`.
-  Result<ArbiterHandle> Acquire(Capability capability, std::string_view name,
+  Result<ArbiterHandle> Acquire(Capability capability, std::string_view model_key,
                                 ArbiterDeadline deadline);
 
-  // Stops new acquires (kUnavailable) and unloads every idle model. Models
-  // still pinned stay until their handles release. Idempotent.
+  // Loads without pinning (refcount stays 0). Returns false (declines) when
+  // shutting down, pressure is not nominal, there is no budget, the estimate
+  // is 0, it would not fit, or another entry of the role is resident or
+  // loading (defect 7: preload never evicts). True when already resident
+  // (touches last-used) or loaded now.
+  bool Preload(Capability capability, std::string_view model_key);
+
+  // Queues one run: acquire → run → capability_run event → release, on the
+  // capability's worker thread, FIFO, one at a time per capability. The
+  // future holds the run's result or any acquire error; an error fails only
+  // this request. A stop requested before the run starts → kCancelled.
+  std::future<Result<std::any>> Request(Capability capability, std::string model_key,
+                                        std::any payload, std::stop_token stop = {});
+
+  ArbiterEventSubscription OnEvent(ArbiterEventListener listener);
+
+  // Starts and subscribes to the pressure source (its replayed event is
+  // handled like any other) and the idle reaper. Idempotent.
+  // Errors: kFailedPrecondition `cannot start after shutdown`; the source's
+  // Start() error.
+  Status Start();
+  // Unsubscribes, stops the source and the reaper. Evicts nothing.
+  void Stop();
+  // Refuses new acquires, waits (shutdown_timeout_ms) for loads in flight and
+  // held handles, then unloads every entry with reason "shutdown". A load
+  // finishing later, or a handle released later, unloads at once: nothing is
+  // resident after the last handle is gone. Idempotent.
   void Shutdown();
 
+  // Applies a pressure event (what the subscription calls).
+  void HandlePressure(const MemoryPressureEvent& event);
+  // Unloads idle entries whose registration has an idle TTL that expired.
+  // Returns how many.
+  size_t ReapIdle();
+
+  std::vector<ResidentEntryInfo> ResidentSnapshot() const;
+  MemoryPressureLevel CurrentPressureLevel() const;
   ArbiterStats Stats() const;
-  size_t budget_bytes() const { return budget_bytes_; }
+  size_t budget_bytes() const { return static_cast<size_t>(ledger_->budget_bytes()); }
+  MemoryLedger* ledger() const { return ledger_; }
 
  private:
   friend class ArbiterHandle;
   struct Entry;
+  struct Registration;
+  struct Unloaded;
+  struct Queue;
+  // Orders idle evictable entries: oldest last use, then lower role
+  // priority, then older load, then a unique sequence number.
+  struct LruKey {
+    int64_t last_used_ms;
+    int priority;
+    int64_t loaded_at_ms;
+    uint64_t seq;
+    bool operator<(const LruKey& o) const {
+      if (last_used_ms != o.last_used_ms) return last_used_ms < o.last_used_ms;
+      if (priority != o.priority) return priority < o.priority;
+      if (loaded_at_ms != o.loaded_at_ms) return loaded_at_ms < o.loaded_at_ms;
+      return seq < o.seq;
+    }
+  };
 
-  void ReleaseRef(const std::string& name);
-  // Increments the refcount of a kLoaded entry, marks it most recently used
-  // and returns a handle to it.
+  void ReleaseEntry(Entry* e);
+  Result<ArbiterHandle> RetainEntry(Entry* e);
   ArbiterHandle PinLocked(Entry* e) REQUIRES(mu_);
-  // Picks idle LRU victims (never `except`) until resident + loading +
-  // incoming ≤ budget, moving their backends into `graveyard`. Returns
-  // whether it now fits.
-  bool EvictToFitLocked(size_t incoming, const Entry* except,
-                        std::vector<std::shared_ptr<void>>* graveyard,
-                        std::vector<std::string>* evicted) REQUIRES(mu_);
-  std::string DescribeHeldLocked() const REQUIRES(mu_);
+  Entry* FindOrCreateLocked(Registration* reg, std::string_view model_key) REQUIRES(mu_);
+  void AddIdleLocked(Entry* e) REQUIRES(mu_);
+  void RemoveIdleLocked(Entry* e) REQUIRES(mu_);
+  // Takes a loaded entry out of residency (any refcount: the caller checks),
+  // releases its charge and queues the unload for after the lock.
+  void EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloaded>* out) REQUIRES(mu_);
+  void EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out) REQUIRES(mu_);
+  // Runs unload callables and emits events. REQUIRES: mu_ not held.
+  void FinishUnloads(std::vector<Unloaded>* unloaded);
+  void Emit(const ArbiterEvent& event);
+  size_t EstimateFor(const Registration& reg, const std::string& model_key) const;
+  void QueueWorker(Queue* q, Capability capability);
+  // Marks `e` loading and charges `incoming` to the ledger.
+  void ClaimLocked(Entry* e, size_t incoming) REQUIRES(mu_);
+  // Runs the claimed load unlocked, publishes it, pins it when `pin`.
+  Result<ArbiterHandle> LoadClaimed(Entry* e, bool pin);
+  void ReaperLoop();
 
-  const size_t budget_bytes_;
   Clock* const clock_;
+  std::unique_ptr<MemoryLedger> owned_ledger_;
+  MemoryLedger* const ledger_;
+  MemoryPressureSource* const pressure_source_;
+  VisionEmbeddingCache* const vision_cache_;
+  const MemoryArbiterOptions options_;
 
   mutable Mutex mu_;
-  CondVar load_done_;  // signalled whenever a load finishes
-  std::map<std::string, std::unique_ptr<Entry>, std::less<>> entries_ GUARDED_BY(mu_);
-  std::vector<Entry*> order_ GUARDED_BY(mu_);  // registration order
+  CondVar changed_;  // signalled on load end, release to 0, eviction, shutdown
+  CondVar reaper_cv_;
+  std::array<std::unique_ptr<Registration>, kCapabilityCount> regs_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<Entry>> entries_ GUARDED_BY(mu_);
+  std::vector<Entry*> order_ GUARDED_BY(mu_);
+  // Loaded or loading entries per role (same-role conflicts, defect 4).
+  std::array<std::set<Entry*>, kResidentRoleCount> role_members_ GUARDED_BY(mu_);
+  // Idle (refcount 0), loaded, non-text-target entries: global LRU and per role.
+  std::map<LruKey, Entry*> idle_lru_ GUARDED_BY(mu_);
+  std::array<std::map<LruKey, Entry*>, kResidentRoleCount> idle_by_role_ GUARDED_BY(mu_);
+  uint64_t seq_ GUARDED_BY(mu_) = 0;
+  int loading_count_ GUARDED_BY(mu_) = 0;
+  int held_count_ GUARDED_BY(mu_) = 0;  // Σ refcounts
   size_t resident_bytes_ GUARDED_BY(mu_) = 0;
   size_t loading_bytes_ GUARDED_BY(mu_) = 0;
-  uint64_t use_seq_ GUARDED_BY(mu_) = 0;  // LRU clock: bumped per acquire
   uint64_t loads_ GUARDED_BY(mu_) = 0;
   uint64_t load_failures_ GUARDED_BY(mu_) = 0;
   uint64_t evictions_ GUARDED_BY(mu_) = 0;
+  MemoryPressureLevel level_ GUARDED_BY(mu_) = MemoryPressureLevel::kNominal;
+  bool started_ GUARDED_BY(mu_) = false;
   bool shutting_down_ GUARDED_BY(mu_) = false;
+  bool reaper_stop_ GUARDED_BY(mu_) = false;
+
+  // Event listeners (own lock: Emit never holds mu_).
+  struct Listeners;
+  std::shared_ptr<Listeners> listeners_;
+
+  // Start/Stop state: only touched by Start/Stop/Shutdown, under lifecycle_mu_.
+  Mutex lifecycle_mu_;
+  MemoryPressureSubscription pressure_sub_ GUARDED_BY(lifecycle_mu_);
+  std::thread reaper_ GUARDED_BY(lifecycle_mu_);
+
+  // Request queues.
+  Mutex queue_mu_;
+  std::array<std::unique_ptr<Queue>, kCapabilityCount> queues_ GUARDED_BY(queue_mu_);
+  bool queues_closed_ GUARDED_BY(queue_mu_) = false;
 };
 
 }  // namespace arbiter

@@ -14,7 +14,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
@@ -29,11 +31,19 @@ namespace arbiter {
 // naming the file.
 Result<size_t> EstimateModelBytes(const ModelEntry& entry);
 
-// A registration whose load runs EstimateModelBytes, then Engine::Load with
-// n_ctx = ctx, n_slots = parallel (load errors name the model directory). The backend is a std::shared_ptr<Engine>
-// (ArbiterHandle::backend<Engine>()); its measured size is
-// weight_bytes() + kv_bytes().
-ModelRegistration EngineModelRegistration(const ModelEntry& entry, size_t estimated_bytes);
+// Loads one model: runs EstimateModelBytes, then Engine::Load with
+// n_ctx = ctx, n_slots = parallel (load errors name the model directory). The
+// backend is a std::shared_ptr<Engine> (ArbiterHandle::backend<Engine>()); its
+// measured size is weight_bytes() + kv_bytes().
+Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry);
+
+// The registration of `capability` for every entry of that capability
+// (model key = entry name, per-model estimates from `estimated_bytes`);
+// swap_same_role is off, so several configured models of one capability may
+// stay resident together.
+CapabilityRegistration EngineCapabilityRegistration(
+    Capability capability, const std::vector<ModelEntry>& entries,
+    const std::map<std::string, size_t>& estimated_bytes);
 
 // Registers every model of `config` (see the policy above) and, with
 // preload, loads them in order. Logs each model's outcome. Returns an error
