@@ -145,6 +145,7 @@ std::string_view UnloadReasonName(UnloadReason reason) {
     case UnloadReason::kShutdown: return "shutdown";
     case UnloadReason::kFit: return "fit";
     case UnloadReason::kIdle: return "idle";
+    case UnloadReason::kManual: return "manual";
   }
   return "unknown";
 }
@@ -173,6 +174,7 @@ struct MemoryArbiter::Entry {
   Capability capability = Capability::kText;
   ResidentRole role = ResidentRole::kTextTarget;
   int priority = 100;
+  std::optional<int64_t> idle_ttl_ms;  // per model (defect 8)
   ModelState state = ModelState::kReady;
   size_t bytes = 0;       // charge: estimate until measured
   bool measured = false;
@@ -317,7 +319,14 @@ MemoryArbiter::Entry* MemoryArbiter::FindOrCreateLocked(Registration* reg,
   e->model_key = std::string(model_key);
   e->capability = reg->reg.capability;
   e->role = reg->role;
-  e->priority = reg->priority;
+  if (reg->reg.role_for) {
+    if (std::optional<ResidentRole> role = reg->reg.role_for(e->model_key)) e->role = *role;
+  }
+  e->priority = ResidentRolePriority(e->role);
+  e->idle_ttl_ms = reg->reg.idle_ttl_ms;
+  if (reg->reg.idle_ttl_for) {
+    if (std::optional<int64_t> ttl = reg->reg.idle_ttl_for(e->model_key)) e->idle_ttl_ms = ttl;
+  }
   e->bytes = EstimateFor(*reg, e->model_key);
   Entry* raw = e.get();
   entries_.emplace(std::move(key), std::move(e));
@@ -719,6 +728,39 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
   return out;
 }
 
+Result<bool> MemoryArbiter::Unload(Capability capability, std::string_view model_key,
+                                   ArbiterDeadline deadline) {
+  std::vector<Unloaded> unloaded;
+  {
+    MutexLock l(&mu_);
+    Registration* reg = regs_[Index(capability)].get();
+    if (reg == nullptr) {
+      return NotFoundError(
+          fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
+    }
+    auto it = entries_.find(ResidentKey(capability, model_key));
+    if (it == entries_.end()) return false;
+    Entry* e = it->second.get();
+    for (;;) {
+      if (e->state == ModelState::kLoaded && e->refcount == 0) break;
+      if (e->state != ModelState::kLoaded && e->state != ModelState::kLoading) return false;
+      // Note [Waits use real time].
+      if (!changed_.WaitUntil(deadline) && RealNow() >= deadline) {
+        if (e->state == ModelState::kLoaded && e->refcount == 0) break;
+        if (e->state == ModelState::kLoading) {
+          return DeadlineExceededError(fmt::format("{} is still loading; not unloaded", e->key));
+        }
+        if (e->state != ModelState::kLoaded) return false;
+        return DeadlineExceededError(fmt::format("{} is held by {} handle(s); not unloaded",
+                                                 e->key, e->refcount));
+      }
+    }
+    EvictLocked(e, UnloadReason::kManual, &unloaded);
+  }
+  FinishUnloads(&unloaded);
+  return true;
+}
+
 bool MemoryArbiter::Preload(Capability capability, std::string_view model_key) {
   Entry* e = nullptr;
   {
@@ -790,7 +832,7 @@ size_t MemoryArbiter::ReapIdle() {
     MutexLock l(&mu_);
     const int64_t now = clock_->NowMs();
     for (Entry* e : order_) {
-      const auto& ttl = e->reg->reg.idle_ttl_ms;
+      const auto& ttl = e->idle_ttl_ms;
       if (ttl && e->state == ModelState::kLoaded && e->refcount == 0 &&
           now - e->last_used_ms >= *ttl) {
         EvictLocked(e, UnloadReason::kIdle, &unloaded);

@@ -653,6 +653,69 @@ TEST_F(ArbiterTest, Defect8IdleTtlUnloadsIdleModels) {
   EXPECT_EQ(ev[0].reason, UnloadReason::kIdle);
 }
 
+// [[models]] role / idle_ttl: per-model overrides of the capability's role
+// and idle TTL.
+TEST_F(ArbiterTest, PerModelRoleAndIdleTtlOverrideTheCapability) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.clock = &clock});
+  CapabilityRegistration r = Reg(Capability::kText);
+  r.swap_same_role = false;
+  r.role_for = [](const std::string& key) -> std::optional<ResidentRole> {
+    if (key == "draft") return ResidentRole::kDrafter;
+    return std::nullopt;
+  };
+  r.idle_ttl_for = [](const std::string& key) -> std::optional<int64_t> {
+    if (key == "draft") return 500;
+    return std::nullopt;
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  Get(a, Capability::kText, "main").Release();
+  Get(a, Capability::kText, "draft").Release();
+  auto snap = a.ResidentSnapshot();
+  ASSERT_EQ(snap.size(), 2u);
+  for (const auto& e : snap) {
+    EXPECT_EQ(e.role, e.model_key == "draft" ? ResidentRole::kDrafter : ResidentRole::kTextTarget);
+  }
+  clock.AdvanceMs(500);
+  EXPECT_EQ(a.ReapIdle(), 1u);
+  EXPECT_FALSE(Resident(a, "text::draft"));
+  EXPECT_TRUE(Resident(a, "text::main"));
+  // A drafter is an ordinary pressure victim even though its capability is text.
+  Get(a, Capability::kText, "draft").Release();
+  a.HandlePressure({.level = MemoryPressureLevel::kLow, .source = "test"});
+  EXPECT_FALSE(Resident(a, "text::draft"));
+  EXPECT_TRUE(Resident(a, "text::main"));
+}
+
+TEST_F(ArbiterTest, UnloadWaitsForHolderOrFailsNamingTheHandles) {
+  MemoryArbiter a;
+  Listen(a);
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  EXPECT_EQ(a.Unload(Capability::kEmbedding, "x", Deadline(0ms)).status().code(),
+            StatusCode::kNotFound);
+  Result<bool> none = a.Unload(Capability::kText, "m", Deadline(0ms));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+  ArbiterHandle h = Get(a, Capability::kText, "m");
+  Result<bool> held = a.Unload(Capability::kText, "m", Deadline(20ms));
+  EXPECT_EQ(held.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(held.status().message().find("held by 1 handle(s)"), std::string::npos);
+  EXPECT_TRUE(Resident(a, "text::m"));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(30ms);
+    h.Release();
+  });
+  Result<bool> done = a.Unload(Capability::kText, "m", Deadline(5s));
+  releaser.join();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(*done);
+  EXPECT_FALSE(Resident(a, "text::m"));
+  auto ev = Events(ArbiterEventType::kModelUnload);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].reason, UnloadReason::kManual);
+  EXPECT_EQ(a.ledger()->charged_bytes(), 0u);
+}
+
 TEST_F(ArbiterTest, MeasuredBytesReplaceEstimateInLedger) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   CapabilityRegistration r = Reg(Capability::kText, 300);

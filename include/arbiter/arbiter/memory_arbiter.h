@@ -152,9 +152,16 @@ struct CapabilityRegistration {
   std::function<size_t(const std::string& model_key)> estimate_bytes;
   // Ledger kind of the resident charge (kDeviceWeights or kOther).
   ChargeKind charge_kind = ChargeKind::kDeviceWeights;
+  // Optional per-model role (e.g. [[models]] role = "..."): called once per
+  // model key, under the arbiter lock (must not call the arbiter); an empty
+  // result keeps the capability's role.
+  std::function<std::optional<ResidentRole>(const std::string& model_key)> role_for;
   // Defect 8: unload an idle (refcount 0) entry of this capability once it
   // has been unused for this long (arbiter clock). Empty = never (default).
   std::optional<int64_t> idle_ttl_ms;
+  // Optional per-model idle TTL, same calling rules as role_for; an empty
+  // result keeps idle_ttl_ms.
+  std::function<std::optional<int64_t>(const std::string& model_key)> idle_ttl_for;
   // The reference swaps out another resident entry of the same role before
   // loading. false lets several keys of this capability coexist (the server
   // uses it for several configured text models until roles are configurable).
@@ -224,8 +231,8 @@ struct ResidentEntryInfo {
   int64_t last_used_ms = 0;
 };
 
-enum class UnloadReason { kSwap, kPressure, kShutdown, kFit, kIdle };
-// "swap" | "pressure" | "shutdown" | "fit" | "idle".
+enum class UnloadReason { kSwap, kPressure, kShutdown, kFit, kIdle, kManual };
+// "swap" | "pressure" | "shutdown" | "fit" | "idle" | "manual" (Unload()).
 std::string_view UnloadReasonName(UnloadReason reason);
 
 enum class ArbiterEventType { kModelLoad, kModelUnload, kMemoryPressure, kEviction, kCapabilityRun };
@@ -374,6 +381,16 @@ class MemoryArbiter {
   // loading (defect 7: preload never evicts). True when already resident
   // (touches last-used) or loaded now.
   bool Preload(Capability capability, std::string_view model_key);
+
+  // Unloads capability::model_key on request (POST /admin/models/X/unload)
+  // with reason "manual". Waits until `deadline` for a load in flight to end
+  // and for every handle to be released. Returns true when it unloaded the
+  // entry, false when it was not resident.
+  // Errors: kNotFound `no capability registered for "X"`;
+  //   kDeadlineExceeded `X is held by N handle(s); not unloaded` or
+  //   `X is still loading; not unloaded`.
+  Result<bool> Unload(Capability capability, std::string_view model_key,
+                      ArbiterDeadline deadline);
 
   // Queues one run: acquire → run → capability_run event → release, on the
   // capability's worker thread, FIFO, one at a time per capability. The
