@@ -109,6 +109,7 @@ bool MemoryLedger::OverLocked() const {
 void MemoryLedger::AddLocked(const std::string& owner, ChargeKind kind, uint64_t bytes) {
   assert(charged_bytes_ <= std::numeric_limits<uint64_t>::max() - bytes);
   charged_bytes_ += bytes;
+  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
   if (charged_bytes_ > peak_bytes_) peak_bytes_ = charged_bytes_;
   by_kind_[static_cast<size_t>(kind)] += bytes;
   MemoryLedgerSnapshot::OwnerUsage& usage = by_owner_[owner];
@@ -119,6 +120,7 @@ void MemoryLedger::AddLocked(const std::string& owner, ChargeKind kind, uint64_t
 void MemoryLedger::SubLocked(const std::string& owner, ChargeKind kind, uint64_t bytes) {
   assert(charged_bytes_ >= bytes);
   charged_bytes_ -= bytes;
+  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
   by_kind_[static_cast<size_t>(kind)] -= bytes;
   auto it = by_owner_.find(owner);
   assert(it != by_owner_.end());
@@ -199,6 +201,7 @@ Status MemoryLedger::ResizeCharge(uint64_t id, uint64_t new_bytes, bool force) {
 void MemoryLedger::SetBudget(uint64_t budget_bytes) {
   MutexLock l(&mu_);
   budget_bytes_ = budget_bytes;
+  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
 }
 
 uint64_t MemoryLedger::budget_bytes() const {

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -180,6 +181,14 @@ class MemoryLedger {
 
   MemoryLedgerSnapshot Snapshot() const EXCLUDES(mu_);
 
+  // Lock-free: whether charged > budget (budget ≠ 0) as of the last change.
+  // A hint for hot paths (the MemoryArbiter's acquire fast path takes its
+  // slow path, which evicts to fit, while it is true); a concurrent change
+  // may not be visible yet.
+  bool OverBudgetHint() const {
+    return over_budget_hint_.load(std::memory_order_relaxed);
+  }
+
  private:
   friend class MemoryCharge;
 
@@ -212,6 +221,9 @@ class MemoryLedger {
   ChargeKindBytes by_kind_ GUARDED_BY(mu_){};
   std::map<std::string, MemoryLedgerSnapshot::OwnerUsage> by_owner_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Record> live_ GUARDED_BY(mu_);
+  // Mirror of OverLocked(), written under mu_ at every change of charged or
+  // budget, read without it by OverBudgetHint().
+  std::atomic<bool> over_budget_hint_{false};
 };
 
 // The default headroom reserve (seed §1.1: 1536 MB).
