@@ -13,13 +13,15 @@
 //     Same-role conflicts are taken from it, so a load in flight is a
 //     conflict (defect 4), and a key is claimed only in a lock section that
 //     saw no conflict.
-//   - idle_lru_ / idle_by_role_ hold the kLoaded entries whose role is not
-//     text-target (held ones included), keyed (last_used, priority,
-//     loaded_at, seq) where the key's last_used may be older than the
-//     entry's (lazy LRU, Note [Fast path]). ClaimLruLocked pops begin(),
-//     re-keys a stale key, sets held entries aside and closes the first idle
-//     entry with a fresh key: that is the true LRU idle entry (the fit
-//     victim; in the lowest non-empty role map, the low-pressure victim).
+//   - idle_by_role_[r] holds the kLoaded entries of role r ≠ text-target
+//     (held ones included), keyed (last_used, priority, loaded_at, seq)
+//     where the key's last_used may be older than the entry's (lazy LRU,
+//     Note [Fast path]); idle_listed_ counts them. ClaimLruLocked pops
+//     begin(), re-keys a stale key, sets held entries aside and closes the
+//     first idle entry with a fresh key: the role's true LRU idle entry (in
+//     the lowest non-empty role, the low-pressure victim). The fit victim
+//     (ClaimFitVictimLocked) is the least key among the roles' normalized
+//     begin()s: the global LRU without a second map.
 //     Held entries and text-target are never claimed, hence never evicted by
 //     fit or pressure (defects 1, 2).
 //   - Every kLoading/kLoaded entry holds one MemoryCharge (owner = resident
@@ -148,6 +150,8 @@ constexpr uint32_t kGateWaiter = 4;  // one registered ReleaseWaiter
 
 uint32_t Count(uint32_t pin) { return pin & kCountMask; }
 
+constexpr size_t kNoSlot = ~size_t{0};
+
 // A fast 64-bit hash of a short key (8 bytes per step).
 uint64_t HashKey(std::string_view s) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
@@ -270,7 +274,8 @@ struct MemoryArbiter::Entry {
   int64_t loaded_at_ms = 0;
   // Note [Fast path]: raised without mu_ by fast acquires, set under mu_.
   std::atomic<int64_t> last_used{0};
-  bool idle_listed = false;  // in idle_lru_ / idle_by_role_ under `lru`
+  bool idle_listed = false;  // in idle_by_role_[role] under `lru`
+  size_t role_slot = kNoSlot;  // index in role_members_[role], kNoSlot if absent
   LruKey lru{};
   uint64_t load_attempt = 0;
   Status last_error;
@@ -315,6 +320,9 @@ struct MemoryArbiter::Listeners {
   Mutex mu;
   uint64_t next_id GUARDED_BY(mu) = 1;
   std::map<uint64_t, std::shared_ptr<ArbiterEventListener>> map GUARDED_BY(mu);
+  // map.size(), written under mu, read without it so that callers skip
+  // building events nobody listens to (a racing subscription may miss one).
+  std::atomic<size_t> count{0};
 };
 
 struct MemoryArbiter::Queue {
@@ -482,14 +490,14 @@ void MemoryArbiter::AddIdleLocked(Entry* e) {
   if (e->idle_listed || e->role == ResidentRole::kTextTarget) return;
   e->lru = LruKey{e->last_used.load(std::memory_order_acquire), e->priority, e->loaded_at_ms,
                   ++seq_};
-  idle_lru_.emplace(e->lru, e);
+  idle_listed_++;
   idle_by_role_[Index(e->role)].emplace(e->lru, e);
   e->idle_listed = true;
 }
 
 void MemoryArbiter::RemoveIdleLocked(Entry* e) {
   if (!e->idle_listed) return;
-  idle_lru_.erase(e->lru);
+  idle_listed_--;
   idle_by_role_[Index(e->role)].erase(e->lru);
   e->idle_listed = false;
 }
@@ -531,6 +539,61 @@ MemoryArbiter::Entry* MemoryArbiter::ClaimLruLocked(std::map<LruKey, Entry*>* lr
     return e;
   }
   return nullptr;
+}
+
+void MemoryArbiter::AddRoleMemberLocked(Entry* e) {
+  if (e->role_slot != kNoSlot) return;
+  std::vector<Entry*>& members = role_members_[Index(e->role)];
+  e->role_slot = members.size();
+  members.push_back(e);
+}
+
+void MemoryArbiter::RemoveRoleMemberLocked(Entry* e) {
+  if (e->role_slot == kNoSlot) return;
+  std::vector<Entry*>& members = role_members_[Index(e->role)];
+  Entry* last = members.back();
+  members[e->role_slot] = last;
+  last->role_slot = e->role_slot;
+  members.pop_back();
+  e->role_slot = kNoSlot;
+}
+
+MemoryArbiter::Entry* MemoryArbiter::ClaimFitVictimLocked(std::vector<Entry*>* held) {
+  for (;;) {
+    // Normalize each role's begin() (fresh key, not held), take the least.
+    Entry* best = nullptr;
+    for (auto& by_role : idle_by_role_) {
+      while (!by_role.empty()) {
+        Entry* e = by_role.begin()->second;
+        if (e->last_used.load(std::memory_order_acquire) != e->lru.last_used_ms) {
+          RemoveIdleLocked(e);
+          AddIdleLocked(e);
+        } else if (Count(e->pin.load(std::memory_order_acquire)) > 0) {
+          RemoveIdleLocked(e);
+          held->push_back(e);
+        } else {
+          break;
+        }
+      }
+      if (!by_role.empty() && (best == nullptr || by_role.begin()->first < best->lru)) {
+        best = by_role.begin()->second;
+      }
+    }
+    if (best == nullptr) return nullptr;
+    const int64_t stamp = best->lru.last_used_ms;
+    if (!TryCloseLocked(best)) {  // pinned since the check
+      RemoveIdleLocked(best);
+      held->push_back(best);
+      continue;
+    }
+    if (best->last_used.load(std::memory_order_acquire) != stamp) {  // see ClaimLruLocked
+      best->pin.store(kOpen, std::memory_order_release);
+      RemoveIdleLocked(best);
+      AddIdleLocked(best);
+      continue;
+    }
+    return best;
+  }
 }
 
 int MemoryArbiter::HeldCountLocked() const {
@@ -611,7 +674,7 @@ void MemoryArbiter::ReleaseSlow(Entry* e) {
 void MemoryArbiter::EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloaded>* out) {
   assert(e->pin.load() == 0 && "evicting an open or pinned entry");
   RemoveIdleLocked(e);
-  role_members_[Index(e->role)].erase(e);
+  RemoveRoleMemberLocked(e);
   resident_bytes_ -= e->bytes;
   e->charge.Release();
   out->push_back(Unloaded{e->reg, e->capability, e->model_key, std::move(e->backend), reason,
@@ -626,12 +689,13 @@ void MemoryArbiter::EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloa
 }
 
 void MemoryArbiter::EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out) {
-  if (idle_lru_.empty()) return;  // no victim: skip the ledger lookups
+  if (idle_listed_ == 0) return;  // no victim: skip the ledger lookups
+  if (incoming == 0 && !ledger_->OverBudgetHint()) return;
   const uint64_t budget = ledger_->budget_bytes();
   if (budget == 0) return;
   std::vector<Entry*> held;
   while (ledger_->charged_bytes() + incoming > budget) {
-    Entry* victim = ClaimLruLocked(&idle_lru_, &held);
+    Entry* victim = ClaimFitVictimLocked(&held);
     if (victim == nullptr) break;
     EvictLocked(victim, UnloadReason::kFit, out);
   }
@@ -641,7 +705,7 @@ void MemoryArbiter::EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out
 void MemoryArbiter::ClaimLocked(Entry* e, size_t incoming) {
   e->state = ModelState::kLoading;
   ++e->load_attempt;
-  role_members_[Index(e->role)].insert(e);
+  AddRoleMemberLocked(e);
   loading_count_++;
   e->bytes = incoming;
   loading_bytes_ += incoming;
@@ -665,6 +729,7 @@ void MemoryArbiter::FinishUnloads(std::vector<Unloaded>* unloaded) {
       spdlog::info("arbiter: unloaded {} ({}, reason {})", ResidentKey(u.capability, u.model_key),
                    FormatSize(u.bytes), UnloadReasonName(u.reason));
     }
+    if (!HasListeners()) continue;
     ArbiterEvent ev;
     ev.type = ArbiterEventType::kModelUnload;
     ev.capability = u.capability;
@@ -679,6 +744,10 @@ void MemoryArbiter::FinishUnloads(std::vector<Unloaded>* unloaded) {
     }
   }
   unloaded->clear();
+}
+
+bool MemoryArbiter::HasListeners() const {
+  return listeners_->count.load(std::memory_order_acquire) > 0;
 }
 
 void MemoryArbiter::Emit(const ArbiterEvent& event) {
@@ -702,6 +771,7 @@ void MemoryArbiter::Emit(const ArbiterEvent& event) {
     if (failed) {
       MutexLock l(&listeners_->mu);
       listeners_->map.erase(id);
+      listeners_->count.store(listeners_->map.size(), std::memory_order_release);
     }
   }
 }
@@ -712,12 +782,14 @@ ArbiterEventSubscription MemoryArbiter::OnEvent(ArbiterEventListener listener) {
     MutexLock l(&listeners_->mu);
     id = listeners_->next_id++;
     listeners_->map.emplace(id, std::make_shared<ArbiterEventListener>(std::move(listener)));
+    listeners_->count.store(listeners_->map.size(), std::memory_order_release);
   }
   std::weak_ptr<Listeners> weak = listeners_;
   return ArbiterEventSubscription([weak, id] {
     if (auto ls = weak.lock()) {
       MutexLock l(&ls->mu);
       ls->map.erase(id);
+      ls->count.store(ls->map.size(), std::memory_order_release);
     }
   });
 }
@@ -809,7 +881,7 @@ Result<ArbiterHandle> MemoryArbiter::AcquireSlow(Capability capability,
         changed_.WaitUntil(until);
         if (RealNow() >= until) {
           // Re-check: the conflict may have drained exactly now.
-          bool still = role_members_[Index(e->role)].count(conflict) > 0 &&
+          bool still = conflict->role_slot != kNoSlot &&
                        !(conflict->state == ModelState::kLoaded &&
                          Count(conflict->pin.load()) == 0);
           if (still) {
@@ -829,16 +901,18 @@ Result<ArbiterHandle> MemoryArbiter::AcquireSlow(Capability capability,
         continue;
       }
       const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
-      if (options_.refuse_over_budget && ledger_->budget_bytes() != 0) {
+      const uint64_t budget = ledger_->budget_bytes();
+      bool fitted = false;
+      if (options_.refuse_over_budget && budget != 0) {
         // Note [Refusing over budget]: close LRU idle victims until the load
         // fits (O(victims), no scan); if it cannot fit while something is
         // held or loading, reopen them and fail without evicting.
-        const uint64_t budget = ledger_->budget_bytes();
+        fitted = true;  // below: it fits, or every idle victim is evicted
         const uint64_t charged = ledger_->charged_bytes();
         std::vector<Entry*> claimed, held;
         uint64_t freed = 0;
         while (charged - std::min(charged, freed) + incoming > budget) {
-          Entry* victim = ClaimLruLocked(&idle_lru_, &held);
+          Entry* victim = ClaimFitVictimLocked(&held);
           if (victim == nullptr) break;
           RemoveIdleLocked(victim);
           claimed.push_back(victim);
@@ -872,7 +946,7 @@ Result<ArbiterHandle> MemoryArbiter::AcquireSlow(Capability capability,
         for (Entry* victim : claimed) EvictLocked(victim, UnloadReason::kFit, &unloaded);
         RelistLocked(&held);
       }
-      EvictToFitLocked(incoming, &unloaded);
+      if (!fitted) EvictToFitLocked(incoming, &unloaded);
       ClaimLocked(e, incoming);
       break;
     }
@@ -942,7 +1016,7 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
         EvictToFitLocked(0, &unloaded);
       }
     } else {
-      role_members_[Index(e->role)].erase(e);
+      RemoveRoleMemberLocked(e);
       e->charge.Release();
       e->state = ModelState::kFailed;
       e->last_error =
@@ -957,13 +1031,15 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
     if (spdlog::should_log(spdlog::level::info)) {
       spdlog::info("arbiter: loaded {} ({}) in {:.0f} ms", e->key, FormatSize(bytes), load_ms);
     }
-    ArbiterEvent ev;
-    ev.type = ArbiterEventType::kModelLoad;
-    ev.capability = e->capability;
-    ev.model_key = e->model_key;
-    ev.load_ms = load_ms;
-    ev.at_ms = clock_->NowMs();
-    Emit(ev);
+    if (HasListeners()) {
+      ArbiterEvent ev;
+      ev.type = ArbiterEventType::kModelLoad;
+      ev.capability = e->capability;
+      ev.model_key = e->model_key;
+      ev.load_ms = load_ms;
+      ev.at_ms = clock_->NowMs();
+      Emit(ev);
+    }
   } else if (!out.ok()) {
     spdlog::error("arbiter: {}", out.status().message());
   }

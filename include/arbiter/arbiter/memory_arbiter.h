@@ -473,7 +473,7 @@ class MemoryArbiter {
   // Lock-free lookup (Note [Fast path]); also used under mu_.
   Entry* FindEntry(Capability capability, std::string_view model_key) const;
   Entry* FindOrCreateLocked(Registration* reg, std::string_view model_key) REQUIRES(mu_);
-  // Lists a loaded non-text-target entry in idle_lru_/idle_by_role_ keyed by
+  // Lists a loaded non-text-target entry in idle_by_role_ keyed by
   // its current last-used stamp (no-op if listed or text-target).
   void AddIdleLocked(Entry* e) REQUIRES(mu_);
   void RemoveIdleLocked(Entry* e) REQUIRES(mu_);
@@ -485,7 +485,11 @@ class MemoryArbiter {
   // The least recently used idle entry of `lru`, closed; null if none. Stale
   // keys are re-keyed; held entries are unlisted into *held (RelistLocked).
   Entry* ClaimLruLocked(std::map<LruKey, Entry*>* lru, std::vector<Entry*>* held) REQUIRES(mu_);
+  // The same over every role: the global LRU idle entry (fit victim).
+  Entry* ClaimFitVictimLocked(std::vector<Entry*>* held) REQUIRES(mu_);
   int HeldCountLocked() const REQUIRES(mu_);
+  void AddRoleMemberLocked(Entry* e) REQUIRES(mu_);
+  void RemoveRoleMemberLocked(Entry* e) REQUIRES(mu_);
   int64_t StampMs() const { return clock_->CoarseNowMs(); }
   // Takes a loaded entry out of residency (any refcount: the caller checks),
   // releases its charge and queues the unload for after the lock.
@@ -494,6 +498,8 @@ class MemoryArbiter {
   // Runs unload callables and emits events. REQUIRES: mu_ not held.
   void FinishUnloads(std::vector<Unloaded>* unloaded);
   void Emit(const ArbiterEvent& event);
+  // Lock-free: some OnEvent() listener is registered.
+  bool HasListeners() const;
   size_t EstimateFor(const Registration& reg, const std::string& model_key) const;
   void QueueWorker(Queue* q, Capability capability);
   // Marks `e` loading and charges `incoming` to the ledger.
@@ -525,11 +531,12 @@ class MemoryArbiter {
   // Written under mu_ (waiter counts by ReleaseWaiter), read without it.
   std::atomic<uint32_t> gate_{0};
   // Loaded or loading entries per role (same-role conflicts, defect 4).
-  std::array<std::set<Entry*>, kResidentRoleCount> role_members_ GUARDED_BY(mu_);
+  // Unordered; Entry::role_slot is an entry's index here (O(1) add/remove).
+  std::array<std::vector<Entry*>, kResidentRoleCount> role_members_ GUARDED_BY(mu_);
   // Loaded non-text-target entries, keyed by a last-used stamp that may be
   // older than the entry's (lazy LRU, Note [Fast path]); some may be held.
-  // Global LRU and per role.
-  std::map<LruKey, Entry*> idle_lru_ GUARDED_BY(mu_);
+  // One map per role; the global LRU is the least of their begin()s.
+  size_t idle_listed_ GUARDED_BY(mu_) = 0;  // Σ sizes of idle_by_role_
   std::array<std::map<LruKey, Entry*>, kResidentRoleCount> idle_by_role_ GUARDED_BY(mu_);
   uint64_t seq_ GUARDED_BY(mu_) = 0;
   int loading_count_ GUARDED_BY(mu_) = 0;
