@@ -2,6 +2,7 @@
 #include "arbiter/arbiter/arbiter_bench.h"
 
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,10 +112,20 @@ CapabilityRegistration TrivialReg(Capability cap, size_t bytes, bool swap_same_r
 
 const ArbiterDeadline kFar = ArbiterDeadline::max();
 
+double ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
 // Acquire + release of a resident handle on `threads` threads; thread t uses
 // keys[t % keys.size()].
+// *parallelism: Σ threads' CPU time in their timed loops / the longest loop's
+// wall time (2.0 = both threads ran the whole time on separate CPUs; on a
+// busy 2-vCPU host they may be time-sliced on one, which hides contention).
 Status AcquireRelease(const Ticker& tk, int iterations, int threads,
-                      const std::vector<std::string>& keys, std::vector<uint64_t>* out) {
+                      const std::vector<std::string>& keys, std::vector<uint64_t>* out,
+                      double* parallelism) {
   MemoryArbiter a({.idle_check_interval_ms = 0});
   ARBITER_RETURN_IF_ERROR(
       a.RegisterCapability(TrivialReg(Capability::kText, 0, /*swap_same_role=*/false)));
@@ -123,6 +134,8 @@ Status AcquireRelease(const Ticker& tk, int iterations, int threads,
     if (!h.ok()) return h.status();
   }
   std::vector<std::vector<uint64_t>> per(static_cast<size_t>(threads));
+  std::vector<uint64_t> begin(static_cast<size_t>(threads)), end(static_cast<size_t>(threads));
+  std::vector<double> cpu_ns(static_cast<size_t>(threads));
   std::atomic<int> ready{0};
   std::atomic<bool> failed{false};
   auto body = [&](int t) {
@@ -136,6 +149,8 @@ Status AcquireRelease(const Ticker& tk, int iterations, int threads,
       Result<ArbiterHandle> h = a.Acquire(Capability::kText, key, kFar);
       if (!h.ok()) failed = true;
     }
+    const double cpu0 = ThreadCpuNs();
+    begin[static_cast<size_t>(t)] = tk.Now();
     for (int i = 0; i < iterations / kBatch; ++i) {
       const uint64_t t0 = tk.Now();
       for (int j = 0; j < kBatch; ++j) {
@@ -145,6 +160,8 @@ Status AcquireRelease(const Ticker& tk, int iterations, int threads,
       }
       v.push_back(tk.Now() - t0);
     }
+    end[static_cast<size_t>(t)] = tk.Now();
+    cpu_ns[static_cast<size_t>(t)] = ThreadCpuNs() - cpu0;
   };
   std::vector<std::thread> ts;
   for (int t = 1; t < threads; ++t) ts.emplace_back(body, t);
@@ -152,6 +169,11 @@ Status AcquireRelease(const Ticker& tk, int iterations, int threads,
   for (auto& th : ts) th.join();
   if (failed) return InternalError("bench: an acquire of a resident model failed");
   for (auto& v : per) out->insert(out->end(), v.begin(), v.end());
+  const uint64_t first = *std::min_element(begin.begin(), begin.end());
+  const uint64_t last = *std::max_element(end.begin(), end.end());
+  double cpu = 0;
+  for (double c : cpu_ns) cpu += c;
+  *parallelism = cpu / std::max(1.0, tk.ToNs(last - first));
   return OkStatus();
 }
 
@@ -386,7 +408,8 @@ Result<ArbiterBenchResult> RunArbiterBench(int iterations) {
   };
   for (const AcqCase& c : acq_cases) {
     std::vector<uint64_t> v;
-    ARBITER_RETURN_IF_ERROR(AcquireRelease(tk, iterations, c.threads, c.keys, &v));
+    double parallelism = 1;
+    ARBITER_RETURN_IF_ERROR(AcquireRelease(tk, iterations, c.threads, c.keys, &v, &parallelism));
     ArbiterBenchScenario s = Scenario(c.name, c.description);
     s.reference_p50_ns = kRefAcquireP50;
     s.reference_p99_ns = kRefAcquireP99;
@@ -395,6 +418,10 @@ Result<ArbiterBenchResult> RunArbiterBench(int iterations) {
       s.target_p99_ns = kTargetAcquireP99;
     } else {
       s.note = "no target (both threads pin one entry)";
+    }
+    if (c.threads > 1) {
+      s.note += fmt::format("{}parallelism {:.2f} (CPU time / wall time)",
+                            s.note.empty() ? "" : "; ", parallelism);
     }
     Summarize(tk, oh, v, &s, kBatch);
     res.scenarios.push_back(s);
