@@ -1,6 +1,8 @@
 // RunArbiterBench: see arbiter_bench.h for the scenarios and the method.
 #include "arbiter/arbiter/arbiter_bench.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +114,26 @@ CapabilityRegistration TrivialReg(Capability cap, size_t bytes, bool swap_same_r
 
 const ArbiterDeadline kFar = ArbiterDeadline::max();
 
+// Pins the calling thread to the `index`-th CPU of `allowed` (modulo their
+// count). A new thread otherwise starts on its parent's CPU and a run of a
+// few ms can end before the scheduler migrates it: the threads would not
+// overlap at all.
+void PinToCpu(const cpu_set_t& allowed, int index) {
+  const int n = CPU_COUNT(&allowed);
+  if (n <= 1) return;
+  int seen = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    if (seen++ == index % n) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+      return;
+    }
+  }
+}
+
 double ThreadCpuNs() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -138,7 +160,11 @@ Status AcquireRelease(const Ticker& tk, int iterations, int threads,
   std::vector<double> cpu_ns(static_cast<size_t>(threads));
   std::atomic<int> ready{0};
   std::atomic<bool> failed{false};
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const bool have_mask = pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) == 0;
   auto body = [&](int t) {
+    if (have_mask && threads > 1) PinToCpu(allowed, t);
     const std::string& key = keys[static_cast<size_t>(t) % keys.size()];
     std::vector<uint64_t>& v = per[static_cast<size_t>(t)];
     v.reserve(static_cast<size_t>(iterations));
@@ -167,6 +193,7 @@ Status AcquireRelease(const Ticker& tk, int iterations, int threads,
   for (int t = 1; t < threads; ++t) ts.emplace_back(body, t);
   body(0);
   for (auto& th : ts) th.join();
+  if (have_mask && threads > 1) pthread_setaffinity_np(pthread_self(), sizeof(allowed), &allowed);
   if (failed) return InternalError("bench: an acquire of a resident model failed");
   for (auto& v : per) out->insert(out->end(), v.begin(), v.end());
   const uint64_t first = *std::min_element(begin.begin(), begin.end());

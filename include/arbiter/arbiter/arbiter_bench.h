@@ -9,6 +9,9 @@
 //   acquire_release_1t      Acquire + Release of an already-resident handle
 //   acquire_release_2t_diff 2 threads, each on its own resident model
 //   acquire_release_2t_same 2 threads on the same resident model
+//                           (2-thread cases: each thread pinned to its own
+//                           CPU; the note reports parallelism = Σ thread CPU
+//                           time / wall time, 2.0 = fully concurrent)
 //   fit_evict_N             (N = 10, 100, 1000 idle resident entries of 1 MiB
 //                           under an N MiB budget, refuse_over_budget on as in
 //                           the server) an Acquire of a non-resident key that

@@ -43,6 +43,9 @@
 //
 // Thread safety: MemoryArbiter is thread-safe. ArbiterHandle is
 // thread-compatible (one owner; move it, Retain() for a second owner).
+// Acquire of an already-loaded entry, Retain and Release take no lock and
+// allocate nothing (~30 ns for acquire + release, docs/BENCHMARKS.md); see
+// Note [Fast path] in memory_arbiter.cc.
 // Callables (load, unload, run, event listeners) are invoked without any
 // arbiter lock held and may call back into the arbiter, except that an event
 // listener must not destroy its own subscription from inside the callback.
