@@ -998,12 +998,16 @@ TEST_F(ArbiterTest, FastPathRefusesHeldNonTextUnderCriticalAndAfterShutdown) {
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
   ArbiterHandle v = Get(a, Capability::kVisionDescribe, "v");
   ArbiterHandle t = Get(a, Capability::kText, "t");
-  a.HandlePressure({.level = MemoryPressureLevel::kCritical, .source = "test"});
+  MemoryPressureEvent pressure;
+  pressure.source = "test";
+  pressure.level = MemoryPressureLevel::kCritical;
+  a.HandlePressure(pressure);
   auto again = a.Acquire(Capability::kVisionDescribe, "v", Deadline(1s));  // resident, held
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("critical"), std::string::npos);
   EXPECT_TRUE(a.Acquire(Capability::kText, "t", Deadline(1s)).ok());
-  a.HandlePressure({.level = MemoryPressureLevel::kNominal, .source = "test"});
+  pressure.level = MemoryPressureLevel::kNominal;
+  a.HandlePressure(pressure);
   EXPECT_TRUE(a.Acquire(Capability::kVisionDescribe, "v", Deadline(1s)).ok());
 
   std::thread shutdown([&] { a.Shutdown(); });  // waits for v and t
