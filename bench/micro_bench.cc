@@ -1,5 +1,5 @@
-// bench/micro_bench.cc — Google Benchmark micro-benchmarks for the readers
-// and the tokenizer. Not part of `make test`; run `build/bench/micro_bench`.
+// bench/micro_bench.cc — Google Benchmark micro-benchmarks for the readers,
+// the tokenizer and the MemoryArbiter's acquire/release. Not part of `make test`; run `build/bench/micro_bench`.
 //
 // Each throughput figure is reported next to the limit measured in the same
 // run: `BM_Memcpy` copies the same number of bytes, so conversion speed reads
@@ -7,10 +7,12 @@
 // element; memcpy reads and writes 4).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/engine/bpe_trainer.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/safetensors.h"
@@ -86,6 +88,30 @@ void BM_TokenizerEncode(benchmark::State& state) {
   state.counters["tokens"] = static_cast<double>(n_tokens);
 }
 BENCHMARK(BM_TokenizerEncode)->Unit(benchmark::kMillisecond);
+
+
+// MemoryArbiter: Acquire + Release of a resident handle (the lock-free fast
+// path, Note [Fast path]); `arbiter bench arbiter` reports percentiles and
+// the other scenarios. Run with --benchmark_filter=Arbiter; ->Threads(2) has
+// both threads on one entry (one shared pin word).
+void BM_ArbiterAcquireRelease(benchmark::State& state) {
+  static MemoryArbiter* arbiter = [] {
+    auto* a = new MemoryArbiter({.idle_check_interval_ms = 0});
+    CapabilityRegistration r;
+    r.capability = Capability::kText;
+    r.load = [](const std::string&) -> Result<LoadedBackend> {
+      return LoadedBackend::Of(std::make_shared<int>(0), 0);
+    };
+    if (!a->RegisterCapability(std::move(r)).ok()) std::abort();
+    return a;
+  }();
+  for (auto _ : state) {
+    Result<ArbiterHandle> h = arbiter->Acquire(Capability::kText, "demo-chat",
+                                               ArbiterDeadline::max());
+    benchmark::DoNotOptimize(h->backend<int>());
+  }
+}
+BENCHMARK(BM_ArbiterAcquireRelease)->Threads(1)->Threads(2);
 
 }  // namespace
 }  // namespace arbiter

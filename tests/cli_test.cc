@@ -1,5 +1,6 @@
 // End-to-end: the `arbiter` CLI's offline commands (make-model, inspect,
-// generate) as child processes, on good and broken model directories.
+// generate, bench arbiter) as child processes, on good and broken model
+// directories.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -138,6 +139,25 @@ TEST_F(CliTest, UnknownPresetFailsListingPresets) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("demo-chat"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(*dir_ / "nope" / "config.json"));
+}
+
+
+// Smoke test of `arbiter bench arbiter` (no timings are asserted: benchmarks
+// are not part of `make test`).
+TEST(CliBenchTest, BenchArbiterRunsAndNamesEveryScenario) {
+  RunResult r = RunArbiter("bench arbiter --iterations 1000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* name :
+       {"limit_mutex", "limit_atomic", "acquire_release_1t", "acquire_release_2t_diff",
+        "acquire_release_2t_same", "fit_evict_10", "fit_evict_100", "fit_evict_1000",
+        "pressure_to_unload", "pressure_rss_drop"}) {
+    EXPECT_NE(r.output.find(name), std::string::npos) << name << "\n" << r.output;
+  }
+  RunResult j = RunArbiter("bench arbiter --iterations 1000 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  nlohmann::json doc = nlohmann::json::parse(j.output);
+  EXPECT_EQ(doc["iterations"], 1000);
+  EXPECT_GE(doc["scenarios"].size(), 10u);
 }
 
 }  // namespace

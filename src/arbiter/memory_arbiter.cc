@@ -13,16 +13,23 @@
 //     Same-role conflicts are taken from it, so a load in flight is a
 //     conflict (defect 4), and a key is claimed only in a lock section that
 //     saw no conflict.
-//   - idle_lru_ / idle_by_role_ hold exactly the kLoaded entries with
-//     refcount 0 whose role is not text-target, keyed (last_used, priority,
-//     loaded_at, seq): begin() is the fit victim (no scan), and the begin()
-//     of the lowest non-empty role is the low-pressure victim. Held entries
-//     and text-target are never in them, hence never evicted by fit or
-//     pressure (defects 1, 2).
+//   - idle_by_role_[r] holds the kLoaded entries of role r ≠ text-target
+//     (held ones included), keyed (last_used, priority, loaded_at, seq)
+//     where the key's last_used may be older than the entry's (lazy LRU,
+//     Note [Fast path]); idle_listed_ counts them. ClaimLruLocked pops
+//     begin(), re-keys a stale key, sets held entries aside and closes the
+//     first idle entry with a fresh key: the role's true LRU idle entry (in
+//     the lowest non-empty role, the low-pressure victim). The fit victim
+//     (ClaimFitVictimLocked) is the least key among the roles' normalized
+//     begin()s: the global LRU without a second map.
+//     Held entries and text-target are never claimed, hence never evicted by
+//     fit or pressure (defects 1, 2).
 //   - Every kLoading/kLoaded entry holds one MemoryCharge (owner = resident
 //     key): the estimate while loading, the measured bytes once loaded. The
 //     footprint is ledger_->charged_bytes(), which includes other owners.
-//   - held_count_ = Σ refcount; loading_count_ = #kLoading.
+//   - An entry's pin word (Note [Fast path]) is kOpen | refcount while
+//     kLoaded, 0 otherwise; at every release of mu_, kLoaded ⇔ open.
+//     loading_count_ = #kLoading.
 //   - After every Acquire, footprint ≤ budget or no idle evictable entry is
 //     left (evict-to-fit also runs on the reuse path, since a best-effort
 //     load or another ledger owner can push the footprint over the budget).
@@ -47,6 +54,57 @@
 // retries later); when nothing is held the load proceeds as in the
 // reference (a model larger than the budget must stay usable).
 //
+// Note [Fast path]
+// Acquire + release of a resident entry must cost tens of ns (issue 3 point
+// 9: p50 ≤ 40 ns), so it takes no lock, allocates nothing and copies no
+// shared_ptr:
+//   - Lookup: tables_[capability] is an open-addressing table of Entry*
+//     keyed by a hash of the model key (no "cap::key" string is built). Slots
+//     are filled (release) under mu_ and never cleared; a full table is
+//     replaced by a bigger copy and the old one kept until the destructor,
+//     so a reader never sees freed memory. Entry fields read there
+//     (model_key, hash, capability) are immutable once published.
+//   - Pin word (Entry::pin): kOpen | refcount. kOpen is set (release) when a
+//     load is published (after e->backend is written) and cleared only by
+//     TryCloseLocked, a CAS from exactly kOpen (refcount 0) to 0, under mu_,
+//     immediately followed by the eviction. The fast acquire CASes
+//     refcount+1 only while kOpen is set (acquire), so it either pins before
+//     the close (which then fails: the entry is held, never evicted) or
+//     fails and takes the slow path. Hence a pinned entry's backend stays
+//     put, and the handle points at e->backend / e->model_key instead of
+//     copying them. Retain adds 1 to a count that is ≥ 1 (no lock needed).
+//   - Checks that the slow path makes are mirrored in gate_ (written under
+//     mu_, read with acquire): kGateShutdown and kGateCritical (non-text
+//     only) send the fast path to the slow path, which reports the errors in
+//     the documented order (an acquire that read the gate just before the
+//     change is ordered before it, as if it had taken mu_ first). The
+//     ledger's OverBudgetHint() does too, so the slow path's evict-to-fit on
+//     reuse still runs whenever the footprint is over the budget.
+//   - Release is one fetch_sub. Only a release to 0 while gate_ has a waiter
+//     or shutdown bit takes mu_ (to signal changed_, or to unload after
+//     shutdown). Threads that wait for a refcount to drain (swap, Unload,
+//     Shutdown) register in gate_ (ReleaseWaiter) before they check the
+//     count: both sides use seq_cst RMW-then-load, so either the waiter sees
+//     the count at 0 or the releaser sees the waiter and signals under mu_
+//     (the waiter holds mu_ from its check until it sleeps).
+//   - Lazy LRU: release to 0 cannot touch the maps, so loaded entries stay
+//     listed while held and Entry::last_used is an atomic the fast path
+//     raises to max(last_used, now). A map key's stamp is ≤ the entry's
+//     stamp (the fast path goes to the slow path if the clock is behind the
+//     entry's stamp; the slow path sets the stamp exactly and re-keys), so
+//     the first entry in key order whose key is fresh and that is idle is
+//     the LRU idle entry. After the close succeeds the stamp is re-checked
+//     (an acquire + release may have run between the check and the CAS); a
+//     changed stamp reopens and re-keys it. Each re-key pays for one fast
+//     acquire; set-aside held entries are few (they are pinned by live
+//     requests).
+//   - Stamps use Clock::CoarseNowMs() (CLOCK_MONOTONIC_COARSE: ~9 ns, ≤ one
+//     tick behind) for last-used, loaded-at and the idle TTL, the same clock
+//     everywhere so stamps are comparable; SimulatedClock returns NowMs(), so
+//     last-used equals the clock at each acquire in tests.
+//   - Stats() and ResidentSnapshot() read refcounts and stamps atomically:
+//     exact at the instant each entry is read.
+//
 // Note [Shutdown]
 // Shutdown refuses new work, stops the pressure source and the queues, then
 // waits (bounded) for loads in flight and held handles. It then unloads every
@@ -57,6 +115,8 @@
 #include "arbiter/arbiter/memory_arbiter.h"
 
 #include <algorithm>
+#include <cassert>
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -80,6 +140,34 @@ size_t Index(Capability c) { return static_cast<size_t>(c); }
 size_t Index(ResidentRole r) { return static_cast<size_t>(r); }
 
 std::chrono::steady_clock::time_point RealNow() { return std::chrono::steady_clock::now(); }
+
+// Note [Fast path]: the pin word and the gate.
+constexpr uint32_t kOpen = 1u << 31;
+constexpr uint32_t kCountMask = kOpen - 1;
+constexpr uint32_t kGateShutdown = 1;
+constexpr uint32_t kGateCritical = 2;
+constexpr uint32_t kGateWaiter = 4;  // one registered ReleaseWaiter
+
+uint32_t Count(uint32_t pin) { return pin & kCountMask; }
+
+constexpr size_t kNoSlot = ~size_t{0};
+
+// A fast 64-bit hash of a short key (8 bytes per step).
+uint64_t HashKey(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 29;
+  return h;
+}
 
 }  // namespace
 
@@ -175,15 +263,19 @@ struct MemoryArbiter::Entry {
   ResidentRole role = ResidentRole::kTextTarget;
   int priority = 100;
   std::optional<int64_t> idle_ttl_ms;  // per model (defect 8)
+  uint64_t hash = 0;      // HashKey(model_key)
   ModelState state = ModelState::kReady;
   size_t bytes = 0;       // charge: estimate until measured
   bool measured = false;
   MemoryCharge charge;    // live while kLoading/kLoaded
   LoadedBackend backend;
-  int refcount = 0;
+  // Note [Fast path]: kOpen | refcount; read and written without mu_.
+  std::atomic<uint32_t> pin{0};
   int64_t loaded_at_ms = 0;
-  int64_t last_used_ms = 0;
-  bool idle_listed = false;
+  // Note [Fast path]: raised without mu_ by fast acquires, set under mu_.
+  std::atomic<int64_t> last_used{0};
+  bool idle_listed = false;  // in idle_by_role_[role] under `lru`
+  size_t role_slot = kNoSlot;  // index in role_members_[role], kNoSlot if absent
   LruKey lru{};
   uint64_t load_attempt = 0;
   Status last_error;
@@ -191,6 +283,28 @@ struct MemoryArbiter::Entry {
   uint64_t load_failures = 0;
   uint64_t evictions = 0;
   double last_load_ms = 0;
+};
+
+// Note [Fast path]: capacity is a power of two, at most half full.
+struct MemoryArbiter::KeyTable {
+  explicit KeyTable(size_t capacity) : slots(capacity), mask(capacity - 1) {}
+  std::vector<std::atomic<Entry*>> slots;
+  const size_t mask;
+  size_t used = 0;  // written under mu_
+};
+
+// Registers the calling thread (which holds mu_) as waiting for a refcount
+// to drain, so that a lock-free release to 0 signals changed_.
+// Note [Fast path].
+class MemoryArbiter::ReleaseWaiter {
+ public:
+  explicit ReleaseWaiter(MemoryArbiter* a) : a_(a) { a_->gate_.fetch_add(kGateWaiter); }
+  ~ReleaseWaiter() { a_->gate_.fetch_sub(kGateWaiter); }
+  ReleaseWaiter(const ReleaseWaiter&) = delete;
+  ReleaseWaiter& operator=(const ReleaseWaiter&) = delete;
+
+ private:
+  MemoryArbiter* const a_;
 };
 
 struct MemoryArbiter::Unloaded {
@@ -206,6 +320,9 @@ struct MemoryArbiter::Listeners {
   Mutex mu;
   uint64_t next_id GUARDED_BY(mu) = 1;
   std::map<uint64_t, std::shared_ptr<ArbiterEventListener>> map GUARDED_BY(mu);
+  // map.size(), written under mu, read without it so that callers skip
+  // building events nobody listens to (a racing subscription may miss one).
+  std::atomic<size_t> count{0};
 };
 
 struct MemoryArbiter::Queue {
@@ -227,20 +344,18 @@ struct MemoryArbiter::Queue {
 ArbiterHandle::ArbiterHandle(ArbiterHandle&& other) noexcept
     : arbiter_(std::exchange(other.arbiter_, nullptr)),
       entry_(std::exchange(other.entry_, nullptr)),
-      model_(std::move(other.model_)),
-      capability_(other.capability_),
-      backend_(std::move(other.backend_)),
-      type_(other.type_) {}
+      model_(other.model_),
+      backend_(std::exchange(other.backend_, nullptr)),
+      capability_(other.capability_) {}
 
 ArbiterHandle& ArbiterHandle::operator=(ArbiterHandle&& other) noexcept {
   if (this != &other) {
     Release();
     arbiter_ = std::exchange(other.arbiter_, nullptr);
     entry_ = std::exchange(other.entry_, nullptr);
-    model_ = std::move(other.model_);
+    model_ = other.model_;
+    backend_ = std::exchange(other.backend_, nullptr);
     capability_ = other.capability_;
-    backend_ = std::move(other.backend_);
-    type_ = other.type_;
   }
   return *this;
 }
@@ -248,14 +363,14 @@ ArbiterHandle& ArbiterHandle::operator=(ArbiterHandle&& other) noexcept {
 void ArbiterHandle::Release() {
   if (arbiter_ == nullptr) return;
   MemoryArbiter* arbiter = std::exchange(arbiter_, nullptr);
-  backend_.reset();
+  backend_ = nullptr;
   arbiter->ReleaseEntry(static_cast<MemoryArbiter::Entry*>(entry_));
 }
 
 Result<ArbiterHandle> ArbiterHandle::Retain() const {
   if (arbiter_ == nullptr) {
     return FailedPreconditionError(
-        fmt::format("cannot retain {}/{} after release", CapabilityName(capability_), model_));
+        fmt::format("cannot retain {}/{} after release", CapabilityName(capability_), model()));
   }
   return arbiter_->RetainEntry(static_cast<MemoryArbiter::Entry*>(entry_));
 }
@@ -278,8 +393,8 @@ MemoryArbiter::MemoryArbiter(MemoryArbiterOptions options)
 MemoryArbiter::~MemoryArbiter() {
   Shutdown();
   MutexLock l(&mu_);
-  if (held_count_ > 0) {
-    spdlog::error("arbiter destroyed with {} handle(s) outstanding", held_count_);
+  if (const int held = HeldCountLocked(); held > 0) {
+    spdlog::error("arbiter destroyed with {} handle(s) outstanding", held);
   }
 }
 
@@ -308,15 +423,26 @@ size_t MemoryArbiter::EstimateFor(const Registration& reg, const std::string& mo
   return reg.reg.estimated_bytes;
 }
 
+MemoryArbiter::Entry* MemoryArbiter::FindEntry(Capability capability,
+                                               std::string_view model_key) const {
+  const KeyTable* t = tables_[Index(capability)].load(std::memory_order_acquire);
+  if (t == nullptr) return nullptr;
+  const uint64_t h = HashKey(model_key);
+  for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+    Entry* e = t->slots[i].load(std::memory_order_acquire);
+    if (e == nullptr) return nullptr;
+    if (e->hash == h && e->model_key == model_key) return e;
+  }
+}
+
 MemoryArbiter::Entry* MemoryArbiter::FindOrCreateLocked(Registration* reg,
                                                         std::string_view model_key) {
-  std::string key = ResidentKey(reg->reg.capability, model_key);
-  auto it = entries_.find(key);
-  if (it != entries_.end()) return it->second.get();
+  if (Entry* found = FindEntry(reg->reg.capability, model_key)) return found;
   auto e = std::make_unique<Entry>();
   e->reg = reg;
-  e->key = key;
+  e->key = ResidentKey(reg->reg.capability, model_key);
   e->model_key = std::string(model_key);
+  e->hash = HashKey(model_key);
   e->capability = reg->reg.capability;
   e->role = reg->role;
   if (reg->reg.role_for) {
@@ -329,82 +455,226 @@ MemoryArbiter::Entry* MemoryArbiter::FindOrCreateLocked(Registration* reg,
   }
   e->bytes = EstimateFor(*reg, e->model_key);
   Entry* raw = e.get();
-  entries_.emplace(std::move(key), std::move(e));
+  entries_.push_back(std::move(e));
   order_.push_back(raw);
+  // Publish in the capability's table (Note [Fast path]), growing it first
+  // when it would be more than half full.
+  std::atomic<KeyTable*>& slot = tables_[Index(reg->reg.capability)];
+  KeyTable* t = slot.load(std::memory_order_relaxed);
+  if (t == nullptr || (t->used + 1) * 2 > t->slots.size()) {
+    auto bigger = std::make_unique<KeyTable>(t == nullptr ? 16 : t->slots.size() * 2);
+    if (t != nullptr) {
+      for (const auto& s : t->slots) {
+        Entry* o = s.load(std::memory_order_relaxed);
+        if (o == nullptr) continue;
+        size_t i = o->hash & bigger->mask;
+        while (bigger->slots[i].load(std::memory_order_relaxed) != nullptr) {
+          i = (i + 1) & bigger->mask;
+        }
+        bigger->slots[i].store(o, std::memory_order_relaxed);
+      }
+      bigger->used = t->used;
+    }
+    t = bigger.get();
+    tables_owned_.push_back(std::move(bigger));
+    slot.store(t, std::memory_order_release);
+  }
+  size_t i = raw->hash & t->mask;
+  while (t->slots[i].load(std::memory_order_relaxed) != nullptr) i = (i + 1) & t->mask;
+  t->slots[i].store(raw, std::memory_order_release);
+  t->used++;
   return raw;
 }
 
 void MemoryArbiter::AddIdleLocked(Entry* e) {
   if (e->idle_listed || e->role == ResidentRole::kTextTarget) return;
-  e->lru = LruKey{e->last_used_ms, e->priority, e->loaded_at_ms, ++seq_};
-  idle_lru_.emplace(e->lru, e);
+  e->lru = LruKey{e->last_used.load(std::memory_order_acquire), e->priority, e->loaded_at_ms,
+                  ++seq_};
+  idle_listed_++;
   idle_by_role_[Index(e->role)].emplace(e->lru, e);
   e->idle_listed = true;
 }
 
 void MemoryArbiter::RemoveIdleLocked(Entry* e) {
   if (!e->idle_listed) return;
-  idle_lru_.erase(e->lru);
+  idle_listed_--;
   idle_by_role_[Index(e->role)].erase(e->lru);
   e->idle_listed = false;
 }
 
-ArbiterHandle MemoryArbiter::PinLocked(Entry* e) {
-  if (e->refcount == 0) RemoveIdleLocked(e);
-  e->refcount++;
-  held_count_++;
-  e->last_used_ms = clock_->NowMs();
+void MemoryArbiter::RelistLocked(std::vector<Entry*>* held) {
+  for (Entry* e : *held) {
+    if (e->state == ModelState::kLoaded) AddIdleLocked(e);
+  }
+  held->clear();
+}
+
+bool MemoryArbiter::TryCloseLocked(Entry* e) {
+  uint32_t expected = kOpen;
+  return e->pin.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
+MemoryArbiter::Entry* MemoryArbiter::ClaimLruLocked(std::map<LruKey, Entry*>* lru,
+                                                    std::vector<Entry*>* held) {
+  while (!lru->empty()) {
+    Entry* e = lru->begin()->second;
+    const int64_t stamp = e->last_used.load(std::memory_order_acquire);
+    if (stamp != e->lru.last_used_ms) {  // stale: re-key
+      RemoveIdleLocked(e);
+      AddIdleLocked(e);
+      continue;
+    }
+    if (!TryCloseLocked(e)) {  // held
+      RemoveIdleLocked(e);
+      held->push_back(e);
+      continue;
+    }
+    if (e->last_used.load(std::memory_order_acquire) != stamp) {
+      // Acquired and released between the check and the close: reopen.
+      e->pin.store(kOpen, std::memory_order_release);
+      RemoveIdleLocked(e);
+      AddIdleLocked(e);
+      continue;
+    }
+    return e;
+  }
+  return nullptr;
+}
+
+void MemoryArbiter::AddRoleMemberLocked(Entry* e) {
+  if (e->role_slot != kNoSlot) return;
+  std::vector<Entry*>& members = role_members_[Index(e->role)];
+  e->role_slot = members.size();
+  members.push_back(e);
+}
+
+void MemoryArbiter::RemoveRoleMemberLocked(Entry* e) {
+  if (e->role_slot == kNoSlot) return;
+  std::vector<Entry*>& members = role_members_[Index(e->role)];
+  Entry* last = members.back();
+  members[e->role_slot] = last;
+  last->role_slot = e->role_slot;
+  members.pop_back();
+  e->role_slot = kNoSlot;
+}
+
+MemoryArbiter::Entry* MemoryArbiter::ClaimFitVictimLocked(std::vector<Entry*>* held) {
+  for (;;) {
+    // Normalize each role's begin() (fresh key, not held), take the least.
+    Entry* best = nullptr;
+    for (auto& by_role : idle_by_role_) {
+      while (!by_role.empty()) {
+        Entry* e = by_role.begin()->second;
+        if (e->last_used.load(std::memory_order_acquire) != e->lru.last_used_ms) {
+          RemoveIdleLocked(e);
+          AddIdleLocked(e);
+        } else if (Count(e->pin.load(std::memory_order_acquire)) > 0) {
+          RemoveIdleLocked(e);
+          held->push_back(e);
+        } else {
+          break;
+        }
+      }
+      if (!by_role.empty() && (best == nullptr || by_role.begin()->first < best->lru)) {
+        best = by_role.begin()->second;
+      }
+    }
+    if (best == nullptr) return nullptr;
+    const int64_t stamp = best->lru.last_used_ms;
+    if (!TryCloseLocked(best)) {  // pinned since the check
+      RemoveIdleLocked(best);
+      held->push_back(best);
+      continue;
+    }
+    if (best->last_used.load(std::memory_order_acquire) != stamp) {  // see ClaimLruLocked
+      best->pin.store(kOpen, std::memory_order_release);
+      RemoveIdleLocked(best);
+      AddIdleLocked(best);
+      continue;
+    }
+    return best;
+  }
+}
+
+int MemoryArbiter::HeldCountLocked() const {
+  int held = 0;
+  for (const Entry* e : order_) held += static_cast<int>(Count(e->pin.load()));
+  return held;
+}
+
+ArbiterHandle MemoryArbiter::MakeHandle(Entry* e) {
   ArbiterHandle h;
   h.arbiter_ = this;
   h.entry_ = e;
-  h.model_ = e->model_key;
+  h.model_ = &e->model_key;
+  h.backend_ = &e->backend;
   h.capability_ = e->capability;
-  h.backend_ = e->backend.object;
-  h.type_ = e->backend.type;
   return h;
+}
+
+ArbiterHandle MemoryArbiter::PinLocked(Entry* e) {
+  assert(e->state == ModelState::kLoaded);
+  e->pin.fetch_add(1, std::memory_order_acq_rel);
+  // The slow path stamps exactly (even if the clock went back) and re-keys
+  // when the stamp falls below the listed key (Note [Fast path]).
+  const int64_t now = StampMs();
+  e->last_used.store(now, std::memory_order_release);
+  if (e->idle_listed && now < e->lru.last_used_ms) {
+    RemoveIdleLocked(e);
+    AddIdleLocked(e);
+  }
+  return MakeHandle(e);
+}
+
+bool MemoryArbiter::TryPinFast(Entry* e) const {
+  const uint32_t gate = gate_.load(std::memory_order_acquire);
+  if ((gate & kGateShutdown) != 0) return false;
+  if ((gate & kGateCritical) != 0 && e->capability != Capability::kText) return false;
+  if (ledger_->OverBudgetHint()) return false;
+  const int64_t now = StampMs();
+  if (now < e->last_used.load(std::memory_order_relaxed)) return false;
+  uint32_t w = e->pin.load(std::memory_order_relaxed);
+  do {
+    if ((w & kOpen) == 0) return false;
+  } while (!e->pin.compare_exchange_weak(w, w + 1, std::memory_order_acquire,
+                                         std::memory_order_relaxed));
+  int64_t stamp = e->last_used.load(std::memory_order_relaxed);
+  while (stamp < now &&
+         !e->last_used.compare_exchange_weak(stamp, now, std::memory_order_release,
+                                             std::memory_order_relaxed)) {
+  }
+  return true;
 }
 
 Result<ArbiterHandle> MemoryArbiter::RetainEntry(Entry* e) {
-  MutexLock l(&mu_);
-  e->refcount++;
-  held_count_++;
-  ArbiterHandle h;
-  h.arbiter_ = this;
-  h.entry_ = e;
-  h.model_ = e->model_key;
-  h.capability_ = e->capability;
-  h.backend_ = e->backend.object;
-  h.type_ = e->backend.type;
-  return h;
+  // The caller's handle pins e: the count is ≥ 1 and e cannot be closed.
+  e->pin.fetch_add(1, std::memory_order_relaxed);
+  return MakeHandle(e);
 }
 
 void MemoryArbiter::ReleaseEntry(Entry* e) {
+  // seq_cst RMW then seq_cst load: see ReleaseWaiter in Note [Fast path].
+  const uint32_t prev = e->pin.fetch_sub(1);
+  assert(Count(prev) > 0 && "ArbiterHandle released more often than pinned");
+  if (Count(prev) == 1 && (gate_.load() & ~kGateCritical) != 0) ReleaseSlow(e);
+}
+
+void MemoryArbiter::ReleaseSlow(Entry* e) {
   std::vector<Unloaded> unloaded;
   {
     MutexLock l(&mu_);
-    if (e->refcount <= 0) {
-      spdlog::error("arbiter: release of {} with refcount {}", e->key, e->refcount);
-      return;
+    if (shutting_down_ && e->state == ModelState::kLoaded && TryCloseLocked(e)) {
+      EvictLocked(e, UnloadReason::kShutdown, &unloaded);
     }
-    e->refcount--;
-    held_count_--;
-    if (e->refcount == 0) {
-      if (e->state == ModelState::kLoaded) {
-        if (shutting_down_) {
-          EvictLocked(e, UnloadReason::kShutdown, &unloaded);
-        } else {
-          AddIdleLocked(e);
-        }
-      }
-      changed_.SignalAll();
-    }
+    changed_.SignalAll();
   }
   if (!unloaded.empty()) FinishUnloads(&unloaded);
 }
 
 void MemoryArbiter::EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloaded>* out) {
+  assert(e->pin.load() == 0 && "evicting an open or pinned entry");
   RemoveIdleLocked(e);
-  role_members_[Index(e->role)].erase(e);
+  RemoveRoleMemberLocked(e);
   resident_bytes_ -= e->bytes;
   e->charge.Release();
   out->push_back(Unloaded{e->reg, e->capability, e->model_key, std::move(e->backend), reason,
@@ -419,18 +689,23 @@ void MemoryArbiter::EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloa
 }
 
 void MemoryArbiter::EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out) {
-  if (idle_lru_.empty()) return;  // no victim: skip the ledger lookups
+  if (idle_listed_ == 0) return;  // no victim: skip the ledger lookups
+  if (incoming == 0 && !ledger_->OverBudgetHint()) return;
   const uint64_t budget = ledger_->budget_bytes();
   if (budget == 0) return;
-  while (!idle_lru_.empty() && ledger_->charged_bytes() + incoming > budget) {
-    EvictLocked(idle_lru_.begin()->second, UnloadReason::kFit, out);
+  std::vector<Entry*> held;
+  while (ledger_->charged_bytes() + incoming > budget) {
+    Entry* victim = ClaimFitVictimLocked(&held);
+    if (victim == nullptr) break;
+    EvictLocked(victim, UnloadReason::kFit, out);
   }
+  RelistLocked(&held);
 }
 
 void MemoryArbiter::ClaimLocked(Entry* e, size_t incoming) {
   e->state = ModelState::kLoading;
   ++e->load_attempt;
-  role_members_[Index(e->role)].insert(e);
+  AddRoleMemberLocked(e);
   loading_count_++;
   e->bytes = incoming;
   loading_bytes_ += incoming;
@@ -449,9 +724,12 @@ void MemoryArbiter::FinishUnloads(std::vector<Unloaded>* unloaded) {
         spdlog::error("arbiter: unload of {} threw", ResidentKey(u.capability, u.model_key));
       }
     }
-    u.backend = LoadedBackend{};  // frees the object unless a handle still holds it
-    spdlog::info("arbiter: unloaded {} ({}, reason {})", ResidentKey(u.capability, u.model_key),
-                 FormatSize(u.bytes), UnloadReasonName(u.reason));
+    u.backend = LoadedBackend{};  // frees the object unless the caller copied it
+    if (spdlog::should_log(spdlog::level::info)) {
+      spdlog::info("arbiter: unloaded {} ({}, reason {})", ResidentKey(u.capability, u.model_key),
+                   FormatSize(u.bytes), UnloadReasonName(u.reason));
+    }
+    if (!HasListeners()) continue;
     ArbiterEvent ev;
     ev.type = ArbiterEventType::kModelUnload;
     ev.capability = u.capability;
@@ -466,6 +744,10 @@ void MemoryArbiter::FinishUnloads(std::vector<Unloaded>* unloaded) {
     }
   }
   unloaded->clear();
+}
+
+bool MemoryArbiter::HasListeners() const {
+  return listeners_->count.load(std::memory_order_acquire) > 0;
 }
 
 void MemoryArbiter::Emit(const ArbiterEvent& event) {
@@ -489,6 +771,7 @@ void MemoryArbiter::Emit(const ArbiterEvent& event) {
     if (failed) {
       MutexLock l(&listeners_->mu);
       listeners_->map.erase(id);
+      listeners_->count.store(listeners_->map.size(), std::memory_order_release);
     }
   }
 }
@@ -499,18 +782,30 @@ ArbiterEventSubscription MemoryArbiter::OnEvent(ArbiterEventListener listener) {
     MutexLock l(&listeners_->mu);
     id = listeners_->next_id++;
     listeners_->map.emplace(id, std::make_shared<ArbiterEventListener>(std::move(listener)));
+    listeners_->count.store(listeners_->map.size(), std::memory_order_release);
   }
   std::weak_ptr<Listeners> weak = listeners_;
   return ArbiterEventSubscription([weak, id] {
     if (auto ls = weak.lock()) {
       MutexLock l(&ls->mu);
       ls->map.erase(id);
+      ls->count.store(ls->map.size(), std::memory_order_release);
     }
   });
 }
 
 Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_view model_key,
                                              ArbiterDeadline deadline) {
+  // Note [Fast path].
+  if (Entry* e = FindEntry(capability, model_key); e != nullptr && TryPinFast(e)) {
+    return MakeHandle(e);
+  }
+  return AcquireSlow(capability, model_key, deadline);
+}
+
+Result<ArbiterHandle> MemoryArbiter::AcquireSlow(Capability capability,
+                                                 std::string_view model_key,
+                                                 ArbiterDeadline deadline) {
   std::vector<Unloaded> unloaded;
   Entry* e = nullptr;
   Status error;
@@ -523,6 +818,7 @@ Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_
           fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
     }
     std::optional<std::chrono::steady_clock::time_point> drain_deadline;
+    std::optional<ReleaseWaiter> waiter;  // registered before a drain wait
     for (;;) {
       if (shutting_down_) {
         error = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
@@ -569,8 +865,12 @@ Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_
         }
       }
       if (conflict != nullptr) {
-        if (conflict->state == ModelState::kLoaded && conflict->refcount == 0) {
+        if (conflict->state == ModelState::kLoaded && TryCloseLocked(conflict)) {
           EvictLocked(conflict, UnloadReason::kSwap, &unloaded);
+          continue;
+        }
+        if (!waiter) {  // register, then re-check (Note [Fast path])
+          waiter.emplace(this);
           continue;
         }
         // Note [Waits use real time].
@@ -581,13 +881,15 @@ Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_
         changed_.WaitUntil(until);
         if (RealNow() >= until) {
           // Re-check: the conflict may have drained exactly now.
-          bool still = role_members_[Index(e->role)].count(conflict) > 0 &&
-                       !(conflict->state == ModelState::kLoaded && conflict->refcount == 0);
+          bool still = conflict->role_slot != kNoSlot &&
+                       !(conflict->state == ModelState::kLoaded &&
+                         Count(conflict->pin.load()) == 0);
           if (still) {
             if (until == *drain_deadline) {
               error = DeadlineExceededError(fmt::format(
                   "timeout waiting for {}/{} to drain (refcount={}); refusing to swap mid-flight",
-                  CapabilityName(conflict->capability), conflict->model_key, conflict->refcount));
+                  CapabilityName(conflict->capability), conflict->model_key,
+                  Count(conflict->pin.load())));
             } else {
               error = DeadlineExceededError(fmt::format(
                   "deadline passed while waiting for {} to drain before loading {}",
@@ -599,33 +901,52 @@ Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_
         continue;
       }
       const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
-      if (options_.refuse_over_budget && (held_count_ > 0 || loading_count_ > 0)) {
-        // Note [Refusing over budget]: fail without evicting when even
-        // evicting every idle victim would not make room.
-        const uint64_t budget = ledger_->budget_bytes();
-        uint64_t idle_bytes = 0;
-        for (const auto& [lru, o] : idle_lru_) idle_bytes += o->bytes;
+      const uint64_t budget = ledger_->budget_bytes();
+      bool fitted = false;
+      if (options_.refuse_over_budget && budget != 0) {
+        // Note [Refusing over budget]: close LRU idle victims until the load
+        // fits (O(victims), no scan); if it cannot fit while something is
+        // held or loading, reopen them and fail without evicting.
+        fitted = true;  // below: it fits, or every idle victim is evicted
         const uint64_t charged = ledger_->charged_bytes();
-        if (budget != 0 && charged - std::min(charged, idle_bytes) + incoming > budget) {
-          std::string held;
+        std::vector<Entry*> claimed, held;
+        uint64_t freed = 0;
+        while (charged - std::min(charged, freed) + incoming > budget) {
+          Entry* victim = ClaimFitVictimLocked(&held);
+          if (victim == nullptr) break;
+          RemoveIdleLocked(victim);
+          claimed.push_back(victim);
+          freed += victim->bytes;
+        }
+        const bool fits = charged - std::min(charged, freed) + incoming <= budget;
+        if (!fits && (loading_count_ > 0 || HeldCountLocked() > 0)) {
+          for (Entry* victim : claimed) {
+            victim->pin.store(kOpen, std::memory_order_release);
+            AddIdleLocked(victim);
+          }
+          RelistLocked(&held);
+          std::string holders;
           for (const Entry* o : order_) {
-            if (o->refcount > 0 || o->state == ModelState::kLoading) {
-              if (!held.empty()) held += ", ";
-              held += o->refcount > 0
-                          ? fmt::format("\"{}\" {} ({} handle(s))", o->model_key,
-                                        FormatSize(o->bytes), o->refcount)
-                          : fmt::format("\"{}\" {} (loading)", o->model_key, FormatSize(o->bytes));
+            const uint32_t refs = Count(o->pin.load());
+            if (refs > 0 || o->state == ModelState::kLoading) {
+              if (!holders.empty()) holders += ", ";
+              holders += refs > 0 ? fmt::format("\"{}\" {} ({} handle(s))", o->model_key,
+                                                FormatSize(o->bytes), refs)
+                                  : fmt::format("\"{}\" {} (loading)", o->model_key,
+                                                FormatSize(o->bytes));
             }
           }
           error = ResourceExhaustedError(fmt::format(
               "cannot load model \"{}\" ({}): the memory budget is {} and {} is held by "
               "requests in flight; retry when they finish, or raise [memory] budget",
               e->model_key, FormatSize(incoming), FormatSize(budget),
-              held.empty() ? std::string("memory of other owners") : held));
+              holders.empty() ? std::string("memory of other owners") : holders));
           break;
         }
+        for (Entry* victim : claimed) EvictLocked(victim, UnloadReason::kFit, &unloaded);
+        RelistLocked(&held);
       }
-      EvictToFitLocked(incoming, &unloaded);
+      if (!fitted) EvictToFitLocked(incoming, &unloaded);
       ClaimLocked(e, incoming);
       break;
     }
@@ -673,35 +994,29 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
       loads_++;
       resident_bytes_ += e->bytes;
       bytes = e->bytes;
-      e->loaded_at_ms = clock_->NowMs();
-      e->last_used_ms = e->loaded_at_ms;
+      e->loaded_at_ms = StampMs();
+      e->last_used.store(e->loaded_at_ms, std::memory_order_relaxed);
       if (shutting_down_) {
-        // Note [Refusing over budget]
-// The reference is best effort: after evict-to-fit the load proceeds even if
-// it still does not fit. With options.refuse_over_budget (the server sets it,
-// docs/http-api.md `budget_exceeded`), an acquire that could not fit even
-// after evicting every idle victim fails with kResourceExhausted, evicting
-// nothing, whenever some handle is held or a load is in flight (the caller
-// retries later); when nothing is held the load proceeds as in the
-// reference (a model larger than the budget must stay usable).
-//
-// Note [Shutdown]: a load finishing after shutdown unloads itself.
+        // Note [Shutdown]: a load finishing after shutdown unloads itself
+        // (never opened, so no fast acquire can have pinned it).
         EvictLocked(e, UnloadReason::kShutdown, &unloaded);
         out = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
                                            CapabilityName(e->capability)));
       } else {
         published = true;
+        // Open for fast acquires: e->backend is written (Note [Fast path]).
+        e->pin.store(kOpen, std::memory_order_release);
         if (pin) {
           out = PinLocked(e);
         } else {
-          AddIdleLocked(e);
           out = ArbiterHandle();
         }
+        AddIdleLocked(e);
         // The measured size may exceed the estimate: make room again.
         EvictToFitLocked(0, &unloaded);
       }
     } else {
-      role_members_[Index(e->role)].erase(e);
+      RemoveRoleMemberLocked(e);
       e->charge.Release();
       e->state = ModelState::kFailed;
       e->last_error =
@@ -713,14 +1028,18 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
     changed_.SignalAll();
   }
   if (published) {
-    spdlog::info("arbiter: loaded {} ({}) in {:.0f} ms", e->key, FormatSize(bytes), load_ms);
-    ArbiterEvent ev;
-    ev.type = ArbiterEventType::kModelLoad;
-    ev.capability = e->capability;
-    ev.model_key = e->model_key;
-    ev.load_ms = load_ms;
-    ev.at_ms = clock_->NowMs();
-    Emit(ev);
+    if (spdlog::should_log(spdlog::level::info)) {
+      spdlog::info("arbiter: loaded {} ({}) in {:.0f} ms", e->key, FormatSize(bytes), load_ms);
+    }
+    if (HasListeners()) {
+      ArbiterEvent ev;
+      ev.type = ArbiterEventType::kModelLoad;
+      ev.capability = e->capability;
+      ev.model_key = e->model_key;
+      ev.load_ms = load_ms;
+      ev.at_ms = clock_->NowMs();
+      Emit(ev);
+    }
   } else if (!out.ok()) {
     spdlog::error("arbiter: {}", out.status().message());
   }
@@ -738,21 +1057,21 @@ Result<bool> MemoryArbiter::Unload(Capability capability, std::string_view model
       return NotFoundError(
           fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
     }
-    auto it = entries_.find(ResidentKey(capability, model_key));
-    if (it == entries_.end()) return false;
-    Entry* e = it->second.get();
+    Entry* e = FindEntry(capability, model_key);
+    if (e == nullptr) return false;
+    ReleaseWaiter waiter(this);  // before the first check (Note [Fast path])
     for (;;) {
-      if (e->state == ModelState::kLoaded && e->refcount == 0) break;
+      if (e->state == ModelState::kLoaded && TryCloseLocked(e)) break;
       if (e->state != ModelState::kLoaded && e->state != ModelState::kLoading) return false;
       // Note [Waits use real time].
       if (!changed_.WaitUntil(deadline) && RealNow() >= deadline) {
-        if (e->state == ModelState::kLoaded && e->refcount == 0) break;
+        if (e->state == ModelState::kLoaded && TryCloseLocked(e)) break;
         if (e->state == ModelState::kLoading) {
           return DeadlineExceededError(fmt::format("{} is still loading; not unloaded", e->key));
         }
         if (e->state != ModelState::kLoaded) return false;
         return DeadlineExceededError(fmt::format("{} is held by {} handle(s); not unloaded",
-                                                 e->key, e->refcount));
+                                                 e->key, Count(e->pin.load())));
       }
     }
     EvictLocked(e, UnloadReason::kManual, &unloaded);
@@ -775,7 +1094,7 @@ bool MemoryArbiter::Preload(Capability capability, std::string_view model_key) {
     if (e->state == ModelState::kLoaded) {
       const bool listed = e->idle_listed;
       RemoveIdleLocked(e);
-      e->last_used_ms = clock_->NowMs();
+      e->last_used.store(StampMs(), std::memory_order_release);
       if (listed) AddIdleLocked(e);
       return true;
     }
@@ -794,23 +1113,31 @@ void MemoryArbiter::HandlePressure(const MemoryPressureEvent& event) {
   {
     MutexLock l(&mu_);
     level_ = event.level;
+    if (event.level == MemoryPressureLevel::kCritical) {
+      gate_.fetch_or(kGateCritical);
+    } else {
+      gate_.fetch_and(~kGateCritical);
+    }
+    std::vector<Entry*> held;
     if (event.level == MemoryPressureLevel::kLow) {
       // Lowest-priority role with an idle entry; text-target is never listed
-      // (defect 1) and held entries are skipped by construction (defect 2).
+      // (defect 1) and held entries are set aside (defect 2).
       for (auto& by_role : idle_by_role_) {
-        if (!by_role.empty()) {
-          EvictLocked(by_role.begin()->second, UnloadReason::kPressure, &unloaded);
+        if (Entry* victim = ClaimLruLocked(&by_role, &held)) {
+          EvictLocked(victim, UnloadReason::kPressure, &unloaded);
           break;
         }
       }
     } else if (event.level == MemoryPressureLevel::kCritical) {
       for (auto& by_role : idle_by_role_) {
-        while (!by_role.empty()) {
-          EvictLocked(by_role.begin()->second, UnloadReason::kPressure, &unloaded);
+        while (Entry* victim = ClaimLruLocked(&by_role, &held)) {
+          EvictLocked(victim, UnloadReason::kPressure, &unloaded);
         }
       }
     }
+    RelistLocked(&held);
   }
+  const size_t n_unloaded = unloaded.size();
   ArbiterEvent ev;
   ev.type = ArbiterEventType::kMemoryPressure;
   ev.level = event.level;
@@ -818,23 +1145,26 @@ void MemoryArbiter::HandlePressure(const MemoryPressureEvent& event) {
   ev.free_bytes = event.free_bytes;
   ev.at_ms = clock_->NowMs();
   Emit(ev);
-  if (event.level != MemoryPressureLevel::kNominal) {
-    if (vision_cache_ != nullptr) vision_cache_->PurgeExpired();
-    spdlog::warn("arbiter: memory pressure {} from {}; unloading {} idle model(s)",
-                 MemoryPressureLevelName(event.level), event.source, unloaded.size());
+  if (event.level != MemoryPressureLevel::kNominal && vision_cache_ != nullptr) {
+    vision_cache_->PurgeExpired();
   }
+  // Unload before logging: the log line is not on the way to freed memory.
   if (!unloaded.empty()) FinishUnloads(&unloaded);
+  if (event.level != MemoryPressureLevel::kNominal) {
+    spdlog::warn("arbiter: memory pressure {} from {}; unloaded {} idle model(s)",
+                 MemoryPressureLevelName(event.level), event.source, n_unloaded);
+  }
 }
 
 size_t MemoryArbiter::ReapIdle() {
   std::vector<Unloaded> unloaded;
   {
     MutexLock l(&mu_);
-    const int64_t now = clock_->NowMs();
+    const int64_t now = StampMs();
     for (Entry* e : order_) {
       const auto& ttl = e->idle_ttl_ms;
-      if (ttl && e->state == ModelState::kLoaded && e->refcount == 0 &&
-          now - e->last_used_ms >= *ttl) {
+      if (ttl && e->state == ModelState::kLoaded &&
+          now - e->last_used.load(std::memory_order_acquire) >= *ttl && TryCloseLocked(e)) {
         EvictLocked(e, UnloadReason::kIdle, &unloaded);
       }
     }
@@ -897,6 +1227,7 @@ void MemoryArbiter::Shutdown() {
   {
     MutexLock l(&mu_);
     shutting_down_ = true;
+    gate_.fetch_or(kGateShutdown);  // fast acquires fail over; releases to 0 lock
     changed_.SignalAll();
   }
   Stop();
@@ -917,18 +1248,19 @@ void MemoryArbiter::Shutdown() {
   {
     MutexLock l(&mu_);
     const auto until = RealNow() + std::chrono::milliseconds(options_.shutdown_timeout_ms);
-    while ((loading_count_ > 0 || held_count_ > 0) && RealNow() < until) {
+    ReleaseWaiter waiter(this);  // before the first check (Note [Fast path])
+    while ((loading_count_ > 0 || HeldCountLocked() > 0) && RealNow() < until) {
       changed_.WaitUntil(until);
     }
     for (Entry* e : order_) {
-      if (e->state == ModelState::kLoaded && e->refcount == 0) {
+      if (e->state == ModelState::kLoaded && TryCloseLocked(e)) {
         EvictLocked(e, UnloadReason::kShutdown, &unloaded);
       }
     }
-    if (loading_count_ > 0 || held_count_ > 0) {
+    if (const int held = HeldCountLocked(); loading_count_ > 0 || held > 0) {
       spdlog::warn("arbiter: shutdown bound passed with {} load(s) in flight and {} handle(s) "
                    "held; they unload when they finish",
-                   loading_count_, held_count_);
+                   loading_count_, held);
     }
   }
   if (!unloaded.empty()) FinishUnloads(&unloaded);
@@ -1019,7 +1351,8 @@ std::vector<ResidentEntryInfo> MemoryArbiter::ResidentSnapshot() const {
   for (const Entry* e : order_) {
     if (e->state != ModelState::kLoaded) continue;
     out.push_back(ResidentEntryInfo{e->key, e->capability, e->model_key, e->role, e->bytes,
-                                    e->refcount, e->loaded_at_ms, e->last_used_ms});
+                                    static_cast<int>(Count(e->pin.load())), e->loaded_at_ms,
+                                    e->last_used.load()});
   }
   return out;
 }
@@ -1049,7 +1382,7 @@ ArbiterStats MemoryArbiter::Stats() const {
     m.state = e->state;
     m.bytes = e->bytes;
     m.bytes_measured = e->measured;
-    m.refcount = e->refcount;
+    m.refcount = static_cast<int>(Count(e->pin.load()));
     m.loads = e->loads;
     m.load_failures = e->load_failures;
     m.evictions = e->evictions;

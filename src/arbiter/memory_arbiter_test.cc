@@ -820,5 +820,238 @@ TEST_F(ArbiterTest, ConcurrentStressKeepsInvariants) {
   EXPECT_EQ(a.ledger()->charged_bytes(), 0u);
 }
 
+
+// ---- Fast path (Note [Fast path]): counts and invariants, never timings ----
+
+// A backend that knows whether it was unloaded.
+struct Tracked {
+  std::atomic<bool> alive{true};
+};
+
+CapabilityRegistration TrackedReg(Capability cap, size_t estimate_mb, std::atomic<int>* loads,
+                                  std::atomic<int>* unloads) {
+  CapabilityRegistration r;
+  r.capability = cap;
+  r.estimated_bytes = estimate_mb * kMB;
+  r.swap_same_role = false;
+  r.load = [loads](const std::string&) -> Result<LoadedBackend> {
+    loads->fetch_add(1);
+    return LoadedBackend::Of(std::make_shared<Tracked>(), 0);
+  };
+  r.unload = [unloads](const LoadedBackend& b) {
+    static_cast<Tracked*>(b.object.get())->alive.store(false);
+    unloads->fetch_add(1);
+  };
+  return r;
+}
+
+// Fit evictions, low/critical pressure and lock-free acquire/release race on a
+// few keys: a handle must never see an unloaded backend, and the books must
+// balance at the end.
+TEST(ArbiterFastPathTest, EvictionRacingFastAcquireNeverHandsOutUnloadedBackend) {
+  BridgePressureSource bridge;
+  MemoryArbiter a({.budget_bytes = 300 * kMB, .pressure_source = &bridge,
+                   .idle_check_interval_ms = 0});
+  std::atomic<int> loads{0}, unloads{0};
+  ASSERT_TRUE(
+      a.RegisterCapability(TrackedReg(Capability::kEmbedding, 100, &loads, &unloads)).ok());
+  ASSERT_TRUE(
+      a.RegisterCapability(TrackedReg(Capability::kText, 100, &loads, &unloads)).ok());
+  ASSERT_TRUE(a.Start().ok());
+  std::atomic<int> bad{0}, acquired{0};
+  std::atomic<bool> stop{false};
+  std::thread pressure([&] {
+    std::mt19937 rng(7);
+    while (!stop.load()) {
+      bridge.Dispatch(rng() % 4 == 0 ? MemoryPressureLevel::kLow : MemoryPressureLevel::kNominal);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(200 + t);
+      for (int op = 0; op < 4000; ++op) {
+        const Capability c = rng() % 4 == 0 ? Capability::kText : Capability::kEmbedding;
+        const std::string key = "k" + std::to_string(rng() % 5);
+        auto h = a.Acquire(c, key, Deadline(5s));
+        if (!h.ok()) continue;  // e.g. a race with nothing: there is no budget refusal here
+        acquired.fetch_add(1);
+        Tracked* b = h->backend<Tracked>();
+        if (b == nullptr || !b->alive.load()) bad.fetch_add(1);
+        if (rng() % 2 == 0) {
+          auto r = h->Retain();
+          if (!r.ok() || r->backend<Tracked>() != b) bad.fetch_add(1);
+        }
+        std::this_thread::yield();
+        if (b == nullptr || !b->alive.load()) bad.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  stop = true;
+  pressure.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(acquired.load(), 0);
+  size_t resident = 0;
+  for (const auto& r : a.ResidentSnapshot()) {
+    EXPECT_EQ(r.refcount, 0) << r.resident_key;
+    resident += r.bytes;
+  }
+  ArbiterStats s = a.Stats();
+  EXPECT_EQ(a.ledger()->charged_bytes(), resident);
+  EXPECT_EQ(s.resident_bytes, resident);
+  EXPECT_EQ(loads.load() - unloads.load(), s.resident_models);
+  EXPECT_EQ(s.loads, static_cast<uint64_t>(loads.load()));
+  a.Shutdown();
+  EXPECT_EQ(loads.load(), unloads.load());
+  EXPECT_EQ(a.ledger()->charged_bytes(), 0u);
+}
+
+// The lock-free release to 0 must wake a swap waiting for the drain (a lost
+// wake-up would show as a drain timeout).
+TEST(ArbiterFastPathTest, LockFreeReleaseWakesSwapWaiter) {
+  MemoryArbiter a({.drain_timeout_ms = 5000, .idle_check_interval_ms = 0});
+  std::atomic<int> loads{0}, unloads{0};
+  CapabilityRegistration r = TrackedReg(Capability::kVisionDescribe, 0, &loads, &unloads);
+  r.swap_same_role = true;
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  for (int round = 0; round < 200; ++round) {
+    const std::string held_key = round % 2 == 0 ? "a" : "b";
+    const std::string next_key = round % 2 == 0 ? "b" : "a";
+    auto h = a.Acquire(Capability::kVisionDescribe, held_key, Deadline(5s));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto h2 = a.Acquire(Capability::kVisionDescribe, held_key, Deadline(5s));  // fast path
+    ASSERT_TRUE(h2.ok());
+    h2->Release();
+    std::atomic<bool> alive_while_held{true};
+    std::thread holder([&, round] {
+      for (int spin = 0; spin < (round % 7) * 50; ++spin) std::this_thread::yield();
+      alive_while_held = h->backend<Tracked>()->alive.load();
+      h->Release();
+    });
+    auto swapped = a.Acquire(Capability::kVisionDescribe, next_key, Deadline(10s));
+    holder.join();
+    ASSERT_TRUE(swapped.ok()) << "round " << round << ": " << swapped.status().ToString();
+    EXPECT_TRUE(alive_while_held.load()) << "round " << round;
+  }
+  EXPECT_EQ(loads.load() - unloads.load(), 1);
+}
+
+TEST_F(ArbiterTest, FastPathLastUsedEqualsClockAndFollowsItBackwards) {
+  SimulatedClock clock(100);
+  MemoryArbiter a({.clock = &clock, .idle_check_interval_ms = 0});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding)).ok());
+  Get(a, Capability::kEmbedding, "e").Release();  // slow path: loads
+  for (int64_t t : {105, 106, 200, 150, 151}) {     // 150: the clock went back
+    clock.SetMs(t);
+    ArbiterHandle h = Get(a, Capability::kEmbedding, "e");
+    auto snap = a.ResidentSnapshot();
+    ASSERT_EQ(snap.size(), 1u);
+    EXPECT_EQ(snap[0].last_used_ms, t);
+    EXPECT_EQ(snap[0].refcount, 1);
+  }
+  EXPECT_EQ(load_calls_.load(), 1);
+}
+
+// Fast acquires leave stale LRU keys and held entries in the maps; the fit
+// victim must still be the least recently used idle entry.
+TEST_F(ArbiterTest, LazyLruEvictsTrueLeastRecentlyUsedIdleEntry) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.budget_bytes = 300 * kMB, .clock = &clock, .idle_check_interval_ms = 0});
+  Listen(a);
+  CapabilityRegistration r = Reg(Capability::kEmbedding, 100);
+  r.swap_same_role = false;
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  for (const char* k : {"a", "b", "c"}) {
+    clock.AdvanceMs(1);
+    Get(a, Capability::kEmbedding, k).Release();
+  }
+  clock.AdvanceMs(1);
+  Get(a, Capability::kEmbedding, "a").Release();  // fast path: a is now the newest
+  clock.AdvanceMs(1);
+  ArbiterHandle c = Get(a, Capability::kEmbedding, "c");  // fast path, held
+  clock.AdvanceMs(1);
+  Get(a, Capability::kEmbedding, "d").Release();  // evicts b (a touched, c held)
+  EXPECT_FALSE(Resident(a, "embedding::b"));
+  EXPECT_TRUE(Resident(a, "embedding::a"));
+  EXPECT_TRUE(Resident(a, "embedding::c"));
+  clock.AdvanceMs(1);
+  Get(a, Capability::kEmbedding, "e").Release();  // evicts a (c still held)
+  EXPECT_FALSE(Resident(a, "embedding::a"));
+  EXPECT_TRUE(Resident(a, "embedding::c"));
+  c.Release();
+  clock.AdvanceMs(1);
+  Get(a, Capability::kEmbedding, "f").Release();  // c (last used @5) is now the LRU
+  EXPECT_FALSE(Resident(a, "embedding::c"));
+  EXPECT_TRUE(Resident(a, "embedding::d"));
+  auto ev = Events(ArbiterEventType::kEviction);
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[0].model_key, "b");
+  EXPECT_EQ(ev[1].model_key, "a");
+  EXPECT_EQ(ev[2].model_key, "c");
+}
+
+TEST_F(ArbiterTest, FastPathRefusesHeldNonTextUnderCriticalAndAfterShutdown) {
+  MemoryArbiter a({.idle_check_interval_ms = 0});
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText)).ok());
+  ArbiterHandle v = Get(a, Capability::kVisionDescribe, "v");
+  ArbiterHandle t = Get(a, Capability::kText, "t");
+  MemoryPressureEvent pressure;
+  pressure.source = "test";
+  pressure.level = MemoryPressureLevel::kCritical;
+  a.HandlePressure(pressure);
+  auto again = a.Acquire(Capability::kVisionDescribe, "v", Deadline(1s));  // resident, held
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("critical"), std::string::npos);
+  EXPECT_TRUE(a.Acquire(Capability::kText, "t", Deadline(1s)).ok());
+  pressure.level = MemoryPressureLevel::kNominal;
+  a.HandlePressure(pressure);
+  EXPECT_TRUE(a.Acquire(Capability::kVisionDescribe, "v", Deadline(1s)).ok());
+
+  std::thread shutdown([&] { a.Shutdown(); });  // waits for v and t
+  for (int i = 0; i < 1000; ++i) {
+    auto h = a.Acquire(Capability::kText, "t", Deadline(1s));
+    if (!h.ok()) {
+      EXPECT_NE(h.status().message().find("shutting down"), std::string::npos);
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(a.Acquire(Capability::kText, "t", Deadline(1s)).ok());
+  v.Release();  // lock-free release after shutdown: unloads at once
+  t.Release();
+  shutdown.join();
+  EXPECT_TRUE(a.ResidentSnapshot().empty());
+  EXPECT_EQ(a.ledger()->charged_bytes(), 0u);
+  EXPECT_EQ(Unloaded().size(), 2u);
+}
+
+// Many keys (key table growth) looked up lock-free while others are created.
+TEST_F(ArbiterTest, KeyTableGrowsUnderConcurrentLookups) {
+  MemoryArbiter a({.idle_check_interval_ms = 0});
+  CapabilityRegistration r = Reg(Capability::kEmbedding);
+  r.swap_same_role = false;
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 3; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        const std::string key = "model-" + std::to_string(t * 1000 + i);
+        for (int rep = 0; rep < 3; ++rep) {
+          auto h = a.Acquire(Capability::kEmbedding, key, Deadline(5s));
+          ASSERT_TRUE(h.ok());
+          EXPECT_EQ(h->model(), key);
+          EXPECT_EQ(h->backend<Fake>()->key, "embedding:" + key);
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(load_calls_.load(), 900);
+  EXPECT_EQ(a.ResidentSnapshot().size(), 900u);
+}
+
 }  // namespace
 }  // namespace arbiter

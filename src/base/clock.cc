@@ -1,5 +1,7 @@
 #include "arbiter/base/clock.h"
 
+#include <time.h>
+
 #include <chrono>
 
 namespace arbiter {
@@ -12,6 +14,16 @@ class SteadyClock final : public Clock {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
+  }
+  int64_t CoarseNowMs() const override {
+#if defined(CLOCK_MONOTONIC_COARSE)
+    // Same timeline as steady_clock (CLOCK_MONOTONIC) on Linux, updated per tick.
+    timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0) {
+      return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+    }
+#endif
+    return NowMs();
   }
 };
 

@@ -106,24 +106,30 @@ bool MemoryLedger::OverLocked() const {
   return budget_bytes_ != 0 && charged_bytes_ > budget_bytes_;
 }
 
-void MemoryLedger::AddLocked(const std::string& owner, ChargeKind kind, uint64_t bytes) {
+MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::AddLocked(const std::string& owner,
+                                                          ChargeKind kind, uint64_t bytes) {
   assert(charged_bytes_ <= std::numeric_limits<uint64_t>::max() - bytes);
   charged_bytes_ += bytes;
+  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
   if (charged_bytes_ > peak_bytes_) peak_bytes_ = charged_bytes_;
   by_kind_[static_cast<size_t>(kind)] += bytes;
   MemoryLedgerSnapshot::OwnerUsage& usage = by_owner_[owner];
   usage.by_kind[static_cast<size_t>(kind)] += bytes;
   usage.total_bytes += bytes;
+  return usage;
 }
 
-void MemoryLedger::SubLocked(const std::string& owner, ChargeKind kind, uint64_t bytes) {
+MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::SubLocked(const std::string& owner,
+                                                          ChargeKind kind, uint64_t bytes) {
   assert(charged_bytes_ >= bytes);
   charged_bytes_ -= bytes;
+  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
   by_kind_[static_cast<size_t>(kind)] -= bytes;
   auto it = by_owner_.find(owner);
   assert(it != by_owner_.end());
   it->second.by_kind[static_cast<size_t>(kind)] -= bytes;
   it->second.total_bytes -= bytes;
+  return it->second;
 }
 
 Status MemoryLedger::ExhaustedLocked(const std::string& owner, ChargeKind kind, uint64_t bytes,
@@ -147,8 +153,7 @@ Result<MemoryCharge> MemoryLedger::TryCharge(std::string owner, ChargeKind kind,
   MutexLock l(&mu_);
   if (!FitsLocked(bytes)) return ExhaustedLocked(owner, kind, bytes, "charging");
   const uint64_t id = next_id_++;
-  AddLocked(owner, kind, bytes);
-  ++by_owner_[owner].live_charges;
+  ++AddLocked(owner, kind, bytes).live_charges;
   live_.emplace(id, Record{owner, kind, bytes});
   return MemoryCharge(this, id, std::move(owner), kind, bytes);
 }
@@ -156,8 +161,7 @@ Result<MemoryCharge> MemoryLedger::TryCharge(std::string owner, ChargeKind kind,
 MemoryCharge MemoryLedger::Charge(std::string owner, ChargeKind kind, uint64_t bytes) {
   MutexLock l(&mu_);
   const uint64_t id = next_id_++;
-  AddLocked(owner, kind, bytes);
-  ++by_owner_[owner].live_charges;
+  ++AddLocked(owner, kind, bytes).live_charges;
   if (bytes > 0 && OverLocked()) ++over_commits_;
   live_.emplace(id, Record{owner, kind, bytes});
   return MemoryCharge(this, id, std::move(owner), kind, bytes);
@@ -169,9 +173,7 @@ void MemoryLedger::ReleaseCharge(uint64_t id) {
   assert(it != live_.end() && "MemoryCharge released twice or from another ledger");
   if (it == live_.end()) return;
   const Record& rec = it->second;
-  SubLocked(rec.owner, rec.kind, rec.bytes);
-  auto owner_it = by_owner_.find(rec.owner);
-  if (--owner_it->second.live_charges == 0) by_owner_.erase(owner_it);
+  if (--SubLocked(rec.owner, rec.kind, rec.bytes).live_charges == 0) by_owner_.erase(rec.owner);
   live_.erase(it);
 }
 
@@ -199,6 +201,7 @@ Status MemoryLedger::ResizeCharge(uint64_t id, uint64_t new_bytes, bool force) {
 void MemoryLedger::SetBudget(uint64_t budget_bytes) {
   MutexLock l(&mu_);
   budget_bytes_ = budget_bytes;
+  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
 }
 
 uint64_t MemoryLedger::budget_bytes() const {
@@ -228,7 +231,8 @@ MemoryLedgerSnapshot MemoryLedger::Snapshot() const {
   s.over_commits = over_commits_;
   s.refusals = refusals_;
   s.by_kind = by_kind_;
-  s.by_owner = by_owner_;
+  s.by_owner = std::map<std::string, MemoryLedgerSnapshot::OwnerUsage>(by_owner_.begin(),
+                                                                      by_owner_.end());
   return s;
 }
 

@@ -6,6 +6,7 @@
 //   arbiter inspect PATH [--json]
 //   arbiter generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]
 //   arbiter bench decode --model DIR [--threads N]
+//   arbiter bench arbiter [--iterations N] [--json]
 //
 // Exit status: 0 on success (serve: after SIGINT/SIGTERM and a clean
 // shutdown), 1 on any error (message on stderr), 2 on bad usage.
@@ -34,6 +35,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/arbiter/arbiter_bench.h"
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/size.h"
 #include "arbiter/engine/bench.h"
@@ -230,6 +232,36 @@ int RunBenchDecode(const BenchFlags& f) {
       RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions);
   if (!r.ok()) return Fail(fmt::format("bench decode failed: {}", r.status().message()));
   std::cout << FormatDecodeBench(*r);
+  return 0;
+}
+
+int RunBenchArbiter(int iterations, bool json) {
+  Result<ArbiterBenchResult> r = RunArbiterBench(iterations);
+  if (!r.ok()) return Fail(fmt::format("bench arbiter failed: {}", r.status().message()));
+  if (!json) {
+    std::cout << FormatArbiterBench(*r);
+    return 0;
+  }
+  nlohmann::json j;
+  j["iterations"] = r->iterations;
+  j["timer"] = r->timer;
+  j["timer_overhead_ns"] = r->timer_overhead_ns;
+  j["scenarios"] = nlohmann::json::array();
+  for (const ArbiterBenchScenario& s : r->scenarios) {
+    j["scenarios"].push_back({{"name", s.name},
+                              {"description", s.description},
+                              {"samples", s.samples},
+                              {"p50_ns", s.p50_ns},
+                              {"p99_ns", s.p99_ns},
+                              {"mean_ns", s.mean_ns},
+                              {"reference_p50_ns", s.reference_p50_ns},
+                              {"reference_p99_ns", s.reference_p99_ns},
+                              {"target_p50_ns", s.target_p50_ns},
+                              {"target_p99_ns", s.target_p99_ns},
+                              {"is_limit", s.is_limit},
+                              {"note", s.note}});
+  }
+  std::cout << j.dump(2) << "\n";
   return 0;
 }
 
@@ -511,6 +543,15 @@ int main(int argc, char** argv) {
   decode_cmd->add_option("--repetitions", bench.repetitions, "Repetitions, best kept (default 3)")
       ->check(CLI::PositiveNumber);
 
+  int arb_iterations = 100000;
+  bool arb_json = false;
+  CLI::App* arb_cmd = bench_cmd->add_subcommand(
+      "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");
+  arb_cmd->add_option("--iterations", arb_iterations,
+                      "Timed operations per scenario (default 100000)")
+      ->check(CLI::PositiveNumber);
+  arb_cmd->add_flag("--json", arb_json, "Print the result as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -531,5 +572,6 @@ int main(int argc, char** argv) {
     return RunGenerate(gen);
   }
   if (decode_cmd->parsed()) return RunBenchDecode(bench);
+  if (arb_cmd->parsed()) return RunBenchArbiter(arb_iterations, arb_json);
   return 2;
 }

@@ -43,6 +43,9 @@
 //
 // Thread safety: MemoryArbiter is thread-safe. ArbiterHandle is
 // thread-compatible (one owner; move it, Retain() for a second owner).
+// Acquire of an already-loaded entry, Retain and Release take no lock and
+// allocate nothing (~30 ns for acquire + release, docs/BENCHMARKS.md); see
+// Note [Fast path] in memory_arbiter.cc.
 // Callables (load, unload, run, event listeners) are invoked without any
 // arbiter lock held and may call back into the arbiter, except that an event
 // listener must not destroy its own subscription from inside the callback.
@@ -52,6 +55,7 @@
 
 #include <any>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -173,8 +177,9 @@ struct CapabilityRegistration {
   // message prefixed `model "KEY" failed to load: `; the next acquire retries.
   std::function<Result<LoadedBackend>(const std::string& model_key)> load;
   // Optional. Called once per successful load when the entry is unloaded,
-  // without a lock. Exceptions are logged. The object may still be alive
-  // afterwards while a released handle's copy is dropped.
+  // without a lock. Exceptions are logged. Handles hold no copy of the
+  // object, so it is freed right after this returns unless the caller copied
+  // backend_object().
   std::function<void(const LoadedBackend& backend)> unload;
   // Optional (required for Request()). Runs one queued request.
   std::function<Result<std::any>(const ArbiterHandle& handle, std::any& request)> run;
@@ -283,7 +288,9 @@ class [[nodiscard]] ArbiterEventSubscription {
 class MemoryArbiter;
 
 // Pins one resident entry. Move-only; releases on destruction.
-// Thread-compatible.
+// Thread-compatible. Holds no copy of the backend or the key: it points into
+// the arbiter's entry, which cannot be evicted while pinned and is never
+// deleted before the arbiter (Note [Fast path] in memory_arbiter.cc).
 class ArbiterHandle {
  public:
   ArbiterHandle() = default;
@@ -295,14 +302,21 @@ class ArbiterHandle {
 
   // True until Release() (or a move from it).
   bool valid() const { return arbiter_ != nullptr; }
-  const std::string& model() const { return model_; }
-  const std::string& model_key() const { return model_; }
+  // The model key; still readable after Release() (empty for a default handle).
+  const std::string& model() const { return model_ != nullptr ? *model_ : kNoModel; }
+  const std::string& model_key() const { return model(); }
   Capability capability() const { return capability_; }
-  const std::shared_ptr<void>& backend_object() const { return backend_; }
+  // The backend object; empty after Release(). Copy it to keep the object
+  // alive past the release (it is unloaded when the entry is evicted).
+  const std::shared_ptr<void>& backend_object() const {
+    return backend_ != nullptr ? backend_->object : kNoBackend;
+  }
   // The backend as T; nullptr after Release() or for another type.
   template <typename T>
   T* backend() const {
-    return backend_ && type_ == typeid(T) ? static_cast<T*>(backend_.get()) : nullptr;
+    return backend_ != nullptr && backend_->type == typeid(T)
+               ? static_cast<T*>(backend_->object.get())
+               : nullptr;
   }
   // A second handle on the same entry with its own release (defect 3: every
   // retain is matched by its own release).
@@ -313,12 +327,13 @@ class ArbiterHandle {
 
  private:
   friend class MemoryArbiter;
+  inline static const std::string kNoModel;
+  inline static const std::shared_ptr<void> kNoBackend;
   MemoryArbiter* arbiter_ = nullptr;
   void* entry_ = nullptr;  // MemoryArbiter::Entry*, stable for the arbiter's life
-  std::string model_;
+  const std::string* model_ = nullptr;       // the entry's model key (immutable)
+  const LoadedBackend* backend_ = nullptr;   // the entry's backend; null after Release()
   Capability capability_ = Capability::kText;
-  std::shared_ptr<void> backend_;
-  std::type_index type_ = typeid(void);
 };
 
 struct MemoryArbiterOptions {
@@ -432,6 +447,8 @@ class MemoryArbiter {
   struct Registration;
   struct Unloaded;
   struct Queue;
+  struct KeyTable;
+  class ReleaseWaiter;
   // Orders idle evictable entries: oldest last use, then lower role
   // priority, then older load, then a unique sequence number.
   struct LruKey {
@@ -447,12 +464,36 @@ class MemoryArbiter {
     }
   };
 
+  // Note [Fast path]: lock-free acquire of a loaded entry; false → slow path.
+  bool TryPinFast(Entry* e) const;
+  ArbiterHandle MakeHandle(Entry* e);
+  Result<ArbiterHandle> AcquireSlow(Capability capability, std::string_view model_key,
+                                    ArbiterDeadline deadline);
   void ReleaseEntry(Entry* e);
+  void ReleaseSlow(Entry* e);
   Result<ArbiterHandle> RetainEntry(Entry* e);
   ArbiterHandle PinLocked(Entry* e) REQUIRES(mu_);
+  // Lock-free lookup (Note [Fast path]); also used under mu_.
+  Entry* FindEntry(Capability capability, std::string_view model_key) const;
   Entry* FindOrCreateLocked(Registration* reg, std::string_view model_key) REQUIRES(mu_);
+  // Lists a loaded non-text-target entry in idle_by_role_ keyed by
+  // its current last-used stamp (no-op if listed or text-target).
   void AddIdleLocked(Entry* e) REQUIRES(mu_);
   void RemoveIdleLocked(Entry* e) REQUIRES(mu_);
+  void RelistLocked(std::vector<Entry*>* held) REQUIRES(mu_);
+  // Closes a loaded entry whose pin count is 0 (no fast acquire can pin it
+  // afterwards); false if it is pinned. The caller evicts it, or reopens it,
+  // before releasing mu_.
+  bool TryCloseLocked(Entry* e) REQUIRES(mu_);
+  // The least recently used idle entry of `lru`, closed; null if none. Stale
+  // keys are re-keyed; held entries are unlisted into *held (RelistLocked).
+  Entry* ClaimLruLocked(std::map<LruKey, Entry*>* lru, std::vector<Entry*>* held) REQUIRES(mu_);
+  // The same over every role: the global LRU idle entry (fit victim).
+  Entry* ClaimFitVictimLocked(std::vector<Entry*>* held) REQUIRES(mu_);
+  int HeldCountLocked() const REQUIRES(mu_);
+  void AddRoleMemberLocked(Entry* e) REQUIRES(mu_);
+  void RemoveRoleMemberLocked(Entry* e) REQUIRES(mu_);
+  int64_t StampMs() const { return clock_->CoarseNowMs(); }
   // Takes a loaded entry out of residency (any refcount: the caller checks),
   // releases its charge and queues the unload for after the lock.
   void EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloaded>* out) REQUIRES(mu_);
@@ -460,6 +501,8 @@ class MemoryArbiter {
   // Runs unload callables and emits events. REQUIRES: mu_ not held.
   void FinishUnloads(std::vector<Unloaded>* unloaded);
   void Emit(const ArbiterEvent& event);
+  // Lock-free: some OnEvent() listener is registered.
+  bool HasListeners() const;
   size_t EstimateFor(const Registration& reg, const std::string& model_key) const;
   void QueueWorker(Queue* q, Capability capability);
   // Marks `e` loading and charges `incoming` to the ledger.
@@ -479,16 +522,27 @@ class MemoryArbiter {
   CondVar changed_;  // signalled on load end, release to 0, eviction, shutdown
   CondVar reaper_cv_;
   std::array<std::unique_ptr<Registration>, kCapabilityCount> regs_ GUARDED_BY(mu_);
-  std::unordered_map<std::string, std::unique_ptr<Entry>> entries_ GUARDED_BY(mu_);
+  // Every entry, in creation order (never deleted before the arbiter).
+  std::vector<std::unique_ptr<Entry>> entries_ GUARDED_BY(mu_);
   std::vector<Entry*> order_ GUARDED_BY(mu_);
+  // Per capability: open-addressing table of entries by model key, read
+  // without mu_ (Note [Fast path]); written and grown under mu_. Replaced
+  // tables stay allocated (tables_owned_) until the arbiter is destroyed.
+  std::array<std::atomic<KeyTable*>, kCapabilityCount> tables_{};
+  std::vector<std::unique_ptr<KeyTable>> tables_owned_ GUARDED_BY(mu_);
+  // Note [Fast path]: kGateShutdown | kGateCritical | waiters × kGateWaiter.
+  // Written under mu_ (waiter counts by ReleaseWaiter), read without it.
+  std::atomic<uint32_t> gate_{0};
   // Loaded or loading entries per role (same-role conflicts, defect 4).
-  std::array<std::set<Entry*>, kResidentRoleCount> role_members_ GUARDED_BY(mu_);
-  // Idle (refcount 0), loaded, non-text-target entries: global LRU and per role.
-  std::map<LruKey, Entry*> idle_lru_ GUARDED_BY(mu_);
+  // Unordered; Entry::role_slot is an entry's index here (O(1) add/remove).
+  std::array<std::vector<Entry*>, kResidentRoleCount> role_members_ GUARDED_BY(mu_);
+  // Loaded non-text-target entries, keyed by a last-used stamp that may be
+  // older than the entry's (lazy LRU, Note [Fast path]); some may be held.
+  // One map per role; the global LRU is the least of their begin()s.
+  size_t idle_listed_ GUARDED_BY(mu_) = 0;  // Σ sizes of idle_by_role_
   std::array<std::map<LruKey, Entry*>, kResidentRoleCount> idle_by_role_ GUARDED_BY(mu_);
   uint64_t seq_ GUARDED_BY(mu_) = 0;
   int loading_count_ GUARDED_BY(mu_) = 0;
-  int held_count_ GUARDED_BY(mu_) = 0;  // Σ refcounts
   size_t resident_bytes_ GUARDED_BY(mu_) = 0;
   size_t loading_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t loads_ GUARDED_BY(mu_) = 0;
