@@ -13,19 +13,27 @@ function(arbiter_layer name)
   target_link_libraries(arbiter_${name} PUBLIC ${L_DEPS})
 endfunction()
 
-# arbiter_test(NAME [LABEL unit|e2e] SOURCES ... DEPS ...): a GoogleTest binary registered with ctest.
+# arbiter_test(NAME [LABEL unit|e2e] [TSAN] SOURCES ... DEPS ...): a GoogleTest binary registered with ctest.
+# TSAN adds the ctest label `tsan` and the target to `tsan_tests`: the tests
+# `make test-tsan` builds and runs under ThreadSanitizer (the ones that start
+# threads and whose dependencies are TSan-clean; see docs/testing.md).
 # Tests run with the source tree's root as ARBITER_SOURCE_DIR so they can find
 # scripts (e.g. the numpy reference).
 function(arbiter_test name)
   if(NOT ARBITER_TESTS)
     return()
   endif()
-  cmake_parse_arguments(T "" "LABEL" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(T "TSAN" "LABEL" "SOURCES;DEPS" ${ARGN})
   if(NOT T_LABEL)
     set(T_LABEL unit)
   endif()
   if(NOT T_SOURCES)
     return()
+  endif()
+  set(labels ${T_LABEL})
+  if(T_TSAN)
+    list(APPEND labels tsan)
+    set_property(GLOBAL APPEND PROPERTY ARBITER_TSAN_TESTS ${name})
   endif()
   add_executable(${name} ${T_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
@@ -34,5 +42,5 @@ function(arbiter_test name)
     ARBITER_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     ARBITER_BINARY_DIR="${PROJECT_BINARY_DIR}")
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS ${T_LABEL} ENVIRONMENT "ARBITER_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    PROPERTIES LABELS "${labels}" ENVIRONMENT "ARBITER_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
