@@ -120,7 +120,7 @@ CapSpec GenCapSpec() {
 enum OpType {
   kAcquireHold = 0,  // acquire and keep the handle
   kAcquireDrop,      // acquire and release at once
-  kAcquireHold2,     // (weight)
+  kAcquireHold2,     // = kAcquireHold: holding is twice as likely as dropping
   kRelease,
   kRetain,
   kPreload,
@@ -331,7 +331,6 @@ class World {
       default:
         break;
     }
-    events_.push_back(e);
   }
 
   int HeldCount(const std::string& resident_key) const {
@@ -585,7 +584,6 @@ class World {
   std::map<std::string, bool> measured_known_;
   std::map<std::string, int> load_events_, unload_events_, unload_calls_;
   std::vector<std::pair<std::string, UnloadReason>> op_unloads_;  // unloads during one op
-  std::vector<ArbiterEvent> events_;
   std::vector<std::string> violations_;
   std::optional<MemoryArbiter> arbiter_;  // after everything it points at
   ArbiterEventSubscription sub_;
