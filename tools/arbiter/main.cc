@@ -44,6 +44,7 @@
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/server/config.h"
 #include "arbiter/server/models.h"
+#include "arbiter/server/pressure.h"
 #include "arbiter/server/server.h"
 
 namespace arbiter {
@@ -357,14 +358,31 @@ int RunServe(const ServeFlags& f) {
   if (config.models.empty()) spdlog::warn("no models configured; add [[models]] to the config");
 
   spdlog::info("memory budget {}{}", FormatSize(config.budget_bytes),
-               config.budget_text.empty() ? " (total RAM − 1.5 GiB headroom)"
-                                          : " (" + config.budget_text + ")");
-  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes, .refuse_over_budget = true});
+               !config.budget_text.empty() ? " (" + config.budget_text + ")"
+               : config.headroom_text.empty()
+                   ? std::string(" (total RAM − 1.5 GiB headroom)")
+                   : " (total RAM − " + config.headroom_text + " headroom)");
+
+  // [pressure]: the OS source (auto-probed) combined with the
+  // POST /admin/pressure bridge.
+  Result<ServePressure> pressure = MakeServePressure(config.pressure);
+  if (!pressure.ok()) return Fail(pressure.status().message());
+  if (!pressure->probe_notes.empty()) {
+    spdlog::info("pressure: skipped unavailable sources ({})", pressure->probe_notes);
+  }
+  spdlog::info("pressure source: {} + bridge (POST /admin/pressure)", pressure->os_source);
+
+  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes,
+                         .pressure_source = pressure->composite.get(),
+                         .refuse_over_budget = true});
   if (Status s = RegisterConfiguredModels(config, &arbiter); !s.ok()) return Fail(s.message());
+  if (Status s = arbiter.Start(); !s.ok()) {
+    return Fail(fmt::format("cannot start the memory arbiter: {}", s.message()));
+  }
 
   int total_parallel = 0;
   for (const ModelEntry& m : config.models) total_parallel += m.parallel;
-  Server server(config.server, &arbiter, total_parallel);
+  Server server(config.server, &arbiter, total_parallel, pressure->bridge, pressure->os_source);
   if (Status s = server.Bind(); !s.ok()) return Fail(s.message());
 
   const std::string url = fmt::format("http://{}:{}", config.server.host, server.port());
