@@ -467,9 +467,10 @@ int main(int argc, char** argv) {
                         "~/.local/state/arbiter)");
   serve_cmd->add_option("--budget", serve.budget,
                         "Memory budget for models: bytes, 512MiB, 2GB or 75% of RAM "
-                        "(default: total RAM - 1.5 GiB)");
+                        "(default: total RAM - [memory] headroom, 1536MiB)");
   CLI::Option* key_opt = serve_cmd->add_option(
-      "--api-key", serve.api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");
+      "--api-key", serve.api_key,
+      "Require 'Authorization: Bearer KEY' on /v1/*, /admin/* and /metrics");
 
   std::string mm_preset, mm_out;
   uint64_t mm_seed = 0;
