@@ -216,7 +216,8 @@ class ArbiterE2E : public ::testing::Test {
     }
   }
 
-  void StartServer() {
+  // `ea_extra`: TOML lines added to model "ea"'s table.
+  void StartServer(const std::string& ea_extra = "") {
     port_ = FreeLoopbackPort();
     ASSERT_GT(port_, 0);
     const std::string config = dir_ + "/arbiter-" + std::to_string(port_) + ".toml";
@@ -229,6 +230,7 @@ class ArbiterE2E : public ::testing::Test {
                           << "[[models]]\nname = \"ea\"\npath = \"ea\"\ncapability = "
                              "\"embedding\"\nctx = "
                           << kCtx << "\n"
+                          << ea_extra
                           << "[[models]]\nname = \"eb\"\npath = \"eb\"\ncapability = "
                              "\"embedding\"\nrole = \"embedding\"\nidle_ttl = \"1h\"\nctx = "
                           << kCtx << "\n";
@@ -567,6 +569,24 @@ TEST_F(ArbiterE2E, EventsSubscriptionEndsWhenTheClientLeaves) {
   auto health = Client(false).Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ArbiterE2E, RoleAndIdleTtlFromTheConfig) {
+  // Restart with ea as a drafter that unloads after 1 s idle.
+  TearDown();
+  StartServer("role = \"drafter\"\nidle_ttl = \"1s\"\n");
+  EXPECT_EQ(Model("ea")["role"], "drafter");
+  EXPECT_EQ(Model("eb")["role"], "embedding");
+  EventReader events(port_);
+  ASSERT_TRUE(events.WaitFor(": subscribed")) << events.text();
+  auto a = Embed("ea");
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  // The idle reaper unloads it (reason "idle") without any request.
+  EXPECT_TRUE(PollUntil([&] { return Model("ea")["resident"] == false; })) << Status().dump();
+  ASSERT_TRUE(events.WaitFor("\"reason\":\"idle\"")) << events.text();
+  EXPECT_NE(Metrics().find("arbiter_model_unloads_total{reason=\"idle\"} 1"), std::string::npos);
+  events.Stop();
 }
 
 TEST_F(ArbiterE2E, SigtermWithAnOpenEventsStreamExitsCleanly) {
