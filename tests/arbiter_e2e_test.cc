@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -569,6 +570,27 @@ TEST_F(ArbiterE2E, EventsSubscriptionEndsWhenTheClientLeaves) {
   auto health = Client(false).Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ArbiterE2E, EventStreamsAreCappedAtHalfTheWorkers) {
+  // Default threads: 8 + Σ parallel (3) = 11 → at most 5 streams.
+  std::vector<std::unique_ptr<EventReader>> readers;
+  for (int i = 0; i < 5; ++i) {
+    readers.push_back(std::make_unique<EventReader>(port_));
+    ASSERT_TRUE(readers.back()->WaitFor(": subscribed")) << i;
+  }
+  httplib::Client cli = Client();
+  cli.set_read_timeout(10, 0);  // a stream (the bug) would time out, not hang
+  auto r = cli.Get("/admin/events");
+  ExpectError(r, 503, "too many open /admin/events streams");
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  // Requests are still served.
+  auto e = Embed("ea");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 200) << e->body;
+  readers.clear();
+  EXPECT_TRUE(PollUntil([&] { return Status()["event_streams"] == 0; })) << Status().dump();
 }
 
 TEST_F(ArbiterE2E, RoleAndIdleTtlFromTheConfig) {

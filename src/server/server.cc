@@ -836,8 +836,17 @@ struct Server::Impl {
   // GET /admin/events: Note [Event stream lifetime] in internal/event_stream.h.
   void HandleEvents(httplib::Response& res) {
     auto queue = std::make_shared<EventQueue>(kEventQueueCapacity);
+    // Each stream holds a worker thread: keep half of them for requests.
+    const size_t max_streams = static_cast<size_t>(std::max(1, threads / 2));
     {
       MutexLock l(&streams_mu);
+      if (streams.size() >= max_streams) {
+        return SendError(res, 503,
+                         fmt::format("too many open /admin/events streams ({}; each holds one of "
+                                     "the {} worker threads); close one or raise [server] threads",
+                                     streams.size(), threads),
+                         kServerError, "too_many_streams", kRetryAfterSeconds);
+      }
       streams.insert(queue);
     }
     if (stopping.load()) queue->Close();  // raced with Stop(): end at once

@@ -19,7 +19,8 @@
 //   GET  /admin/events            SSE: `event: <type>\ndata: <json>` per
 //                                 arbiter event; a bounded queue per client
 //                                 (oldest dropped, reported as `event:
-//                                 dropped`); ends when the server stops
+//                                 dropped`); ends when the server stops;
+//                                 at most threads/2 streams (503 beyond)
 //   GET  /metrics                 Prometheus text (API key required when one
 //                                 is set, unless [server] metrics_public)
 //
