@@ -34,7 +34,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (m.name.empty() || m.path.empty() || m.path[0] != '/') __builtin_trap();
     if (m.parallel < 1 || m.ctx < 1) __builtin_trap();
     if (!names.insert(m.name).second) __builtin_trap();
+    if (m.idle_ttl_ms && *m.idle_ttl_ms <= 0) __builtin_trap();  // 0 means off (empty)
   }
+  const arbiter::PressureSettings& p = c.pressure;
+  if (!(p.low_fraction > 0 && p.low_fraction < 1)) __builtin_trap();
+  if (!(p.critical_fraction > 0 && p.critical_fraction < p.low_fraction)) __builtin_trap();
+  if (p.interval_ms < 500 || p.psi_window_ms < 500 || p.psi_window_ms > 10000) __builtin_trap();
+  if (p.psi_low_stall_ms < 1 || p.psi_low_stall_ms > p.psi_window_ms) __builtin_trap();
+  if (p.psi_critical_stall_ms < 1 || p.psi_critical_stall_ms > p.psi_window_ms) __builtin_trap();
   if (!arbiter::ValidateConfig(c).ok()) __builtin_trap();
   return 0;
 }

@@ -63,6 +63,21 @@ void WarnUnknown(const toml::table& t, const std::set<std::string>& known,
   }
 }
 
+// Reads a number (TOML float or integer) into *out when present.
+Status ReadDouble(const toml::table& t, const char* key, const std::string& path,
+                  std::string_view what, double* out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  if (auto d = n->value_exact<double>()) {
+    *out = *d;
+  } else if (auto i = n->value_exact<int64_t>()) {
+    *out = static_cast<double>(*i);
+  } else {
+    return KeyError(path + key, what);
+  }
+  return OkStatus();
+}
+
 template <typename T>
 Status ReadIntAs(const toml::table& t, const char* key, const std::string& path, int64_t lo,
                  int64_t hi, std::string_view what, T* out) {
@@ -108,10 +123,11 @@ Status ParseServer(const toml::table& t, Config* c) {
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "acquire_timeout_s", p, 1, 86400, "a positive integer",
                                     &s.acquire_timeout_s));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
+  ARBITER_RETURN_IF_ERROR(ReadBool(t, "metrics_public", p, &s.metrics_public));
   WarnUnknown(t,
               {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
                "request_timeout_s", "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s",
-               "acquire_timeout_s", "preload"},
+               "acquire_timeout_s", "preload", "metrics_public"},
               p, &c->warnings);
   return OkStatus();
 }
@@ -127,8 +143,48 @@ Status ParseBudget(std::string_view text, uint64_t mem_total, const std::string&
   return OkStatus();
 }
 
+// Parses a headroom SIZE (bytes, "1536MiB", "10%") into c->headroom_*.
+Status ParseHeadroom(std::string_view text, uint64_t mem_total, const std::string& key,
+                     Config* c) {
+  auto size = ParseSize(text, mem_total);
+  if (!size.ok()) {
+    return InvalidArgumentError(fmt::format("{} is invalid: {}", key, size.status().message()));
+  }
+  c->headroom_bytes = *size;
+  c->headroom_text = std::string(text);
+  return OkStatus();
+}
+
+// Budget = MemTotal − headroom when no budget was given. `key` names the
+// headroom's source in errors.
+Status DeriveBudget(uint64_t mem_total, const std::string& key, Config* c) {
+  if (!c->budget_text.empty()) return OkStatus();
+  if (c->headroom_text.empty()) {
+    c->budget_bytes = DefaultBudgetBytes(mem_total);
+    return OkStatus();
+  }
+  if (mem_total == 0) return OkStatus();  // unknown RAM: ValidateConfig asks for a budget
+  if (c->headroom_bytes >= mem_total) {
+    return InvalidArgumentError(fmt::format(
+        "{} ({}) must be smaller than total RAM ({} bytes); lower it or set [memory].budget",
+        key, c->headroom_text, mem_total));
+  }
+  c->budget_bytes = mem_total - c->headroom_bytes;
+  return OkStatus();
+}
+
 Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
   const std::string p = "[memory].";
+  if (const toml::node* n = t.get("headroom")) {
+    if (auto i = n->value_exact<int64_t>()) {
+      if (*i < 0) return KeyError(p + "headroom", "a size ≥ 0");
+      ARBITER_RETURN_IF_ERROR(ParseHeadroom(std::to_string(*i), mem_total, p + "headroom", c));
+    } else if (auto str = n->value_exact<std::string>()) {
+      ARBITER_RETURN_IF_ERROR(ParseHeadroom(*str, mem_total, p + "headroom", c));
+    } else {
+      return KeyError(p + "headroom", "a size: bytes, \"1536MiB\", \"2GB\" or \"10%\"");
+    }
+  }
   if (const toml::node* n = t.get("budget")) {
     if (auto i = n->value_exact<int64_t>()) {
       if (*i <= 0) return KeyError(p + "budget", "a positive size");
@@ -141,7 +197,53 @@ Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
       return KeyError(p + "budget", "a size: bytes, \"512MiB\", \"2GB\" or \"75%\"");
     }
   }
-  WarnUnknown(t, {"budget"}, p, &c->warnings);
+  WarnUnknown(t, {"budget", "headroom"}, p, &c->warnings);
+  return DeriveBudget(mem_total, p + "headroom", c);
+}
+
+Result<PressureSourceKind> ParsePressureSourceKind(std::string_view text, std::string_view key) {
+  for (PressureSourceKind k : {PressureSourceKind::kAuto, PressureSourceKind::kMeminfo,
+                               PressureSourceKind::kPsi, PressureSourceKind::kCgroup,
+                               PressureSourceKind::kNone}) {
+    if (text == PressureSourceKindName(k)) return k;
+  }
+  return InvalidArgumentError(fmt::format(
+      "{} must be one of \"auto\", \"meminfo\", \"psi\", \"cgroup\", \"none\" (got \"{}\")",
+      key, text));
+}
+
+Status ParsePressure(const toml::table& t, Config* c) {
+  const std::string p = "[pressure].";
+  PressureSettings& s = c->pressure;
+  std::string source;
+  ARBITER_RETURN_IF_ERROR(ReadString(t, "source", p, &source));
+  if (t.get("source") != nullptr) {
+    ARBITER_ASSIGN_OR_RETURN(s.source, ParsePressureSourceKind(source, p + "source"));
+  }
+  ARBITER_RETURN_IF_ERROR(ReadInt(t, "interval_ms", p, 500, 3600000,
+                                  "an integer in 500..3600000", &s.interval_ms));
+  ARBITER_RETURN_IF_ERROR(
+      ReadDouble(t, "low_fraction", p, "a number in (0, 1)", &s.low_fraction));
+  ARBITER_RETURN_IF_ERROR(
+      ReadDouble(t, "critical_fraction", p, "a number in (0, 1)", &s.critical_fraction));
+  if (!(s.low_fraction > 0 && s.low_fraction < 1)) {
+    return KeyError(p + "low_fraction", "a number in (0, 1)");
+  }
+  if (!(s.critical_fraction > 0 && s.critical_fraction < 1)) {
+    return KeyError(p + "critical_fraction", "a number in (0, 1)");
+  }
+  ARBITER_RETURN_IF_ERROR(ReadInt(t, "psi_window_ms", p, 500, 10000,
+                                  "an integer in 500..10000", &s.psi_window_ms));
+  ARBITER_RETURN_IF_ERROR(ReadInt(t, "psi_low_stall_ms", p, 1, 10000,
+                                  "an integer in 1..psi_window_ms", &s.psi_low_stall_ms));
+  ARBITER_RETURN_IF_ERROR(ReadInt(t, "psi_critical_stall_ms", p, 1, 10000,
+                                  "an integer in 1..psi_window_ms", &s.psi_critical_stall_ms));
+  ARBITER_RETURN_IF_ERROR(ReadInt(t, "psi_quiet_ms", p, 0, 86400000,
+                                  "an integer in 0..86400000", &s.psi_quiet_ms));
+  WarnUnknown(t,
+              {"source", "interval_ms", "low_fraction", "critical_fraction", "psi_window_ms",
+               "psi_low_stall_ms", "psi_critical_stall_ms", "psi_quiet_ms"},
+              p, &c->warnings);
   return OkStatus();
 }
 
@@ -171,13 +273,76 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
                                       &m.parallel));
     ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "ctx", p, 1, std::numeric_limits<int32_t>::max(),
                                       "a positive integer", &m.ctx));
-    WarnUnknown(*t, {"name", "path", "capability", "parallel", "ctx"}, p, &c->warnings);
+    if (t->get("role") != nullptr) {
+      std::string role;
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "role", p, &role));
+      auto parsed = ParseResidentRole(role);
+      if (!parsed.ok()) {
+        std::string names;
+        for (size_t r = 0; r < kResidentRoleCount; ++r) {
+          if (!names.empty()) names += ", ";
+          names += fmt::format("\"{}\"", ResidentRoleName(static_cast<ResidentRole>(r)));
+        }
+        return KeyError(p + "role", fmt::format("one of {} (got \"{}\")", names, role));
+      }
+      m.role = *parsed;
+    }
+    if (const toml::node* n = t->get("idle_ttl")) {
+      if (auto i = n->value_exact<int64_t>()) {
+        if (*i < 0 || *i > std::numeric_limits<int64_t>::max() / 1000) {
+          return KeyError(p + "idle_ttl", "a duration ≥ 0 (seconds, or e.g. \"5m\")");
+        }
+        m.idle_ttl_ms = *i * 1000;
+      } else if (auto str = n->value_exact<std::string>()) {
+        ARBITER_ASSIGN_OR_RETURN(int64_t ms, ParseDurationMs(*str, p + "idle_ttl"));
+        m.idle_ttl_ms = ms;
+      } else {
+        return KeyError(p + "idle_ttl", "a duration: integer seconds or \"30s\", \"5m\", \"1h\"");
+      }
+      if (*m.idle_ttl_ms == 0) m.idle_ttl_ms.reset();  // 0 = off
+    }
+    WarnUnknown(*t, {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx"}, p,
+                &c->warnings);
     c->models.push_back(std::move(m));
   }
   return OkStatus();
 }
 
 }  // namespace
+
+std::string_view PressureSourceKindName(PressureSourceKind kind) {
+  switch (kind) {
+    case PressureSourceKind::kAuto: return "auto";
+    case PressureSourceKind::kMeminfo: return "meminfo";
+    case PressureSourceKind::kPsi: return "psi";
+    case PressureSourceKind::kCgroup: return "cgroup";
+    case PressureSourceKind::kNone: return "none";
+  }
+  return "auto";
+}
+
+Result<int64_t> ParseDurationMs(std::string_view text, std::string_view key) {
+  const auto bad = [&] {
+    return InvalidArgumentError(fmt::format(
+        "{} must be a duration such as \"30s\", \"5m\", \"1h\", \"250ms\" or integer "
+        "seconds (got \"{}\")",
+        key, text));
+  };
+  size_t i = 0;
+  int64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (n > (std::numeric_limits<int64_t>::max() / 10 - 9) / 3600000) return bad();
+    n = n * 10 + (text[i] - '0');
+    ++i;
+  }
+  if (i == 0) return bad();
+  const std::string_view unit = text.substr(i);
+  if (unit == "ms") return n;
+  if (unit.empty() || unit == "s") return n * 1000;
+  if (unit == "m") return n * 60000;
+  if (unit == "h") return n * 3600000;
+  return bad();
+}
 
 uint64_t DefaultBudgetBytes(uint64_t mem_total_bytes) {
   if (mem_total_bytes > kDefaultHeadroomBytes &&
@@ -218,6 +383,10 @@ Result<Config> ParseConfigToml(std::string_view text, const std::string& file,
       const toml::table* t = v.as_table();
       if (t == nullptr) return KeyError("[memory]", "a table");
       ARBITER_RETURN_IF_ERROR(ParseMemory(*t, mem_total_bytes, &c));
+    } else if (key == "pressure") {
+      const toml::table* t = v.as_table();
+      if (t == nullptr) return KeyError("[pressure]", "a table");
+      ARBITER_RETURN_IF_ERROR(ParsePressure(*t, &c));
     } else if (key == "models") {
       const toml::array* a = v.as_array();
       if (a == nullptr) return KeyError("models", "an array of tables ([[models]])");
@@ -255,6 +424,14 @@ Status ApplyEnvOverrides(const EnvLookup& env, uint64_t mem_total_bytes, Config*
     ARBITER_RETURN_IF_ERROR(ParseBudget(v, mem_total_bytes, "ARBITER_BUDGET", &config->budget_bytes));
     config->budget_text = v;
   }
+  if (const char* v = env("ARBITER_HEADROOM"); v != nullptr && *v != '\0') {
+    ARBITER_RETURN_IF_ERROR(ParseHeadroom(v, mem_total_bytes, "ARBITER_HEADROOM", config));
+    ARBITER_RETURN_IF_ERROR(DeriveBudget(mem_total_bytes, "ARBITER_HEADROOM", config));
+  }
+  if (const char* v = env("ARBITER_PRESSURE_SOURCE"); v != nullptr && *v != '\0') {
+    ARBITER_ASSIGN_OR_RETURN(config->pressure.source,
+                             ParsePressureSourceKind(v, "ARBITER_PRESSURE_SOURCE"));
+  }
   return OkStatus();
 }
 
@@ -271,6 +448,18 @@ Status ValidateConfig(const Config& config) {
     return KeyError("[server].port", "an integer in 0..65535");
   }
   if (config.budget_bytes == 0) return KeyError("[memory].budget", "a positive size");
+  const PressureSettings& p = config.pressure;
+  if (p.critical_fraction >= p.low_fraction) {
+    return InvalidArgumentError(fmt::format(
+        "[pressure].critical_fraction ({}) must be < [pressure].low_fraction ({})",
+        p.critical_fraction, p.low_fraction));
+  }
+  if (p.psi_low_stall_ms > p.psi_window_ms) {
+    return KeyError("[pressure].psi_low_stall_ms", "≤ [pressure].psi_window_ms");
+  }
+  if (p.psi_critical_stall_ms > p.psi_window_ms) {
+    return KeyError("[pressure].psi_critical_stall_ms", "≤ [pressure].psi_window_ms");
+  }
   return OkStatus();
 }
 

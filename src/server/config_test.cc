@@ -106,7 +106,7 @@ ttl = 5
 [[models]]
 name = "a"
 path = "/a"
-role = "x"
+residency = "x"
 )",
                            "a.toml", kMemTotal);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -115,7 +115,7 @@ role = "x"
   for (const std::string& w : c->warnings) all += w + "\n";
   EXPECT_NE(all.find("[server].colour"), std::string::npos) << all;
   EXPECT_NE(all.find("\"kv\""), std::string::npos) << all;
-  EXPECT_NE(all.find("[[models]][0].role"), std::string::npos) << all;
+  EXPECT_NE(all.find("[[models]][0].residency"), std::string::npos) << all;
 }
 
 struct BadConfig {
@@ -156,6 +156,32 @@ INSTANTIATE_TEST_SUITE_P(
                   "\"/b\"\n",
                   "used twice"},
         BadConfig{"[server\nport = 1\n", "a.toml:1:"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nrole = \"boss\"\n",
+                  "[[models]][0].role must be one of \"drafter\""},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nrole = 3\n",
+                  "[[models]][0].role must be a string"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nidle_ttl = \"5 minutes\"\n",
+                  "[[models]][0].idle_ttl must be a duration"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nidle_ttl = -1\n",
+                  "[[models]][0].idle_ttl"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nidle_ttl = 1.5\n",
+                  "[[models]][0].idle_ttl"},
+        BadConfig{"[memory]\nheadroom = \"lots\"\n", "[memory].headroom is invalid"},
+        BadConfig{"[memory]\nheadroom = \"16GiB\"\n",
+                  "[memory].headroom (16GiB) must be smaller than total RAM"},
+        BadConfig{"[memory]\nheadroom = true\n", "[memory].headroom must be a size"},
+        BadConfig{"[pressure]\nsource = \"magic\"\n",
+                  "[pressure].source must be one of \"auto\""},
+        BadConfig{"[pressure]\nsource = 1\n", "[pressure].source must be a string"},
+        BadConfig{"[pressure]\nlow_fraction = 1.5\n", "[pressure].low_fraction"},
+        BadConfig{"[pressure]\ncritical_fraction = \"x\"\n", "[pressure].critical_fraction"},
+        BadConfig{"[pressure]\nlow_fraction = 0.1\ncritical_fraction = 0.2\n",
+                  "[pressure].critical_fraction (0.2) must be < [pressure].low_fraction (0.1)"},
+        BadConfig{"[pressure]\ninterval_ms = 10\n", "[pressure].interval_ms"},
+        BadConfig{"[pressure]\npsi_window_ms = 20000\n", "[pressure].psi_window_ms"},
+        BadConfig{"[pressure]\npsi_window_ms = 1000\npsi_low_stall_ms = 1500\n",
+                  "[pressure].psi_low_stall_ms"},
+        BadConfig{"pressure = 1\n", "[pressure] must be a table"},
         BadConfig{"server = 5\n", "[server] must be a table"}));
 
 TEST(Config, EnvOverrides) {
@@ -174,6 +200,141 @@ TEST(Config, EnvOverrides) {
   EXPECT_NE(bad.message().find("ARBITER_PORT"), std::string::npos);
   Status bad_budget = ApplyEnvOverrides(FakeEnv({{"ARBITER_BUDGET", "-3"}}), kMemTotal, &c);
   EXPECT_NE(bad_budget.message().find("ARBITER_BUDGET"), std::string::npos);
+}
+
+TEST(Config, RoleAndIdleTtl) {
+  auto c = ParseConfigToml(R"(
+[[models]]
+name = "chat"
+path = "/m/chat"
+
+[[models]]
+name = "embed"
+path = "/m/embed"
+capability = "embedding"
+role = "drafter"
+idle_ttl = "5m"
+
+[[models]]
+name = "e2"
+path = "/m/e2"
+capability = "embedding"
+idle_ttl = 30
+
+[[models]]
+name = "e3"
+path = "/m/e3"
+capability = "embedding"
+role = "text-target"
+idle_ttl = "1h"
+
+[[models]]
+name = "e4"
+path = "/m/e4"
+idle_ttl = "250ms"
+)",
+                           "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->models.size(), 5u);
+  EXPECT_FALSE(c->models[0].role.has_value());  // DefaultRoleFor at registration
+  EXPECT_FALSE(c->models[0].idle_ttl_ms.has_value());
+  EXPECT_EQ(c->models[1].role, ResidentRole::kDrafter);
+  EXPECT_EQ(c->models[1].idle_ttl_ms, 5 * 60 * 1000);
+  EXPECT_EQ(c->models[2].idle_ttl_ms, 30 * 1000);
+  EXPECT_EQ(c->models[3].role, ResidentRole::kTextTarget);
+  EXPECT_EQ(c->models[3].idle_ttl_ms, 3600 * 1000);
+  EXPECT_EQ(c->models[4].idle_ttl_ms, 250);
+  // Every role name parses.
+  for (size_t r = 0; r < kResidentRoleCount; ++r) {
+    const std::string name(ResidentRoleName(static_cast<ResidentRole>(r)));
+    auto one = ParseConfigToml("[[models]]\nname = \"a\"\npath = \"/a\"\nrole = \"" + name + "\"\n",
+                               "a.toml", kMemTotal);
+    ASSERT_TRUE(one.ok()) << name << ": " << one.status().ToString();
+    EXPECT_EQ(one->models[0].role, static_cast<ResidentRole>(r)) << name;
+  }
+}
+
+TEST(Config, DurationParsing) {
+  EXPECT_EQ(*ParseDurationMs("30s", "k"), 30000);
+  EXPECT_EQ(*ParseDurationMs("5m", "k"), 300000);
+  EXPECT_EQ(*ParseDurationMs("1h", "k"), 3600000);
+  EXPECT_EQ(*ParseDurationMs("250ms", "k"), 250);
+  EXPECT_EQ(*ParseDurationMs("12", "k"), 12000);
+  for (const char* bad : {"", "s", "5 m", "5d", "-5s", "1.5h", "99999999999999999999h"}) {
+    auto r = ParseDurationMs(bad, "[[models]][0].idle_ttl");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("[[models]][0].idle_ttl"), std::string::npos);
+  }
+}
+
+TEST(Config, Headroom) {
+  auto c = ParseConfigToml("[memory]\nheadroom = \"4GiB\"\n", "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->headroom_bytes, 4 * kGiB);
+  EXPECT_EQ(c->budget_bytes, kMemTotal - 4 * kGiB);
+  auto pct = ParseConfigToml("[memory]\nheadroom = \"25%\"\n", "a.toml", kMemTotal);
+  ASSERT_TRUE(pct.ok());
+  EXPECT_EQ(pct->budget_bytes, kMemTotal / 4 * 3);
+  // An explicit budget wins, but the headroom is still validated.
+  auto both = ParseConfigToml("[memory]\nbudget = \"2GiB\"\nheadroom = \"1GiB\"\n", "a.toml",
+                              kMemTotal);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->budget_bytes, 2 * kGiB);
+  auto bad_with_budget = ParseConfigToml("[memory]\nbudget = \"2GiB\"\nheadroom = \"x\"\n",
+                                         "a.toml", kMemTotal);
+  ASSERT_FALSE(bad_with_budget.ok());
+  EXPECT_NE(bad_with_budget.status().message().find("[memory].headroom"), std::string::npos);
+  // Env: ARBITER_HEADROOM re-derives the budget when none was set.
+  Config d = DefaultConfig(kMemTotal);
+  ASSERT_TRUE(ApplyEnvOverrides(FakeEnv({{"ARBITER_HEADROOM", "2GiB"}}), kMemTotal, &d).ok());
+  EXPECT_EQ(d.budget_bytes, kMemTotal - 2 * kGiB);
+  Status bad = ApplyEnvOverrides(FakeEnv({{"ARBITER_HEADROOM", "99GiB"}}), kMemTotal, &d);
+  EXPECT_NE(bad.message().find("ARBITER_HEADROOM"), std::string::npos) << bad.message();
+}
+
+TEST(Config, Pressure) {
+  auto def = ParseConfigToml("", "a.toml", kMemTotal);
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->pressure.source, PressureSourceKind::kAuto);
+  EXPECT_DOUBLE_EQ(def->pressure.low_fraction, 0.15);
+  EXPECT_DOUBLE_EQ(def->pressure.critical_fraction, 0.05);
+  EXPECT_EQ(def->pressure.psi_window_ms, 2000);
+  auto c = ParseConfigToml(R"(
+[pressure]
+source = "meminfo"
+interval_ms = 1000
+low_fraction = 0.2
+critical_fraction = 0.1
+psi_window_ms = 4000
+psi_low_stall_ms = 400
+psi_critical_stall_ms = 300
+psi_quiet_ms = 5000
+shiny = 1
+)",
+                           "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->pressure.source, PressureSourceKind::kMeminfo);
+  EXPECT_EQ(c->pressure.interval_ms, 1000);
+  EXPECT_DOUBLE_EQ(c->pressure.low_fraction, 0.2);
+  EXPECT_DOUBLE_EQ(c->pressure.critical_fraction, 0.1);
+  EXPECT_EQ(c->pressure.psi_window_ms, 4000);
+  EXPECT_EQ(c->pressure.psi_low_stall_ms, 400);
+  EXPECT_EQ(c->pressure.psi_critical_stall_ms, 300);
+  EXPECT_EQ(c->pressure.psi_quiet_ms, 5000);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_NE(c->warnings[0].find("[pressure].shiny"), std::string::npos);
+  for (const char* name : {"auto", "meminfo", "psi", "cgroup", "none"}) {
+    auto one = ParseConfigToml(std::string("[pressure]\nsource = \"") + name + "\"\n", "a.toml",
+                               kMemTotal);
+    ASSERT_TRUE(one.ok()) << name;
+    EXPECT_EQ(PressureSourceKindName(one->pressure.source), name);
+  }
+  Config e = DefaultConfig(kMemTotal);
+  ASSERT_TRUE(
+      ApplyEnvOverrides(FakeEnv({{"ARBITER_PRESSURE_SOURCE", "none"}}), kMemTotal, &e).ok());
+  EXPECT_EQ(e.pressure.source, PressureSourceKind::kNone);
+  Status bad = ApplyEnvOverrides(FakeEnv({{"ARBITER_PRESSURE_SOURCE", "x"}}), kMemTotal, &e);
+  EXPECT_NE(bad.message().find("ARBITER_PRESSURE_SOURCE"), std::string::npos);
 }
 
 TEST(Config, StateDir) {

@@ -95,6 +95,16 @@ CapabilityRegistration EngineCapabilityRegistration(
     auto it = estimates->find(key);
     return it == estimates->end() ? 0 : it->second;
   };
+  // [[models]] role / idle_ttl: called under the arbiter lock, so they only
+  // read the immutable map.
+  r.role_for = [models](const std::string& key) -> std::optional<ResidentRole> {
+    auto it = models->find(key);
+    return it == models->end() ? std::nullopt : it->second.role;
+  };
+  r.idle_ttl_for = [models](const std::string& key) -> std::optional<int64_t> {
+    auto it = models->find(key);
+    return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
+  };
   r.load = [models](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
     if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));

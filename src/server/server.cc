@@ -31,9 +31,11 @@
 #include <algorithm>
 #include <atomic>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,8 @@
 #include "arbiter/server/openai.h"
 #include "server/internal/connection_probe.h"
 #include "server/internal/deadline_stream.h"
+#include "server/internal/event_stream.h"
+#include "server/internal/metrics.h"
 
 namespace arbiter {
 namespace {
@@ -53,12 +57,43 @@ namespace {
 using json = nlohmann::json;
 using server_internal::ConnectionProbe;
 using server_internal::DeadlineStream;
+using server_internal::EventQueue;
+using server_internal::ServerMetrics;
 using server_internal::WaitReadable;
 
 constexpr const char* kJson = "application/json";
 constexpr const char* kInvalidRequest = "invalid_request_error";
 constexpr const char* kServerError = "server_error";
 constexpr int kRetryAfterSeconds = 5;
+// GET /admin/events: events buffered per connection before the oldest are
+// dropped (and counted), and how often an idle stream checks that its client
+// is still there (real ms) and sends a keep-alive comment (s).
+constexpr size_t kEventQueueCapacity = 1024;
+constexpr int kEventPollMs = 250;
+constexpr int kEventKeepAliveS = 15;
+// POST /admin/models/{name}/unload: default and largest ?timeout_ms=.
+constexpr int64_t kDefaultUnloadTimeoutMs = 10000;
+constexpr int64_t kMaxUnloadTimeoutMs = 3600000;
+
+// The route pattern of `path` for the arbiter_http_requests_total label
+// (bounded cardinality: model names never become label values here).
+std::string RouteLabel(const std::string& path) {
+  static const std::set<std::string, std::less<>> kFixed = {
+      "/health",        "/v1/models",     "/v1/chat/completions", "/v1/completions",
+      "/v1/embeddings", "/admin/status",  "/admin/pressure",      "/admin/events",
+      "/metrics"};
+  if (kFixed.count(path) != 0) return path;
+  constexpr std::string_view kModels = "/admin/models/";
+  if (path.rfind(kModels, 0) == 0) {
+    for (std::string_view action : {"/load", "/unload"}) {
+      if (path.size() > kModels.size() + action.size() &&
+          path.compare(path.size() - action.size(), action.size(), action) == 0) {
+        return fmt::format("/admin/models/{{name}}{}", action);
+      }
+    }
+  }
+  return "other";
+}
 // Default completion length for /v1/completions (OpenAI's default).
 constexpr int kDefaultCompletionTokens = 16;
 
@@ -139,19 +174,46 @@ class HttpServer : public httplib::Server {
 struct Server::Impl {
   ServerSettings settings;
   MemoryArbiter* arbiter;
+  BridgePressureSource* bridge;  // may be null (no POST /admin/pressure)
+  std::string pressure_source;   // the OS source's name, for /admin/status
   int threads;
   HttpServer http;
   std::map<std::string, Capability, std::less<>> models;  // immutable after construction
   int64_t started_at = UnixNow();
   std::atomic<bool> stopping{false};
   int port = -1;
+  // Shared with the event listener, which may run after the subscription is
+  // gone (Note [Event stream lifetime] in internal/event_stream.h).
+  std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
+  ArbiterEventSubscription metrics_sub;
+  // Open GET /admin/events streams; Stop() closes them.
+  Mutex streams_mu;
+  std::set<std::shared_ptr<EventQueue>> streams GUARDED_BY(streams_mu);
 
-  Impl(ServerSettings s, MemoryArbiter* a, int total_parallel)
-      : settings(std::move(s)), arbiter(a) {
+  Impl(ServerSettings s, MemoryArbiter* a, int total_parallel, BridgePressureSource* b,
+       std::string source)
+      : settings(std::move(s)), arbiter(a), bridge(b), pressure_source(std::move(source)) {
     threads = settings.threads > 0 ? settings.threads : 8 + std::max(1, total_parallel);
     for (const ModelStats& m : arbiter->Stats().models) models.emplace(m.name, m.capability);
+    std::shared_ptr<ServerMetrics> m = metrics;
+    metrics_sub = arbiter->OnEvent([m](const ArbiterEvent& e) { m->OnEvent(e); });
     Configure();
     Routes();
+  }
+
+  size_t OpenStreams() {
+    MutexLock l(&streams_mu);
+    return streams.size();
+  }
+
+  // Ends every events stream (their workers notice within kEventPollMs).
+  void CloseStreams() {
+    std::set<std::shared_ptr<EventQueue>> open;
+    {
+      MutexLock l(&streams_mu);
+      open = streams;
+    }
+    for (const auto& q : open) q->Close();
   }
 
   void Configure() {
@@ -168,7 +230,8 @@ struct Server::Impl {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (settings.api_key.empty()) return httplib::Server::HandlerResponse::Unhandled;
       const bool protected_path =
-          req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
+          req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0 ||
+          (req.path == "/metrics" && !settings.metrics_public);
       if (!protected_path) return httplib::Server::HandlerResponse::Unhandled;
       const std::string auth = req.get_header_value("Authorization");
       constexpr std::string_view kBearer = "Bearer ";
@@ -237,7 +300,8 @@ struct Server::Impl {
                     "internal_error");
         });
 
-    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics->OnHttpRequest(RouteLabel(req.path), res.status);
       spdlog::info("{} {} {} ({}:{})", req.method, req.path, res.status, req.remote_addr,
                    req.remote_port);
     });
@@ -261,6 +325,23 @@ struct Server::Impl {
     });
     http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
       HandleEmbeddings(req, res);
+    });
+    http.Post("/admin/pressure", [this](const httplib::Request& req, httplib::Response& res) {
+      HandlePressure(req, res);
+    });
+    http.Post(R"(/admin/models/([^/]+)/load)",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                HandleLoad(req.matches[1], res);
+              });
+    http.Post(R"(/admin/models/([^/]+)/unload)",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                HandleUnload(req, req.matches[1], res);
+              });
+    http.Get("/admin/events", [this](const httplib::Request&, httplib::Response& res) {
+      HandleEvents(res);
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics->Scrape(arbiter->Stats()), "text/plain; version=0.0.4");
     });
   }
 
@@ -312,7 +393,11 @@ struct Server::Impl {
     } else if (st.code() == StatusCode::kDeadlineExceeded) {
       SendError(res, 503, st.message(), kServerError, "model_loading", kRetryAfterSeconds);
     } else if (st.code() == StatusCode::kUnavailable) {
-      SendError(res, 503, st.message(), kServerError, "unavailable", kRetryAfterSeconds);
+      // Critical memory pressure refuses non-text capabilities until the
+      // level drops; shutting down refuses everything.
+      const bool pressure = st.message().find("memory pressure") != std::string::npos;
+      SendError(res, 503, st.message(), kServerError,
+                pressure ? "memory_pressure" : "unavailable", kRetryAfterSeconds);
     } else {
       spdlog::error("bug: unexpected acquire error for model \"{}\": {}", name, st.ToString());
       SendError(res, 500, st.message(), kServerError, "internal_error");
@@ -604,33 +689,227 @@ struct Server::Impl {
     res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), kJson);
   }
 
+  static json ModelJson(const ModelStats& m) {
+    json item = {{"name", m.name},
+                 {"capability", CapabilityName(m.capability)},
+                 {"role", ResidentRoleName(m.role)},
+                 {"state", ModelStateName(m.state)},
+                 {"status", ModelStateName(m.state)},
+                 {"resident", m.state == ModelState::kLoaded},
+                 {"bytes", m.bytes},
+                 {"bytes_measured", m.bytes_measured},
+                 {"ref_count", m.refcount},
+                 {"refcount", m.refcount},
+                 {"loads", m.loads},
+                 {"load_failures", m.load_failures},
+                 {"evictions", m.evictions},
+                 {"last_load_ms", m.last_load_ms}};
+    item["error"] = m.last_error.empty() ? json(nullptr) : json(m.last_error);
+    return item;
+  }
+
   void HandleStatus(httplib::Response& res) {
     ArbiterStats s = arbiter->Stats();
     json models = json::array();
-    for (const ModelStats& m : s.models) {
-      json item = {{"name", m.name},
-                   {"capability", CapabilityName(m.capability)},
-                   {"status", ModelStateName(m.state)},
-                   {"bytes", m.bytes},
-                   {"bytes_measured", m.bytes_measured},
-                   {"refcount", m.refcount},
-                   {"loads", m.loads},
-                   {"load_failures", m.load_failures},
-                   {"evictions", m.evictions},
-                   {"last_load_ms", m.last_load_ms}};
-      item["error"] = m.last_error.empty() ? json(nullptr) : json(m.last_error);
-      models.push_back(std::move(item));
-    }
-    json j = {{"budget_bytes", s.budget_bytes},     {"resident_bytes", s.resident_bytes},
-              {"loading_bytes", s.loading_bytes},   {"resident_models", s.resident_models},
+    for (const ModelStats& m : s.models) models.push_back(ModelJson(m));
+    json j = {{"budget_bytes", s.budget_bytes},     {"charged_bytes", s.charged_bytes},
+              {"resident_bytes", s.resident_bytes}, {"loading_bytes", s.loading_bytes},
+              {"resident_models", s.resident_models},
+              {"pressure", MemoryPressureLevelName(s.pressure)},
+              {"pressure_source", pressure_source},
+              {"event_streams", OpenStreams()},
               {"loads", s.loads},                   {"load_failures", s.load_failures},
               {"evictions", s.evictions},           {"models", std::move(models)}};
     res.set_content(j.dump(), kJson);
   }
+
+  // ---- admin control -------------------------------------------------------
+
+  std::optional<ModelStats> FindModelStats(const std::string& name) {
+    for (ModelStats& m : arbiter->Stats().models) {
+      if (m.name == name) return std::move(m);
+    }
+    return std::nullopt;
+  }
+
+  void HandlePressure(const httplib::Request& req, httplib::Response& res) {
+    if (bridge == nullptr) {
+      return SendError(res, 503, "this server has no pressure bridge", kServerError,
+                       "unavailable");
+    }
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object()) {
+      return SendError(res, 400,
+                       "request body must be a JSON object {\"level\": \"nominal\" | \"low\" | "
+                       "\"critical\", \"free_mb\": N}",
+                       kInvalidRequest, "invalid_request");
+    }
+    auto level_it = body.find("level");
+    if (level_it == body.end() || !level_it->is_string()) {
+      return SendError(res, 400,
+                       "\"level\" is required and must be \"nominal\", \"low\" or \"critical\"",
+                       kInvalidRequest, "invalid_request");
+    }
+    Result<MemoryPressureLevel> level = ParseMemoryPressureLevel(level_it->get<std::string>());
+    if (!level.ok()) {
+      return SendError(res, 400,
+                       fmt::format("\"level\" must be \"nominal\", \"low\" or \"critical\" "
+                                   "(got \"{}\")",
+                                   level_it->get<std::string>()),
+                       kInvalidRequest, "invalid_request");
+    }
+    std::optional<uint64_t> free_bytes;
+    if (auto f = body.find("free_mb"); f != body.end() && !f->is_null()) {
+      constexpr double kMaxMb = 1e12;  // ~1 EB: anything above is a typo
+      if (!f->is_number() || f->get<double>() < 0 || f->get<double>() > kMaxMb) {
+        return SendError(res, 400, "\"free_mb\" must be a number ≥ 0 (MiB of free memory)",
+                         kInvalidRequest, "invalid_request");
+      }
+      free_bytes = static_cast<uint64_t>(f->get<double>() * 1048576.0);
+    }
+    spdlog::info("pressure bridge: {}{}", MemoryPressureLevelName(*level),
+                 free_bytes ? fmt::format(" ({} MiB free)", *free_bytes >> 20) : "");
+    // Synchronous: the composite and the arbiter react on this thread.
+    bridge->Dispatch(*level, free_bytes);
+    json j = {{"level", MemoryPressureLevelName(*level)},
+              {"pressure", MemoryPressureLevelName(arbiter->CurrentPressureLevel())}};
+    if (free_bytes) j["free_mb"] = *free_bytes >> 20;
+    res.set_content(j.dump(), kJson);
+  }
+
+  void HandleLoad(const std::string& name, httplib::Response& res) {
+    auto it = models.find(name);
+    if (it == models.end()) {
+      return SendError(res, 404, fmt::format("model \"{}\" not found", name), kInvalidRequest,
+                       "model_not_found");
+    }
+    std::optional<ArbiterHandle> handle = Acquire(name, it->second, res);
+    if (!handle) return;
+    handle->Release();  // loaded, unpinned: evictable like any idle model
+    std::optional<ModelStats> m = FindModelStats(name);
+    json j = m ? ModelJson(*m) : json::object();
+    res.set_content(j.dump(), kJson);
+  }
+
+  void HandleUnload(const httplib::Request& req, const std::string& name,
+                    httplib::Response& res) {
+    auto it = models.find(name);
+    if (it == models.end()) {
+      return SendError(res, 404, fmt::format("model \"{}\" not found", name), kInvalidRequest,
+                       "model_not_found");
+    }
+    int64_t timeout_ms = kDefaultUnloadTimeoutMs;
+    if (req.has_param("timeout_ms")) {
+      const std::string v = req.get_param_value("timeout_ms");
+      char* end = nullptr;
+      errno = 0;
+      const long long parsed = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno != 0 || parsed < 0 || parsed > kMaxUnloadTimeoutMs) {
+        return SendError(res, 400,
+                         fmt::format("\"timeout_ms\" must be an integer in 0..{} (got \"{}\")",
+                                     kMaxUnloadTimeoutMs, v),
+                         kInvalidRequest, "invalid_request");
+      }
+      timeout_ms = parsed;
+    }
+    Result<bool> r =
+        arbiter->Unload(it->second, name, Deadline(std::chrono::milliseconds(timeout_ms)));
+    if (!r.ok()) {
+      const Status& st = r.status();
+      if (st.code() == StatusCode::kDeadlineExceeded) {
+        const bool held = st.message().find("is held by") != std::string::npos;
+        return SendError(res, 409, st.message(), kInvalidRequest,
+                         held ? "model_in_use" : "model_loading");
+      }
+      if (st.code() == StatusCode::kNotFound) {
+        return SendError(res, 404, st.message(), kInvalidRequest, "model_not_found");
+      }
+      spdlog::error("bug: unexpected unload error for model \"{}\": {}", name, st.ToString());
+      return SendError(res, 500, st.message(), kServerError, "internal_error");
+    }
+    std::optional<ModelStats> m = FindModelStats(name);
+    json j = m ? ModelJson(*m) : json::object();
+    j["unloaded"] = *r;  // false: it was not resident
+    res.set_content(j.dump(), kJson);
+  }
+
+  // GET /admin/events: Note [Event stream lifetime] in internal/event_stream.h.
+  void HandleEvents(httplib::Response& res) {
+    auto queue = std::make_shared<EventQueue>(kEventQueueCapacity);
+    // Each stream holds a worker thread: keep half of them for requests.
+    const size_t max_streams = static_cast<size_t>(std::max(1, threads / 2));
+    {
+      MutexLock l(&streams_mu);
+      if (streams.size() >= max_streams) {
+        return SendError(res, 503,
+                         fmt::format("too many open /admin/events streams ({}; each holds one of "
+                                     "the {} worker threads); close one or raise [server] threads",
+                                     streams.size(), threads),
+                         kServerError, "too_many_streams", kRetryAfterSeconds);
+      }
+      streams.insert(queue);
+    }
+    if (stopping.load()) queue->Close();  // raced with Stop(): end at once
+    auto sub = std::make_shared<ArbiterEventSubscription>(
+        arbiter->OnEvent([queue](const ArbiterEvent& e) { queue->Push(e); }));
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    struct State {
+      bool greeted = false;
+      std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+    };
+    auto state = std::make_shared<State>();
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, queue, state](size_t /*offset*/, httplib::DataSink& sink) {
+          const auto now = std::chrono::steady_clock::now();
+          auto write = [&](const std::string& s) {
+            state->last_write = now;
+            return sink.write(s.data(), s.size());
+          };
+          if (!state->greeted) {
+            // Lets a client know the subscription is live before it acts.
+            state->greeted = true;
+            return write(": subscribed to arbiter events\n\n");
+          }
+          std::vector<ArbiterEvent> events;
+          uint64_t dropped = 0;
+          const bool open =
+              queue->Wait(now + std::chrono::milliseconds(kEventPollMs), &events, &dropped);
+          if (dropped > 0) {
+            spdlog::warn("events stream: client lags; dropped {} event(s)", dropped);
+            if (!write(fmt::format("event: dropped\ndata: {{\"dropped\":{}}}\n\n", dropped)))
+              return false;
+          }
+          for (const ArbiterEvent& e : events) {
+            if (!write(server_internal::ArbiterEventFrame(e))) return false;
+          }
+          if (!open || stopping.load()) {
+            sink.done();  // server stopping: end the response cleanly
+            return true;
+          }
+          if (events.empty()) {
+            if (!sink.is_writable()) return false;  // client gone
+            if (now - state->last_write >= std::chrono::seconds(kEventKeepAliveS)) {
+              return write(": keep-alive\n\n");
+            }
+          }
+          return true;
+        },
+        [this, queue, sub](bool /*success*/) {
+          // On the worker thread, never inside the listener.
+          sub->Reset();
+          queue->Close();
+          MutexLock l(&streams_mu);
+          streams.erase(queue);
+        });
+  }
 };
 
-Server::Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel)
-    : impl_(std::make_unique<Impl>(std::move(settings), arbiter, total_parallel)) {}
+Server::Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel,
+               BridgePressureSource* pressure_bridge, std::string pressure_source)
+    : impl_(std::make_unique<Impl>(std::move(settings), arbiter, total_parallel, pressure_bridge,
+                                   std::move(pressure_source))) {}
 
 Server::~Server() { Stop(); }
 
@@ -667,6 +946,7 @@ Status Server::Run() {
 
 void Server::Stop() {
   impl_->stopping.store(true);
+  impl_->CloseStreams();
   impl_->http.stop();
 }
 

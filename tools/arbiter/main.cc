@@ -46,6 +46,7 @@
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/server/config.h"
 #include "arbiter/server/models.h"
+#include "arbiter/server/pressure.h"
 #include "arbiter/server/server.h"
 
 namespace arbiter {
@@ -389,14 +390,31 @@ int RunServe(const ServeFlags& f) {
   if (config.models.empty()) spdlog::warn("no models configured; add [[models]] to the config");
 
   spdlog::info("memory budget {}{}", FormatSize(config.budget_bytes),
-               config.budget_text.empty() ? " (total RAM − 1.5 GiB headroom)"
-                                          : " (" + config.budget_text + ")");
-  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes, .refuse_over_budget = true});
+               !config.budget_text.empty() ? " (" + config.budget_text + ")"
+               : config.headroom_text.empty()
+                   ? std::string(" (total RAM − 1.5 GiB headroom)")
+                   : " (total RAM − " + config.headroom_text + " headroom)");
+
+  // [pressure]: the OS source (auto-probed) combined with the
+  // POST /admin/pressure bridge.
+  Result<ServePressure> pressure = MakeServePressure(config.pressure);
+  if (!pressure.ok()) return Fail(pressure.status().message());
+  if (!pressure->probe_notes.empty()) {
+    spdlog::info("pressure: skipped unavailable sources ({})", pressure->probe_notes);
+  }
+  spdlog::info("pressure source: {} + bridge (POST /admin/pressure)", pressure->os_source);
+
+  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes,
+                         .pressure_source = pressure->composite.get(),
+                         .refuse_over_budget = true});
   if (Status s = RegisterConfiguredModels(config, &arbiter); !s.ok()) return Fail(s.message());
+  if (Status s = arbiter.Start(); !s.ok()) {
+    return Fail(fmt::format("cannot start the memory arbiter: {}", s.message()));
+  }
 
   int total_parallel = 0;
   for (const ModelEntry& m : config.models) total_parallel += m.parallel;
-  Server server(config.server, &arbiter, total_parallel);
+  Server server(config.server, &arbiter, total_parallel, pressure->bridge, pressure->os_source);
   if (Status s = server.Bind(); !s.ok()) return Fail(s.message());
 
   const std::string url = fmt::format("http://{}:{}", config.server.host, server.port());
@@ -481,9 +499,10 @@ int main(int argc, char** argv) {
                         "~/.local/state/arbiter)");
   serve_cmd->add_option("--budget", serve.budget,
                         "Memory budget for models: bytes, 512MiB, 2GB or 75% of RAM "
-                        "(default: total RAM - 1.5 GiB)");
+                        "(default: total RAM - [memory] headroom, 1536MiB)");
   CLI::Option* key_opt = serve_cmd->add_option(
-      "--api-key", serve.api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /admin/*");
+      "--api-key", serve.api_key,
+      "Require 'Authorization: Bearer KEY' on /v1/*, /admin/* and /metrics");
 
   std::string mm_preset, mm_out;
   uint64_t mm_seed = 0;

@@ -1,14 +1,21 @@
 // arbiter/server/config.h — the TOML configuration of `arbiter serve`.
 //
 // Sources, lowest precedence first: built-in defaults < the TOML file <
-// environment (ARBITER_HOST, ARBITER_PORT, ARBITER_API_KEY, ARBITER_BUDGET) <
-// command-line flags. Every setting and its default is in docs/config.md.
+// environment (ARBITER_HOST, ARBITER_PORT, ARBITER_API_KEY, ARBITER_BUDGET,
+// ARBITER_HEADROOM, ARBITER_PRESSURE_SOURCE) < command-line flags. Every
+// setting and its default is in docs/config.md.
 //
 //   [server]  host, port, api_key, max_body_bytes, threads, read_timeout_s,
 //             request_timeout_s, write_timeout_s, keep_alive_max, keep_alive_timeout_s,
-//             acquire_timeout_s, preload
-//   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal)
-//   [[models]] name, path, capability ("text" | "embedding"), parallel, ctx
+//             acquire_timeout_s, preload, metrics_public
+//   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal),
+//             headroom (SIZE; budget = MemTotal − headroom when budget is unset)
+//   [pressure] source ("auto" | "meminfo" | "psi" | "cgroup" | "none"),
+//             interval_ms, low_fraction, critical_fraction, psi_window_ms,
+//             psi_low_stall_ms, psi_critical_stall_ms, psi_quiet_ms
+//   [[models]] name, path, capability ("text" | "embedding"), role (a
+//             ResidentRoleName), idle_ttl (duration: "30s", "5m", "1h", or
+//             integer seconds), parallel, ctx
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -23,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +57,28 @@ struct ServerSettings {
   int keep_alive_timeout_s = 5;          // idle seconds before closing
   int acquire_timeout_s = 300;           // wait for a model load before 503
   bool preload = false;                  // load every model at startup
+  // false (secure default): /metrics requires the API key when one is set.
+  // true: /metrics is open (for scrapers without credentials).
+  bool metrics_public = false;
+};
+
+// `[pressure] source`.
+enum class PressureSourceKind { kAuto, kMeminfo, kPsi, kCgroup, kNone };
+// "auto" | "meminfo" | "psi" | "cgroup" | "none".
+std::string_view PressureSourceKindName(PressureSourceKind kind);
+
+// `[pressure]`: which OS signal feeds the arbiter (always combined with the
+// POST /admin/pressure bridge) and the thresholds the sources take.
+struct PressureSettings {
+  PressureSourceKind source = PressureSourceKind::kAuto;
+  int64_t interval_ms = 5000;            // meminfo / cgroup poll period (≥ 500)
+  double low_fraction = 0.15;            // free fraction ≤ this → low (meminfo / cgroup)
+  double critical_fraction = 0.05;       // free fraction ≤ this → critical; < low_fraction
+  int64_t psi_window_ms = 2000;          // PSI trigger window, 500..10000 (2 s multiples
+                                         // without CAP_SYS_RESOURCE)
+  int64_t psi_low_stall_ms = 300;        // "some" stall within the window → low
+  int64_t psi_critical_stall_ms = 200;   // "full" stall within the window → critical
+  int64_t psi_quiet_ms = 10000;          // no trigger this long → the level decays
 };
 
 struct ModelEntry {
@@ -57,12 +87,19 @@ struct ModelEntry {
   Capability capability = Capability::kText;
   int parallel = 1;                      // KV slots = concurrent requests
   int ctx = 2048;                        // tokens per slot
+  // Resident role; empty = DefaultRoleFor(capability).
+  std::optional<ResidentRole> role;
+  // Unload the model once idle (no request using it) this long; empty = never.
+  std::optional<int64_t> idle_ttl_ms;
 };
 
 struct Config {
   ServerSettings server;
   std::string budget_text;               // as written ("" = default)
   uint64_t budget_bytes = 0;             // resolved [memory] budget
+  std::string headroom_text;             // as written ("" = default 1536MiB)
+  uint64_t headroom_bytes = kDefaultHeadroomBytes;  // [memory] headroom
+  PressureSettings pressure;
   std::vector<ModelEntry> models;
   std::string state_dir;                 // resolved by the CLI
   std::vector<std::string> warnings;     // unknown keys etc., for logging
@@ -71,6 +108,11 @@ struct Config {
 // MemTotal − kDefaultHeadroomBytes; half of MemTotal when that would leave
 // less than a quarter of it.
 uint64_t DefaultBudgetBytes(uint64_t mem_total_bytes);
+
+// Parses a duration: integer seconds (≥ 0) or a string "<n><unit>" with unit
+// ms, s, m or h ("30s", "5m", "1h", "250ms"). Returns milliseconds.
+// Errors: kInvalidArgument naming `key`.
+Result<int64_t> ParseDurationMs(std::string_view text, std::string_view key);
 
 // A default config (no models), budget = DefaultBudgetBytes(mem_total_bytes).
 Config DefaultConfig(uint64_t mem_total_bytes);
@@ -85,8 +127,10 @@ Result<Config> LoadConfigFile(const std::string& path, uint64_t mem_total_bytes)
 // getenv-like lookup: returns nullptr when unset.
 using EnvLookup = std::function<const char*(const char*)>;
 
-// Applies ARBITER_HOST, ARBITER_PORT, ARBITER_API_KEY, ARBITER_BUDGET.
-// Errors name the variable (`ARBITER_PORT must be an integer in 0..65535`).
+// Applies ARBITER_HOST, ARBITER_PORT, ARBITER_API_KEY, ARBITER_BUDGET,
+// ARBITER_HEADROOM (re-derives the budget when no budget was set) and
+// ARBITER_PRESSURE_SOURCE. Errors name the variable (`ARBITER_PORT must be an
+// integer in 0..65535`).
 Status ApplyEnvOverrides(const EnvLookup& env, uint64_t mem_total_bytes, Config* config);
 
 // Checks cross-field rules: unique model names, port range, etc.

@@ -40,7 +40,9 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry);
 // The registration of `capability` for every entry of that capability
 // (model key = entry name, per-model estimates from `estimated_bytes`);
 // swap_same_role is off, so several configured models of one capability may
-// stay resident together.
+// stay resident together (the budget still evicts them LRU-first). Each
+// entry's `role` and `idle_ttl_ms` reach the arbiter through role_for /
+// idle_ttl_for.
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
     const std::map<std::string, size_t>& estimated_bytes);

@@ -9,18 +9,33 @@
 //   POST /v1/chat/completions     non-streaming and SSE streaming
 //   POST /v1/completions          non-streaming and SSE streaming
 //   POST /v1/embeddings
-//   GET  /admin/status            the MemoryArbiter's stats snapshot
+//   GET  /admin/status            the MemoryArbiter's stats snapshot (budget,
+//                                 charged bytes, pressure, per-model role,
+//                                 state, residency, ref_count, bytes)
+//   POST /admin/pressure          {"level","free_mb"} → the pressure bridge
+//   POST /admin/models/{name}/load    acquire + release: loaded, unpinned
+//   POST /admin/models/{name}/unload  ?timeout_ms= (default 10000); 409 while
+//                                 held by requests
+//   GET  /admin/events            SSE: `event: <type>\ndata: <json>` per
+//                                 arbiter event; a bounded queue per client
+//                                 (oldest dropped, reported as `event:
+//                                 dropped`); ends when the server stops;
+//                                 at most threads/2 streams (503 beyond)
+//   GET  /metrics                 Prometheus text (API key required when one
+//                                 is set, unless [server] metrics_public)
 //
 // Limits and policy (ARCHITECTURE.md "External interfaces", STYLE.md rule
 // 11): binds loopback by default; bodies over max_body_bytes → 413; read and
 // write timeouts, and request_timeout_s for a whole request (408, slowloris
 // guard); JSON nesting ≤ 128; keep-alive caps; a fixed worker pool (threads; default 8 +
-// Σ parallel). With an API key configured, /v1/* and /admin/* require
+// Σ parallel). With an API key configured, /v1/*, /admin/* and /metrics require
 // `Authorization: Bearer KEY` (401 otherwise). Errors are OpenAI-shaped
 // {"error":{"message","type","code"}}: 400 bad input, 401, 404 unknown model
-// or route, 408, 413, 503 + Retry-After when the budget refuses or the arbiter is
-// busy, 503 (no Retry-After, code "model_load_failed") when the model failed
-// to load, 500 only for bugs.
+// or route, 408, 409 (unload of a held model), 413, 503 + Retry-After when
+// the budget refuses (code "budget_exceeded"), critical memory pressure
+// refuses a non-text model (code "memory_pressure") or the arbiter is busy,
+// 503 (no Retry-After, code "model_load_failed") when the model failed to
+// load, 500 only for bugs.
 //
 // Cancellation: a streaming client that disconnects stops its generation at
 // the next token (the SSE write or the liveness check fails). For
@@ -40,6 +55,7 @@
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
+#include "arbiter/memory/memory_pressure.h"
 #include "arbiter/server/config.h"
 
 namespace arbiter {
@@ -48,8 +64,12 @@ class Server {
  public:
   // Serves the models registered in `arbiter` (registrations must be
   // complete before the Server is constructed). `settings.threads == 0`
-  // picks 8 + `total_parallel`.
-  Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel = 1);
+  // picks 8 + `total_parallel`. `pressure_bridge` (may be null: then POST
+  // /admin/pressure answers 503) receives POST /admin/pressure and must
+  // outlive the Server; `pressure_source` names the OS source for
+  // /admin/status.
+  Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel = 1,
+         BridgePressureSource* pressure_bridge = nullptr, std::string pressure_source = "");
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -62,7 +82,8 @@ class Server {
   // Serves until Stop(). REQUIRES: Bind() succeeded. Errors: kInternal when
   // the listener fails.
   Status Run();
-  // Stops accepting, cancels running generations, lets handlers finish.
+  // Stops accepting, cancels running generations, ends every events stream,
+  // lets handlers finish.
   void Stop();
 
  private:

@@ -1,0 +1,72 @@
+// server/internal/metrics.h — the Prometheus registry behind GET /metrics
+// (prometheus-cpp core; text exposition format 0.0.4).
+//
+// Counters driven by arbiter events (ServerMetrics::OnEvent, subscribed with
+// MemoryArbiter::OnEvent):
+//   arbiter_model_loads_total{model,capability}
+//   arbiter_model_unloads_total{reason}      swap|pressure|shutdown|fit|idle|manual
+//   arbiter_evictions_total{reason}          pressure|swap|fit|idle|manual
+// Counters from the Stats() snapshot at scrape time (advanced by the delta
+// since the previous scrape, so they never go down):
+//   arbiter_model_load_failures_total{model,capability}
+// Gauges from the snapshot at scrape time:
+//   arbiter_memory_pressure_level            0 nominal, 1 low, 2 critical
+//   arbiter_memory_budget_bytes, arbiter_memory_charged_bytes,
+//   arbiter_memory_resident_bytes
+//   arbiter_model_resident{model,capability} 1 loaded, else 0
+//   arbiter_model_bytes{model,capability}    measured (or estimated) size
+// HTTP:
+//   arbiter_http_requests_total{route,code}  route is the route pattern
+//                                            ("/admin/models/{name}/load"),
+//                                            "other" for unknown paths
+//
+// Thread safety: thread-safe (prometheus-cpp families and metrics are; the
+// scrape-time bookkeeping has its own lock).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/base/mutex.h"
+
+namespace arbiter::server_internal {
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  // Fast: a label lookup and an atomic add. Safe from any thread.
+  void OnEvent(const ArbiterEvent& event);
+  void OnHttpRequest(std::string_view route, int status);
+  // Refreshes the snapshot-driven series from `stats` and returns the text
+  // exposition of every series.
+  std::string Scrape(const ArbiterStats& stats) EXCLUDES(mu_);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& loads_;
+  prometheus::Family<prometheus::Counter>& load_failures_;
+  prometheus::Family<prometheus::Counter>& unloads_;
+  prometheus::Family<prometheus::Counter>& evictions_;
+  prometheus::Family<prometheus::Counter>& http_requests_;
+  prometheus::Gauge& pressure_level_;
+  prometheus::Gauge& budget_bytes_;
+  prometheus::Gauge& charged_bytes_;
+  prometheus::Gauge& resident_bytes_;
+  prometheus::Family<prometheus::Gauge>& model_resident_;
+  prometheus::Family<prometheus::Gauge>& model_bytes_;
+
+  Mutex mu_;  // serializes scrapes
+  std::map<std::string, uint64_t> failures_seen_ GUARDED_BY(mu_);  // resident key → count
+};
+
+}  // namespace arbiter::server_internal

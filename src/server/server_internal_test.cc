@@ -1,0 +1,160 @@
+// Unit tests of the server's internal helpers: the per-connection event
+// queue of GET /admin/events, the event JSON, the metrics registry, and the
+// pressure wiring ([pressure] source = "none" / "meminfo").
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "arbiter/server/pressure.h"
+#include "server/internal/event_stream.h"
+#include "server/internal/metrics.h"
+
+namespace arbiter::server_internal {
+namespace {
+
+using json = nlohmann::json;
+
+ArbiterEvent Load(const std::string& key) {
+  ArbiterEvent e;
+  e.type = ArbiterEventType::kModelLoad;
+  e.capability = Capability::kEmbedding;
+  e.model_key = key;
+  e.load_ms = 1.5;
+  e.at_ms = 7;
+  return e;
+}
+
+TEST(EventQueue, DropsOldestWhenFullAndCounts) {
+  EventQueue q(3);
+  for (int i = 0; i < 5; ++i) q.Push(Load("m" + std::to_string(i)));
+  std::vector<ArbiterEvent> out;
+  uint64_t dropped = 0;
+  ASSERT_TRUE(q.Wait(std::chrono::steady_clock::now(), &out, &dropped));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].model_key, "m2");
+  EXPECT_EQ(out[2].model_key, "m4");
+  EXPECT_EQ(dropped, 2u);
+  // The count resets once reported.
+  q.Push(Load("m5"));
+  ASSERT_TRUE(q.Wait(std::chrono::steady_clock::now(), &out, &dropped));
+  EXPECT_EQ(dropped, 0u);
+}
+
+TEST(EventQueue, CloseWakesAWaiterAndStopsPushes) {
+  EventQueue q(4);
+  std::thread closer([&] { q.Close(); });
+  std::vector<ArbiterEvent> out;
+  uint64_t dropped = 0;
+  // A generous deadline: only turns a hang into a failure.
+  EXPECT_FALSE(q.Wait(std::chrono::steady_clock::now() + std::chrono::seconds(30), &out, &dropped));
+  closer.join();
+  q.Push(Load("late"));
+  EXPECT_FALSE(q.Wait(std::chrono::steady_clock::now(), &out, &dropped));
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(EventJson, FieldsPerType) {
+  json load = json::parse(ArbiterEventJson(Load("a")));
+  EXPECT_EQ(load["type"], "model_load");
+  EXPECT_EQ(load["capability"], "embedding");
+  EXPECT_EQ(load["model_key"], "a");
+  EXPECT_EQ(load["load_ms"], 1.5);
+  EXPECT_EQ(load["at_ms"], 7);
+  ArbiterEvent ev;
+  ev.type = ArbiterEventType::kEviction;
+  ev.model_key = "b";
+  ev.reason = UnloadReason::kFit;
+  ev.estimated_bytes = 123;
+  json evj = json::parse(ArbiterEventJson(ev));
+  EXPECT_EQ(evj["reason"], "fit");
+  EXPECT_EQ(evj["estimated_bytes"], 123);
+  ArbiterEvent p;
+  p.type = ArbiterEventType::kMemoryPressure;
+  p.level = MemoryPressureLevel::kCritical;
+  p.source = "bridge";
+  p.free_bytes = 42;
+  json pj = json::parse(ArbiterEventJson(p));
+  EXPECT_EQ(pj["level"], "critical");
+  EXPECT_EQ(pj["source"], "bridge");
+  EXPECT_EQ(pj["free_bytes"], 42);
+  EXPECT_FALSE(pj.contains("model_key"));
+  EXPECT_EQ(ArbiterEventFrame(ev).rfind("event: eviction\ndata: {", 0), 0u);
+}
+
+TEST(ServerMetrics, CountsEventsAndSnapshots) {
+  ServerMetrics m;
+  m.OnEvent(Load("a"));
+  ArbiterEvent ev;
+  ev.type = ArbiterEventType::kEviction;
+  ev.reason = UnloadReason::kFit;
+  m.OnEvent(ev);
+  m.OnHttpRequest("/v1/embeddings", 200);
+  ArbiterStats s;
+  s.budget_bytes = 1000;
+  s.charged_bytes = 400;
+  s.pressure = MemoryPressureLevel::kLow;
+  ModelStats a;
+  a.name = "a";
+  a.resident_key = "embedding::a";
+  a.capability = Capability::kEmbedding;
+  a.state = ModelState::kLoaded;
+  a.load_failures = 2;
+  s.models.push_back(a);
+  const std::string text = m.Scrape(s);
+  EXPECT_NE(text.find("arbiter_model_loads_total{capability=\"embedding\",model=\"a\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("arbiter_evictions_total{reason=\"fit\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("arbiter_memory_pressure_level 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("arbiter_memory_budget_bytes 1000"), std::string::npos) << text;
+  EXPECT_NE(text.find("arbiter_memory_charged_bytes 400"), std::string::npos) << text;
+  EXPECT_NE(text.find("arbiter_model_resident{capability=\"embedding\",model=\"a\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("arbiter_model_load_failures_total{capability=\"embedding\",model=\"a\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("arbiter_http_requests_total{code=\"200\",route=\"/v1/embeddings\"} 1"),
+            std::string::npos)
+      << text;
+  // A second scrape with the same snapshot does not double-count failures.
+  const std::string again = m.Scrape(s);
+  EXPECT_NE(again.find("arbiter_model_load_failures_total{capability=\"embedding\",model=\"a\"} 2"),
+            std::string::npos)
+      << again;
+}
+
+TEST(ServePressure, NoneIsTheBridgeAlone) {
+  PressureSettings s;
+  s.source = PressureSourceKind::kNone;
+  auto p = MakeServePressure(s);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->os_source, "none");
+  ASSERT_NE(p->bridge, nullptr);
+  ASSERT_EQ(p->composite->child_count(), 1u);
+  ASSERT_TRUE(p->composite->Start().ok());
+  MemoryPressureLevel seen = MemoryPressureLevel::kNominal;
+  MemoryPressureSubscription sub =
+      p->composite->Subscribe([&](const MemoryPressureEvent& e) { seen = e.level; });
+  p->bridge->Dispatch(MemoryPressureLevel::kCritical);
+  EXPECT_EQ(seen, MemoryPressureLevel::kCritical);
+  p->composite->Stop();
+}
+
+TEST(ServePressure, AutoPicksAWorkingSourceAndMeminfoAlwaysWorks) {
+  PressureSettings s;
+  auto autop = MakeServePressure(s);
+  ASSERT_TRUE(autop.ok()) << autop.status().ToString();
+  EXPECT_TRUE(autop->os_source == "cgroup" || autop->os_source == "psi" ||
+              autop->os_source == "meminfo")
+      << autop->os_source;
+  EXPECT_EQ(autop->composite->child_count(), 2u);
+  s.source = PressureSourceKind::kMeminfo;
+  auto mem = MakeServePressure(s);
+  ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  EXPECT_EQ(mem->os_source, "meminfo");
+}
+
+}  // namespace
+}  // namespace arbiter::server_internal
