@@ -7,6 +7,8 @@
 //   arbiter generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]
 //   arbiter bench decode --model DIR [--threads N]
 //   arbiter bench arbiter [--iterations N] [--json]
+//   arbiter budget --arena SIZE [--fraction F] [--wiggle W] [--max-scratch SIZE]
+//                  [--pinned SIZE] [--json]
 //
 // Exit status: 0 on success (serve: after SIGINT/SIGTERM and a clean
 // shutdown), 1 on any error (message on stderr), 2 on bad usage.
@@ -48,6 +50,7 @@
 #include "arbiter/server/models.h"
 #include "arbiter/server/pressure.h"
 #include "arbiter/server/server.h"
+#include "arbiter/weights/weight_budget.h"
 
 namespace arbiter {
 namespace {
@@ -263,6 +266,62 @@ int RunBenchArbiter(int iterations, bool json) {
                               {"note", s.note}});
   }
   std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+// ---- budget -----------------------------------------------------------------
+
+struct BudgetFlags {
+  std::string arena;
+  double fraction = kDefaultWeightFraction;
+  double wiggle = kDefaultWeightWiggle;
+  std::string max_scratch = "0";
+  std::string pinned = "0";
+  bool json = false;
+};
+
+int BudgetUsage(const std::string& message) {
+  std::fprintf(stderr, "arbiter budget: %s\n", message.c_str());
+  return 2;
+}
+
+std::string SizeText(uint64_t bytes) { return fmt::format("{} ({} bytes)", FormatSize(bytes), bytes); }
+
+// Solves the WeightBudget (reference/seed-runtime-weights.md §3). Bad values
+// are usage errors (exit 2) naming the flag.
+int RunBudget(const BudgetFlags& f) {
+  // Only --arena may be a percentage of RAM; without /proc/meminfo a
+  // percentage is refused by ParseSize ("percent not allowed here").
+  uint64_t ram_bytes = 0;
+  if (Result<SystemMemoryInfo> mem = ReadSystemMemory(); mem.ok()) ram_bytes = mem->total_bytes;
+  Result<uint64_t> arena = ParseSize(f.arena, ram_bytes);
+  if (!arena.ok()) return BudgetUsage("--arena: " + arena.status().message());
+  Result<uint64_t> max_scratch = ParseSize(f.max_scratch);
+  if (!max_scratch.ok()) return BudgetUsage("--max-scratch: " + max_scratch.status().message());
+  Result<uint64_t> pinned = ParseSize(f.pinned);
+  if (!pinned.ok()) return BudgetUsage("--pinned: " + pinned.status().message());
+  // Its messages start with the parameter's name ("fraction ...", "wiggle ...").
+  Result<WeightBudget> b = SolveWeightBudget(*arena, f.fraction, f.wiggle, *max_scratch, *pinned);
+  if (!b.ok()) return BudgetUsage("--" + b.status().message());
+
+  if (f.json) {
+    nlohmann::json j = {{"scratch_ceiling", b->scratch_ceiling},
+                        {"weight_pool", b->weight_pool},
+                        {"on_demand_budget", b->on_demand_budget},
+                        {"pinned_over_commit", b->pinned_over_commit}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("arena               %s\n", SizeText(*arena).c_str());
+  std::printf("fraction            %g\n", f.fraction);
+  std::printf("wiggle              %g\n", f.wiggle);
+  std::printf("max scratch         %s\n", SizeText(*max_scratch).c_str());
+  std::printf("pinned              %s\n", SizeText(*pinned).c_str());
+  std::printf("scratch ceiling     %s\n", SizeText(b->scratch_ceiling).c_str());
+  std::printf("weight pool         %s\n", SizeText(b->weight_pool).c_str());
+  std::printf("on-demand budget    %s\n", SizeText(b->on_demand_budget).c_str());
+  std::printf("pinned over-commit  %s\n",
+              b->pinned_over_commit ? "yes: pinned weights exceed the weight pool" : "no");
   return 0;
 }
 
@@ -571,6 +630,26 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   arb_cmd->add_flag("--json", arb_json, "Print the result as JSON");
 
+  BudgetFlags budget;
+  CLI::App* budget_cmd = app.add_subcommand(
+      "budget",
+      "Solve the device WeightBudget: scratch ceiling, weight pool and on-demand budget of an "
+      "arena");
+  budget_cmd->add_option("--arena", budget.arena,
+                         "Device arena: bytes, 512MiB, 2GB or 75% of RAM")
+      ->required();
+  budget_cmd->add_option("--fraction", budget.fraction,
+                         "Share of the arena weights may use, in (0, 1] (default 1.0)");
+  budget_cmd->add_option("--wiggle", budget.wiggle,
+                         "Share of the arena kept free, in [0, 1) (default 0.1)");
+  budget_cmd->add_option("--max-scratch", budget.max_scratch,
+                         "Scratch the models need to run: bytes, 512MiB, 2GB (default 0)");
+  budget_cmd->add_option("--pinned", budget.pinned,
+                         "Weight bytes of device-pinned models: bytes, 512MiB, 2GB (default 0)");
+  budget_cmd->add_flag("--json", budget.json,
+                       "Print {scratch_ceiling, weight_pool, on_demand_budget, "
+                       "pinned_over_commit} (sizes in bytes)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -592,5 +671,6 @@ int main(int argc, char** argv) {
   }
   if (decode_cmd->parsed()) return RunBenchDecode(bench);
   if (arb_cmd->parsed()) return RunBenchArbiter(arb_iterations, arb_json);
+  if (budget_cmd->parsed()) return RunBudget(budget);
   return 2;
 }

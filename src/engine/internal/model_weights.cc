@@ -10,9 +10,10 @@
 #include "engine/internal/model_weights.h"
 
 #include <filesystem>
-
 #include <new>
 #include <string>
+
+#include "arbiter/formats/llama_tensors.h"
 
 namespace arbiter::engine_internal {
 namespace {
@@ -102,54 +103,45 @@ Result<std::vector<Part>> PlanAndCheck(const ModelConfig& config, const Safetens
                                 std::to_string(d.n_kv_heads));
   }
 
-  // Headless checkpoints ("Qwen3Model") store "embed_tokens.weight" without
-  // the "model." prefix.
-  std::string prefix = "model.";
-  if (st.Find("model.embed_tokens.weight") == nullptr && st.Find("embed_tokens.weight") != nullptr) {
-    prefix.clear();
-  }
-  const bool causal_lm = config.architecture_name.find("ForCausalLM") != std::string::npos ||
-                         config.architecture_name.empty();
-
-  const int64_t H = d.hidden, I = d.inter, V = d.vocab, Q = d.q_dim, KV = d.kv_dim,
-                QKV = d.qkv_dim, HD = d.head_dim;
+  // Which tensors, in which order, with which shapes: the one list shared
+  // with the weight runtime (arbiter/formats/llama_tensors.h). Here each is
+  // routed to its (fused) destination buffer.
+  const LlamaTensorPlan plan = PlanLlamaTensors(config, st);
+  const size_t H = d.hidden, I = d.inter, V = d.vocab, Q = d.q_dim, KV = d.kv_dim,
+               QKV = d.qkv_dim, HD = d.head_dim;
   std::vector<Part> parts;
-  auto add = [&parts](std::string name, std::vector<int64_t> shape, AlignedFloats* dest,
-                      size_t offset, size_t dest_size) {
-    parts.push_back(Part{std::move(name), std::move(shape), dest, offset, dest_size, nullptr});
-  };
-
+  parts.reserve(plan.tensors.size());
   w.layers.resize(d.n_layers);
-  add(prefix + "embed_tokens.weight", {V, H}, &w.embed, 0, V * H);
-  for (int i = 0; i < d.n_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string p = prefix + "layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", {H}, &l.attn_norm, 0, H);
-    add(p + "self_attn.q_proj.weight", {Q, H}, &l.wqkv, 0, QKV * H);
-    add(p + "self_attn.k_proj.weight", {KV, H}, &l.wqkv, Q * H, QKV * H);
-    add(p + "self_attn.v_proj.weight", {KV, H}, &l.wqkv, (Q + KV) * H, QKV * H);
-    if (config.attention_bias) {
-      add(p + "self_attn.q_proj.bias", {Q}, &l.bqkv, 0, QKV);
-      add(p + "self_attn.k_proj.bias", {KV}, &l.bqkv, Q, QKV);
-      add(p + "self_attn.v_proj.bias", {KV}, &l.bqkv, Q + KV, QKV);
+  for (const LlamaTensor& t : plan.tensors) {
+    Part part{t.name, t.shape, nullptr, 0, 0, nullptr};
+    LayerWeights* l = t.layer >= 0 ? &w.layers[t.layer] : nullptr;
+    auto route = [&part](AlignedFloats* dest, size_t offset, size_t dest_size) {
+      part.dest = dest;
+      part.dest_offset = offset;
+      part.dest_size = dest_size;
+    };
+    switch (t.role) {
+      case LlamaTensorRole::kEmbed: route(&w.embed, 0, V * H); break;
+      case LlamaTensorRole::kAttnNorm: route(&l->attn_norm, 0, H); break;
+      case LlamaTensorRole::kQProj: route(&l->wqkv, 0, QKV * H); break;
+      case LlamaTensorRole::kKProj: route(&l->wqkv, Q * H, QKV * H); break;
+      case LlamaTensorRole::kVProj: route(&l->wqkv, (Q + KV) * H, QKV * H); break;
+      case LlamaTensorRole::kQBias: route(&l->bqkv, 0, QKV); break;
+      case LlamaTensorRole::kKBias: route(&l->bqkv, Q, QKV); break;
+      case LlamaTensorRole::kVBias: route(&l->bqkv, Q + KV, QKV); break;
+      case LlamaTensorRole::kQNorm: route(&l->q_norm, 0, HD); break;
+      case LlamaTensorRole::kKNorm: route(&l->k_norm, 0, HD); break;
+      case LlamaTensorRole::kOProj: route(&l->wo, 0, H * Q); break;
+      case LlamaTensorRole::kFfnNorm: route(&l->ffn_norm, 0, H); break;
+      case LlamaTensorRole::kGateProj: route(&l->w_gate_up, 0, 2 * I * H); break;
+      case LlamaTensorRole::kUpProj: route(&l->w_gate_up, I * H, 2 * I * H); break;
+      case LlamaTensorRole::kDownProj: route(&l->w_down, 0, H * I); break;
+      case LlamaTensorRole::kFinalNorm: route(&w.final_norm, 0, H); break;
+      case LlamaTensorRole::kLmHead: route(&w.lm_head, 0, V * H); break;
     }
-    if (config.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {HD}, &l.q_norm, 0, HD);
-      add(p + "self_attn.k_norm.weight", {HD}, &l.k_norm, 0, HD);
-    }
-    add(p + "self_attn.o_proj.weight", {H, Q}, &l.wo, 0, H * Q);
-    add(p + "post_attention_layernorm.weight", {H}, &l.ffn_norm, 0, H);
-    add(p + "mlp.gate_proj.weight", {I, H}, &l.w_gate_up, 0, 2 * I * H);
-    add(p + "mlp.up_proj.weight", {I, H}, &l.w_gate_up, I * H, 2 * I * H);
-    add(p + "mlp.down_proj.weight", {H, I}, &l.w_down, 0, H * I);
+    parts.push_back(std::move(part));
   }
-  add(prefix + "norm.weight", {H}, &w.final_norm, 0, H);
-  if (config.tie_word_embeddings) {
-    w.has_lm_head = true;  // shares embed
-  } else if (causal_lm || st.Find("lm_head.weight") != nullptr) {
-    add("lm_head.weight", {V, H}, &w.lm_head, 0, V * H);
-    w.has_lm_head = true;
-  }
+  w.has_lm_head = plan.has_lm_head;
 
   // Presence and shapes.
   for (Part& part : parts) {

@@ -1,0 +1,141 @@
+// memory/device_backend.cc — the cpu and fake device arenas.
+//
+// Both backends check every copy's range against the arena before touching
+// anything (overflow-safe: offset ≤ arena and size ≤ arena − offset), so a
+// bad offset from a caller is an error value, never a write past the arena.
+#include "arbiter/memory/device_backend.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "arbiter/base/size.h"
+
+namespace arbiter {
+namespace {
+
+Status CheckRange(std::string_view backend, uint64_t arena_bytes, uint64_t offset,
+                  uint64_t size_bytes) {
+  if (offset <= arena_bytes && size_bytes <= arena_bytes - offset) return OkStatus();
+  return OutOfRangeError(std::string(backend) + " device: copy of " + std::to_string(size_bytes) +
+                         " bytes at offset " + std::to_string(offset) +
+                         " is outside the arena of " + std::to_string(arena_bytes) + " bytes");
+}
+
+}  // namespace
+
+// ---- CpuDeviceBackend ---------------------------------------------------------
+
+Result<std::unique_ptr<CpuDeviceBackend>> CpuDeviceBackend::Create(uint64_t arena_bytes) {
+  uint8_t* arena = nullptr;
+  if (arena_bytes > 0) {
+    if (arena_bytes > static_cast<uint64_t>(SIZE_MAX)) {
+      return ResourceExhaustedError("cpu device: arena of " + std::to_string(arena_bytes) +
+                                    " bytes does not fit the address space");
+    }
+    void* p = ::mmap(nullptr, static_cast<size_t>(arena_bytes), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      return ResourceExhaustedError("cpu device: cannot map an arena of " +
+                                    FormatSize(arena_bytes) + " (" + std::to_string(arena_bytes) +
+                                    " bytes): " + std::strerror(err) +
+                                    "; use a smaller arena");
+    }
+    arena = static_cast<uint8_t*>(p);
+  }
+  return std::unique_ptr<CpuDeviceBackend>(new CpuDeviceBackend(arena, arena_bytes));
+}
+
+CpuDeviceBackend::~CpuDeviceBackend() {
+  if (arena_ != nullptr) ::munmap(arena_, static_cast<size_t>(arena_bytes_));
+}
+
+Status CpuDeviceBackend::CopyToDevice(uint64_t device_offset, const void* src,
+                                      size_t size_bytes) {
+  ARBITER_RETURN_IF_ERROR(CheckRange(name(), arena_bytes_, device_offset, size_bytes));
+  if (size_bytes > 0) std::memcpy(arena_ + device_offset, src, size_bytes);
+  return OkStatus();
+}
+
+Status CpuDeviceBackend::CopyFromDevice(uint64_t device_offset, void* dst, size_t size_bytes) {
+  ARBITER_RETURN_IF_ERROR(CheckRange(name(), arena_bytes_, device_offset, size_bytes));
+  if (size_bytes > 0) std::memcpy(dst, arena_ + device_offset, size_bytes);
+  return OkStatus();
+}
+
+void* CpuDeviceBackend::HostPointer(uint64_t device_offset) {
+  if (arena_ == nullptr || device_offset >= arena_bytes_) return nullptr;
+  return arena_ + device_offset;
+}
+
+// ---- FakeDeviceBackend --------------------------------------------------------
+
+Status FakeDeviceBackend::CopyToDevice(uint64_t device_offset, const void* src,
+                                       size_t size_bytes) {
+  return Copy(/*to_device=*/true, device_offset, size_bytes);
+}
+
+Status FakeDeviceBackend::CopyFromDevice(uint64_t device_offset, void* dst, size_t size_bytes) {
+  return Copy(/*to_device=*/false, device_offset, size_bytes);
+}
+
+Status FakeDeviceBackend::Copy(bool to_device, uint64_t device_offset, size_t size_bytes) {
+  MutexLock lock(&mu_);
+  if (fail_countdown_ > 0 && --fail_countdown_ == 0) {
+    ++stats_.failed_copies;
+    return Status(fail_code_, std::string("fake device: injected failure of the copy ") +
+                                  (to_device ? "to" : "from") + " the device at offset " +
+                                  std::to_string(device_offset) + " (" +
+                                  std::to_string(size_bytes) + " bytes)");
+  }
+  Status range = CheckRange(name(), arena_bytes_, device_offset, size_bytes);
+  if (!range.ok()) {
+    ++stats_.failed_copies;
+    return range;
+  }
+  if (to_device) {
+    ++stats_.copies_to_device;
+    stats_.bytes_to_device += size_bytes;
+  } else {
+    ++stats_.copies_from_device;
+    stats_.bytes_from_device += size_bytes;
+  }
+  return OkStatus();
+}
+
+void FakeDeviceBackend::FailNthCopy(uint64_t nth, StatusCode code) {
+  MutexLock lock(&mu_);
+  fail_countdown_ = nth;
+  fail_code_ = code == StatusCode::kOk ? StatusCode::kInternal : code;
+}
+
+FakeDeviceStats FakeDeviceBackend::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+// ---- factory --------------------------------------------------------------------
+
+Result<std::unique_ptr<DeviceBackend>> MakeDeviceBackend(std::string_view kind,
+                                                         uint64_t arena_bytes) {
+  if (kind == "cpu") {
+    ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<CpuDeviceBackend> cpu,
+                             CpuDeviceBackend::Create(arena_bytes));
+    return std::unique_ptr<DeviceBackend>(std::move(cpu));
+  }
+  if (kind == "fake") {
+    if (arena_bytes > FakeDeviceBackend::kMaxArenaBytes) {
+      return InvalidArgumentError("fake device: arena of " + std::to_string(arena_bytes) +
+                                  " bytes is above the limit of " +
+                                  std::to_string(FakeDeviceBackend::kMaxArenaBytes) + " bytes");
+    }
+    return std::unique_ptr<DeviceBackend>(std::make_unique<FakeDeviceBackend>(arena_bytes));
+  }
+  return InvalidArgumentError("unknown device backend \"" + std::string(kind) +
+                              "\"; known backends: cpu, fake");
+}
+
+}  // namespace arbiter
