@@ -139,6 +139,10 @@ class ServeE2E : public ::testing::Test {
                           << "max_body_bytes = \"64KiB\"\n"
                           << "request_timeout_s = " << kRequestTimeoutS << "\n"
                           << "[memory]\nbudget = \"1GiB\"\n"
+                          // The host's real memory pressure must not turn
+                          // these requests into 503s (tests/arbiter_e2e_test
+                          // covers pressure through the bridge).
+                          << "[pressure]\nsource = \"none\"\n"
                           << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nparallel = 2\nctx = 2048\n"
                           << "[[models]]\nname = \"tiny-concurrent\"\npath = \"tiny\"\nparallel = 2\n"
                           << "[[models]]\nname = \"embed\"\npath = \"embed\"\ncapability = \"embedding\"\n"

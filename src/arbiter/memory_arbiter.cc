@@ -50,9 +50,12 @@
 // it still does not fit. With options.refuse_over_budget (the server sets it,
 // docs/http-api.md `budget_exceeded`), an acquire that could not fit even
 // after evicting every idle victim fails with kResourceExhausted, evicting
-// nothing, whenever some handle is held or a load is in flight (the caller
-// retries later); when nothing is held the load proceeds as in the
-// reference (a model larger than the budget must stay usable).
+// nothing for the fit, whenever some handle is held or a load is in flight
+// (the caller retries later); when nothing is held the load proceeds as in
+// the reference (a model larger than the budget must stay usable). The
+// same-role swap runs before the budget check, so a refused acquire may
+// already have unloaded an idle entry of its own role (reason "swap"): that
+// entry would have been replaced anyway.
 //
 // Note [Fast path]
 // Acquire + release of a resident entry must cost tens of ns (issue 3 point
@@ -1012,8 +1015,10 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
           out = ArbiterHandle();
         }
         AddIdleLocked(e);
-        // The measured size may exceed the estimate: make room again.
-        EvictToFitLocked(0, &unloaded);
+        // The measured size may exceed the estimate: make room again. Not for
+        // a preload (defect 7: preload never evicts); the next acquire's
+        // evict-to-fit makes room.
+        if (pin) EvictToFitLocked(0, &unloaded);
       }
     } else {
       RemoveRoleMemberLocked(e);

@@ -261,6 +261,9 @@ struct ArbiterEvent {
 using ArbiterEventListener = std::function<void(const ArbiterEvent&)>;
 
 // Keeps an OnEvent() listener registered; unsubscribes on destruction.
+// Reset() does not wait for a call of the listener already running on
+// another thread (events are delivered outside every lock), so whatever the
+// listener captures must outlive it, e.g. through a shared_ptr.
 class [[nodiscard]] ArbiterEventSubscription {
  public:
   ArbiterEventSubscription() = default;
@@ -394,7 +397,9 @@ class MemoryArbiter {
   // shutting down, pressure is not nominal, there is no budget, the estimate
   // is 0, it would not fit, or another entry of the role is resident or
   // loading (defect 7: preload never evicts). True when already resident
-  // (touches last-used) or loaded now.
+  // (touches last-used) or loaded now. A measured size above the estimate
+  // may leave the footprint over budget until the next acquire evicts to fit.
+  // The load runs on the calling thread.
   bool Preload(Capability capability, std::string_view model_key);
 
   // Unloads capability::model_key on request (POST /admin/models/X/unload)
