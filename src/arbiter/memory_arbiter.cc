@@ -391,7 +391,14 @@ MemoryArbiter::MemoryArbiter(MemoryArbiterOptions options)
       options_(options),
       changed_(&mu_),
       reaper_cv_(&mu_),
-      listeners_(std::make_shared<Listeners>()) {}
+      listeners_(std::make_shared<Listeners>()) {
+  // spdlog creates its registry and default logger on first use, behind a
+  // static-init guard inside the (uninstrumented) shared library. Create
+  // them here, before any thread can reach the arbiter's logging, so their
+  // construction happens-before every use (ThreadSanitizer saw a first use
+  // race between a load thread and a pressure callback otherwise).
+  (void)spdlog::default_logger_raw();
+}
 
 MemoryArbiter::~MemoryArbiter() {
   Shutdown();
