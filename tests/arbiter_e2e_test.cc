@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/engine/model_maker.h"
+#include "server_process.h"
 #include "arbiter/server/models.h"
 
 extern char** environ;
@@ -60,27 +61,8 @@ constexpr int kChatCtx = 2048;
 // Bound on every wait: turns a hang into a failure, never a speed check.
 constexpr auto kWait = std::chrono::seconds(60);
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::arbiter::testing::FreeLoopbackPort;
+using ::arbiter::testing::ReadAll;
 
 bool PollUntil(const std::function<bool()>& done) {
   const auto deadline = Clock::now() + kWait;
@@ -235,47 +217,11 @@ class ArbiterE2E : public ::testing::Test {
                           << "[[models]]\nname = \"eb\"\npath = \"eb\"\ncapability = "
                              "\"embedding\"\nrole = \"embedding\"\nidle_ttl = \"1h\"\nctx = "
                           << kCtx << "\n";
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::string(*e).rfind("ARBITER_", 0) != 0) env_strings.emplace_back(*e);
-    }
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> args = {ARBITER_BINARY, "serve",       "--config",
-                                     config,         "--state-dir", dir_ + "/state"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
     log_path_ = dir_ + "/serve-" + std::to_string(port_) + ".log";
-    const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    ASSERT_GE(log_fd, 0);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    ASSERT_GE(pid_, 0) << "fork failed";
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-      execve(ARBITER_BINARY, argv.data(), envp.data());
-      _exit(127);
-    }
-    close(log_fd);
-    httplib::Client cli("127.0.0.1", port_);
-    cli.set_connection_timeout(1, 0);
-    const auto deadline = Clock::now() + kWait;
-    while (Clock::now() < deadline) {
-      if (auto r = cli.Get("/health"); r && r->status == 200) return;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "arbiter serve exited during startup:\n" << ReadAll(log_path_);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "arbiter serve did not answer /health:\n" << ReadAll(log_path_);
+    std::string error;
+    pid_ = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state", log_path_,
+                                           port_, kWait, &error);
+    ASSERT_GT(pid_, 0) << error;
   }
 
   httplib::Client Client(bool auth = true) const {

@@ -37,6 +37,7 @@
 
 #include "arbiter/base/file.h"
 #include "arbiter/engine/model_maker.h"
+#include "server_process.h"
 
 extern char** environ;
 
@@ -53,28 +54,8 @@ constexpr size_t kBodyLimit = 64 * 1024;
 // other test takes this long to send a request.
 constexpr int kRequestTimeoutS = 3;
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::arbiter::testing::FreeLoopbackPort;
+using ::arbiter::testing::ReadAll;
 
 // One server-sent-events body → the payloads of its `data:` lines.
 std::vector<std::string> SseEvents(const std::string& body) {
@@ -149,52 +130,11 @@ class ServeE2E : public ::testing::Test {
                           << "[[models]]\nname = \"broken\"\npath = \"broken\"\n"
                           << "[[models]]\nname = \"badtok\"\npath = \"badtok\"\n";
 
-    // The child's environment without ARBITER_* overrides from the caller.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::string(*e).rfind("ARBITER_", 0) != 0) env_strings.emplace_back(*e);
-    }
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-
-    std::vector<std::string> args = {ARBITER_BINARY, "serve",       "--config",
-                                     config,         "--state-dir", dir_ + "/state"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
     log_path_ = dir_ + "/serve.log";
-    const int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    ASSERT_GE(log_fd, 0);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    ASSERT_GE(pid_, 0) << "fork failed";
-    if (pid_ == 0) {
-      // Child: die with the test process even if it crashes (no orphan
-      // servers), log to serve.log, exec the server.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-      execve(ARBITER_BINARY, argv.data(), envp.data());
-      _exit(127);
-    }
-    close(log_fd);
-
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    httplib::Client cli("127.0.0.1", port_);
-    cli.set_connection_timeout(1, 0);
-    while (Clock::now() < deadline) {
-      if (auto r = cli.Get("/health"); r && r->status == 200) return;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "arbiter serve exited during startup:\n" << ReadAll(log_path_);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "arbiter serve did not answer /health within 60 s:\n" << ReadAll(log_path_);
+    std::string error;
+    pid_ = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state", log_path_,
+                                           port_, std::chrono::seconds(60), &error);
+    ASSERT_GT(pid_, 0) << error;
   }
 
   static void TearDownTestSuite() {

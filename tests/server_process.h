@@ -1,0 +1,117 @@
+// tests/server_process.h — starting the real `arbiter serve` for end-to-end
+// tests: a free loopback port, fork/exec with the log in a file, and a wait
+// for /health. Shared by serve_e2e_test.cc and arbiter_e2e_test.cc.
+//
+// Thread safety: call from the test's main thread (fork).
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+
+extern char** environ;
+
+namespace arbiter::testing {
+
+inline std::string ReadAll(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A loopback port free at the time of the call; -1 when none could be bound.
+inline int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs `binary serve --config CONFIG --state-dir STATE_DIR` with stdout and
+// stderr in `log_path` and the caller's environment minus ARBITER_*
+// overrides; the child dies with the test process (no orphan servers). Waits
+// up to `wait` for GET /health on `port` to answer 200. Returns the child's
+// pid, or -1 with `*error` set (the message includes the server log); a
+// child that did not come up is killed and reaped.
+inline pid_t StartServer(const std::string& binary, const std::string& config,
+                         const std::string& state_dir, const std::string& log_path, int port,
+                         std::chrono::seconds wait, std::string* error) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("ARBITER_", 0) != 0) env_strings.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = {binary, "serve", "--config", config, "--state-dir", state_dir};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    *error = "cannot open " + log_path;
+    return -1;
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    *error = "fork failed";
+    return -1;
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+    execve(binary.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  close(log_fd);
+
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_connection_timeout(1, 0);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto r = cli.Get("/health"); r && r->status == 200) return pid;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      *error = "arbiter serve exited during startup:\n" + ReadAll(log_path);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  *error = "arbiter serve did not answer /health within " + std::to_string(wait.count()) +
+           " s:\n" + ReadAll(log_path);
+  return -1;
+}
+
+}  // namespace arbiter::testing
