@@ -6,6 +6,7 @@
 #include "arbiter/memory/device_backend.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -71,7 +72,27 @@ void* CpuDeviceBackend::HostPointer(uint64_t device_offset) {
   return arena_ + device_offset;
 }
 
+Status CpuDeviceBackend::Discard(uint64_t device_offset, size_t size_bytes) {
+  ARBITER_RETURN_IF_ERROR(CheckRange(name(), arena_bytes_, device_offset, size_bytes));
+  // Only whole pages inside the range: a partial page may be shared with a
+  // neighbouring live block.
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (device_offset + page - 1) / page * page;
+  const uint64_t end = (device_offset + size_bytes) / page * page;
+  if (end > begin && ::madvise(arena_ + begin, static_cast<size_t>(end - begin),
+                               MADV_DONTNEED) != 0) {
+    const int err = errno;
+    return InternalError("cpu device: madvise(DONTNEED) of " + std::to_string(end - begin) +
+                         " bytes at offset " + std::to_string(begin) + ": " + std::strerror(err));
+  }
+  return OkStatus();
+}
+
 // ---- FakeDeviceBackend --------------------------------------------------------
+
+Status FakeDeviceBackend::Discard(uint64_t device_offset, size_t size_bytes) {
+  return CheckRange(name(), arena_bytes_, device_offset, size_bytes);
+}
 
 Status FakeDeviceBackend::CopyToDevice(uint64_t device_offset, const void* src,
                                        size_t size_bytes) {

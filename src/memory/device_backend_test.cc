@@ -57,6 +57,15 @@ TEST_P(DeviceBackendContractTest, CopiesOutsideTheArenaAreOutOfRange) {
   EXPECT_EQ(d->HostPointer(4096), nullptr);
 }
 
+TEST_P(DeviceBackendContractTest, DiscardChecksItsRange) {
+  std::unique_ptr<DeviceBackend> d = Make(1 << 16);
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(d->Discard(0, 1 << 16).ok());
+  EXPECT_TRUE(d->Discard(100, 10).ok());  // no whole page inside: nothing to do
+  EXPECT_EQ(d->Discard(1 << 16, 1).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(d->Discard(UINT64_MAX, 2).code(), StatusCode::kOutOfRange);
+}
+
 TEST_P(DeviceBackendContractTest, EmptyArena) {
   std::unique_ptr<DeviceBackend> d = Make(0);
   ASSERT_NE(d, nullptr);
@@ -84,6 +93,22 @@ TEST(CpuDeviceBackendTest, RoundTripsBytesAndExposesHostPointers) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p), (*d)->base() + 512);
   EXPECT_EQ(std::memcmp(p, in.data(), in.size()), 0);
+}
+
+TEST(CpuDeviceBackendTest, DiscardZeroesWholePagesOnlyAndKeepsNeighbours) {
+  Result<std::unique_ptr<CpuDeviceBackend>> made = CpuDeviceBackend::Create(4 * 4096);
+  ASSERT_TRUE(made.ok());
+  CpuDeviceBackend& d = **made;
+  std::vector<uint8_t> ones(4 * 4096, 1);
+  ASSERT_TRUE(d.CopyToDevice(0, ones.data(), ones.size()).ok());
+  // [100, 3 × 4096 + 50): only pages 1 and 2 lie wholly inside.
+  ASSERT_TRUE(d.Discard(100, 3 * 4096 - 50).ok());
+  const uint8_t* p = static_cast<const uint8_t*>(d.HostPointer(0));
+  EXPECT_EQ(p[0], 1);
+  EXPECT_EQ(p[4095], 1);
+  EXPECT_EQ(p[4096], 0);
+  EXPECT_EQ(p[3 * 4096 - 1], 0);
+  EXPECT_EQ(p[3 * 4096], 1);
 }
 
 TEST(FakeDeviceBackendTest, TerabyteArenaCountsCopiesWithoutMemory) {

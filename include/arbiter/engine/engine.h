@@ -26,6 +26,7 @@
 #include "arbiter/engine/chat_template.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/model_config.h"
+#include "arbiter/weights/weight_cache.h"
 
 namespace arbiter {
 
@@ -36,6 +37,16 @@ struct EngineOptions {
   // Threads for decode's matrix-vector products; 0 → openblas_get_num_threads()
   // at Load. Prefill's sgemm always uses OpenBLAS's (process-wide) thread count.
   int n_threads = 0;
+  // Where the weights live (reference/seed-runtime-weights.md §3; the engine
+  // never owns weight memory). Null: Load makes a private WeightCache over a
+  // cpu arena of exactly the model's compute layout (no ledger) and loads the
+  // weights into it. Otherwise `weight_key` must be registered in it
+  // (WeightModelFor); Load acquires the weights once, so they are
+  // device-resident when Load returns, and every request holds a WeightLease
+  // for its duration (the cache may evict the copy between requests; the
+  // next request reloads it, from the host floor when the model has one).
+  WeightCache* weight_cache = nullptr;
+  std::string weight_key;
 };
 
 struct SamplingParams {
@@ -96,14 +107,30 @@ class Engine {
   static Result<std::unique_ptr<Engine>> Load(const std::string& model_dir,
                                               const EngineOptions& options);
 
+  // The weight cache registration of `model_dir` under `key`: the compute
+  // layout the forward pass reads (f32 buffers in order: embed_tokens, per
+  // layer attn_norm, wqkv [q;k;v rows], bqkv (attention_bias), q_norm and
+  // k_norm (qk_norm), wo, ffn_norm, w_gate_up [gate;up rows], w_down, then
+  // the final norm and lm_head unless tied), its WeightsDigest (key, layout,
+  // a token of every safetensors file), a fill that converts the
+  // safetensors tensors into those buffers (opening the files when called),
+  // `residency`, and scratch_bytes = one slot's activation scratch for
+  // `options` (n_ctx, prefill_batch). Reads headers only.
+  // Errors: as Validate.
+  static Result<WeightModel> WeightModelFor(const std::string& model_dir, const std::string& key,
+                                            const EngineOptions& options,
+                                            ResidencyState residency = ResidencyState::kUnpinned);
+
   virtual const ModelConfig& config() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
   // kFailedPrecondition when the tokenizer has no known chat format.
   virtual Result<ChatTemplateKind> chat_template() const = 0;
   virtual int n_ctx() const = 0;
   virtual int n_slots() const = 0;
-  // Bytes held: f32 weights, and all slots' KV caches plus scratch.
+  // The compute layout's bytes (f32 weights); they live in the WeightCache,
+  // not in the engine.
   virtual size_t weight_bytes() const = 0;
+  // Bytes the engine itself holds: all slots' KV caches plus their scratch.
   virtual size_t kv_bytes() const = 0;
 
   // Runs one generation. kInvalidArgument for an empty prompt or a prompt

@@ -70,6 +70,13 @@ class DeviceBackend {
   // arena is not host-dereferenceable (fake, a GPU) or the offset is not
   // inside the arena.
   virtual void* HostPointer(uint64_t device_offset) = 0;
+
+  // Tells the backend the bytes [device_offset, device_offset + size_bytes)
+  // no longer hold data (a freed block): "cpu" returns the whole pages inside
+  // the range to the kernel (madvise MADV_DONTNEED), so RSS drops when the
+  // weight cache evicts; their contents read as zero afterwards. Other
+  // backends may do nothing. Errors: kOutOfRange as CopyToDevice.
+  virtual Status Discard(uint64_t device_offset, size_t size_bytes) = 0;
 };
 
 // The arena in RAM. See the file comment.
@@ -89,6 +96,7 @@ class CpuDeviceBackend final : public DeviceBackend {
   Status CopyToDevice(uint64_t device_offset, const void* src, size_t size_bytes) override;
   Status CopyFromDevice(uint64_t device_offset, void* dst, size_t size_bytes) override;
   void* HostPointer(uint64_t device_offset) override;
+  Status Discard(uint64_t device_offset, size_t size_bytes) override;
 
  private:
   CpuDeviceBackend(uint8_t* arena, uint64_t arena_bytes) : arena_(arena), arena_bytes_(arena_bytes) {}
@@ -126,6 +134,8 @@ class FakeDeviceBackend final : public DeviceBackend {
   Status CopyFromDevice(uint64_t device_offset, void* dst, size_t size_bytes) override
       EXCLUDES(mu_);
   void* HostPointer(uint64_t device_offset) override { return nullptr; }
+  // Range-checked; counts nothing, moves nothing.
+  Status Discard(uint64_t device_offset, size_t size_bytes) override;
 
   // Fault injection: the `nth` copy (1-based, counting CopyToDevice and
   // CopyFromDevice calls from now on) fails with `code` and copies nothing;

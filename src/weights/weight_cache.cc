@@ -1,0 +1,922 @@
+// WeightCache: device residency of model weights under the arena's weight
+// budget and the MemoryLedger (reference/seed-runtime-weights.md §3).
+//
+// Each registered model has one Entry (never deleted before the cache). Its
+// device copy is one MemoryPool block holding the tensors at 64-byte-aligned
+// offsets (`rel_offsets`), in spec order; its host floor is a HostFloor of
+// the configured WeightStore.
+//
+// Invariants (under mu_):
+//   - `resident` ⇔ the entry owns `block` and `device_charge` (ledger kind
+//     kDeviceWeights, bytes = block size). `floor` non-null ⇔ it owns
+//     `floor_charge` (kHostFloor, bytes = the floor's mapped size).
+//   - `busy`: one slow operation (device load, floor materialization) runs
+//     on the entry, outside the lock, on the thread that set it. Others that
+//     need the entry wait on changed_. A busy or leased entry is never a
+//     victim; a leased entry's block never moves or frees.
+//   - On-demand footprint = Σ block bytes of entries that are resident or
+//     loading and not kPinnedDevice. After every operation it is ≤ the
+//     on-demand budget, or the one oversize model is the only thing left
+//     besides leased/busy entries (logged, counted in oversize_loads).
+//   - The budget's pinned bytes are the block sizes of every kPinnedDevice
+//     entry, loaded or not (a reservation, so the budget does not move when
+//     the pinned loads finish); max_scratch is the largest scratch_bytes of
+//     any entry, pinned ones included (defect 8).
+//
+// Victims are chosen and taken out of residency under the lock; their pool
+// blocks are freed, their pages discarded and their charges released after
+// it (FreeVictims), before the load that needed the room (STYLE rule 6).
+// Charges are released only after the memory is really returned, so the
+// ledger never under-reports.
+//
+// Note [Charging weights]
+// Every device and host byte is a ledger charge taken with TryCharge before
+// the memory is used (ChargeRoom). When the ledger is full the cache evicts
+// its own idle device copies, then asks `reclaim` (the MemoryArbiter evicts
+// idle models, whose unload evicts their weights here) and retries. Only if
+// that fails and no other model is leased does it charge anyway — the
+// documented "single model larger than the whole budget" exception, which
+// the ledger counts as an over-commit and we log. A failed load releases its
+// block and its charge before returning (defect 6).
+//
+// Note [Floors from the device]
+// A floor requested while the device copy is resident (SetResidency to
+// kPinnedSystem of a loaded model) is filled by CopyFromDevice rather than by
+// re-reading and re-converting the file; the entry is busy meanwhile, so the
+// copy cannot be evicted under it.
+//
+// Note [Compaction]
+// Compact frees every resident, idle, non-device-pinned block in one step;
+// MemoryPool merges free neighbours, so the on-demand region above the
+// pinned models becomes one free block again. Device-pinned models were
+// loaded first (PreloadPinned at startup) and sit at the base. Leased blocks
+// cannot move (an engine is computing from them) and are reported as
+// skipped. Automatic compaction (every N-th load) runs after the load with
+// the new lease held, so the model just loaded stays and the others reload
+// lazily, from their floors where they have one.
+#include "arbiter/weights/weight_cache.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "arbiter/base/size.h"
+
+namespace arbiter {
+
+namespace {
+
+constexpr std::string_view kNotResidentSuffix =
+    "is not resident on the device; the control plane must pin it before inference";
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+std::string Owner(std::string_view key) { return fmt::format("weights::{}", key); }
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::string_view ResidencyStateName(ResidencyState state) {
+  switch (state) {
+    case ResidencyState::kUnpinned: return "unpinned";
+    case ResidencyState::kPinnedSystem: return "pinned_system";
+    case ResidencyState::kPinnedDevice: return "pinned_device";
+  }
+  return "unknown";
+}
+
+Result<ResidencyState> ParseResidencyState(std::string_view name) {
+  for (ResidencyState s : {ResidencyState::kUnpinned, ResidencyState::kPinnedSystem,
+                           ResidencyState::kPinnedDevice}) {
+    if (ResidencyStateName(s) == name) return s;
+  }
+  return InvalidArgumentError(fmt::format(
+      "unknown residency \"{}\"; expected unpinned, pinned_system or pinned_device", name));
+}
+
+std::string_view ResidencyModeName(ResidencyMode mode) {
+  return mode == ResidencyMode::kSelfManaged ? "self_managed" : "externally_managed";
+}
+
+Result<ResidencyMode> ParseResidencyMode(std::string_view name) {
+  if (name == "self_managed") return ResidencyMode::kSelfManaged;
+  if (name == "externally_managed") return ResidencyMode::kExternallyManaged;
+  return InvalidArgumentError(fmt::format(
+      "unknown residency mode \"{}\"; expected self_managed or externally_managed", name));
+}
+
+Status NotResidentError(std::string_view key) {
+  return FailedPreconditionError(fmt::format("model '{}' {}", key, kNotResidentSuffix));
+}
+
+bool IsNotResident(const Status& status) {
+  return status.code() == StatusCode::kFailedPrecondition &&
+         status.message().find(kNotResidentSuffix) != std::string::npos;
+}
+
+std::string_view WeightLoadSourceName(WeightLoadSource source) {
+  switch (source) {
+    case WeightLoadSource::kNone: return "none";
+    case WeightLoadSource::kFile: return "file";
+    case WeightLoadSource::kFloor: return "floor";
+  }
+  return "none";
+}
+
+struct WeightCache::Entry {
+  WeightModel model;
+  std::vector<uint64_t> rel_offsets;  // tensor offsets inside the block
+  std::vector<uint64_t> tensor_bytes;
+  uint64_t weight_bytes = 0;          // Σ tensor_bytes
+  uint64_t block_bytes = 0;           // laid-out size (≥ 1 alignment unit)
+  ResidencyState residency = ResidencyState::kUnpinned;
+
+  bool resident = false;
+  PoolBlock block;
+  MemoryCharge device_charge;
+  std::unique_ptr<HostFloor> floor;
+  MemoryCharge floor_charge;
+
+  bool busy = false;
+  bool loading = false;  // busy with a device load (counts in the footprint)
+  uint64_t attempt = 0;  // device load attempts
+  Status last_error;
+  int leases = 0;
+  bool evict_when_idle = false;
+  uint64_t last_used = 0;
+
+  uint64_t loads = 0;
+  uint64_t evicts = 0;
+  WeightLoadSource last_source = WeightLoadSource::kNone;
+  double last_load_seconds = 0;
+};
+
+// A device copy taken out of residency, to free after the lock.
+struct WeightCache::Victim {
+  Entry* entry = nullptr;
+  PoolBlock block;
+  MemoryCharge charge;
+};
+
+// ---- WeightLease ----------------------------------------------------------------
+
+WeightLease::WeightLease(WeightLease&& o) noexcept
+    : cache_(std::exchange(o.cache_, nullptr)),
+      entry_(std::exchange(o.entry_, nullptr)),
+      device_base_(o.device_base_),
+      offsets_(std::move(o.offsets_)),
+      host_(std::move(o.host_)) {}
+
+WeightLease& WeightLease::operator=(WeightLease&& o) noexcept {
+  if (this != &o) {
+    Release();
+    cache_ = std::exchange(o.cache_, nullptr);
+    entry_ = std::exchange(o.entry_, nullptr);
+    device_base_ = o.device_base_;
+    offsets_ = std::move(o.offsets_);
+    host_ = std::move(o.host_);
+  }
+  return *this;
+}
+
+void WeightLease::Release() {
+  if (cache_ == nullptr) return;
+  WeightCache* cache = std::exchange(cache_, nullptr);
+  cache->ReleaseLease(static_cast<WeightCache::Entry*>(std::exchange(entry_, nullptr)));
+}
+
+// ---- WeightCache ------------------------------------------------------------------
+
+Result<std::unique_ptr<WeightCache>> WeightCache::Create(WeightCacheOptions options) {
+  if (options.device == nullptr) {
+    return InvalidArgumentError("weight cache: a device backend is required");
+  }
+  // Validates fraction and wiggle once; BudgetLocked relies on it.
+  ARBITER_RETURN_IF_ERROR(
+      SolveWeightBudget(options.device->arena_bytes(), options.fraction, options.wiggle, 0, 0)
+          .status()
+          .WithPrefix("weight cache"));
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<MemoryPool> pool, MemoryPool::Create(options.device));
+  std::unique_ptr<WeightStore> owned;
+  if (options.store == nullptr) owned = std::make_unique<PrivateWeightStore>();
+  return std::unique_ptr<WeightCache>(
+      new WeightCache(std::move(options), std::move(owned), std::move(pool)));
+}
+
+WeightCache::WeightCache(WeightCacheOptions options, std::unique_ptr<WeightStore> owned_store,
+                         std::unique_ptr<MemoryPool> pool)
+    : options_(std::move(options)),
+      owned_store_(std::move(owned_store)),
+      store_(options_.store != nullptr ? options_.store : owned_store_.get()),
+      pool_(std::move(pool)) {}
+
+WeightCache::~WeightCache() {
+  std::vector<Victim> victims;
+  std::vector<std::unique_ptr<HostFloor>> floors;
+  std::vector<MemoryCharge> floor_charges;
+  {
+    MutexLock l(&mu_);
+    for (auto& e : entries_) {
+      if (e->leases > 0) {
+        spdlog::error("weight cache destroyed with {} live lease(s) on '{}'", e->leases,
+                      e->model.key);
+      }
+      if (e->resident) {
+        e->resident = false;
+        victims.push_back(Victim{e.get(), e->block, std::move(e->device_charge)});
+      }
+      if (e->floor) {
+        floors.push_back(std::move(e->floor));
+        floor_charges.push_back(std::move(e->floor_charge));
+      }
+    }
+  }
+  for (Victim& v : victims) {
+    pool_->Free(v.block).IgnoreError();
+    options_.device->Discard(v.block.offset, v.block.size_bytes).IgnoreError();
+    v.charge.Release();
+  }
+  floors.clear();
+  floor_charges.clear();
+}
+
+Status WeightCache::Register(WeightModel model) {
+  if (model.key.empty()) return InvalidArgumentError("weight cache: a model needs a key");
+  if (!model.fill) {
+    return InvalidArgumentError(fmt::format("weight cache: model '{}' has no fill", model.key));
+  }
+  auto e = std::make_unique<Entry>();
+  const uint64_t align = pool_->alignment_bytes();
+  uint64_t offset = 0;
+  for (const WeightSpec& spec : model.specs) {
+    for (int64_t d : spec.shape) {
+      if (d < 0) {
+        return InvalidArgumentError(fmt::format(
+            "weight cache: model '{}' tensor \"{}\" has a negative dimension", model.key,
+            spec.name));
+      }
+    }
+    const uint64_t bytes = WeightSpecBytes(spec);
+    if (bytes > (std::numeric_limits<uint64_t>::max() >> 2) - offset) {
+      return InvalidArgumentError(fmt::format(
+          "weight cache: model '{}' tensor \"{}\" overflows the layout", model.key, spec.name));
+    }
+    offset = AlignUp(offset, align);
+    e->rel_offsets.push_back(offset);
+    e->tensor_bytes.push_back(bytes);
+    e->weight_bytes += bytes;
+    offset += bytes;
+  }
+  e->block_bytes = std::max<uint64_t>(AlignUp(offset, align), align);
+  e->residency = model.residency;
+  e->model = std::move(model);
+  MutexLock l(&mu_);
+  if (by_key_.count(e->model.key) > 0) {
+    return AlreadyExistsError(
+        fmt::format("weight cache: model '{}' is already registered", e->model.key));
+  }
+  max_scratch_ = std::max(max_scratch_, e->model.scratch_bytes);
+  by_key_.emplace(e->model.key, e.get());
+  entries_.push_back(std::move(e));
+  return OkStatus();
+}
+
+bool WeightCache::Contains(std::string_view key) const {
+  MutexLock l(&mu_);
+  return FindLocked(key) != nullptr;
+}
+
+WeightCache::Entry* WeightCache::FindLocked(std::string_view key) const {
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : it->second;
+}
+
+WeightBudget WeightCache::BudgetLocked() const {
+  uint64_t pinned = 0;
+  for (const auto& e : entries_) {
+    if (e->residency == ResidencyState::kPinnedDevice) pinned += e->block_bytes;
+  }
+  Result<WeightBudget> b = SolveWeightBudget(pool_->limit_bytes(), options_.fraction,
+                                             options_.wiggle, max_scratch_, pinned);
+  return b.ok() ? *b : WeightBudget{};
+}
+
+uint64_t WeightCache::OnDemandResidentLocked() const {
+  uint64_t total = 0;
+  for (const auto& e : entries_) {
+    if ((e->resident || e->loading) && e->residency != ResidencyState::kPinnedDevice) {
+      total += e->block_bytes;
+    }
+  }
+  return total;
+}
+
+bool WeightCache::OtherLeasesLocked(const Entry* e) const {
+  for (const auto& o : entries_) {
+    if (o.get() != e && o->leases > 0) return true;
+  }
+  return false;
+}
+
+void WeightCache::TakeDeviceLocked(Entry* e, std::vector<Victim>* out) {
+  e->resident = false;
+  e->evict_when_idle = false;
+  out->push_back(Victim{e, e->block, std::move(e->device_charge)});
+  e->block = PoolBlock{};
+  e->evicts++;
+  evicts_++;
+}
+
+void WeightCache::PickVictimsLocked(uint64_t incoming, const Entry* except,
+                                    std::vector<Victim>* out) {
+  const uint64_t budget = BudgetLocked().on_demand_budget;
+  uint64_t footprint = OnDemandResidentLocked();
+  while (footprint + incoming > budget) {
+    Entry* victim = nullptr;
+    for (const auto& o : entries_) {
+      Entry* c = o.get();
+      if (c == except || !c->resident || c->busy || c->leases > 0 ||
+          c->residency == ResidencyState::kPinnedDevice) {
+        continue;
+      }
+      if (victim == nullptr || c->last_used < victim->last_used) victim = c;
+    }
+    if (victim == nullptr) return;
+    footprint -= victim->block_bytes;
+    TakeDeviceLocked(victim, out);
+  }
+}
+
+void WeightCache::FreeVictims(std::vector<Victim>* victims) {
+  for (Victim& v : *victims) {
+    Status st = pool_->Free(v.block);
+    if (!st.ok()) spdlog::error("weight cache: freeing '{}': {}", v.entry->model.key, st.message());
+    st = options_.device->Discard(v.block.offset, v.block.size_bytes);
+    if (!st.ok()) spdlog::warn("weight cache: {}", st.message());
+    v.charge.Release();  // after the memory is really returned
+    spdlog::info("weight cache: evicted '{}' from the device ({})", v.entry->model.key,
+                 FormatSize(v.block.size_bytes));
+  }
+  victims->clear();
+}
+
+uint64_t WeightCache::EvictIdle(uint64_t bytes) {
+  std::vector<Victim> victims;
+  uint64_t freed = 0;
+  {
+    MutexLock l(&mu_);
+    while (freed < bytes) {
+      Entry* victim = nullptr;
+      for (const auto& o : entries_) {
+        Entry* c = o.get();
+        if (!c->resident || c->busy || c->leases > 0 ||
+            c->residency == ResidencyState::kPinnedDevice) {
+          continue;
+        }
+        if (victim == nullptr || c->last_used < victim->last_used) victim = c;
+      }
+      if (victim == nullptr) break;
+      freed += victim->block_bytes;
+      TakeDeviceLocked(victim, &victims);
+    }
+  }
+  FreeVictims(&victims);
+  return freed;
+}
+
+Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t bytes) {
+  MemoryLedger* ledger = options_.ledger;
+  if (ledger == nullptr) return MemoryCharge();
+  const std::string owner = Owner(e->model.key);
+  for (int round = 0; round < 4; ++round) {
+    Result<MemoryCharge> c = ledger->TryCharge(owner, kind, bytes);
+    if (c.ok()) return c;
+    const uint64_t available = ledger->available_bytes();
+    const uint64_t shortfall = bytes > available ? bytes - available : 1;
+    if (EvictIdle(shortfall) > 0) continue;
+    if (options_.reclaim && options_.reclaim(shortfall) > 0) continue;
+    break;
+  }
+  {
+    MutexLock l(&mu_);
+    if (OtherLeasesLocked(e)) {
+      std::string holders;
+      for (const auto& o : entries_) {
+        if (o.get() != e && o->leases > 0) {
+          if (!holders.empty()) holders += ", ";
+          holders += fmt::format("'{}' ({} lease(s))", o->model.key, o->leases);
+        }
+      }
+      return ResourceExhaustedError(fmt::format(
+          "cannot take {} for the {} of '{}': the memory budget is {} with {} charged, and the "
+          "weights of {} are in use; retry when those requests finish, or raise [memory] budget",
+          FormatSize(bytes), ChargeKindName(kind), e->model.key,
+          FormatSize(ledger->budget_bytes()), FormatSize(ledger->charged_bytes()), holders));
+    }
+  }
+  spdlog::warn(
+      "weight cache: the {} of '{}' ({}) does not fit the memory budget ({} of {} charged) even "
+      "after evicting everything idle; charging it anyway (over budget)",
+      ChargeKindName(kind), e->model.key, FormatSize(bytes), FormatSize(ledger->charged_bytes()),
+      FormatSize(ledger->budget_bytes()));
+  return ledger->Charge(owner, kind, bytes);
+}
+
+Status WeightCache::MaterializeFloor(Entry* e) {
+  // Page-rounded payload plus the shared region's header and table: what the
+  // store will map, charged up front and corrected after.
+  const uint64_t estimate =
+      AlignUp(64 + 16 * e->tensor_bytes.size() + e->block_bytes + kHostFloorAlignment, 4096);
+  ARBITER_ASSIGN_OR_RETURN(MemoryCharge charge, ChargeRoom(e, ChargeKind::kHostFloor, estimate));
+  bool from_device;
+  PoolBlock block;
+  {
+    MutexLock l(&mu_);
+    from_device = e->resident && options_.device->HostPointer(e->block.offset) != nullptr;
+    block = e->block;
+  }
+  WeightFill fill = e->model.fill;
+  if (from_device) {  // Note [Floors from the device]
+    fill = [this, e, block](const std::vector<void*>& arrays) -> Status {
+      for (size_t i = 0; i < arrays.size(); ++i) {
+        ARBITER_RETURN_IF_ERROR(options_.device->CopyFromDevice(
+            block.offset + e->rel_offsets[i], arrays[i], e->tensor_bytes[i]));
+      }
+      return OkStatus();
+    };
+  }
+  Result<std::unique_ptr<HostFloor>> floor =
+      store_->Materialize(e->model.key, e->model.digest, e->model.specs, fill);
+  if (!floor.ok()) return floor.status();
+  charge.ForceResize((*floor)->mapped_bytes());
+  spdlog::info("weight cache: host floor of '{}' ready ({}, {}{})", e->model.key,
+               FormatSize((*floor)->mapped_bytes()), store_->kind(),
+               (*floor)->filled_here() ? "" : ", attached to an existing region");
+  MutexLock l(&mu_);
+  e->floor = std::move(floor).value();
+  e->floor_charge = std::move(charge);
+  return OkStatus();
+}
+
+Status WeightCache::LoadDevice(Entry* e) {
+  const auto t0 = std::chrono::steady_clock::now();
+  bool need_floor, has_floor;
+  {
+    MutexLock l(&mu_);
+    need_floor = e->residency >= ResidencyState::kPinnedSystem && e->floor == nullptr;
+  }
+  if (need_floor) ARBITER_RETURN_IF_ERROR(MaterializeFloor(e));
+  {
+    MutexLock l(&mu_);
+    has_floor = e->floor != nullptr;
+  }
+  ARBITER_ASSIGN_OR_RETURN(MemoryCharge charge,
+                           ChargeRoom(e, ChargeKind::kDeviceWeights, e->block_bytes));
+  // The arena may be fragmented or full of pinned/leased blocks: evict LRU
+  // idle copies one at a time until the block fits.
+  Result<PoolBlock> block = pool_->Allocate(e->block_bytes);
+  while (!block.ok() && block.status().code() == StatusCode::kResourceExhausted) {
+    std::vector<Victim> victims;
+    {
+      MutexLock l(&mu_);
+      Entry* victim = nullptr;
+      for (const auto& o : entries_) {
+        Entry* c = o.get();
+        if (c == e || !c->resident || c->busy || c->leases > 0 ||
+            c->residency == ResidencyState::kPinnedDevice) {
+          continue;
+        }
+        if (victim == nullptr || c->last_used < victim->last_used) victim = c;
+      }
+      if (victim != nullptr) TakeDeviceLocked(victim, &victims);
+    }
+    if (victims.empty()) break;
+    FreeVictims(&victims);
+    block = pool_->Allocate(e->block_bytes);
+  }
+  if (!block.ok()) return block.status();
+
+  // Transfer. The entry is busy: its floor cannot be dropped meanwhile.
+  Status st;
+  const std::vector<const void*>* floor_arrays = nullptr;
+  if (has_floor) {
+    MutexLock l(&mu_);
+    floor_arrays = &e->floor->arrays();
+  }
+  if (floor_arrays != nullptr) {
+    for (size_t i = 0; i < e->rel_offsets.size() && st.ok(); ++i) {
+      st = options_.device->CopyToDevice(block->offset + e->rel_offsets[i], (*floor_arrays)[i],
+                                         e->tensor_bytes[i]);
+    }
+  } else if (options_.device->HostPointer(block->offset) != nullptr) {
+    // Fill straight into the arena (the cpu device): one conversion pass.
+    std::vector<void*> arrays;
+    arrays.reserve(e->rel_offsets.size());
+    for (uint64_t rel : e->rel_offsets) {
+      arrays.push_back(options_.device->HostPointer(block->offset + rel));
+    }
+    st = e->model.fill(arrays);
+  } else {
+    // Not host-addressable and no floor: stage through a private floor.
+    PrivateWeightStore staging;
+    Result<std::unique_ptr<HostFloor>> staged =
+        staging.Materialize(e->model.key, e->model.digest, e->model.specs, e->model.fill);
+    st = staged.status();
+    for (size_t i = 0; st.ok() && i < e->rel_offsets.size(); ++i) {
+      st = options_.device->CopyToDevice(block->offset + e->rel_offsets[i],
+                                         (*staged)->arrays()[i], e->tensor_bytes[i]);
+    }
+  }
+  if (!st.ok()) {
+    // Defect 6: free what was transferred.
+    pool_->Free(*block).IgnoreError();
+    options_.device->Discard(block->offset, block->size_bytes).IgnoreError();
+    charge.Release();
+    return st;
+  }
+  const double seconds = SecondsSince(t0);
+  MutexLock l(&mu_);
+  e->block = *block;
+  e->device_charge = std::move(charge);
+  e->resident = true;
+  e->last_used = ++use_tick_;
+  e->loads++;
+  e->last_source = floor_arrays != nullptr ? WeightLoadSource::kFloor : WeightLoadSource::kFile;
+  e->last_load_seconds = seconds;
+  loads_++;
+  load_seconds_ += seconds;
+  return OkStatus();
+}
+
+WeightLease WeightCache::MakeLeaseLocked(Entry* e) {
+  WeightLease lease;
+  lease.cache_ = this;
+  lease.entry_ = e;
+  lease.device_base_ = options_.device->base();
+  lease.offsets_.reserve(e->rel_offsets.size());
+  lease.host_.reserve(e->rel_offsets.size());
+  for (uint64_t rel : e->rel_offsets) {
+    lease.offsets_.push_back(e->block.offset + rel);
+    lease.host_.push_back(options_.device->HostPointer(e->block.offset + rel));
+  }
+  e->leases++;
+  e->last_used = ++use_tick_;
+  return lease;
+}
+
+void WeightCache::ReleaseLease(Entry* e) {
+  std::vector<Victim> victims;
+  {
+    MutexLock l(&mu_);
+    e->leases--;
+    e->last_used = ++use_tick_;
+    if (e->leases == 0) {
+      if (e->evict_when_idle && e->resident && !e->busy &&
+          e->residency != ResidencyState::kPinnedDevice) {
+        TakeDeviceLocked(e, &victims);
+      }
+      changed_.SignalAll();
+    }
+  }
+  FreeVictims(&victims);
+}
+
+Result<WeightLease> WeightCache::Acquire(std::string_view key) {
+  std::vector<Victim> victims;
+  Entry* e = nullptr;
+  bool oversize = false;
+  {
+    MutexLock l(&mu_);
+    e = FindLocked(key);
+    if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
+    for (;;) {
+      if (e->resident) {
+        e->evict_when_idle = false;
+        return MakeLeaseLocked(e);
+      }
+      if (options_.mode == ResidencyMode::kExternallyManaged) return NotResidentError(key);
+      if (!e->busy) break;
+      const uint64_t attempt = e->attempt;
+      const bool was_loading = e->loading;
+      changed_.Wait();
+      if (was_loading && !e->busy && !e->resident && e->attempt == attempt &&
+          !e->last_error.ok()) {
+        return e->last_error;  // the shared load failed
+      }
+    }
+    e->busy = true;
+    e->loading = true;
+    e->attempt++;
+    if (e->residency != ResidencyState::kPinnedDevice) {
+      const uint64_t budget = BudgetLocked().on_demand_budget;
+      oversize = e->block_bytes > budget;
+      // Our own bytes count as loading in the footprint already.
+      PickVictimsLocked(0, e, &victims);
+      if (oversize) oversize_loads_++;
+    }
+  }
+  FreeVictims(&victims);
+  if (oversize) {
+    spdlog::warn("weight cache: '{}' ({}) is larger than the whole on-demand budget; evicted "
+                 "everything evictable and loading it anyway",
+                 key, FormatSize(e->block_bytes));
+  }
+  Status st = LoadDevice(e);
+  Result<WeightLease> out = InternalError("unreachable");
+  bool loaded = false;
+  {
+    MutexLock l(&mu_);
+    e->busy = false;
+    e->loading = false;
+    if (st.ok()) {
+      e->last_error = OkStatus();
+      out = MakeLeaseLocked(e);
+      loaded = true;
+    } else {
+      e->last_error = st.WithPrefix(fmt::format("weights of '{}'", e->model.key));
+      out = e->last_error;
+    }
+    changed_.SignalAll();
+  }
+  if (loaded) {
+    spdlog::info("weight cache: loaded '{}' ({}) from the {} in {:.3f} s", key,
+                 FormatSize(e->block_bytes), WeightLoadSourceName(e->last_source),
+                 e->last_load_seconds);
+    MaybeAutoCompact(std::string(key));
+  } else {
+    spdlog::error("weight cache: {}", out.status().message());
+  }
+  return out;
+}
+
+void WeightCache::MaybeAutoCompact(const std::string& just_loaded) {
+  if (options_.compaction_interval == 0) return;
+  {
+    MutexLock l(&mu_);
+    if (loads_ % options_.compaction_interval != 0 || compacting_) return;
+  }
+  Result<CompactResult> r = Compact({});
+  if (r.ok()) {
+    spdlog::info("weight cache: automatic compaction after loading '{}' freed {}", just_loaded,
+                 FormatSize(r->freed_bytes));
+  }
+}
+
+Result<ResidencyState> WeightCache::SetResidency(std::string_view key, ResidencyState target) {
+  Entry* e = nullptr;
+  ResidencyState prev;
+  {
+    MutexLock l(&mu_);
+    e = FindLocked(key);
+    if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
+    while (e->busy) changed_.Wait();
+    prev = e->residency;
+    if (target == ResidencyState::kPinnedDevice && prev != ResidencyState::kPinnedDevice) {
+      uint64_t pinned = e->block_bytes;
+      for (const auto& o : entries_) {
+        if (o->residency == ResidencyState::kPinnedDevice) pinned += o->block_bytes;
+      }
+      Result<WeightBudget> b = SolveWeightBudget(pool_->limit_bytes(), options_.fraction,
+                                                 options_.wiggle, max_scratch_, pinned);
+      if (b.ok() && b->pinned_over_commit) {
+        return ResourceExhaustedError(fmt::format(
+            "cannot pin '{}' ({}) to the device: device-pinned weights would take {} of the {} "
+            "weight pool (arena {}, scratch {}); unpin another model or raise [memory] "
+            "device_arena",
+            key, FormatSize(e->block_bytes), FormatSize(pinned), FormatSize(b->weight_pool),
+            FormatSize(pool_->limit_bytes()), FormatSize(max_scratch_)));
+      }
+    }
+    e->busy = true;
+  }
+  // Slow work outside the lock: the floor, then the device copy.
+  bool made_floor = false;
+  Status st;
+  bool has_floor;
+  {
+    MutexLock l(&mu_);
+    has_floor = e->floor != nullptr;
+  }
+  if (target >= ResidencyState::kPinnedSystem && !has_floor) {
+    st = MaterializeFloor(e);
+    made_floor = st.ok();
+  }
+  bool resident;
+  {
+    MutexLock l(&mu_);
+    resident = e->resident;
+    if (st.ok() && target == ResidencyState::kPinnedDevice) {
+      e->residency = target;  // LoadDevice treats it as pinned (no LRU room)
+      e->loading = !resident;
+    }
+  }
+  if (st.ok() && target == ResidencyState::kPinnedDevice && !resident) {
+    st = LoadDevice(e);
+    if (!st.ok()) st = st.WithPrefix(fmt::format("weights of '{}'", key));
+  }
+  std::vector<Victim> victims;
+  std::unique_ptr<HostFloor> drop_floor;
+  MemoryCharge drop_floor_charge;
+  {
+    MutexLock l(&mu_);
+    e->loading = false;
+    if (!st.ok()) {
+      e->residency = prev;
+      if (made_floor && prev < ResidencyState::kPinnedSystem) {
+        drop_floor = std::move(e->floor);
+        drop_floor_charge = std::move(e->floor_charge);
+      }
+    } else {
+      e->residency = target;
+      if (target < ResidencyState::kPinnedSystem && e->floor) {
+        drop_floor = std::move(e->floor);
+        drop_floor_charge = std::move(e->floor_charge);
+      }
+      if (prev == ResidencyState::kPinnedDevice && target != ResidencyState::kPinnedDevice &&
+          e->resident && options_.mode == ResidencyMode::kExternallyManaged) {
+        // No autonomous evictor in this mode: leaving the device floor frees it.
+        if (e->leases == 0) {
+          TakeDeviceLocked(e, &victims);
+        } else {
+          e->evict_when_idle = true;
+        }
+      }
+    }
+    e->busy = false;
+    // Defect 7: a demotion (the copy joins the on-demand footprint) or a new
+    // pin (the budget shrinks) may leave the footprint over budget.
+    PickVictimsLocked(0, nullptr, &victims);
+    changed_.SignalAll();
+  }
+  FreeVictims(&victims);
+  drop_floor.reset();
+  drop_floor_charge.Release();
+  if (!st.ok()) return st;
+  if (prev != target) {
+    spdlog::info("weight cache: '{}' residency {} → {}", key, ResidencyStateName(prev),
+                 ResidencyStateName(target));
+  }
+  return prev;
+}
+
+Result<bool> WeightCache::Evict(std::string_view key) {
+  std::vector<Victim> victims;
+  {
+    MutexLock l(&mu_);
+    Entry* e = FindLocked(key);
+    if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
+    if (!e->resident || e->residency == ResidencyState::kPinnedDevice) return false;
+    if (e->leases > 0 || e->busy) {
+      e->evict_when_idle = e->leases > 0;
+      return false;
+    }
+    TakeDeviceLocked(e, &victims);
+  }
+  FreeVictims(&victims);
+  return true;
+}
+
+Status WeightCache::ReleaseAll(std::string_view key) {
+  std::vector<Victim> victims;
+  std::unique_ptr<HostFloor> floor;
+  MemoryCharge floor_charge;
+  {
+    MutexLock l(&mu_);
+    Entry* e = FindLocked(key);
+    if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
+    while (e->busy) changed_.Wait();
+    if (e->leases > 0) {
+      return FailedPreconditionError(fmt::format(
+          "weight cache: '{}' has {} lease(s) in use; release them first", key, e->leases));
+    }
+    if (e->resident) TakeDeviceLocked(e, &victims);
+    floor = std::move(e->floor);
+    floor_charge = std::move(e->floor_charge);
+    e->residency = ResidencyState::kUnpinned;
+    PickVictimsLocked(0, nullptr, &victims);  // the budget may have grown; harmless
+  }
+  FreeVictims(&victims);
+  floor.reset();
+  floor_charge.Release();
+  return OkStatus();
+}
+
+Status WeightCache::PreloadPinned() {
+  std::vector<std::pair<std::string, ResidencyState>> pinned;
+  {
+    MutexLock l(&mu_);
+    // Device-pinned first, so they sit at the base of the arena.
+    for (ResidencyState s : {ResidencyState::kPinnedDevice, ResidencyState::kPinnedSystem}) {
+      for (const auto& e : entries_) {
+        if (e->residency == s) pinned.emplace_back(e->model.key, s);
+      }
+    }
+  }
+  Status first;
+  for (const auto& [key, state] : pinned) {
+    Result<ResidencyState> r = SetResidency(key, state);
+    if (!r.ok()) {
+      spdlog::error("weight cache: preloading '{}' ({}): {}", key, ResidencyStateName(state),
+                    r.status().message());
+      if (first.ok()) first = r.status();
+    }
+  }
+  return first;
+}
+
+Result<CompactResult> WeightCache::Compact(const std::vector<std::string>& reload) {
+  CompactResult result;
+  std::vector<Victim> victims;
+  {
+    MutexLock l(&mu_);
+    for (const std::string& k : reload) {
+      if (FindLocked(k) == nullptr) {
+        return NotFoundError(fmt::format("weight cache: no model '{}' to reload", k));
+      }
+    }
+    while (compacting_) changed_.Wait();
+    compacting_ = true;
+    for (const auto& o : entries_) {
+      Entry* e = o.get();
+      if (!e->resident || e->residency == ResidencyState::kPinnedDevice) continue;
+      if (e->leases > 0 || e->busy) {
+        result.skipped_leased.push_back(e->model.key);
+        continue;
+      }
+      result.freed_bytes += e->block_bytes;
+      TakeDeviceLocked(e, &victims);
+    }
+    // Freed by compaction, not evicted for room: keep evicts an eviction count.
+    evicts_ -= victims.size();
+    for (Victim& v : victims) v.entry->evicts--;
+    compactions_++;
+  }
+  FreeVictims(&victims);
+  Status first;
+  if (options_.mode == ResidencyMode::kSelfManaged) {
+    for (const std::string& k : reload) {
+      Result<WeightLease> lease = Acquire(k);
+      if (lease.ok()) {
+        result.reloaded++;
+      } else if (first.ok()) {
+        first = lease.status();
+      }
+    }
+  }
+  MutexLock l(&mu_);
+  compacting_ = false;
+  for (const auto& e : entries_) {
+    if (e->resident) result.resident_bytes_after += e->block_bytes;
+  }
+  changed_.SignalAll();
+  if (!first.ok()) return first;
+  return result;
+}
+
+WeightCacheStats WeightCache::Stats() const {
+  WeightCacheStats s;
+  s.pool = pool_->Stats();
+  MutexLock l(&mu_);
+  s.mode = options_.mode;
+  s.budget = BudgetLocked();
+  s.max_bytes = s.budget.on_demand_budget;
+  s.max_scratch_bytes = max_scratch_;
+  s.loads = loads_;
+  s.evicts = evicts_;
+  s.compactions = compactions_;
+  s.load_seconds = load_seconds_;
+  s.oversize_loads = oversize_loads_;
+  for (const auto& e : entries_) {
+    WeightModelStats m;
+    m.key = e->model.key;
+    m.residency = e->residency;
+    m.device_resident = e->resident;
+    m.host_resident = e->floor != nullptr;
+    m.loading = e->loading;
+    m.weight_bytes = e->weight_bytes;
+    m.device_bytes = e->resident ? e->block_bytes : 0;
+    m.host_bytes = e->floor ? e->floor->mapped_bytes() : 0;
+    m.leases = e->leases;
+    m.loads = e->loads;
+    m.evicts = e->evicts;
+    m.last_load_source = e->last_source;
+    m.last_load_seconds = e->last_load_seconds;
+    if (e->floor) m.floor_region = e->floor->region_name();
+    if (e->resident) {
+      (e->residency == ResidencyState::kPinnedDevice ? s.pinned_bytes : s.resident_bytes) +=
+          e->block_bytes;
+    }
+    s.host_bytes += m.host_bytes;
+    s.models.push_back(std::move(m));
+  }
+  return s;
+}
+
+}  // namespace arbiter
