@@ -712,6 +712,28 @@ void MemoryArbiter::EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out
   RelistLocked(&held);
 }
 
+size_t MemoryArbiter::ReclaimIdle(size_t bytes) {
+  // One victim at a time: its unload may free more than its own charge (the
+  // weight cache releases its weights there), so the ledger is re-read after
+  // each unload has run.
+  size_t freed = 0;
+  for (;;) {
+    std::vector<Unloaded> unloaded;
+    {
+      MutexLock l(&mu_);
+      if (shutting_down_ || idle_listed_ == 0 || ledger_->available_bytes() >= bytes) break;
+      std::vector<Entry*> held;
+      Entry* victim = ClaimFitVictimLocked(&held);
+      RelistLocked(&held);
+      if (victim == nullptr) break;
+      freed += victim->bytes;
+      EvictLocked(victim, UnloadReason::kFit, &unloaded);
+    }
+    FinishUnloads(&unloaded);
+  }
+  return freed;
+}
+
 void MemoryArbiter::ClaimLocked(Entry* e, size_t incoming) {
   e->state = ModelState::kLoading;
   ++e->load_attempt;

@@ -369,6 +369,32 @@ TEST_F(ArbiterTest, ExternalFootprintCountsAgainstBudget) {
   EXPECT_EQ(ledger.Snapshot().by_owner.count("transcribe::s"), 1u);
 }
 
+TEST_F(ArbiterTest, ReclaimIdleEvictsLruIdleEntriesUntilTheLedgerHasRoom) {
+  SimulatedClock clock(0);
+  MemoryLedger ledger(1000 * kMB);
+  MemoryArbiter a({.ledger = &ledger, .clock = &clock});
+  Listen(a);
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 300)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kTranscribe, 300)).ok());
+  ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kText, 300)).ok());
+  Get(a, Capability::kText, "t").Release();  // text-target: never a victim
+  clock.AdvanceMs(1);
+  Get(a, Capability::kEmbedding, "e").Release();
+  clock.AdvanceMs(1);
+  ArbiterHandle held = Get(a, Capability::kTranscribe, "s");  // held: never a victim
+  // 100 MB available; asking for 200 MB evicts e (300 MB) only.
+  EXPECT_EQ(a.ReclaimIdle(200 * kMB), 300 * kMB);
+  EXPECT_FALSE(Resident(a, "embedding::e"));
+  EXPECT_TRUE(Resident(a, "transcribe::s"));
+  EXPECT_TRUE(Resident(a, "text::t"));
+  EXPECT_EQ(Unloaded(), std::vector<std::string>{"embedding:e"});
+  ASSERT_EQ(Events(ArbiterEventType::kEviction).size(), 1u);
+  EXPECT_EQ(Events(ArbiterEventType::kEviction)[0].reason, UnloadReason::kFit);
+  // Enough room already, or nothing idle left: nothing happens.
+  EXPECT_EQ(a.ReclaimIdle(100 * kMB), 0u);
+  EXPECT_EQ(a.ReclaimIdle(900 * kMB), 0u);
+}
+
 TEST_F(ArbiterTest, WithoutExternalFootprintBothStay) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());

@@ -197,7 +197,75 @@ Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
       return KeyError(p + "budget", "a size: bytes, \"512MiB\", \"2GB\" or \"75%\"");
     }
   }
-  WarnUnknown(t, {"budget", "headroom"}, p, &c->warnings);
+  // The weight runtime's keys.
+  WeightSettings& w = c->weights;
+  if (const toml::node* n = t.get("device_arena")) {
+    if (auto i = n->value_exact<int64_t>()) {
+      if (*i <= 0) return KeyError(p + "device_arena", "a positive size");
+      w.device_arena_text = std::to_string(*i);
+      w.device_arena_bytes = static_cast<uint64_t>(*i);
+    } else if (auto str = n->value_exact<std::string>()) {
+      ARBITER_RETURN_IF_ERROR(
+          ParseBudget(*str, mem_total, p + "device_arena", &w.device_arena_bytes));
+      w.device_arena_text = *str;
+    } else {
+      return KeyError(p + "device_arena", "a size: bytes, \"4GiB\" or \"50%\"");
+    }
+  }
+  ARBITER_RETURN_IF_ERROR(ReadDouble(t, "weight_cache_fraction", p, "a number in (0, 1]",
+                                     &w.weight_cache_fraction));
+  if (!(w.weight_cache_fraction > 0 && w.weight_cache_fraction <= 1)) {
+    return KeyError(p + "weight_cache_fraction", "a number in (0, 1]");
+  }
+  ARBITER_RETURN_IF_ERROR(
+      ReadDouble(t, "wiggle_fraction", p, "a number in [0, 1)", &w.wiggle_fraction));
+  if (!(w.wiggle_fraction >= 0 && w.wiggle_fraction < 1)) {
+    return KeyError(p + "wiggle_fraction", "a number in [0, 1)");
+  }
+  ARBITER_RETURN_IF_ERROR(ReadBool(t, "shared_host_weights", p, &w.shared_host_weights));
+  if (const toml::node* n = t.get("shared_host_weights_mode")) {
+    // An octal string ("0600", "0660"); a TOML integer would be read as
+    // decimal (600), which is never what was meant.
+    auto str = n->value_exact<std::string>();
+    const std::string what = "an octal mode string such as \"0600\" or \"0660\"";
+    if (!str || str->empty() || str->size() > 4) return KeyError(p + "shared_host_weights_mode", what);
+    uint32_t mode = 0;
+    for (char ch : *str) {
+      if (ch < '0' || ch > '7') return KeyError(p + "shared_host_weights_mode", what);
+      mode = mode * 8 + static_cast<uint32_t>(ch - '0');
+    }
+    if ((mode & 0600) != 0600 || mode > 0777) {
+      return KeyError(p + "shared_host_weights_mode",
+                      what + " that keeps the owner's read and write bits");
+    }
+    w.shared_host_weights_mode = mode;
+  }
+  ARBITER_RETURN_IF_ERROR(
+      ReadString(t, "shared_host_weights_prefix", p, &w.shared_host_weights_prefix));
+  if (w.shared_host_weights_prefix.empty() || w.shared_host_weights_prefix.size() > 64 ||
+      w.shared_host_weights_prefix.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+          std::string::npos) {
+    return KeyError(p + "shared_host_weights_prefix",
+                    "1 to 64 characters of [A-Za-z0-9._-]");
+  }
+  if (t.get("mode") != nullptr) {
+    std::string mode;
+    ARBITER_RETURN_IF_ERROR(ReadString(t, "mode", p, &mode));
+    Result<ResidencyMode> parsed = ParseResidencyMode(mode);
+    if (!parsed.ok()) {
+      return KeyError(p + "mode",
+                      fmt::format("\"self_managed\" or \"externally_managed\" (got \"{}\")", mode));
+    }
+    w.mode = *parsed;
+  }
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "compaction_interval", p, 0, 1000000000,
+                                    "an integer ≥ 0 (loads; 0 = never)", &w.compaction_interval));
+  WarnUnknown(t,
+              {"budget", "headroom", "device_arena", "weight_cache_fraction", "wiggle_fraction",
+               "shared_host_weights", "shared_host_weights_mode", "shared_host_weights_prefix",
+               "mode", "compaction_interval"},
+              p, &c->warnings);
   return DeriveBudget(mem_total, p + "headroom", c);
 }
 
@@ -301,8 +369,22 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
       }
       if (*m.idle_ttl_ms == 0) m.idle_ttl_ms.reset();  // 0 = off
     }
-    WarnUnknown(*t, {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx"}, p,
-                &c->warnings);
+    if (t->get("residency") != nullptr) {
+      std::string residency;
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "residency", p, &residency));
+      Result<ResidencyState> parsed = ParseResidencyState(residency);
+      if (!parsed.ok()) {
+        return KeyError(p + "residency",
+                        fmt::format("\"unpinned\", \"pinned_system\" or \"pinned_device\" "
+                                    "(got \"{}\")",
+                                    residency));
+      }
+      m.residency = *parsed;
+    }
+    WarnUnknown(*t,
+                {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
+                 "residency"},
+                p, &c->warnings);
     c->models.push_back(std::move(m));
   }
   return OkStatus();

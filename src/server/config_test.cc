@@ -106,7 +106,7 @@ ttl = 5
 [[models]]
 name = "a"
 path = "/a"
-residency = "x"
+flavour = "x"
 )",
                            "a.toml", kMemTotal);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -115,7 +115,7 @@ residency = "x"
   for (const std::string& w : c->warnings) all += w + "\n";
   EXPECT_NE(all.find("[server].colour"), std::string::npos) << all;
   EXPECT_NE(all.find("\"kv\""), std::string::npos) << all;
-  EXPECT_NE(all.find("[[models]][0].residency"), std::string::npos) << all;
+  EXPECT_NE(all.find("[[models]][0].flavour"), std::string::npos) << all;
 }
 
 struct BadConfig {
@@ -181,6 +181,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[pressure]\npsi_window_ms = 20000\n", "[pressure].psi_window_ms"},
         BadConfig{"[pressure]\npsi_window_ms = 1000\npsi_low_stall_ms = 1500\n",
                   "[pressure].psi_low_stall_ms"},
+        BadConfig{"[memory]\ndevice_arena = \"huge\"\n", "[memory].device_arena is invalid"},
+        BadConfig{"[memory]\ndevice_arena = 0\n", "[memory].device_arena must be a positive size"},
+        BadConfig{"[memory]\nweight_cache_fraction = 0\n",
+                  "[memory].weight_cache_fraction must be a number in (0, 1]"},
+        BadConfig{"[memory]\nwiggle_fraction = 1\n",
+                  "[memory].wiggle_fraction must be a number in [0, 1)"},
+        BadConfig{"[memory]\nshared_host_weights = \"yes\"\n",
+                  "[memory].shared_host_weights"},
+        BadConfig{"[memory]\nshared_host_weights_mode = 600\n",
+                  "[memory].shared_host_weights_mode must be an octal mode string"},
+        BadConfig{"[memory]\nshared_host_weights_mode = \"0400\"\n",
+                  "keeps the owner's read and write bits"},
+        BadConfig{"[memory]\nshared_host_weights_mode = \"0680\"\n",
+                  "[memory].shared_host_weights_mode"},
+        BadConfig{"[memory]\nshared_host_weights_prefix = \"a/b\"\n",
+                  "[memory].shared_host_weights_prefix must be 1 to 64 characters"},
+        BadConfig{"[memory]\nmode = \"manual\"\n",
+                  "[memory].mode must be \"self_managed\" or \"externally_managed\""},
+        BadConfig{"[memory]\ncompaction_interval = -1\n", "[memory].compaction_interval"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nresidency = \"pinned\"\n",
+                  "[[models]][0].residency must be \"unpinned\", \"pinned_system\" or "
+                  "\"pinned_device\" (got \"pinned\")"},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
         BadConfig{"server = 5\n", "[server] must be a table"}));
 
@@ -252,6 +274,48 @@ idle_ttl = "250ms"
     ASSERT_TRUE(one.ok()) << name << ": " << one.status().ToString();
     EXPECT_EQ(one->models[0].role, static_cast<ResidentRole>(r)) << name;
   }
+}
+
+TEST(Config, WeightRuntime) {
+  auto d = ParseConfigToml("", "a.toml", kMemTotal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->weights.device_arena_bytes, 0u);
+  EXPECT_EQ(d->weights.weight_cache_fraction, 1.0);
+  EXPECT_EQ(d->weights.wiggle_fraction, 0.1);
+  EXPECT_FALSE(d->weights.shared_host_weights);
+  EXPECT_EQ(d->weights.shared_host_weights_mode, 0600u);
+  EXPECT_EQ(d->weights.mode, ResidencyMode::kSelfManaged);
+  EXPECT_EQ(d->weights.compaction_interval, 0u);
+  auto c = ParseConfigToml(R"(
+[memory]
+device_arena = "25%"
+weight_cache_fraction = 0.5
+wiggle_fraction = 0
+shared_host_weights = true
+shared_host_weights_mode = "0660"
+mode = "externally_managed"
+compaction_interval = 8
+[[models]]
+name = "a"
+path = "/a"
+residency = "pinned_device"
+[[models]]
+name = "b"
+path = "/b"
+)",
+                           "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->warnings.empty());
+  EXPECT_EQ(c->weights.device_arena_bytes, kMemTotal / 4);
+  EXPECT_EQ(c->weights.device_arena_text, "25%");
+  EXPECT_EQ(c->weights.weight_cache_fraction, 0.5);
+  EXPECT_EQ(c->weights.wiggle_fraction, 0.0);
+  EXPECT_TRUE(c->weights.shared_host_weights);
+  EXPECT_EQ(c->weights.shared_host_weights_mode, 0660u);
+  EXPECT_EQ(c->weights.mode, ResidencyMode::kExternallyManaged);
+  EXPECT_EQ(c->weights.compaction_interval, 8u);
+  EXPECT_EQ(c->models[0].residency, ResidencyState::kPinnedDevice);
+  EXPECT_EQ(c->models[1].residency, ResidencyState::kUnpinned);
 }
 
 TEST(Config, DurationParsing) {

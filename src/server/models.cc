@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -21,19 +22,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The startup check: EstimateModelBytes, plus Engine::Validate (tokenizer.json
-// parses, every tensor the architecture needs is present with its shape;
-// headers only), so a broken model shows in the startup log and /v1/models
-// as failed rather than only on the first request.
-Result<size_t> StartupCheck(const ModelEntry& entry) {
-  ARBITER_ASSIGN_OR_RETURN(size_t bytes, EstimateModelBytes(entry));
+// The startup check: EstimateModelFootprint, plus Engine::Validate
+// (tokenizer.json parses, every tensor the architecture needs is present with
+// its shape; headers only), so a broken model shows in the startup log and
+// /v1/models as failed rather than only on the first request.
+Result<ModelFootprint> StartupCheck(const ModelEntry& entry) {
+  ARBITER_ASSIGN_OR_RETURN(ModelFootprint bytes, EstimateModelFootprint(entry));
   ARBITER_RETURN_IF_ERROR(Engine::Validate(entry.path).WithPrefix(entry.path));
   return bytes;
 }
 
+// Load errors that name only a file ("model.safetensors: tensor ...") get
+// the model directory.
+Status NameTheModel(const ModelEntry& entry, const Status& st) {
+  if (st.ok() || st.message().find(entry.path) != std::string::npos) return st;
+  return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
+}
+
 }  // namespace
 
-Result<size_t> EstimateModelBytes(const ModelEntry& entry) {
+EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
+  EngineOptions options;
+  options.n_ctx = entry.ctx;
+  options.n_slots = entry.parallel;
+  options.weight_cache = cache;
+  options.weight_key = entry.name;
+  return options;
+}
+
+Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry) {
   std::error_code ec;
   if (!fs::is_directory(entry.path, ec)) {
     return NotFoundError(fmt::format("model directory {} does not exist or is not a directory",
@@ -45,40 +62,52 @@ Result<size_t> EstimateModelBytes(const ModelEntry& entry) {
   if (!fs::is_regular_file(tokenizer_path, ec)) {
     return NotFoundError(fmt::format("{} is missing", tokenizer_path));
   }
-  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel weights, SafetensorsModel::Open(entry.path));
-  size_t weight_bytes = 0;
-  for (const TensorInfo* t : weights.tensors()) {
-    weight_bytes += static_cast<size_t>(t->num_elements()) * sizeof(float);
-  }
+  // The compute layout and one slot's scratch, from the headers.
+  ARBITER_ASSIGN_OR_RETURN(WeightModel weights,
+                           Engine::WeightModelFor(entry.path, entry.name,
+                                                  EngineOptionsFor(entry, nullptr)));
+  ModelFootprint f;
+  for (const WeightSpec& spec : weights.specs) f.weight_bytes += WeightSpecBytes(spec);
   const size_t ctx = static_cast<size_t>(std::min(entry.ctx, cfg.max_position_embeddings));
+  const size_t kv_heads =
+      cfg.num_key_value_heads > 0 ? cfg.num_key_value_heads : cfg.num_attention_heads;
+  const size_t head_dim = cfg.head_dim > 0 ? cfg.head_dim
+                                           : cfg.hidden_size / std::max(1, cfg.num_attention_heads);
   const size_t kv_bytes = static_cast<size_t>(entry.parallel) * cfg.num_hidden_layers * 2 * ctx *
-                          cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
-  return weight_bytes + kv_bytes;
+                          kv_heads * head_dim * sizeof(float);
+  f.engine_bytes = kv_bytes + static_cast<size_t>(entry.parallel) * weights.scratch_bytes;
+  return f;
 }
 
-Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry) {
+Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache) {
   // The cheap check first: its errors are clearer than a load's, and a
   // model fixed on disk since startup loads on the next request.
-  ARBITER_RETURN_IF_ERROR(EstimateModelBytes(entry).status());
-  EngineOptions options;
-  options.n_ctx = entry.ctx;
-  options.n_slots = entry.parallel;
-  Result<std::unique_ptr<Engine>> loaded = Engine::Load(entry.path, options);
-  if (!loaded.ok()) {
-    // Some loader errors name only the file ("model.safetensors: tensor
-    // ... has shape ..."); say which model directory.
-    const Status& st = loaded.status();
-    if (st.message().find(entry.path) != std::string::npos) return st;
-    return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
+  ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry).status());
+  if (cache != nullptr && !cache->Contains(entry.name)) {
+    Result<WeightModel> weights =
+        Engine::WeightModelFor(entry.path, entry.name, EngineOptionsFor(entry, cache),
+                               entry.residency);
+    if (!weights.ok()) return NameTheModel(entry, weights.status());
+    Status st = cache->Register(std::move(weights).value());
+    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
   }
+  Result<std::unique_ptr<Engine>> loaded = Engine::Load(entry.path, EngineOptionsFor(entry, cache));
+  if (!loaded.ok()) return NameTheModel(entry, loaded.status());
   std::unique_ptr<Engine> engine = std::move(loaded).value();
-  const size_t bytes = engine->weight_bytes() + engine->kv_bytes();
-  return LoadedBackend::Of(std::shared_ptr<Engine>(std::move(engine)), bytes);
+  const size_t bytes = engine->kv_bytes();
+  // Freeing the engine (the arbiter unloads it) evicts its device weights:
+  // the arbiter's eviction frees the whole model.
+  std::string key = entry.name;
+  std::shared_ptr<Engine> shared(engine.release(), [cache, key](Engine* e) {
+    delete e;
+    if (cache != nullptr) cache->Evict(key).IgnoreError();
+  });
+  return LoadedBackend::Of(std::move(shared), bytes);
 }
 
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
-    const std::map<std::string, size_t>& estimated_bytes) {
+    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache) {
   auto models = std::make_shared<std::map<std::string, ModelEntry>>();
   auto estimates = std::make_shared<std::map<std::string, size_t>>(estimated_bytes);
   CapabilityRegistration r;
@@ -86,6 +115,9 @@ CapabilityRegistration EngineCapabilityRegistration(
   // Several configured models of one capability stay resident together
   // (budget permitting) until [[models]] roles are configurable.
   r.swap_same_role = false;
+  // The entry's charge is the engine's KV slots and scratch; the weights are
+  // the WeightCache's charges.
+  r.charge_kind = ChargeKind::kKvSlot;
   for (const ModelEntry& e : entries) {
     if (e.capability != capability) continue;
     models->emplace(e.name, e);
@@ -105,23 +137,33 @@ CapabilityRegistration EngineCapabilityRegistration(
     auto it = models->find(key);
     return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
   };
-  r.load = [models](const std::string& key) -> Result<LoadedBackend> {
+  r.load = [models, cache](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
     if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));
-    return LoadEngineModel(it->second);
+    return LoadEngineModel(it->second, cache);
   };
   return r;
 }
 
-Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
+Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
+                                WeightCache* cache) {
   std::vector<std::string> broken;
   std::map<std::string, size_t> estimates;
   for (const ModelEntry& m : config.models) {
-    Result<size_t> estimate = StartupCheck(m);
-    estimates[m.name] = estimate.ok() ? *estimate : 0;
+    Result<ModelFootprint> estimate = StartupCheck(m);
+    if (estimate.ok() && cache != nullptr) {
+      Result<WeightModel> weights =
+          Engine::WeightModelFor(m.path, m.name, EngineOptionsFor(m, cache), m.residency);
+      Status st = weights.ok() ? cache->Register(std::move(weights).value()) : weights.status();
+      if (!st.ok()) estimate = st;
+    }
+    estimates[m.name] = estimate.ok() ? estimate->engine_bytes : 0;
     if (estimate.ok()) {
-      spdlog::info("model \"{}\" ({}, {}): {} estimated, parallel {}, ctx {}", m.name,
-                   CapabilityName(m.capability), m.path, FormatSize(*estimate), m.parallel, m.ctx);
+      spdlog::info("model \"{}\" ({}, {}): weights {}, KV and scratch {}, parallel {}, ctx {}, "
+                   "residency {}",
+                   m.name, CapabilityName(m.capability), m.path, FormatSize(estimate->weight_bytes),
+                   FormatSize(estimate->engine_bytes), m.parallel, m.ctx,
+                   ResidencyStateName(m.residency));
     } else {
       spdlog::error("model \"{}\" ({}) is broken and will not serve: {}", m.name, m.path,
                     estimate.status().message());
@@ -129,7 +171,8 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
     }
   }
   for (Capability cap : {Capability::kText, Capability::kEmbedding}) {
-    CapabilityRegistration r = EngineCapabilityRegistration(cap, config.models, estimates);
+    CapabilityRegistration r =
+        EngineCapabilityRegistration(cap, config.models, estimates, cache);
     if (r.model_keys.empty()) continue;
     ARBITER_RETURN_IF_ERROR(arbiter->RegisterCapability(std::move(r)));
   }
@@ -143,6 +186,11 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
     auto h = arbiter->Acquire(m->capability, name, Deadline(std::chrono::seconds(60)));
     (void)h;
   }
+  if (cache != nullptr) {
+    // Pinned models first, so device-pinned weights sit at the arena's base.
+    // Failures are logged by the cache; those models load on demand.
+    cache->PreloadPinned().IgnoreError();
+  }
   if (config.server.preload) {
     for (const ModelEntry& m : config.models) {
       if (std::find(broken.begin(), broken.end(), m.name) != broken.end()) continue;
@@ -154,6 +202,57 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter) {
     }
   }
   return OkStatus();
+}
+
+Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
+    const Config& config, MemoryLedger* ledger, std::function<uint64_t(uint64_t)> reclaim) {
+  const WeightSettings& w = config.weights;
+  auto out = std::make_unique<ServeWeights>();
+  const uint64_t arena = w.device_arena_bytes > 0 ? w.device_arena_bytes : config.budget_bytes;
+  Result<std::unique_ptr<DeviceBackend>> device = MakeDeviceBackend("cpu", arena);
+  if (!device.ok()) return device.status().WithPrefix("[memory].device_arena");
+  out->device = std::move(device).value();
+  if (w.shared_host_weights) {
+    SharedWeightStoreOptions o;
+    o.prefix = w.shared_host_weights_prefix;
+    o.mode = w.shared_host_weights_mode;
+    Result<std::unique_ptr<SharedWeightStore>> shared = SharedWeightStore::Create(o);
+    if (!shared.ok()) return shared.status().WithPrefix("[memory].shared_host_weights");
+    std::set<std::string> live;
+    for (const ModelEntry& m : config.models) live.insert(m.name);
+    Result<std::vector<std::string>> swept = (*shared)->SweepOrphans(live);
+    if (!swept.ok()) {
+      spdlog::warn("shared host weights: sweeping leftover regions: {}", swept.status().message());
+    } else {
+      for (const std::string& name : *swept) {
+        spdlog::info("shared host weights: removed leftover region {} (model not configured)",
+                     name);
+      }
+    }
+    out->store = std::move(shared).value();
+  } else {
+    out->store = std::make_unique<PrivateWeightStore>();
+  }
+  WeightCacheOptions o;
+  o.device = out->device.get();
+  o.ledger = ledger;
+  o.store = out->store.get();
+  o.mode = w.mode;
+  o.fraction = w.weight_cache_fraction;
+  o.wiggle = w.wiggle_fraction;
+  o.compaction_interval = w.compaction_interval;
+  o.reclaim = std::move(reclaim);
+  Result<std::unique_ptr<WeightCache>> cache = WeightCache::Create(std::move(o));
+  if (!cache.ok()) return cache.status().WithPrefix("[memory]");
+  out->cache = std::move(cache).value();
+  spdlog::info("weights: {} arena of {}, {} host floors{}, mode {}", out->device->name(),
+               FormatSize(arena), out->store->kind(),
+               w.shared_host_weights ? fmt::format(" (/dev/shm/{}-*, mode {:04o})",
+                                                   w.shared_host_weights_prefix,
+                                                   w.shared_host_weights_mode)
+                                     : std::string(),
+               ResidencyModeName(w.mode));
+  return out;
 }
 
 }  // namespace arbiter

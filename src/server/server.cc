@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/connection_probe.h"
@@ -81,11 +82,11 @@ std::string RouteLabel(const std::string& path) {
   static const std::set<std::string, std::less<>> kFixed = {
       "/health",        "/v1/models",     "/v1/chat/completions", "/v1/completions",
       "/v1/embeddings", "/admin/status",  "/admin/pressure",      "/admin/events",
-      "/metrics"};
+      "/admin/compact", "/metrics"};
   if (kFixed.count(path) != 0) return path;
   constexpr std::string_view kModels = "/admin/models/";
   if (path.rfind(kModels, 0) == 0) {
-    for (std::string_view action : {"/load", "/unload"}) {
+    for (std::string_view action : {"/load", "/unload", "/residency"}) {
       if (path.size() > kModels.size() + action.size() &&
           path.compare(path.size() - action.size(), action.size(), action) == 0) {
         return fmt::format("/admin/models/{{name}}{}", action);
@@ -176,6 +177,7 @@ struct Server::Impl {
   MemoryArbiter* arbiter;
   BridgePressureSource* bridge;  // may be null (no POST /admin/pressure)
   std::string pressure_source;   // the OS source's name, for /admin/status
+  WeightCache* weights;          // may be null
   int threads;
   HttpServer http;
   std::map<std::string, Capability, std::less<>> models;  // immutable after construction
@@ -186,17 +188,35 @@ struct Server::Impl {
   // gone (Note [Event stream lifetime] in internal/event_stream.h).
   std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
   ArbiterEventSubscription metrics_sub;
+  // Critical pressure → demote idle device weights to their floors.
+  ArbiterEventSubscription demote_sub;
   // Open GET /admin/events streams; Stop() closes them.
   Mutex streams_mu;
   std::set<std::shared_ptr<EventQueue>> streams GUARDED_BY(streams_mu);
 
   Impl(ServerSettings s, MemoryArbiter* a, int total_parallel, BridgePressureSource* b,
-       std::string source)
-      : settings(std::move(s)), arbiter(a), bridge(b), pressure_source(std::move(source)) {
+       std::string source, WeightCache* w)
+      : settings(std::move(s)), arbiter(a), bridge(b), pressure_source(std::move(source)),
+        weights(w) {
     threads = settings.threads > 0 ? settings.threads : 8 + std::max(1, total_parallel);
     for (const ModelStats& m : arbiter->Stats().models) models.emplace(m.name, m.capability);
     std::shared_ptr<ServerMetrics> m = metrics;
     metrics_sub = arbiter->OnEvent([m](const ArbiterEvent& e) { m->OnEvent(e); });
+    if (weights != nullptr) {
+      WeightCache* cache = weights;
+      demote_sub = arbiter->OnEvent([cache](const ArbiterEvent& e) {
+        if (e.type != ArbiterEventType::kMemoryPressure ||
+            e.level != MemoryPressureLevel::kCritical) {
+          return;
+        }
+        const uint64_t freed = cache->EvictIdle(std::numeric_limits<uint64_t>::max());
+        if (freed > 0) {
+          spdlog::warn("critical memory pressure: demoted {} of idle device weights to their "
+                       "floors",
+                       FormatSize(freed));
+        }
+      });
+    }
     Configure();
     Routes();
   }
@@ -337,11 +357,22 @@ struct Server::Impl {
               [this](const httplib::Request& req, httplib::Response& res) {
                 HandleUnload(req, req.matches[1], res);
               });
+    http.Post(R"(/admin/models/([^/]+)/residency)",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                HandleResidency(req, req.matches[1], res);
+              });
+    http.Post("/admin/compact", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleCompact(req, res);
+    });
     http.Get("/admin/events", [this](const httplib::Request&, httplib::Response& res) {
       HandleEvents(res);
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics->Scrape(arbiter->Stats()), "text/plain; version=0.0.4");
+      std::optional<WeightCacheStats> w;
+      if (weights != nullptr) w = weights->Stats();
+      res.set_content(metrics->Scrape(arbiter->Stats(), arbiter->ledger()->Snapshot(),
+                                      w ? &*w : nullptr),
+                      "text/plain; version=0.0.4");
     });
   }
 
@@ -370,6 +401,14 @@ struct Server::Impl {
   // Pins the model; on failure writes the error response and returns nullopt.
   std::optional<ArbiterHandle> Acquire(const std::string& name, Capability cap,
                                        httplib::Response& res) {
+    // Externally managed: the control plane decides residency; a model whose
+    // weights are not on the device is refused before anything loads.
+    if (weights != nullptr && weights->mode() == ResidencyMode::kExternallyManaged &&
+        weights->Contains(name) && !WeightsResident(name)) {
+      SendError(res, 503, NotResidentError(name).message(), kServerError, "not_resident",
+                kRetryAfterSeconds);
+      return std::nullopt;
+    }
     auto h = arbiter->Acquire(cap, name, Deadline(std::chrono::seconds(settings.acquire_timeout_s)));
     if (h.ok()) {
       if (h->backend<Engine>() == nullptr) {
@@ -385,7 +424,14 @@ struct Server::Impl {
     // unknown names and wrong capabilities).
     const bool load_failed =
         st.message().rfind(fmt::format("model \"{}\" failed to load", name), 0) == 0;
-    if (load_failed) {
+    if (IsNotResident(st) || st.message().find("is not resident on the device") !=
+                                    std::string::npos) {
+      SendError(res, 503, NotResidentError(name).message(), kServerError, "not_resident",
+                kRetryAfterSeconds);
+    } else if (load_failed && st.code() == StatusCode::kResourceExhausted) {
+      // The weights could not get room in the budget: transient.
+      SendError(res, 503, st.message(), kServerError, "budget_exceeded", kRetryAfterSeconds);
+    } else if (load_failed) {
       // 503 without Retry-After: retrying will not help until the files are fixed.
       SendError(res, 503, st.message(), kServerError, "model_load_failed");
     } else if (st.code() == StatusCode::kResourceExhausted) {
@@ -450,7 +496,13 @@ struct Server::Impl {
   };
 
   static void SendGenerationError(httplib::Response& res, const Status& st) {
-    if (st.code() == StatusCode::kInvalidArgument) {
+    if (IsNotResident(st)) {
+      // Externally managed: the weights were demoted since the acquire.
+      SendError(res, 503, st.message(), kServerError, "not_resident", kRetryAfterSeconds);
+    } else if (st.code() == StatusCode::kResourceExhausted) {
+      // The weights had to be reloaded and the budget refused them.
+      SendError(res, 503, st.message(), kServerError, "budget_exceeded", kRetryAfterSeconds);
+    } else if (st.code() == StatusCode::kInvalidArgument) {
       SendError(res, 400, st.message(), kInvalidRequest, "");
     } else if (st.code() == StatusCode::kFailedPrecondition) {
       SendError(res, 400, st.message(), kInvalidRequest, "");
@@ -689,6 +741,74 @@ struct Server::Impl {
     res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), kJson);
   }
 
+  bool WeightsResident(const std::string& name) {
+    for (const WeightModelStats& w : weights->Stats().models) {
+      if (w.key == name) return w.device_resident;
+    }
+    return false;
+  }
+
+  static json WeightModelJson(const WeightModelStats& w) {
+    return json{{"residency", ResidencyStateName(w.residency)},
+                {"device_resident", w.device_resident},
+                {"host_resident", w.host_resident},
+                {"weight_bytes", w.weight_bytes},
+                {"device_bytes", w.device_bytes},
+                {"host_bytes", w.host_bytes},
+                {"weight_leases", w.leases},
+                {"weight_loads", w.loads},
+                {"weight_evicts", w.evicts},
+                {"weight_last_load_source", WeightLoadSourceName(w.last_load_source)},
+                {"weight_last_load_seconds", w.last_load_seconds},
+                {"floor_region", w.floor_region.empty() ? json(nullptr) : json(w.floor_region)}};
+  }
+
+  // The model's arbiter fields plus, with a weight cache, its weight fields
+  // (and "ready": false in externally-managed mode unless device-resident).
+  json FullModelJson(const ModelStats& m, const WeightCacheStats* w) {
+    json item = ModelJson(m);
+    bool ready = m.state != ModelState::kFailed;
+    if (w != nullptr) {
+      for (const WeightModelStats& wm : w->models) {
+        if (wm.key != m.name) continue;
+        item.update(WeightModelJson(wm));
+        if (w->mode == ResidencyMode::kExternallyManaged && !wm.device_resident) ready = false;
+      }
+    }
+    item["ready"] = ready;
+    return item;
+  }
+
+  static json WeightCacheJson(const WeightCacheStats& w) {
+    return json{{"mode", ResidencyModeName(w.mode)},
+                {"max_bytes", w.max_bytes},
+                {"resident_bytes", w.resident_bytes},
+                {"pinned_bytes", w.pinned_bytes},
+                {"host_bytes", w.host_bytes},
+                {"max_scratch_bytes", w.max_scratch_bytes},
+                {"weight_pool_bytes", w.budget.weight_pool},
+                {"scratch_ceiling_bytes", w.budget.scratch_ceiling},
+                {"pinned_over_commit", w.budget.pinned_over_commit},
+                {"loads", w.loads},
+                {"evicts", w.evicts},
+                {"compactions", w.compactions},
+                {"oversize_loads", w.oversize_loads},
+                {"load_seconds", w.load_seconds}};
+  }
+
+  static json PoolJson(const MemoryPoolStats& p) {
+    return json{{"in_use_bytes", p.in_use_bytes},
+                {"limit_bytes", p.limit_bytes},
+                {"free_bytes", p.free_bytes},
+                {"peak_in_use_bytes", p.peak_in_use_bytes},
+                {"largest_free_block_bytes", p.largest_free_block_bytes},
+                {"fragmentation", p.fragmentation},
+                {"live_blocks", p.live_blocks},
+                {"free_blocks", p.free_blocks},
+                {"num_allocs", p.num_allocs},
+                {"num_frees", p.num_frees}};
+  }
+
   static json ModelJson(const ModelStats& m) {
     json item = {{"name", m.name},
                  {"capability", CapabilityName(m.capability)},
@@ -710,8 +830,15 @@ struct Server::Impl {
 
   void HandleStatus(httplib::Response& res) {
     ArbiterStats s = arbiter->Stats();
+    std::optional<WeightCacheStats> w;
+    if (weights != nullptr) w = weights->Stats();
     json models = json::array();
-    for (const ModelStats& m : s.models) models.push_back(ModelJson(m));
+    for (const ModelStats& m : s.models) models.push_back(FullModelJson(m, w ? &*w : nullptr));
+    const MemoryLedgerSnapshot ledger = arbiter->ledger()->Snapshot();
+    json by_kind = json::object();
+    for (size_t k = 0; k < kChargeKindCount; ++k) {
+      by_kind[std::string(ChargeKindName(static_cast<ChargeKind>(k)))] = ledger.by_kind[k];
+    }
     json j = {{"budget_bytes", s.budget_bytes},     {"charged_bytes", s.charged_bytes},
               {"resident_bytes", s.resident_bytes}, {"loading_bytes", s.loading_bytes},
               {"resident_models", s.resident_models},
@@ -719,7 +846,14 @@ struct Server::Impl {
               {"pressure_source", pressure_source},
               {"event_streams", OpenStreams()},
               {"loads", s.loads},                   {"load_failures", s.load_failures},
-              {"evictions", s.evictions},           {"models", std::move(models)}};
+              {"evictions", s.evictions},           {"models", std::move(models)},
+              {"charged_by_kind", std::move(by_kind)},
+              {"over_budget_bytes", ledger.over_budget_bytes},
+              {"over_commits", ledger.over_commits}};
+    if (w) {
+      j["weight_cache"] = WeightCacheJson(*w);
+      j["pool"] = PoolJson(w->pool);
+    }
     res.set_content(j.dump(), kJson);
   }
 
@@ -730,6 +864,99 @@ struct Server::Impl {
       if (m.name == name) return std::move(m);
     }
     return std::nullopt;
+  }
+
+  json ModelStatusJson(const std::string& name) {
+    std::optional<ModelStats> m = FindModelStats(name);
+    if (!m) return json::object();
+    std::optional<WeightCacheStats> w;
+    if (weights != nullptr) w = weights->Stats();
+    return FullModelJson(*m, w ? &*w : nullptr);
+  }
+
+  // POST /admin/models/{name}/residency {"target": ...}.
+  void HandleResidency(const httplib::Request& req, const std::string& name,
+                       httplib::Response& res) {
+    if (models.find(name) == models.end()) {
+      return SendError(res, 404, fmt::format("model \"{}\" not found", name), kInvalidRequest,
+                       "model_not_found");
+    }
+    if (weights == nullptr || !weights->Contains(name)) {
+      return SendError(res, 409,
+                       fmt::format("model \"{}\" has no weights registered (it failed its "
+                                   "startup check; see /v1/models)",
+                                   name),
+                       kInvalidRequest, "model_broken");
+    }
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    const char* usage =
+        "request body must be a JSON object {\"target\": \"unpinned\" | \"pinned_system\" | "
+        "\"pinned_device\"}";
+    if (!body.is_object()) return SendError(res, 400, usage, kInvalidRequest, "invalid_request");
+    auto t = body.find("target");
+    if (t == body.end() || !t->is_string()) {
+      return SendError(res, 400, usage, kInvalidRequest, "invalid_request");
+    }
+    Result<ResidencyState> target = ParseResidencyState(t->get<std::string>());
+    if (!target.ok()) {
+      return SendError(res, 400, fmt::format("\"target\": {}", target.status().message()),
+                       kInvalidRequest, "invalid_request");
+    }
+    Result<ResidencyState> prev = weights->SetResidency(name, *target);
+    if (!prev.ok()) {
+      const Status& st = prev.status();
+      if (st.code() == StatusCode::kResourceExhausted) {
+        return SendError(res, 409, st.message(), kInvalidRequest, "pin_does_not_fit");
+      }
+      spdlog::error("residency of model \"{}\" → {}: {}", name, ResidencyStateName(*target),
+                    st.message());
+      return SendError(res, 503, st.message(), kServerError, "residency_failed",
+                       kRetryAfterSeconds);
+    }
+    json j = ModelStatusJson(name);
+    j["previous_residency"] = ResidencyStateName(*prev);
+    res.set_content(j.dump(), kJson);
+  }
+
+  // POST /admin/compact {"reload": [...]}.
+  void HandleCompact(const httplib::Request& req, httplib::Response& res) {
+    if (weights == nullptr) {
+      return SendError(res, 503, "this server has no weight cache", kServerError, "unavailable");
+    }
+    std::vector<std::string> reload;
+    if (!req.body.empty()) {
+      json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+      const char* usage = "request body must be a JSON object {\"reload\": [model names]}";
+      if (!body.is_object()) return SendError(res, 400, usage, kInvalidRequest, "invalid_request");
+      if (auto r = body.find("reload"); r != body.end() && !r->is_null()) {
+        if (!r->is_array()) return SendError(res, 400, usage, kInvalidRequest, "invalid_request");
+        for (size_t i = 0; i < r->size(); ++i) {
+          if (!(*r)[i].is_string()) {
+            return SendError(res, 400, fmt::format("\"reload[{}]\" must be a model name", i),
+                             kInvalidRequest, "invalid_request");
+          }
+          const std::string name = (*r)[i].get<std::string>();
+          if (!weights->Contains(name)) {
+            return SendError(res, 404, fmt::format("model \"{}\" not found", name),
+                             kInvalidRequest, "model_not_found");
+          }
+          reload.push_back(name);
+        }
+      }
+    }
+    Result<CompactResult> r = weights->Compact(reload);
+    if (!r.ok()) {
+      const Status& st = r.status();
+      return SendError(res, 503, st.message(), kServerError,
+                       st.code() == StatusCode::kResourceExhausted ? "budget_exceeded"
+                                                                   : "compact_failed",
+                       kRetryAfterSeconds);
+    }
+    json j = {{"reloaded", r->reloaded},
+              {"resident_bytes_after", r->resident_bytes_after},
+              {"freed_bytes", r->freed_bytes},
+              {"skipped_leased", r->skipped_leased}};
+    res.set_content(j.dump(), kJson);
   }
 
   void HandlePressure(const httplib::Request& req, httplib::Response& res) {
@@ -786,9 +1013,7 @@ struct Server::Impl {
     std::optional<ArbiterHandle> handle = Acquire(name, it->second, res);
     if (!handle) return;
     handle->Release();  // loaded, unpinned: evictable like any idle model
-    std::optional<ModelStats> m = FindModelStats(name);
-    json j = m ? ModelJson(*m) : json::object();
-    res.set_content(j.dump(), kJson);
+    res.set_content(ModelStatusJson(name).dump(), kJson);
   }
 
   void HandleUnload(const httplib::Request& req, const std::string& name,
@@ -827,8 +1052,7 @@ struct Server::Impl {
       spdlog::error("bug: unexpected unload error for model \"{}\": {}", name, st.ToString());
       return SendError(res, 500, st.message(), kServerError, "internal_error");
     }
-    std::optional<ModelStats> m = FindModelStats(name);
-    json j = m ? ModelJson(*m) : json::object();
+    json j = ModelStatusJson(name);
     j["unloaded"] = *r;  // false: it was not resident
     res.set_content(j.dump(), kJson);
   }
@@ -907,9 +1131,10 @@ struct Server::Impl {
 };
 
 Server::Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel,
-               BridgePressureSource* pressure_bridge, std::string pressure_source)
+               BridgePressureSource* pressure_bridge, std::string pressure_source,
+               WeightCache* weights)
     : impl_(std::make_unique<Impl>(std::move(settings), arbiter, total_parallel, pressure_bridge,
-                                   std::move(pressure_source))) {}
+                                   std::move(pressure_source), weights)) {}
 
 Server::~Server() { Stop(); }
 

@@ -101,7 +101,35 @@ TEST(ServerMetrics, CountsEventsAndSnapshots) {
   a.state = ModelState::kLoaded;
   a.load_failures = 2;
   s.models.push_back(a);
-  const std::string text = m.Scrape(s);
+  MemoryLedgerSnapshot ledger;
+  ledger.by_kind[static_cast<size_t>(ChargeKind::kHostFloor)] = 77;
+  WeightCacheStats w;
+  w.resident_bytes = 300;
+  w.max_bytes = 900;
+  w.budget.weight_pool = 950;
+  w.loads = 3;
+  w.evicts = 1;
+  w.load_seconds = 0.5;
+  w.pool.in_use_bytes = 320;
+  w.pool.limit_bytes = 1000;
+  WeightModelStats wm;
+  wm.key = "a";
+  wm.residency = ResidencyState::kPinnedSystem;
+  wm.device_resident = true;
+  wm.weight_bytes = 300;
+  w.models.push_back(wm);
+  const std::string text = m.Scrape(s, ledger, &w);
+  for (const char* line :
+       {"arbiter_memory_charged_by_kind_bytes{kind=\"host_floor\"} 77",
+        "arbiter_weight_cache_resident_bytes 300", "arbiter_weight_cache_max_bytes 900",
+        "arbiter_weight_pool_bytes 950", "arbiter_weight_cache_loads_total 3",
+        "arbiter_weight_cache_evicts_total 1", "arbiter_weight_cache_load_seconds_total 0.5",
+        "arbiter_device_memory_in_use_bytes 320", "arbiter_device_memory_limit_bytes 1000",
+        "arbiter_model_weights_resident{model=\"a\"} 1",
+        "arbiter_model_weights_pinned{model=\"a\"} 1",
+        "arbiter_model_weight_bytes{model=\"a\"} 300"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
   EXPECT_NE(text.find("arbiter_model_loads_total{capability=\"embedding\",model=\"a\"} 1"),
             std::string::npos)
       << text;
@@ -119,7 +147,10 @@ TEST(ServerMetrics, CountsEventsAndSnapshots) {
             std::string::npos)
       << text;
   // A second scrape with the same snapshot does not double-count failures.
-  const std::string again = m.Scrape(s);
+  const std::string again = m.Scrape(s, ledger, &w);
+  EXPECT_NE(again.find("arbiter_weight_cache_loads_total 3"), std::string::npos) << again;
+  EXPECT_NE(m.Scrape(s, ledger, nullptr).find("arbiter_memory_charged_bytes 400"),
+            std::string::npos);
   EXPECT_NE(again.find("arbiter_model_load_failures_total{capability=\"embedding\",model=\"a\"} 2"),
             std::string::npos)
       << again;

@@ -31,9 +31,10 @@
 //
 // Note [Charging weights]
 // Every device and host byte is a ledger charge taken with TryCharge before
-// the memory is used (ChargeRoom). When the ledger is full the cache evicts
-// its own idle device copies, then asks `reclaim` (the MemoryArbiter evicts
-// idle models, whose unload evicts their weights here) and retries. Only if
+// the memory is used (ChargeRoom). When the ledger is full the cache asks
+// `reclaim` (the MemoryArbiter evicts idle models by role priority, and
+// their unload evicts their weights here), then evicts its own idle device
+// copies, and retries. Only if
 // that fails and no other model is leased does it charge anyway — the
 // documented "single model larger than the whole budget" exception, which
 // the ledger counts as an over-commit and we log. A failed load releases its
@@ -400,8 +401,10 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
     if (c.ok()) return c;
     const uint64_t available = ledger->available_bytes();
     const uint64_t shortfall = bytes > available ? bytes - available : 1;
-    if (EvictIdle(shortfall) > 0) continue;
+    // Other owners first (the arbiter evicts idle models by role priority,
+    // never a text target), then the cache's own idle device copies.
     if (options_.reclaim && options_.reclaim(shortfall) > 0) continue;
+    if (EvictIdle(shortfall) > 0) continue;
     break;
   }
   {

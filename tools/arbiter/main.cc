@@ -347,7 +347,7 @@ Result<std::vector<ModelEntry>> EnsureDemoModels(const std::string& state_dir) {
     m.name = preset;
     m.path = (fs::path(state_dir) / "models" / preset).string();
     m.capability = ModelPresetIsEmbedding(preset) ? Capability::kEmbedding : Capability::kText;
-    if (!EstimateModelBytes(m).ok()) {
+    if (!EstimateModelFootprint(m).ok()) {
       std::error_code ec;
       fs::create_directories(m.path, ec);
       if (ec) {
@@ -463,17 +463,33 @@ int RunServe(const ServeFlags& f) {
   }
   spdlog::info("pressure source: {} + bridge (POST /admin/pressure)", pressure->os_source);
 
-  MemoryArbiter arbiter({.budget_bytes = config.budget_bytes,
+  // One ledger for the arbiter's engines (KV, scratch) and the weight
+  // cache's device weights and host floors. The cache asks the arbiter to
+  // evict idle models when the ledger is full (reclaim); it must outlive the
+  // arbiter, whose engines compute from it.
+  MemoryLedger ledger(config.budget_bytes);
+  std::atomic<MemoryArbiter*> reclaimer{nullptr};
+  Result<std::unique_ptr<ServeWeights>> weights =
+      MakeServeWeights(config, &ledger, [&reclaimer](uint64_t bytes) -> uint64_t {
+        MemoryArbiter* a = reclaimer.load();
+        return a != nullptr ? a->ReclaimIdle(bytes) : 0;
+      });
+  if (!weights.ok()) return Fail(weights.status().message());
+  MemoryArbiter arbiter({.ledger = &ledger,
                          .pressure_source = pressure->composite.get(),
                          .refuse_over_budget = true});
-  if (Status s = RegisterConfiguredModels(config, &arbiter); !s.ok()) return Fail(s.message());
+  reclaimer.store(&arbiter);
+  if (Status s = RegisterConfiguredModels(config, &arbiter, (*weights)->cache.get()); !s.ok()) {
+    return Fail(s.message());
+  }
   if (Status s = arbiter.Start(); !s.ok()) {
     return Fail(fmt::format("cannot start the memory arbiter: {}", s.message()));
   }
 
   int total_parallel = 0;
   for (const ModelEntry& m : config.models) total_parallel += m.parallel;
-  Server server(config.server, &arbiter, total_parallel, pressure->bridge, pressure->os_source);
+  Server server(config.server, &arbiter, total_parallel, pressure->bridge, pressure->os_source,
+                (*weights)->cache.get());
   if (Status s = server.Bind(); !s.ok()) return Fail(s.message());
 
   const std::string url = fmt::format("http://{}:{}", config.server.host, server.port());
@@ -526,6 +542,7 @@ int RunServe(const ServeFlags& f) {
   (void)!write(g_signal_pipe[1], &wake, 1);
   signal_thread.join();
   arbiter.Shutdown();
+  reclaimer.store(nullptr);
   if (!run.ok()) return Fail(run.message());
   spdlog::info("stopped");
   return 0;

@@ -412,6 +412,14 @@ class MemoryArbiter {
   Result<bool> Unload(Capability capability, std::string_view model_key,
                       ArbiterDeadline deadline);
 
+  // Frees ledger room for another layer (the WeightCache's reclaim hook):
+  // evicts idle entries with reason "fit", least recently used first, until
+  // the ledger has `bytes` available or no idle victim is left (held and
+  // text-target entries are never victims). Unload callables run before it
+  // returns. Returns the bytes of the entries evicted (their own charges;
+  // whatever their unload frees elsewhere comes on top).
+  size_t ReclaimIdle(size_t bytes);
+
   // Queues one run: acquire → run → capability_run event → release, on the
   // capability's worker thread, FIFO, one at a time per capability. The
   // future holds the run's result or any acquire error; an error fails only

@@ -9,13 +9,18 @@
 //             request_timeout_s, write_timeout_s, keep_alive_max, keep_alive_timeout_s,
 //             acquire_timeout_s, preload, metrics_public
 //   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal),
-//             headroom (SIZE; budget = MemTotal − headroom when budget is unset)
+//             headroom (SIZE; budget = MemTotal − headroom when budget is unset),
+//             the weight runtime: device_arena (SIZE; default = the budget),
+//             weight_cache_fraction, wiggle_fraction, shared_host_weights,
+//             shared_host_weights_mode ("0600"), mode ("self_managed" |
+//             "externally_managed"), compaction_interval
 //   [pressure] source ("auto" | "meminfo" | "psi" | "cgroup" | "none"),
 //             interval_ms, low_fraction, critical_fraction, psi_window_ms,
 //             psi_low_stall_ms, psi_critical_stall_ms, psi_quiet_ms
 //   [[models]] name, path, capability ("text" | "embedding"), role (a
 //             ResidentRoleName), idle_ttl (duration: "30s", "5m", "1h", or
-//             integer seconds), parallel, ctx
+//             integer seconds), parallel, ctx, residency ("unpinned" |
+//             "pinned_system" | "pinned_device")
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -37,6 +42,7 @@
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
+#include "arbiter/weights/weight_cache.h"
 
 namespace arbiter {
 
@@ -81,6 +87,26 @@ struct PressureSettings {
   int64_t psi_quiet_ms = 10000;          // no trigger this long → the level decays
 };
 
+// The weight runtime's `[memory]` keys (reference/seed-runtime-weights.md
+// §3, docs/config.md "[memory]").
+struct WeightSettings {
+  // The device arena (a cpu arena in RAM here), bytes; 0 = the budget.
+  std::string device_arena_text;         // as written ("" = default)
+  uint64_t device_arena_bytes = 0;
+  double weight_cache_fraction = kDefaultWeightFraction;  // (0, 1]
+  double wiggle_fraction = kDefaultWeightWiggle;          // [0, 1)
+  // Host floors in POSIX shared memory, one copy per node for every arbiter
+  // process serving the same model files.
+  bool shared_host_weights = false;
+  uint32_t shared_host_weights_mode = 0600;  // permission bits of the regions
+  // Region name prefix: /dev/shm/<prefix>-<model>-<digest>. Processes that
+  // should share floors use the same prefix; regions under it whose model is
+  // not configured here are swept at startup when no process holds them.
+  std::string shared_host_weights_prefix = "arbiter";
+  ResidencyMode mode = ResidencyMode::kSelfManaged;
+  uint64_t compaction_interval = 0;          // compact after every N-th load; 0 = never
+};
+
 struct ModelEntry {
   std::string name;                      // the "model" of requests
   std::string path;                      // model directory (absolute after load)
@@ -91,6 +117,9 @@ struct ModelEntry {
   std::optional<ResidentRole> role;
   // Unload the model once idle (no request using it) this long; empty = never.
   std::optional<int64_t> idle_ttl_ms;
+  // Weight residency floor (WeightCache): unpinned, pinned_system (a host
+  // floor is kept), pinned_device (always in the device arena).
+  ResidencyState residency = ResidencyState::kUnpinned;
 };
 
 struct Config {
@@ -100,6 +129,7 @@ struct Config {
   std::string headroom_text;             // as written ("" = default 1536MiB)
   uint64_t headroom_bytes = kDefaultHeadroomBytes;  // [memory] headroom
   PressureSettings pressure;
+  WeightSettings weights;
   std::vector<ModelEntry> models;
   std::string state_dir;                 // resolved by the CLI
   std::vector<std::string> warnings;     // unknown keys etc., for logging

@@ -14,42 +14,97 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
+#include "arbiter/engine/engine.h"
+#include "arbiter/memory/device_backend.h"
+#include "arbiter/memory/memory_ledger.h"
 #include "arbiter/server/config.h"
+#include "arbiter/weights/weight_cache.h"
+#include "arbiter/weights/weight_store.h"
 
 namespace arbiter {
 
-// The cheap check (startup also parses tokenizer.json). Returns the
-// estimated resident bytes: f32 weights (the engine converts at load) + KV
-// caches (parallel × layers × 2 × ctx × kv_heads × head_dim × 4).
+// What a model costs, in bytes, split by who charges it: the engine's own
+// memory (every slot's KV cache and activation scratch; the MemoryArbiter
+// charges it to the model's entry, kind kv_slot) and its compute-ready
+// weights (f32 compute layout; the WeightCache charges them, kinds
+// device_weights and host_floor).
+struct ModelFootprint {
+  size_t engine_bytes = 0;
+  size_t weight_bytes = 0;
+};
+
+// The engine options of a [[models]] entry (ctx, parallel), with its weights
+// in `cache` under the entry's name (null: a private cache).
+EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache);
+
+// The cheap check (startup also parses tokenizer.json): config.json parses,
+// tokenizer.json exists, the safetensors headers are valid. Reads headers
+// only.
 // Errors: those of the format readers (kNotFound, kDataLoss, kUnimplemented),
 // naming the file.
-Result<size_t> EstimateModelBytes(const ModelEntry& entry);
+Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry);
 
-// Loads one model: runs EstimateModelBytes, then Engine::Load with
-// n_ctx = ctx, n_slots = parallel (load errors name the model directory). The
-// backend is a std::shared_ptr<Engine> (ArbiterHandle::backend<Engine>()); its
-// measured size is weight_bytes() + kv_bytes().
-Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry);
+// Loads one model's engine (Engine::Load with n_ctx = ctx, n_slots =
+// parallel) over `cache`, registering the model's weights there first if
+// they are not yet (a model fixed on disk since startup). Load errors name
+// the model directory. The backend is a std::shared_ptr<Engine>
+// (ArbiterHandle::backend<Engine>()); its measured size is kv_bytes(); when
+// the arbiter frees it (unload) the model's device weights are evicted from
+// the cache too (WeightCache::Evict; a pinned_device copy and a host floor
+// stay).
+Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache);
 
 // The registration of `capability` for every entry of that capability
-// (model key = entry name, per-model estimates from `estimated_bytes`);
-// swap_same_role is off, so several configured models of one capability may
-// stay resident together (the budget still evicts them LRU-first). Each
-// entry's `role` and `idle_ttl_ms` reach the arbiter through role_for /
-// idle_ttl_for.
+// (model key = entry name, per-model estimates of the engine bytes from
+// `estimated_bytes`, charge kind kv_slot); swap_same_role is off, so several
+// configured models of one capability may stay resident together (the
+// budget still evicts them LRU-first). Each entry's `role` and `idle_ttl_ms`
+// reach the arbiter through role_for / idle_ttl_for.
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
-    const std::map<std::string, size_t>& estimated_bytes);
+    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache);
 
-// Registers every model of `config` (see the policy above) and, with
-// preload, loads them in order. Logs each model's outcome. Returns an error
-// only for a registration bug (duplicate name); broken models are not errors.
-Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter);
+// Registers every model of `config` (see the policy above): its weights in
+// `cache` (Engine::WeightModelFor with the entry's residency; skipped for a
+// broken model) and its engine in `arbiter`. Then applies the pinned
+// residencies (WeightCache::PreloadPinned: device-pinned weights first, at
+// the arena's base; host floors of pinned_system models) and, with [server]
+// preload, loads every model in order. Logs each model's
+// outcome. Returns an error only for a registration bug (duplicate name);
+// broken models are not errors.
+Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache);
+
+// The weight runtime of `arbiter serve`: the device arena, the host-floor
+// store and the WeightCache over them. Destroy in reverse order (cache,
+// store, device); the cache must outlive the MemoryArbiter whose engines use
+// it.
+struct ServeWeights {
+  std::unique_ptr<DeviceBackend> device;
+  std::unique_ptr<WeightStore> store;
+  std::unique_ptr<WeightCache> cache;
+  ~ServeWeights() {
+    cache.reset();
+    store.reset();
+  }
+};
+
+// Builds it from [memory]: a "cpu" arena of device_arena bytes (default: the
+// budget; mapped lazily, so it costs RAM only as weights are loaded), a
+// SharedWeightStore (shared_host_weights; its mode and prefix) or the
+// private store, and a WeightCache charging `ledger` whose reclaim hook is
+// `reclaim`. With a shared store, holder-free regions under the prefix of
+// models not in `config` are swept (logged).
+// Errors: kInvalidArgument / kResourceExhausted from the device, store or
+// cache, naming the [memory] key.
+Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
+    const Config& config, MemoryLedger* ledger, std::function<uint64_t(uint64_t)> reclaim);
 
 }  // namespace arbiter

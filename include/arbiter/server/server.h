@@ -10,12 +10,27 @@
 //   POST /v1/completions          non-streaming and SSE streaming
 //   POST /v1/embeddings
 //   GET  /admin/status            the MemoryArbiter's stats snapshot (budget,
-//                                 charged bytes, pressure, per-model role,
-//                                 state, residency, ref_count, bytes)
+//                                 charged bytes by kind, pressure, per-model
+//                                 role, state, ref_count, bytes, and the
+//                                 weights' residency, device_resident,
+//                                 host_resident, weight_bytes), the
+//                                 "weight_cache" snapshot and the device
+//                                 "pool" stats
 //   POST /admin/pressure          {"level","free_mb"} → the pressure bridge
 //   POST /admin/models/{name}/load    acquire + release: loaded, unpinned
 //   POST /admin/models/{name}/unload  ?timeout_ms= (default 10000); 409 while
 //                                 held by requests
+//   POST /admin/models/{name}/residency {"target": "unpinned" |
+//                                 "pinned_system" | "pinned_device"}: the
+//                                 weights' residency floor (WeightCache::
+//                                 SetResidency, either mode); 404 unknown
+//                                 model, 400 bad target, 409 a pin that cannot
+//                                 fit (with the reason)
+//   POST /admin/compact           {"reload": [names]} (body optional): frees
+//                                 every idle on-demand device copy, reloads
+//                                 the listed models → {"reloaded",
+//                                 "resident_bytes_after", "freed_bytes",
+//                                 "skipped_leased"}
 //   GET  /admin/events            SSE: `event: <type>\ndata: <json>` per
 //                                 arbiter event; a bounded queue per client
 //                                 (oldest dropped, reported as `event:
@@ -34,6 +49,8 @@
 // or route, 408, 409 (unload of a held model), 413, 503 + Retry-After when
 // the budget refuses (code "budget_exceeded"), critical memory pressure
 // refuses a non-text model (code "memory_pressure") or the arbiter is busy,
+// 503 + Retry-After (code "not_resident") in externally-managed mode for a
+// model whose weights are not device-resident (the reference's message),
 // 503 (no Retry-After, code "model_load_failed") when the model failed to
 // load, 500 only for bugs.
 //
@@ -57,6 +74,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/memory/memory_pressure.h"
 #include "arbiter/server/config.h"
+#include "arbiter/weights/weight_cache.h"
 
 namespace arbiter {
 
@@ -68,8 +86,13 @@ class Server {
   // /admin/pressure answers 503) receives POST /admin/pressure and must
   // outlive the Server; `pressure_source` names the OS source for
   // /admin/status.
+  // `weights` (may be null: no residency/compact routes, no weight fields)
+  // is the WeightCache the engines compute from; it must outlive the Server.
+  // Critical memory pressure demotes its idle device copies to their floors
+  // (WeightCache::EvictIdle).
   Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel = 1,
-         BridgePressureSource* pressure_bridge = nullptr, std::string pressure_source = "");
+         BridgePressureSource* pressure_bridge = nullptr, std::string pressure_source = "",
+         WeightCache* weights = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -41,8 +41,9 @@
 //   - Ledger: every device byte (kDeviceWeights) and host-floor byte
 //     (kHostFloor) is charged to the MemoryLedger with owner
 //     "weights::<key>", with TryCharge: when the ledger is full the cache
-//     first evicts its own idle device copies, then asks `reclaim` (the
-//     MemoryArbiter, wired by the server) to free the rest; if it still does
+//     first asks `reclaim` (the MemoryArbiter, wired by the server: it evicts
+//     idle models by role priority) to free the rest, then evicts its own
+//     idle device copies (LRU, text models' too); if it still does
 //     not fit it fails with kResourceExhausted — unless nothing else holds a
 //     lease, when it charges anyway (the one over-budget exception, logged
 //     and counted by the ledger).

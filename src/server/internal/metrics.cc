@@ -57,7 +57,58 @@ ServerMetrics::ServerMetrics()
       model_bytes_(BuildGauge()
                        .Name("arbiter_model_bytes")
                        .Help("Model size in bytes (measured once loaded, else estimated)")
-                       .Register(*registry_)) {}
+                       .Register(*registry_)),
+      charged_by_kind_(BuildGauge()
+                           .Name("arbiter_memory_charged_by_kind_bytes")
+                           .Help("Bytes charged to the memory ledger, by kind")
+                           .Register(*registry_)),
+      weight_loads_(BuildCounter()
+                        .Name("arbiter_weight_cache_loads_total")
+                        .Help("Weight loads into the device arena")
+                        .Register(*registry_)),
+      weight_evicts_(BuildCounter()
+                         .Name("arbiter_weight_cache_evicts_total")
+                         .Help("Device weight copies evicted")
+                         .Register(*registry_)),
+      weight_load_seconds_(BuildCounter()
+                               .Name("arbiter_weight_cache_load_seconds_total")
+                               .Help("Seconds spent loading weights into the device arena")
+                               .Register(*registry_)),
+      weight_compactions_(BuildCounter()
+                              .Name("arbiter_weight_cache_compactions_total")
+                              .Help("Device arena compactions")
+                              .Register(*registry_)),
+      model_weights_resident_(BuildGauge()
+                                  .Name("arbiter_model_weights_resident")
+                                  .Help("1 when the model's weights are in the device arena")
+                                  .Register(*registry_)),
+      model_weights_pinned_(BuildGauge()
+                                .Name("arbiter_model_weights_pinned")
+                                .Help("Residency: 0 unpinned, 1 pinned_system, 2 pinned_device")
+                                .Register(*registry_)),
+      model_weight_bytes_(BuildGauge()
+                              .Name("arbiter_model_weight_bytes")
+                              .Help("Bytes of the model's compute-ready weights")
+                              .Register(*registry_)) {
+  // Plain gauges of the weight runtime: one family each.
+  const std::pair<const char*, const char*> kWeightGauges[] = {
+      {"arbiter_weight_cache_resident_bytes", "Device bytes of on-demand (not device-pinned) weights"},
+      {"arbiter_weight_cache_max_bytes", "The on-demand weight budget in bytes"},
+      {"arbiter_weight_cache_pinned_bytes", "Device bytes of device-pinned weights"},
+      {"arbiter_weight_cache_max_scratch_bytes", "Scratch reserved in the arena (largest model's)"},
+      {"arbiter_weight_pool_bytes", "Arena bytes for weights, pinned included"},
+      {"arbiter_host_floor_bytes", "Bytes of host weight floors held"},
+      {"arbiter_device_memory_in_use_bytes", "Device arena bytes allocated"},
+      {"arbiter_device_memory_limit_bytes", "Device arena size in bytes"},
+      {"arbiter_device_memory_free_bytes", "Device arena bytes free"},
+      {"arbiter_device_memory_peak_bytes", "Largest device arena allocation total seen"},
+      {"arbiter_device_memory_largest_free_block_bytes", "Largest free block of the arena"},
+  };
+  for (const auto& [name, help] : kWeightGauges) {
+    weight_gauge_by_name_[name] =
+        &BuildGauge().Name(name).Help(help).Register(*registry_).Add({});
+  }
+}
 
 void ServerMetrics::OnEvent(const ArbiterEvent& e) {
   switch (e.type) {
@@ -82,9 +133,46 @@ void ServerMetrics::OnHttpRequest(std::string_view route, int status) {
       .Increment();
 }
 
-std::string ServerMetrics::Scrape(const ArbiterStats& s) {
+std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnapshot& ledger,
+                                  const WeightCacheStats* w) {
   {
     MutexLock l(&mu_);
+    for (size_t k = 0; k < kChargeKindCount; ++k) {
+      charged_by_kind_.Add({{"kind", std::string(ChargeKindName(static_cast<ChargeKind>(k)))}})
+          .Set(static_cast<double>(ledger.by_kind[k]));
+    }
+    if (w != nullptr) {
+      auto set = [this](const char* name, uint64_t v) {
+        mu_.AssertHeld();
+        weight_gauge_by_name_.at(name)->Set(static_cast<double>(v));
+      };
+      set("arbiter_weight_cache_resident_bytes", w->resident_bytes);
+      set("arbiter_weight_cache_max_bytes", w->max_bytes);
+      set("arbiter_weight_cache_pinned_bytes", w->pinned_bytes);
+      set("arbiter_weight_cache_max_scratch_bytes", w->max_scratch_bytes);
+      set("arbiter_weight_pool_bytes", w->budget.weight_pool);
+      set("arbiter_host_floor_bytes", w->host_bytes);
+      set("arbiter_device_memory_in_use_bytes", w->pool.in_use_bytes);
+      set("arbiter_device_memory_limit_bytes", w->pool.limit_bytes);
+      set("arbiter_device_memory_free_bytes", w->pool.free_bytes);
+      set("arbiter_device_memory_peak_bytes", w->pool.peak_in_use_bytes);
+      set("arbiter_device_memory_largest_free_block_bytes", w->pool.largest_free_block_bytes);
+      // Cumulative snapshot values → counter increments.
+      auto advance = [](prometheus::Counter& c, auto now, auto* seen) {
+        if (now > *seen) c.Increment(static_cast<double>(now - *seen));
+        *seen = now;
+      };
+      advance(weight_loads_.Add({}), w->loads, &weight_loads_seen_);
+      advance(weight_evicts_.Add({}), w->evicts, &weight_evicts_seen_);
+      advance(weight_compactions_.Add({}), w->compactions, &weight_compactions_seen_);
+      advance(weight_load_seconds_.Add({}), w->load_seconds, &weight_load_seconds_seen_);
+      for (const WeightModelStats& m : w->models) {
+        const prometheus::Labels labels{{"model", m.key}};
+        model_weights_resident_.Add(labels).Set(m.device_resident ? 1 : 0);
+        model_weights_pinned_.Add(labels).Set(static_cast<double>(static_cast<int>(m.residency)));
+        model_weight_bytes_.Add(labels).Set(static_cast<double>(m.weight_bytes));
+      }
+    }
     pressure_level_.Set(static_cast<double>(static_cast<int>(s.pressure)));
     budget_bytes_.Set(static_cast<double>(s.budget_bytes));
     charged_bytes_.Set(static_cast<double>(s.charged_bytes));

@@ -15,6 +15,21 @@
 //   arbiter_memory_resident_bytes
 //   arbiter_model_resident{model,capability} 1 loaded, else 0
 //   arbiter_model_bytes{model,capability}    measured (or estimated) size
+//   arbiter_memory_charged_by_kind_bytes{kind}  ledger bytes per ChargeKind
+// Weight runtime (WeightCacheStats at scrape time; reference
+// seed-runtime-weights.md §3 "Metrics" under the arbiter_ prefix):
+//   arbiter_weight_cache_resident_bytes, arbiter_weight_cache_max_bytes,
+//   arbiter_weight_cache_pinned_bytes, arbiter_weight_cache_max_scratch_bytes,
+//   arbiter_weight_pool_bytes, arbiter_host_floor_bytes       gauges
+//   arbiter_weight_cache_loads_total, arbiter_weight_cache_evicts_total,
+//   arbiter_weight_cache_load_seconds_total,
+//   arbiter_weight_cache_compactions_total                     counters
+//   arbiter_model_weights_resident{model}   1 device-resident, else 0
+//   arbiter_model_weights_pinned{model}     0 unpinned, 1 pinned_system,
+//                                           2 pinned_device
+//   arbiter_model_weight_bytes{model}       the model's compute layout
+//   arbiter_device_memory_in_use_bytes, _limit_bytes, _free_bytes,
+//   _peak_bytes, _largest_free_block_bytes   the device arena's pool
 // HTTP:
 //   arbiter_http_requests_total{route,code}  route is the route pattern
 //                                            ("/admin/models/{name}/load"),
@@ -37,6 +52,8 @@
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/mutex.h"
+#include "arbiter/memory/memory_ledger.h"
+#include "arbiter/weights/weight_cache.h"
 
 namespace arbiter::server_internal {
 
@@ -49,7 +66,9 @@ class ServerMetrics {
   void OnHttpRequest(std::string_view route, int status);
   // Refreshes the snapshot-driven series from `stats` and returns the text
   // exposition of every series.
-  std::string Scrape(const ArbiterStats& stats) EXCLUDES(mu_);
+  // `weights` may be null (no weight series then).
+  std::string Scrape(const ArbiterStats& stats, const MemoryLedgerSnapshot& ledger,
+                     const WeightCacheStats* weights) EXCLUDES(mu_);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -64,9 +83,24 @@ class ServerMetrics {
   prometheus::Gauge& resident_bytes_;
   prometheus::Family<prometheus::Gauge>& model_resident_;
   prometheus::Family<prometheus::Gauge>& model_bytes_;
+  prometheus::Family<prometheus::Gauge>& charged_by_kind_;
+  // Weight runtime.
+  prometheus::Family<prometheus::Counter>& weight_loads_;
+  prometheus::Family<prometheus::Counter>& weight_evicts_;
+  prometheus::Family<prometheus::Counter>& weight_load_seconds_;
+  prometheus::Family<prometheus::Counter>& weight_compactions_;
+  prometheus::Family<prometheus::Gauge>& model_weights_resident_;
+  prometheus::Family<prometheus::Gauge>& model_weights_pinned_;
+  prometheus::Family<prometheus::Gauge>& model_weight_bytes_;
 
   Mutex mu_;  // serializes scrapes
   std::map<std::string, uint64_t> failures_seen_ GUARDED_BY(mu_);  // resident key → count
+  // Weight counters already added (the snapshot is cumulative).
+  uint64_t weight_loads_seen_ GUARDED_BY(mu_) = 0;
+  uint64_t weight_evicts_seen_ GUARDED_BY(mu_) = 0;
+  uint64_t weight_compactions_seen_ GUARDED_BY(mu_) = 0;
+  double weight_load_seconds_seen_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, prometheus::Gauge*> weight_gauge_by_name_ GUARDED_BY(mu_);
 };
 
 }  // namespace arbiter::server_internal
