@@ -1,0 +1,622 @@
+// WeightCache: the reference's acceptance list (reference/seed-runtime-weights.md
+// §5 items 1–9), its defects 6–8, the ledger and the lease rules.
+#include "arbiter/weights/weight_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arbiter/memory/device_backend.h"
+#include "arbiter/memory/memory_ledger.h"
+
+namespace arbiter {
+namespace {
+
+bool Contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A model of `n` f32 tensors of `floats` elements; fill writes
+// value(i, j) = seed + i * 1000 + j and counts its calls.
+struct FakeModel {
+  std::string key;
+  int n = 2;
+  size_t floats = 256;  // 1 KiB per tensor
+  float seed = 1;
+  std::shared_ptr<std::atomic<int>> fills = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<bool>> poisoned = std::make_shared<std::atomic<bool>>(false);
+
+  WeightModel Make(ResidencyState residency = ResidencyState::kUnpinned,
+                   uint64_t scratch = 0) const {
+    WeightModel m;
+    m.key = key;
+    for (int i = 0; i < n; ++i) {
+      m.specs.push_back(WeightSpec{"t" + std::to_string(i), DType::kF32,
+                                   {static_cast<int64_t>(floats)}});
+    }
+    m.digest = 42;
+    m.residency = residency;
+    m.scratch_bytes = scratch;
+    auto fills_ = fills;
+    auto poisoned_ = poisoned;
+    const float s = seed;
+    const size_t f = floats;
+    m.fill = [fills_, poisoned_, s, f](const std::vector<void*>& arrays) -> Status {
+      // Reference test 5: a poisoned file must not be read.
+      if (poisoned_->load()) return DataLossError("poisoned file read");
+      fills_->fetch_add(1);
+      for (size_t i = 0; i < arrays.size(); ++i) {
+        float* p = static_cast<float*>(arrays[i]);
+        for (size_t j = 0; j < f; ++j) p[j] = s + static_cast<float>(i * 1000 + j);
+      }
+      return OkStatus();
+    };
+    return m;
+  }
+  uint64_t bytes() const { return static_cast<uint64_t>(n) * floats * sizeof(float); }
+};
+
+class WeightCacheTest : public ::testing::Test {
+ protected:
+  // An arena in RAM whose on-demand budget (wiggle 0, fraction 1) holds
+  // `budget_models` models of `model_bytes`.
+  void MakeCache(uint64_t arena_bytes, ResidencyMode mode = ResidencyMode::kSelfManaged,
+                 uint64_t ledger_budget = 0, uint64_t compaction_interval = 0) {
+    Result<std::unique_ptr<CpuDeviceBackend>> d = CpuDeviceBackend::Create(arena_bytes);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    device_ = std::move(d).value();
+    ledger_ = std::make_unique<MemoryLedger>(ledger_budget);
+    WeightCacheOptions o;
+    o.device = device_.get();
+    o.ledger = ledger_.get();
+    o.mode = mode;
+    o.wiggle = 0;
+    o.compaction_interval = compaction_interval;
+    o.reclaim = [this](uint64_t bytes) -> uint64_t {
+      reclaim_calls_++;
+      return reclaim_ ? reclaim_(bytes) : 0;
+    };
+    Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(std::move(o));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cache_ = std::move(c).value();
+  }
+
+  WeightModelStats ModelStats(const std::string& key) {
+    for (const WeightModelStats& m : cache_->Stats().models) {
+      if (m.key == key) return m;
+    }
+    ADD_FAILURE() << "no model " << key;
+    return {};
+  }
+
+  // The ledger equals the cache's own books (device + floors).
+  void ExpectLedgerMatches() {
+    WeightCacheStats s = cache_->Stats();
+    MemoryLedgerSnapshot l = ledger_->Snapshot();
+    EXPECT_EQ(l.kind_bytes(ChargeKind::kDeviceWeights), s.resident_bytes + s.pinned_bytes);
+    EXPECT_EQ(l.kind_bytes(ChargeKind::kHostFloor), s.host_bytes);
+    EXPECT_EQ(s.pool.in_use_bytes, s.resident_bytes + s.pinned_bytes);
+  }
+
+  std::unique_ptr<CpuDeviceBackend> device_;
+  std::unique_ptr<MemoryLedger> ledger_;
+  std::unique_ptr<WeightCache> cache_;
+  std::function<uint64_t(uint64_t)> reclaim_;
+  int reclaim_calls_ = 0;
+};
+
+// §5 item 1.
+TEST_F(WeightCacheTest, FirstAcquireLoadsSecondDoesNotReload) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  {
+    Result<WeightLease> l = cache_->Acquire("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_EQ(l->size(), 2u);
+    const float* t1 = static_cast<const float*>(l->tensor(1));
+    EXPECT_EQ(t1[5], 1 + 1000 + 5);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(l->tensor(0)) % 64, 0u);
+  }
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_EQ(s.loads, 1u);
+  EXPECT_EQ(s.evicts, 0u);
+  EXPECT_EQ(a.fills->load(), 1);
+  EXPECT_EQ(ModelStats("a").last_load_source, WeightLoadSource::kFile);
+  ExpectLedgerMatches();
+}
+
+// §5 item 2.
+TEST_F(WeightCacheTest, BudgetOfOneModelEvictsTheOtherAndFreesItsBuffers) {
+  MakeCache(3 << 10);  // on-demand budget 3 KiB: one 2 KiB model
+  FakeModel a{"a"}, b{"b", 2, 256, 7};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  Result<WeightLease> lb = cache_->Acquire("b");
+  ASSERT_TRUE(lb.ok());
+  EXPECT_EQ(static_cast<const float*>(lb->tensor(0))[0], 7);
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_TRUE(ModelStats("b").device_resident);
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_EQ(s.evicts, 1u);
+  EXPECT_EQ(s.pool.live_blocks, 1u);
+  EXPECT_LE(s.resident_bytes, s.max_bytes);
+  ExpectLedgerMatches();
+}
+
+TEST_F(WeightCacheTest, LeasedModelsAreNeverVictims) {
+  MakeCache(3 << 10);
+  FakeModel a{"a"}, b{"b"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  Result<WeightLease> la = cache_->Acquire("a");
+  ASSERT_TRUE(la.ok());
+  const void* before = la->tensor(0);
+  // b does not fit beside a in the budget, but a is leased: b still loads
+  // (the arena has room), and a stays where it is.
+  Result<WeightLease> lb = cache_->Acquire("b");
+  ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+  EXPECT_TRUE(ModelStats("a").device_resident);
+  EXPECT_EQ(la->tensor(0), before);
+  EXPECT_EQ(static_cast<const float*>(la->tensor(0))[3], 1 + 3);
+  // Once both are released the next load restores the budget.
+  la->Release();
+  lb->Release();
+  FakeModel c{"c"};
+  ASSERT_TRUE(cache_->Register(c.Make()).ok());
+  ASSERT_TRUE(cache_->Acquire("c").ok());
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_LE(s.resident_bytes, s.max_bytes);
+}
+
+// §5 item 3.
+TEST_F(WeightCacheTest, PinnedDeviceModelIsResidentFromTheStartAndNeverFreed) {
+  MakeCache(8 << 10);
+  FakeModel p{"p"}, a{"a"}, b{"b"}, c{"c"};
+  ASSERT_TRUE(cache_->Register(p.Make(ResidencyState::kPinnedDevice)).ok());
+  for (FakeModel* m : {&a, &b, &c}) ASSERT_TRUE(cache_->Register(m->Make()).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  ASSERT_TRUE(ModelStats("p").device_resident);
+  uintptr_t addr;
+  {
+    Result<WeightLease> l = cache_->Acquire("p");
+    ASSERT_TRUE(l.ok());
+    addr = l->device_address(0);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(cache_->Acquire(k).ok());
+  }
+  ASSERT_TRUE(cache_->Compact({}).ok());
+  EXPECT_EQ(cache_->EvictIdle(UINT64_MAX), 0u);
+  Result<WeightLease> l = cache_->Acquire("p");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->device_address(0), addr);
+  EXPECT_EQ(ModelStats("p").loads, 1u);
+  EXPECT_EQ(ModelStats("p").evicts, 0u);
+  // Pinned models are outside the on-demand budget.
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_EQ(s.pinned_bytes, p.bytes());
+  EXPECT_EQ(s.budget.on_demand_budget, s.budget.weight_pool - p.bytes());
+}
+
+// §5 item 4.
+TEST_F(WeightCacheTest, ModelHundredTimesTheBudgetLoadsWithAWarning) {
+  Result<std::unique_ptr<CpuDeviceBackend>> cpu = CpuDeviceBackend::Create(16 << 20);
+  ASSERT_TRUE(cpu.ok());
+  WeightCacheOptions o;
+  o.device = cpu->get();
+  o.fraction = 0.01;  // on-demand budget ≈ 164 KiB of the 16 MiB arena
+  o.wiggle = 0;
+  Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(std::move(o));
+  ASSERT_TRUE(c.ok());
+  WeightCache& cache = **c;
+  FakeModel small{"small"};
+  FakeModel big{"big", 1, 16000 * 1024 / 4};  // 16000 KiB
+  ASSERT_TRUE(cache.Register(small.Make()).ok());
+  ASSERT_TRUE(cache.Register(big.Make()).ok());
+  ASSERT_TRUE(cache.Acquire("small").ok());
+  const uint64_t budget = cache.Stats().max_bytes;
+  ASSERT_GE(big.bytes(), 95 * budget);
+  Result<WeightLease> l = cache.Acquire("big");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(static_cast<const float*>(l->tensor(0))[100], 1 + 100);
+  WeightCacheStats s = cache.Stats();
+  EXPECT_EQ(s.oversize_loads, 1u);
+  EXPECT_EQ(s.evicts, 1u);  // everything evictable went first
+  EXPECT_FALSE(s.models[0].device_resident);
+}
+
+// §5 item 5.
+TEST_F(WeightCacheTest, WithAHostFloorTheLoadNeverTouchesTheFile) {
+  MakeCache(3 << 10);
+  FakeModel a{"a"}, b{"b"};
+  ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kPinnedSystem)).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  EXPECT_TRUE(ModelStats("a").host_resident);
+  EXPECT_EQ(a.fills->load(), 1);
+  a.poisoned->store(true);  // any read of the file now fails
+  for (int round = 0; round < 3; ++round) {
+    Result<WeightLease> la = cache_->Acquire("a");
+    ASSERT_TRUE(la.ok()) << la.status().ToString();
+    EXPECT_EQ(static_cast<const float*>(la->tensor(1))[9], 1 + 1000 + 9);
+    la->Release();
+    ASSERT_TRUE(cache_->Acquire("b").ok());  // evicts a's device copy
+  }
+  EXPECT_EQ(a.fills->load(), 1);
+  EXPECT_EQ(ModelStats("a").loads, 3u);
+  EXPECT_EQ(ModelStats("a").last_load_source, WeightLoadSource::kFloor);
+  ExpectLedgerMatches();
+}
+
+// §5 item 6.
+TEST_F(WeightCacheTest, ExternallyManagedResidencyTransitions) {
+  MakeCache(64 << 10, ResidencyMode::kExternallyManaged);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  Result<WeightLease> l = cache_->Acquire("a");
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(IsNotResident(l.status()));
+  EXPECT_EQ(l.status().message(),
+            "model 'a' is not resident on the device; the control plane must pin it before "
+            "inference");
+  // → PINNED_DEVICE: resident, outside the LRU.
+  ASSERT_TRUE(cache_->SetResidency("a", ResidencyState::kPinnedDevice).ok());
+  EXPECT_TRUE(ModelStats("a").device_resident);
+  EXPECT_EQ(cache_->Stats().pinned_bytes, a.bytes());
+  EXPECT_EQ(cache_->Stats().resident_bytes, 0u);
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  // → PINNED_SYSTEM: keeps a floor, frees the device copy.
+  Result<ResidencyState> prev = cache_->SetResidency("a", ResidencyState::kPinnedSystem);
+  ASSERT_TRUE(prev.ok());
+  EXPECT_EQ(*prev, ResidencyState::kPinnedDevice);
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_TRUE(ModelStats("a").host_resident);
+  EXPECT_TRUE(IsNotResident(cache_->Acquire("a").status()));
+  // → UNPINNED: drops the floor.
+  ASSERT_TRUE(cache_->SetResidency("a", ResidencyState::kUnpinned).ok());
+  EXPECT_FALSE(ModelStats("a").host_resident);
+  EXPECT_EQ(ledger_->charged_bytes(), 0u);
+  // The floor was made from the device copy, never from the file again.
+  EXPECT_EQ(a.fills->load(), 1);
+}
+
+TEST_F(WeightCacheTest, ExternallyManagedDemotionOfALeasedModelFreesAfterTheLease) {
+  MakeCache(64 << 10, ResidencyMode::kExternallyManaged);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kPinnedDevice)).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  Result<WeightLease> l = cache_->Acquire("a");
+  ASSERT_TRUE(l.ok());
+  ASSERT_TRUE(cache_->SetResidency("a", ResidencyState::kUnpinned).ok());
+  EXPECT_TRUE(ModelStats("a").device_resident);  // in use: not yanked
+  EXPECT_EQ(static_cast<const float*>(l->tensor(0))[1], 2);
+  l->Release();
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  ExpectLedgerMatches();
+}
+
+// §5 item 7 (the cache's part; the HTTP status is tested end to end).
+TEST_F(WeightCacheTest, StatusReportsModeAndPerModelStateUnknownFails) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kPinnedSystem)).ok());
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_EQ(s.mode, ResidencyMode::kSelfManaged);
+  ASSERT_EQ(s.models.size(), 1u);
+  EXPECT_EQ(s.models[0].residency, ResidencyState::kPinnedSystem);
+  EXPECT_EQ(s.models[0].weight_bytes, a.bytes());
+  EXPECT_FALSE(s.models[0].device_resident);
+  EXPECT_EQ(cache_->Acquire("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache_->SetResidency("nope", ResidencyState::kUnpinned).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(cache_->Evict("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache_->ReleaseAll("nope").code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache_->Compact({"nope"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache_->Register(a.Make()).code(), StatusCode::kAlreadyExists);
+}
+
+// §5 item 8.
+TEST_F(WeightCacheTest, CompactionFreesOnDemandLeavesPinnedAndReloadsOnlyTheList) {
+  MakeCache(16 << 10);
+  FakeModel p{"p"}, a{"a"}, b{"b"};
+  ASSERT_TRUE(cache_->Register(p.Make(ResidencyState::kPinnedDevice)).ok());
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  std::vector<float> pinned_before(p.floats);
+  uintptr_t pinned_addr;
+  {
+    Result<WeightLease> l = cache_->Acquire("p");
+    ASSERT_TRUE(l.ok());
+    pinned_addr = l->device_address(0);
+    std::memcpy(pinned_before.data(), l->tensor(0), p.floats * 4);
+  }
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  Result<CompactResult> r = cache_->Compact({});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reloaded, 0);
+  EXPECT_EQ(r->freed_bytes, a.bytes() + b.bytes());
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_EQ(s.resident_bytes, 0u);
+  EXPECT_EQ(s.compactions, 1u);
+  EXPECT_EQ(r->resident_bytes_after, p.bytes());
+  EXPECT_EQ(s.pool.free_blocks, 1u);  // coalesced above the pinned model
+  {
+    Result<WeightLease> l = cache_->Acquire("p");
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(l->device_address(0), pinned_addr);
+    EXPECT_EQ(std::memcmp(pinned_before.data(), l->tensor(0), p.floats * 4), 0);
+  }
+  // The next dispatch reloads.
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  EXPECT_EQ(ModelStats("a").loads, 2u);
+  // reload = [b] reloads b only.
+  r = cache_->Compact({"b"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reloaded, 1);
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_TRUE(ModelStats("b").device_resident);
+  EXPECT_EQ(r->resident_bytes_after, p.bytes() + b.bytes());
+  ExpectLedgerMatches();
+}
+
+TEST_F(WeightCacheTest, CompactionLeavesLeasedModelsInPlace) {
+  MakeCache(16 << 10);
+  FakeModel a{"a"}, b{"b"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  Result<WeightLease> la = cache_->Acquire("a");
+  ASSERT_TRUE(la.ok());
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  Result<CompactResult> r = cache_->Compact({});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->skipped_leased, std::vector<std::string>{"a"});
+  EXPECT_TRUE(ModelStats("a").device_resident);
+  EXPECT_FALSE(ModelStats("b").device_resident);
+}
+
+// §5 item 9.
+TEST_F(WeightCacheTest, AutoCompactionRunsAfterTheSecondLoad) {
+  MakeCache(16 << 10, ResidencyMode::kSelfManaged, 0, /*compaction_interval=*/2);
+  FakeModel a{"a"}, b{"b"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  EXPECT_EQ(cache_->Stats().compactions, 0u);
+  Result<WeightLease> lb = cache_->Acquire("b");
+  ASSERT_TRUE(lb.ok());
+  EXPECT_EQ(cache_->Stats().compactions, 1u);
+  // b (just loaded, leased) stays; a was freed and reloads lazily.
+  EXPECT_TRUE(ModelStats("b").device_resident);
+  EXPECT_FALSE(ModelStats("a").device_resident);
+}
+
+// Defect 6.
+TEST_F(WeightCacheTest, FailedTransferFreesWhatItHadTransferred) {
+  Result<std::unique_ptr<DeviceBackend>> d = MakeDeviceBackend("fake", 1 << 20);
+  ASSERT_TRUE(d.ok());
+  auto* fake = static_cast<FakeDeviceBackend*>(d->get());
+  MemoryLedger ledger;
+  PrivateWeightStore store;
+  WeightCacheOptions o;
+  o.device = fake;
+  o.ledger = &ledger;
+  o.store = &store;
+  Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(std::move(o));
+  ASSERT_TRUE(c.ok());
+  FakeModel a{"a", 4};
+  ASSERT_TRUE((*c)->Register(a.Make(ResidencyState::kPinnedSystem)).ok());
+  ASSERT_TRUE((*c)->SetResidency("a", ResidencyState::kPinnedSystem).ok());
+  fake->FailNthCopy(3, StatusCode::kInternal);  // tensors 0, 1 copied, 2 fails
+  Result<WeightLease> l = (*c)->Acquire("a");
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(Contains(l.status().message(), "weights of 'a'")) << l.status().message();
+  WeightCacheStats s = (*c)->Stats();
+  EXPECT_EQ(s.pool.in_use_bytes, 0u);
+  EXPECT_EQ(s.resident_bytes, 0u);
+  EXPECT_EQ(ledger.Snapshot().kind_bytes(ChargeKind::kDeviceWeights), 0u);
+  EXPECT_EQ(fake->stats().copies_to_device, 2u);
+  // The next acquire retries and succeeds.
+  EXPECT_TRUE((*c)->Acquire("a").ok());
+  EXPECT_EQ((*c)->Stats().pool.live_blocks, 1u);
+}
+
+TEST_F(WeightCacheTest, FailedFillFailsEveryWaiterAndTheNextAcquireRetries) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  a.poisoned->store(true);
+  Result<WeightLease> l = cache_->Acquire("a");
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(cache_->Stats().pool.in_use_bytes, 0u);
+  EXPECT_EQ(ledger_->charged_bytes(), 0u);
+  a.poisoned->store(false);
+  EXPECT_TRUE(cache_->Acquire("a").ok());
+}
+
+// Defect 7: a demotion joins the on-demand footprint; the budget holds at
+// once, not at the next load.
+TEST_F(WeightCacheTest, DemotionKeepsTheBudgetAtEveryInstant) {
+  MakeCache(5 << 10);  // weight pool 5 KiB
+  FakeModel p{"p"}, a{"a"};
+  ASSERT_TRUE(cache_->Register(p.Make(ResidencyState::kPinnedDevice)).ok());
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  ASSERT_TRUE(cache_->Acquire("a").ok());  // budget 3 KiB, a takes 2
+  // p leaves the device floor (self-managed: stays resident, evictable): the
+  // on-demand budget grows to 5 KiB but the footprint is 4: fits, nothing
+  // evicted.
+  ASSERT_TRUE(cache_->SetResidency("p", ResidencyState::kUnpinned).ok());
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_LE(s.resident_bytes, s.max_bytes);
+  EXPECT_TRUE(ModelStats("p").device_resident);
+  // Pin a to the device: the budget shrinks to 3 KiB; p (2 KiB, idle) still fits.
+  ASSERT_TRUE(cache_->SetResidency("a", ResidencyState::kPinnedDevice).ok());
+  s = cache_->Stats();
+  EXPECT_LE(s.resident_bytes, s.max_bytes);
+  // A pin that takes the pinned total past the pool is refused with the reason.
+  FakeModel big{"big", 2, 512};  // 4 KiB
+  ASSERT_TRUE(cache_->Register(big.Make()).ok());
+  Result<ResidencyState> r = cache_->SetResidency("big", ResidencyState::kPinnedDevice);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(r.status().message(), "cannot pin 'big'")) << r.status().message();
+  EXPECT_EQ(ModelStats("big").residency, ResidencyState::kUnpinned);
+  ExpectLedgerMatches();
+}
+
+// Defect 8: the scratch of pinned models is reserved too.
+TEST_F(WeightCacheTest, ScratchOfPinnedModelsIsReserved) {
+  MakeCache(100 << 10);
+  FakeModel p{"p"}, a{"a"};
+  ASSERT_TRUE(cache_->Register(p.Make(ResidencyState::kPinnedDevice, 30 << 10)).ok());
+  ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kUnpinned, 10 << 10)).ok());
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_EQ(s.max_scratch_bytes, 30u << 10);
+  EXPECT_EQ(s.budget.weight_pool, (100u << 10) - (30u << 10));
+}
+
+TEST_F(WeightCacheTest, FullLedgerEvictsIdleCopiesThenAsksReclaimThenRefusesWhileLeased) {
+  // Ledger of 5 KiB: a (2 KiB) + b (2 KiB) + 1 KiB of another owner.
+  MakeCache(64 << 10, ResidencyMode::kSelfManaged, 5 << 10);
+  FakeModel a{"a"}, b{"b"}, c{"c"};
+  for (FakeModel* m : {&a, &b, &c}) ASSERT_TRUE(cache_->Register(m->Make()).ok());
+  MemoryCharge other = ledger_->Charge("text::x", ChargeKind::kKvSlot, 1 << 10);
+  Result<WeightLease> la = cache_->Acquire("a");
+  ASSERT_TRUE(la.ok());
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  // c needs 2 KiB: b is idle and is evicted for the ledger.
+  Result<WeightLease> lc = cache_->Acquire("c");
+  ASSERT_TRUE(lc.ok()) << lc.status().ToString();
+  EXPECT_FALSE(ModelStats("b").device_resident);
+  EXPECT_LE(ledger_->charged_bytes(), ledger_->budget_bytes());
+  // Now a and c are leased; b needs room: reclaim frees the other owner.
+  reclaim_ = [&](uint64_t) -> uint64_t {
+    const uint64_t freed = other.bytes();
+    other.Release();
+    return freed;
+  };
+  ledger_->SetBudget(5 << 10);
+  MemoryCharge filler = ledger_->Charge("text::y", ChargeKind::kKvSlot, 0);
+  Result<WeightLease> lb = cache_->Acquire("b");
+  EXPECT_FALSE(lb.ok());  // 2+2+1 = 5 KiB charged; b needs 2 more; reclaim frees 1 only
+  EXPECT_EQ(lb.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(lb.status().message(), "'a' (1 lease(s))")) << lb.status().message();
+  EXPECT_GE(reclaim_calls_, 1);
+  EXPECT_LE(ledger_->charged_bytes(), ledger_->budget_bytes());
+  EXPECT_EQ(ledger_->Snapshot().over_commits, 0u);
+  // With nothing leased, the one over-budget exception applies.
+  la->Release();
+  lc->Release();
+  ledger_->SetBudget(1 << 10);
+  Result<WeightLease> lb2 = cache_->Acquire("b");
+  EXPECT_TRUE(lb2.ok()) << lb2.status().ToString();
+  EXPECT_EQ(ledger_->Snapshot().over_commits, 1u);
+}
+
+TEST_F(WeightCacheTest, ReleaseAllDropsDeviceAndFloorButNotWhileLeased) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kPinnedDevice)).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  EXPECT_TRUE(ModelStats("a").host_resident);
+  {
+    Result<WeightLease> l = cache_->Acquire("a");
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(cache_->ReleaseAll("a").code(), StatusCode::kFailedPrecondition);
+  }
+  ASSERT_TRUE(cache_->ReleaseAll("a").ok());
+  WeightModelStats m = ModelStats("a");
+  EXPECT_FALSE(m.device_resident);
+  EXPECT_FALSE(m.host_resident);
+  EXPECT_EQ(m.residency, ResidencyState::kUnpinned);
+  EXPECT_EQ(ledger_->charged_bytes(), 0u);
+}
+
+TEST_F(WeightCacheTest, EvictOfALeasedModelHappensAtItsLastRelease) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  Result<WeightLease> l = cache_->Acquire("a");
+  ASSERT_TRUE(l.ok());
+  Result<bool> now = cache_->Evict("a");
+  ASSERT_TRUE(now.ok());
+  EXPECT_FALSE(*now);
+  EXPECT_TRUE(ModelStats("a").device_resident);
+  l->Release();
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_EQ(ledger_->charged_bytes(), 0u);
+}
+
+TEST_F(WeightCacheTest, ConcurrentAcquiresShareOneLoadAndKeepTheBooks) {
+  MakeCache(6 << 10);  // room for 3 of the 4 models
+  std::vector<FakeModel> models;
+  for (int i = 0; i < 4; ++i) models.push_back(FakeModel{"m" + std::to_string(i), 2, 256,
+                                                         static_cast<float>(i)});
+  for (const FakeModel& m : models) ASSERT_TRUE(cache_->Register(m.Make()).ok());
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        const int k = (t + i) % 4;
+        Result<WeightLease> l = cache_->Acquire(models[k].key);
+        if (!l.ok()) {
+          // Four leased 2 KiB models cannot share a 6 KiB ledger-free arena:
+          // the arena itself refuses the fourth.
+          if (l.status().code() != StatusCode::kResourceExhausted) bad++;
+          continue;
+        }
+        const float* p = static_cast<const float*>(l->tensor(1));
+        if (p[17] != static_cast<float>(k) + 1000 + 17) bad++;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  WeightCacheStats s = cache_->Stats();
+  EXPECT_LE(s.resident_bytes, s.max_bytes);
+  ExpectLedgerMatches();
+  for (const WeightModelStats& m : s.models) EXPECT_EQ(m.leases, 0);
+}
+
+TEST(WeightCacheNamesTest, ParseAndNames) {
+  for (ResidencyState s : {ResidencyState::kUnpinned, ResidencyState::kPinnedSystem,
+                           ResidencyState::kPinnedDevice}) {
+    Result<ResidencyState> p = ParseResidencyState(ResidencyStateName(s));
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(*p, s);
+  }
+  Result<ResidencyState> bad = ParseResidencyState("PINNED");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(bad.status().message(), "pinned_device"));
+  EXPECT_EQ(*ParseResidencyMode("externally_managed"), ResidencyMode::kExternallyManaged);
+  EXPECT_FALSE(ParseResidencyMode("auto").ok());
+  EXPECT_FALSE(IsNotResident(FailedPreconditionError("x")));
+  EXPECT_TRUE(IsNotResident(NotResidentError("m")));
+}
+
+TEST(WeightCacheCreateTest, RejectsBadOptions) {
+  WeightCacheOptions o;
+  EXPECT_EQ(WeightCache::Create(o).status().code(), StatusCode::kInvalidArgument);
+  Result<std::unique_ptr<DeviceBackend>> d = MakeDeviceBackend("fake", 1 << 20);
+  ASSERT_TRUE(d.ok());
+  o.device = d->get();
+  o.fraction = 0;
+  Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(o);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(c.status().message(), "fraction")) << c.status().message();
+}
+
+}  // namespace
+}  // namespace arbiter
