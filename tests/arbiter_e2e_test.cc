@@ -3,12 +3,12 @@
 // and /metrics — driven over HTTP on a free loopback port.
 //
 // Setup (once per test process): make three `tiny` models — "chat" (text),
-// "ea" and "eb" (embedding) — and measure them in-process with the server's
-// own loader (LoadEngineModel: the measured size the arbiter charges after a
-// load; EstimateModelBytes: what it charges while loading). The budget is
-// chat + one embedding model (measured) + half an embedding estimate: chat +
-// one embedding model fit, a second embedding model only after the first is
-// evicted (reason "fit").
+// "ea" and "eb" (embedding) — and measure what each charges to the ledger
+// once loaded with the server's own loader (LoadEngineModel over a
+// WeightCache: the engine's KV and scratch plus the device weights). The
+// budget is chat + one embedding model + half of one: chat + one embedding
+// model fit, a second embedding model only after the first is evicted
+// (reason "fit").
 // Each test starts its own server ([pressure] source = "none", so only the
 // POST /admin/pressure bridge moves the level and the host's real memory
 // state cannot interfere) and kills it in TearDown.
@@ -166,21 +166,31 @@ class ArbiterE2E : public ::testing::Test {
     probe.path = dir_ + "/ea";
     probe.capability = Capability::kEmbedding;
     probe.ctx = kCtx;
-    Result<size_t> estimate = EstimateModelBytes(probe);
-    ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
-    Result<LoadedBackend> loaded = LoadEngineModel(probe);
-    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-    measured_ = loaded->resident_bytes;
-    estimated_ = *estimate;
+    measured_ = LoadedCharge(probe);
     ModelEntry chat = probe;
     chat.path = dir_ + "/chat";
     chat.capability = Capability::kText;
     chat.ctx = kChatCtx;
-    Result<LoadedBackend> chat_loaded = LoadEngineModel(chat);
-    ASSERT_TRUE(chat_loaded.ok()) << chat_loaded.status().ToString();
+    const uint64_t chat_charge = LoadedCharge(chat);
     ASSERT_GT(measured_, 0u);
-    ASSERT_GT(estimated_, 0u);
-    budget_ = chat_loaded->resident_bytes + measured_ + estimated_ / 2;
+    ASSERT_GT(chat_charge, 0u);
+    budget_ = chat_charge + measured_ + measured_ / 2;
+  }
+  // What `m` charges to the ledger once loaded by the server's own loader:
+  // its engine (KV slots and scratch, the arbiter's charge) plus its device
+  // weights (the weight cache's charge).
+  static uint64_t LoadedCharge(const ModelEntry& m) {
+    Config c = DefaultConfig(uint64_t{8} << 30);
+    c.budget_bytes = uint64_t{1} << 30;
+    c.models = {m};
+    MemoryLedger ledger;
+    Result<std::unique_ptr<ServeWeights>> w = MakeServeWeights(c, &ledger, nullptr);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    if (!w.ok()) return 0;
+    Result<LoadedBackend> loaded = LoadEngineModel(m, (*w)->cache.get());
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    if (!loaded.ok()) return 0;
+    return loaded->resident_bytes + ledger.charged_bytes();
   }
   static void TearDownTestSuite() {
     std::error_code ec;
@@ -268,7 +278,6 @@ class ArbiterE2E : public ::testing::Test {
 
   static std::string dir_;
   static size_t measured_;
-  static size_t estimated_;
   static size_t budget_;
   int port_ = -1;
   pid_t pid_ = -1;
@@ -277,7 +286,6 @@ class ArbiterE2E : public ::testing::Test {
 
 std::string ArbiterE2E::dir_;
 size_t ArbiterE2E::measured_ = 0;
-size_t ArbiterE2E::estimated_ = 0;
 size_t ArbiterE2E::budget_ = 0;
 
 // The scenario: budget eviction (fit), pressure refusing embeddings

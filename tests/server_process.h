@@ -52,19 +52,19 @@ inline int FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-// Runs `binary serve --config CONFIG --state-dir STATE_DIR` with stdout and
+// Starts `binary serve --config CONFIG --state-dir STATE_DIR` with stdout and
 // stderr in `log_path` and the caller's environment minus ARBITER_*
-// overrides; the child dies with the test process (no orphan servers). Waits
-// up to `wait` for GET /health on `port` to answer 200. Returns the child's
-// pid, or -1 with `*error` set (the message includes the server log); a
-// child that did not come up is killed and reaped.
-inline pid_t StartServer(const std::string& binary, const std::string& config,
-                         const std::string& state_dir, const std::string& log_path, int port,
-                         std::chrono::seconds wait, std::string* error) {
+// overrides, plus `extra_env` ("NAME=value" entries); the child dies with the
+// test process (no orphan servers). Does not wait. Returns the child's pid,
+// or -1 with `*error` set.
+inline pid_t SpawnServer(const std::string& binary, const std::string& config,
+                         const std::string& state_dir, const std::string& log_path,
+                         std::string* error, const std::vector<std::string>& extra_env = {}) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::string(*e).rfind("ARBITER_", 0) != 0) env_strings.emplace_back(*e);
   }
+  for (const std::string& e : extra_env) env_strings.push_back(e);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -94,16 +94,22 @@ inline pid_t StartServer(const std::string& binary, const std::string& config,
     _exit(127);
   }
   close(log_fd);
+  return pid;
+}
 
+// Waits up to `wait` for GET /health on `port` to answer 200. On failure the
+// child is killed and reaped, and `*error` holds the reason and the log.
+inline bool WaitHealthy(pid_t pid, int port, const std::string& log_path,
+                        std::chrono::seconds wait, std::string* error) {
   httplib::Client cli("127.0.0.1", port);
   cli.set_connection_timeout(1, 0);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (auto r = cli.Get("/health"); r && r->status == 200) return pid;
+    if (auto r = cli.Get("/health"); r && r->status == 200) return true;
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       *error = "arbiter serve exited during startup:\n" + ReadAll(log_path);
-      return -1;
+      return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -111,7 +117,19 @@ inline pid_t StartServer(const std::string& binary, const std::string& config,
   waitpid(pid, nullptr, 0);
   *error = "arbiter serve did not answer /health within " + std::to_string(wait.count()) +
            " s:\n" + ReadAll(log_path);
-  return -1;
+  return false;
+}
+
+// SpawnServer + WaitHealthy. Returns the child's pid, or -1 with `*error`
+// set (the message includes the server log); a child that did not come up
+// is killed and reaped.
+inline pid_t StartServer(const std::string& binary, const std::string& config,
+                         const std::string& state_dir, const std::string& log_path, int port,
+                         std::chrono::seconds wait, std::string* error,
+                         const std::vector<std::string>& extra_env = {}) {
+  const pid_t pid = SpawnServer(binary, config, state_dir, log_path, error, extra_env);
+  if (pid < 0) return -1;
+  return WaitHealthy(pid, port, log_path, wait, error) ? pid : -1;
 }
 
 }  // namespace arbiter::testing

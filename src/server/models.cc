@@ -3,7 +3,10 @@
 #include "arbiter/server/models.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,6 +40,33 @@ Result<ModelFootprint> StartupCheck(const ModelEntry& entry) {
 Status NameTheModel(const ModelEntry& entry, const Status& st) {
   if (st.ok() || st.message().find(entry.path) != std::string::npos) return st;
   return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
+}
+
+// The weight cache registration of `entry`. Fault injection for the
+// multi-process tests: ARBITER_TEST_FLOOR_FILL_DELAY_MS=N makes every fill
+// (materializing a host floor or loading from the file) sleep N ms first, so
+// a test can kill a process while it holds a half-filled shared region.
+Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, WeightCache* cache) {
+  Result<WeightModel> weights = Engine::WeightModelFor(
+      entry.path, entry.name, EngineOptionsFor(entry, cache), entry.residency);
+  if (!weights.ok()) return weights;
+  // Text targets keep their weights longest (the arbiter never evicts them
+  // for room either).
+  weights->evict_last =
+      entry.role.value_or(DefaultRoleFor(entry.capability)) == ResidentRole::kTextTarget;
+  if (const char* delay = std::getenv("ARBITER_TEST_FLOOR_FILL_DELAY_MS")) {
+    const int ms = std::atoi(delay);
+    if (ms > 0) {
+      spdlog::warn("ARBITER_TEST_FLOOR_FILL_DELAY_MS={}: every weight fill of \"{}\" sleeps first "
+                   "(fault injection for tests)",
+                   ms, entry.name);
+      weights->fill = [fill = std::move(weights->fill), ms](const std::vector<void*>& arrays) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        return fill(arrays);
+      };
+    }
+  }
+  return weights;
 }
 
 }  // namespace
@@ -84,9 +114,7 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   // model fixed on disk since startup loads on the next request.
   ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry).status());
   if (cache != nullptr && !cache->Contains(entry.name)) {
-    Result<WeightModel> weights =
-        Engine::WeightModelFor(entry.path, entry.name, EngineOptionsFor(entry, cache),
-                               entry.residency);
+    Result<WeightModel> weights = WeightModelForEntry(entry, cache);
     if (!weights.ok()) return NameTheModel(entry, weights.status());
     Status st = cache->Register(std::move(weights).value());
     if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
@@ -152,8 +180,7 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
   for (const ModelEntry& m : config.models) {
     Result<ModelFootprint> estimate = StartupCheck(m);
     if (estimate.ok() && cache != nullptr) {
-      Result<WeightModel> weights =
-          Engine::WeightModelFor(m.path, m.name, EngineOptionsFor(m, cache), m.residency);
+      Result<WeightModel> weights = WeightModelForEntry(m, cache);
       Status st = weights.ok() ? cache->Register(std::move(weights).value()) : weights.status();
       if (!st.ok()) estimate = st;
     }
@@ -208,7 +235,12 @@ Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
     const Config& config, MemoryLedger* ledger, std::function<uint64_t(uint64_t)> reclaim) {
   const WeightSettings& w = config.weights;
   auto out = std::make_unique<ServeWeights>();
-  const uint64_t arena = w.device_arena_bytes > 0 ? w.device_arena_bytes : config.budget_bytes;
+  // Default arena: twice the budget. On the cpu device the arena is address
+  // space (mapped lazily, MAP_NORESERVE) and every byte in it is charged to
+  // the ledger, so the ledger's budget is what binds — the arbiter then
+  // chooses victims by role. A smaller device_arena models a real device.
+  const uint64_t arena =
+      w.device_arena_bytes > 0 ? w.device_arena_bytes : 2 * config.budget_bytes;
   Result<std::unique_ptr<DeviceBackend>> device = MakeDeviceBackend("cpu", arena);
   if (!device.ok()) return device.status().WithPrefix("[memory].device_arena");
   out->device = std::move(device).value();

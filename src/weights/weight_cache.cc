@@ -335,20 +335,29 @@ void WeightCache::TakeDeviceLocked(Entry* e, std::vector<Victim>* out) {
   evicts_++;
 }
 
+WeightCache::Entry* WeightCache::LruVictimLocked(const Entry* except) const {
+  Entry* best = nullptr;
+  for (const auto& o : entries_) {
+    Entry* c = o.get();
+    if (c == except || !c->resident || c->busy || c->leases > 0 ||
+        c->residency == ResidencyState::kPinnedDevice) {
+      continue;
+    }
+    // evict_last models (text targets) only when nothing else is left.
+    if (best == nullptr || (best->model.evict_last && !c->model.evict_last) ||
+        (best->model.evict_last == c->model.evict_last && c->last_used < best->last_used)) {
+      best = c;
+    }
+  }
+  return best;
+}
+
 void WeightCache::PickVictimsLocked(uint64_t incoming, const Entry* except,
                                     std::vector<Victim>* out) {
   const uint64_t budget = BudgetLocked().on_demand_budget;
   uint64_t footprint = OnDemandResidentLocked();
   while (footprint + incoming > budget) {
-    Entry* victim = nullptr;
-    for (const auto& o : entries_) {
-      Entry* c = o.get();
-      if (c == except || !c->resident || c->busy || c->leases > 0 ||
-          c->residency == ResidencyState::kPinnedDevice) {
-        continue;
-      }
-      if (victim == nullptr || c->last_used < victim->last_used) victim = c;
-    }
+    Entry* victim = LruVictimLocked(except);
     if (victim == nullptr) return;
     footprint -= victim->block_bytes;
     TakeDeviceLocked(victim, out);
@@ -374,15 +383,7 @@ uint64_t WeightCache::EvictIdle(uint64_t bytes) {
   {
     MutexLock l(&mu_);
     while (freed < bytes) {
-      Entry* victim = nullptr;
-      for (const auto& o : entries_) {
-        Entry* c = o.get();
-        if (!c->resident || c->busy || c->leases > 0 ||
-            c->residency == ResidencyState::kPinnedDevice) {
-          continue;
-        }
-        if (victim == nullptr || c->last_used < victim->last_used) victim = c;
-      }
+      Entry* victim = LruVictimLocked(nullptr);
       if (victim == nullptr) break;
       freed += victim->block_bytes;
       TakeDeviceLocked(victim, &victims);
@@ -489,16 +490,7 @@ Status WeightCache::LoadDevice(Entry* e) {
     std::vector<Victim> victims;
     {
       MutexLock l(&mu_);
-      Entry* victim = nullptr;
-      for (const auto& o : entries_) {
-        Entry* c = o.get();
-        if (c == e || !c->resident || c->busy || c->leases > 0 ||
-            c->residency == ResidencyState::kPinnedDevice) {
-          continue;
-        }
-        if (victim == nullptr || c->last_used < victim->last_used) victim = c;
-      }
-      if (victim != nullptr) TakeDeviceLocked(victim, &victims);
+      if (Entry* victim = LruVictimLocked(e)) TakeDeviceLocked(victim, &victims);
     }
     if (victims.empty()) break;
     FreeVictims(&victims);

@@ -13,6 +13,7 @@
 
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/memory/memory_ledger.h"
+#include <spdlog/spdlog.h>
 
 namespace arbiter {
 namespace {
@@ -63,6 +64,9 @@ struct FakeModel {
 
 class WeightCacheTest : public ::testing::Test {
  protected:
+  void SetUp() override { spdlog::set_level(spdlog::level::warn); }
+  void TearDown() override { spdlog::set_level(spdlog::level::info); }
+
   // An arena in RAM whose on-demand budget (wiggle 0, fraction 1) holds
   // `budget_models` models of `model_bytes`.
   void MakeCache(uint64_t arena_bytes, ResidencyMode mode = ResidencyMode::kSelfManaged,
@@ -76,6 +80,7 @@ class WeightCacheTest : public ::testing::Test {
     o.ledger = ledger_.get();
     o.mode = mode;
     o.wiggle = 0;
+    o.fraction = fraction_;
     o.compaction_interval = compaction_interval;
     o.reclaim = [this](uint64_t bytes) -> uint64_t {
       reclaim_calls_++;
@@ -108,6 +113,7 @@ class WeightCacheTest : public ::testing::Test {
   std::unique_ptr<WeightCache> cache_;
   std::function<uint64_t(uint64_t)> reclaim_;
   int reclaim_calls_ = 0;
+  double fraction_ = 1.0;  // of the arena, for the on-demand budget
 };
 
 // §5 item 1.
@@ -152,7 +158,8 @@ TEST_F(WeightCacheTest, BudgetOfOneModelEvictsTheOtherAndFreesItsBuffers) {
 }
 
 TEST_F(WeightCacheTest, LeasedModelsAreNeverVictims) {
-  MakeCache(3 << 10);
+  fraction_ = 3.0 / 16;  // budget 3 KiB of a 16 KiB arena: one 2 KiB model
+  MakeCache(16 << 10);
   FakeModel a{"a"}, b{"b"};
   ASSERT_TRUE(cache_->Register(a.Make()).ok());
   ASSERT_TRUE(cache_->Register(b.Make()).ok());
@@ -160,7 +167,8 @@ TEST_F(WeightCacheTest, LeasedModelsAreNeverVictims) {
   ASSERT_TRUE(la.ok());
   const void* before = la->tensor(0);
   // b does not fit beside a in the budget, but a is leased: b still loads
-  // (the arena has room), and a stays where it is.
+  // (the arena has room; over budget until a lease ends), and a stays where
+  // it is.
   Result<WeightLease> lb = cache_->Acquire("b");
   ASSERT_TRUE(lb.ok()) << lb.status().ToString();
   EXPECT_TRUE(ModelStats("a").device_resident);
@@ -174,6 +182,29 @@ TEST_F(WeightCacheTest, LeasedModelsAreNeverVictims) {
   ASSERT_TRUE(cache_->Acquire("c").ok());
   WeightCacheStats s = cache_->Stats();
   EXPECT_LE(s.resident_bytes, s.max_bytes);
+}
+
+TEST_F(WeightCacheTest, EvictLastModelsGoOnlyWhenNothingElseIsLeft) {
+  MakeCache(5 << 10);  // two 2 KiB models fit, not three
+  FakeModel chat{"chat"}, a{"a"}, b{"b"};
+  WeightModel m = chat.Make();
+  m.evict_last = true;
+  ASSERT_TRUE(cache_->Register(std::move(m)).ok());
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  ASSERT_TRUE(cache_->Acquire("chat").ok());  // least recently used, but evict_last
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  EXPECT_TRUE(ModelStats("chat").device_resident);
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  // With a leased, chat is the only idle copy left: it goes.
+  Result<WeightLease> la = cache_->Acquire("a");
+  ASSERT_TRUE(la.ok());
+  EXPECT_FALSE(ModelStats("b").device_resident);
+  EXPECT_TRUE(ModelStats("chat").device_resident);
+  Result<WeightLease> lb = cache_->Acquire("b");
+  ASSERT_TRUE(lb.ok());
+  EXPECT_FALSE(ModelStats("chat").device_resident);
 }
 
 // §5 item 3.
@@ -507,7 +538,6 @@ TEST_F(WeightCacheTest, FullLedgerEvictsIdleCopiesThenAsksReclaimThenRefusesWhil
     return freed;
   };
   ledger_->SetBudget(5 << 10);
-  MemoryCharge filler = ledger_->Charge("text::y", ChargeKind::kKvSlot, 0);
   Result<WeightLease> lb = cache_->Acquire("b");
   EXPECT_FALSE(lb.ok());  // 2+2+1 = 5 KiB charged; b needs 2 more; reclaim frees 1 only
   EXPECT_EQ(lb.status().code(), StatusCode::kResourceExhausted);

@@ -10,7 +10,7 @@
 //             acquire_timeout_s, preload, metrics_public
 //   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal),
 //             headroom (SIZE; budget = MemTotal − headroom when budget is unset),
-//             the weight runtime: device_arena (SIZE; default = the budget),
+//             the weight runtime: device_arena (SIZE; default = 2 × budget),
 //             weight_cache_fraction, wiggle_fraction, shared_host_weights,
 //             shared_host_weights_mode ("0600"), mode ("self_managed" |
 //             "externally_managed"), compaction_interval
@@ -90,7 +90,8 @@ struct PressureSettings {
 // The weight runtime's `[memory]` keys (reference/seed-runtime-weights.md
 // §3, docs/config.md "[memory]").
 struct WeightSettings {
-  // The device arena (a cpu arena in RAM here), bytes; 0 = the budget.
+  // The device arena (a cpu arena in RAM here), bytes; 0 = twice the budget
+  // (address space only: the ledger's budget binds first).
   std::string device_arena_text;         // as written ("" = default)
   uint64_t device_arena_bytes = 0;
   double weight_cache_fraction = kDefaultWeightFraction;  // (0, 1]

@@ -96,8 +96,9 @@ struct ServeWeights {
   }
 };
 
-// Builds it from [memory]: a "cpu" arena of device_arena bytes (default: the
-// budget; mapped lazily, so it costs RAM only as weights are loaded), a
+// Builds it from [memory]: a "cpu" arena of device_arena bytes (default:
+// twice the budget; mapped lazily, so it costs RAM only as weights are
+// loaded, and the ledger's budget binds first), a
 // SharedWeightStore (shared_host_weights; its mode and prefix) or the
 // private store, and a WeightCache charging `ledger` whose reclaim hook is
 // `reclaim`. With a shared store, holder-free regions under the prefix of

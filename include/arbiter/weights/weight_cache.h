@@ -116,6 +116,10 @@ struct WeightModel {
   // Device scratch the model needs to run (activations), bytes; the largest
   // over all models is the budget's max_scratch (defect 8: pinned included).
   uint64_t scratch_bytes = 0;
+  // Victim order: an idle copy with evict_last set (the server sets it for
+  // text-target models) is evicted only when no other idle copy is left;
+  // among equals, least recently used first.
+  bool evict_last = false;
 };
 
 struct WeightCacheOptions {
@@ -304,6 +308,10 @@ class WeightCache {
   void PickVictimsLocked(uint64_t incoming, const Entry* except, std::vector<Victim>* out)
       REQUIRES(mu_);
   void TakeDeviceLocked(Entry* e, std::vector<Victim>* out) REQUIRES(mu_);
+  // The next victim: resident, idle (no lease, not busy), not device-pinned,
+  // not `except`; evict_last ones last; least recently used first. Null if
+  // none.
+  Entry* LruVictimLocked(const Entry* except) const REQUIRES(mu_);
   void FreeVictims(std::vector<Victim>* victims) EXCLUDES(mu_);
   // Loads e's device copy (e is marked loading by the caller).
   Status LoadDevice(Entry* e) EXCLUDES(mu_);
