@@ -43,7 +43,9 @@
 //   A region is READY when its mapping is ≥ region_bytes, the magic,
 //   version and digest match, ready == 1, and its table equals the layout
 //   computed from `specs` (so nothing is ever read past the mapping).
-//   Protocol (flock on the lock file; the reference's, with the fixes):
+//   Protocol (flock on the lock file; the reference's, with the fixes;
+//   every flock is non-blocking, so a filler holding the exclusive lock is
+//   "refused", never an unbounded wait):
 //     loop {
 //       shared flock; attach; READY → keep the shared lock, done;
 //       unlock; try an exclusive non-blocking flock;
@@ -57,12 +59,15 @@
 //             ready_wait_ms with kDeadlineExceeded naming the region
 //             (defect 3: the reference retries forever).
 //     }
-//   A fill error or crash leaves ready = 0: the next creator rebuilds it
-//   (the kernel drops a dead process's flocks).
+//   A fill or allocation error unlinks the region and its lock file before
+//   Materialize returns. A crash leaves ready = 0: the next creator rebuilds
+//   it (the kernel drops a dead process's flocks).
 //   Holders keep the shared flock while they use the region. Release:
 //   unmap; try an exclusive non-blocking flock: success → last holder →
 //   unlink the region. After every successful attach, holder-free regions of
-//   the same key with another digest (stale versions) are unlinked.
+//   the same sanitized key with another digest (stale versions) are
+//   unlinked (two keys that sanitize alike share this sweep; it only costs
+//   the other a rebuild).
 //   Lock files: unlinked together with their region while the exclusive
 //   flock is held; every locker re-checks after each flock that its fd is
 //   still the file at the path (fstat vs stat: same device and inode) and
@@ -71,13 +76,18 @@
 //   Permissions: `mode` (default 0600, owner only; 0660 for a group of
 //   workers) applies to the region and its lock file (fchmod after create,
 //   so the umask does not widen or narrow it). Defect 1: the reference
-//   defaults to 0666.
+//   defaults to 0666. /dev/shm is sticky: only a region's owner (or root)
+//   can unlink it, so with 0660 and several users a region outlives a
+//   last holder who is not its owner until SweepOrphans runs as the owner.
+//   Region creation reserves its pages (fallocate), so a full /dev/shm is
+//   kResourceExhausted, not a SIGBUS during fill.
 //
 // Thread safety: both stores are thread-safe. Materialize of the same key
 // from two threads of one process returns two independent HostFloors (the
 // shared store attaches the region twice); the WeightCache materializes a
 // model at most once at a time. HostFloor is thread-compatible; its arrays
-// are read-only for everyone but the fill callback.
+// are read-only for everyone but the fill callback (enforced: the mapping is
+// made PROT_READ after the fill, and attachers map the region read-only).
 #pragma once
 
 #include <cstddef>
@@ -99,12 +109,15 @@ namespace arbiter {
 inline constexpr size_t kHostFloorAlignment = 64;
 
 // prod(shape) × DTypeSize(dtype), in bytes (0 for a tensor with a 0 dim).
+// UINT64_MAX for a spec Materialize rejects (a negative dimension, an
+// unknown dtype, or a size that overflows 64 bits).
 uint64_t WeightSpecBytes(const WeightSpec& spec);
 
 // Writes the floor: `arrays[i]` points at WeightSpecBytes(specs[i])
 // writable, kHostFloorAlignment-aligned bytes (zeroed), in spec order. A
 // non-OK status aborts the materialization (nothing is kept) and is returned
-// by Materialize with the key prefixed.
+// by Materialize with the key prefixed. An exception propagates out of
+// Materialize, also keeping nothing.
 using WeightFill = std::function<Status(const std::vector<void*>& arrays)>;
 
 // One materialized floor. Destroying it releases it (see the file comment).
@@ -147,10 +160,12 @@ class WeightStore {
   // The floor of `key` with layout `specs` and digest `digest`, filled by
   // `fill` when this process must materialize it (see the file comment).
   // Errors:
-  //   kInvalidArgument   empty key, or a spec with a negative dimension or an
+  //   kInvalidArgument   empty key, an empty `fill`, or a spec with a
+  //                      negative dimension, an unknown dtype or an
   //                      overflowing size (names the tensor)
   //   kResourceExhausted the memory or the region cannot be allocated
-  //                      (names the key and the size)
+  //                      (names the key and the size; shared: also a full
+  //                      /dev/shm)
   //   kDeadlineExceeded  (shared) another process holds the region
   //                      non-READY past ready_wait_ms (names the region and
   //                      says what to do: stop the stuck process or remove
@@ -159,8 +174,9 @@ class WeightStore {
   //                      accessible (names it and the mode)
   //   the fill's error, prefixed "<key>: "
   // Nothing partial is kept on error: a private floor is freed; a shared
-  // region is left ready = 0 (never READY) and is rebuilt by the next
-  // creator.
+  // region this call was building is unlinked with its lock file. A region
+  // whose filler died is left ready = 0 (never READY) and is rebuilt by the
+  // next creator.
   virtual Result<std::unique_ptr<HostFloor>> Materialize(std::string_view key, uint64_t digest,
                                                          const std::vector<WeightSpec>& specs,
                                                          const WeightFill& fill) = 0;
@@ -193,8 +209,10 @@ struct SharedWeightStoreOptions {
 
 class SharedWeightStore final : public WeightStore {
  public:
-  // Errors: kInvalidArgument for a prefix that is empty or contains '/',
-  // a mode with bits outside 0777, or a shm_dir that is not a directory.
+  // Errors: kInvalidArgument for a prefix that is empty, longer than 64
+  // bytes or has a byte outside [A-Za-z0-9._-] (so no '/' and no NUL), a
+  // mode with bits outside 0777, a shm_dir that is not a directory, a
+  // negative ready_wait_ms or a poll_interval_ms below 1.
   static Result<std::unique_ptr<SharedWeightStore>> Create(SharedWeightStoreOptions options = {});
 
   std::string_view kind() const override { return "shared"; }
@@ -206,8 +224,13 @@ class SharedWeightStore final : public WeightStore {
   // store's prefix whose key is not in `live_keys` (sanitized the same way)
   // — leftovers of models removed from the configuration. Regions in use by
   // any process, and holder-free regions of live keys (kept so a restart
-  // reuses them without reading the file), are left alone. Returns the
-  // region names unlinked.
+  // reuses them without reading the file), are left alone. Also removes
+  // holder-free lock files of such keys whose region is gone. Returns the
+  // region names unlinked. Names are parsed as "<prefix>-<key>-<16 hex>",
+  // so a store whose prefix is this one's plus "-..." looks like keys of
+  // this one: give concurrent stores prefixes that do not extend each other.
+  // Errors: kPermissionDenied / kInternal when shm_dir cannot be listed;
+  // regions it cannot lock (another user's) are skipped.
   Result<std::vector<std::string>> SweepOrphans(const std::set<std::string>& live_keys);
 
   // The region name of (key, digest) under this store's prefix.
@@ -224,8 +247,11 @@ class SharedWeightStore final : public WeightStore {
 // (everything "READY" means above except the mapping itself): `data` is the
 // mapping, `size` its length. Returns the tensors' offsets from `data` in
 // spec order. Never reads outside [data, data + size).
-// Errors: kDataLoss naming the first mismatch ("magic", "version",
-// "digest", "region_bytes", "table entry 3 offset", "not ready", ...).
+// Errors: kDataLoss naming the first mismatch, checked in this order:
+// "header" (size < 64), "magic", "version", "digest", "not ready",
+// "region_bytes", "n_tensors", "table_offset", "data_offset", "reserved",
+// "table entry 3 offset", "table entry 3 nbytes"; kInvalidArgument when
+// `specs` itself is invalid (as Materialize).
 // Exposed for tests and the fuzz target.
 Result<std::vector<uint64_t>> ValidateSharedRegion(const uint8_t* data, size_t size,
                                                    uint64_t digest,
