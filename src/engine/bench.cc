@@ -120,7 +120,7 @@ Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_thr
   const auto* impl = dynamic_cast<const engine_internal::EngineImpl*>(engine.get());
   const engine_internal::ModelDims& d = impl->decoder().dims();
   r.weight_bytes = engine->weight_bytes();
-  r.weight_bytes_per_token = impl->decoder().weights().decode_bytes_per_token();
+  r.weight_bytes_per_token = impl->layout().decode_bytes_per_token();
   // Step at position p reads p + 1 K and V rows per layer.
   const double mean_positions = prompt_tokens + (gen_tokens + 1) / 2.0;
   r.kv_bytes_per_token = mean_positions * 2.0 * d.n_layers * d.kv_dim * sizeof(float);

@@ -14,6 +14,13 @@
 // The sampled token that ends generation (EOS, or the last one) is never fed
 // back, so the slot's cached tokens are exactly the prompt plus the fed
 // outputs.
+//
+// Weights (reference/seed-runtime-weights.md §3): the engine computes from a
+// WeightCache's buffers. Load plans the compute layout (model_weights.h),
+// makes a private cache over a cpu arena of exactly that layout unless the
+// caller passed one, and acquires the weights once so they are resident (and
+// a broken tensor fails Load). Every call then holds a WeightLease for its
+// duration (engine_impl.h).
 #include "arbiter/engine/engine.h"
 
 #include <cblas.h>
@@ -23,8 +30,10 @@
 #include <new>
 
 #include "arbiter/base/clock.h"
+#include "arbiter/base/hash.h"
 #include "arbiter/engine/sampler.h"
 #include "arbiter/formats/safetensors.h"
+#include "arbiter/weights/weight_files.h"
 #include "engine/internal/engine_impl.h"
 #include "engine/internal/model_weights.h"
 #include "engine/internal/text_stream.h"
@@ -62,6 +71,24 @@ size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 
 }  // namespace
 
+Status CheckWeightLease(const WeightLease& lease, const ComputeLayout& layout,
+                        const std::string& key) {
+  if (lease.size() != layout.buffers.size()) {
+    return FailedPreconditionError(
+        "weights '" + key + "' have " + std::to_string(lease.size()) +
+        " tensors but the model's compute layout has " + std::to_string(layout.buffers.size()) +
+        "; register the key with Engine::WeightModelFor of this model");
+  }
+  for (size_t i = 0; i < lease.size(); ++i) {
+    if (lease.tensor(i) == nullptr) {
+      return FailedPreconditionError(
+          "weights '" + key + "' are in a device arena the CPU engine cannot read (tensor " +
+          layout.buffers[i].name + " has no host address); give the engine a cpu arena");
+    }
+  }
+  return OkStatus();
+}
+
 // ---------------------------------------------------------------------------
 // SlotLease
 
@@ -80,10 +107,12 @@ SlotState& SlotLease::state() { return *engine_->slot_states_[index_]; }
 // ---------------------------------------------------------------------------
 // EngineImpl
 
-EngineImpl::EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Decoder> decoder,
+EngineImpl::EngineImpl(std::unique_ptr<Tokenizer> tokenizer,
+                       std::shared_ptr<const ComputeLayout> layout,
+                       std::unique_ptr<Decoder> decoder, WeightSource weights,
                        const EngineOptions& options, int n_ctx)
-    : tokenizer_(std::move(tokenizer)), decoder_(std::move(decoder)), options_(options),
-      n_ctx_(n_ctx) {
+    : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), layout_(std::move(layout)),
+      decoder_(std::move(decoder)), options_(options), n_ctx_(n_ctx) {
   const ModelDims& d = decoder_->dims();
   const int batch = std::min(options.prefill_batch, n_ctx);
   for (int i = 0; i < options.n_slots; ++i) {
@@ -95,7 +124,7 @@ EngineImpl::EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Dec
   MutexLock l(&mu_);
   slots_.resize(options.n_slots);
 
-  for (int id : decoder_->weights().config.eos_token_ids) {
+  for (int id : layout_->config.eos_token_ids) {
     if (id >= 0) eos_ids_.push_back(id);
   }
   for (const char* t : kEndTokens) {
@@ -107,6 +136,15 @@ EngineImpl::EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Dec
 }
 
 EngineImpl::~EngineImpl() = default;
+
+Result<EngineImpl::LeasedWeights> EngineImpl::AcquireWeights() const {
+  ARBITER_ASSIGN_OR_RETURN(WeightLease lease, weights_.cache->Acquire(weights_.key));
+  ARBITER_RETURN_IF_ERROR(CheckWeightLease(lease, *layout_, weights_.key));
+  LeasedWeights out;
+  out.w = BindModelWeights(*layout_, lease.tensors());
+  out.lease = std::move(lease);
+  return out;
+}
 
 Result<ChatTemplateKind> EngineImpl::chat_template() const {
   return DetectChatTemplate(*tokenizer_);
@@ -193,7 +231,7 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
                                 " must be ≥ 1");
   }
   ARBITER_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
-  if (!decoder_->weights().has_lm_head) {
+  if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name +
                                    " has no lm_head; it can only embed");
   }
@@ -205,6 +243,8 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
     result.finish_reason = FinishReason::kCancelled;
     return result;
   }
+  ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
+  const ModelWeights& w = weights.w;
   SlotState& st = lease->state();
   std::vector<int32_t>& fed = lease->fed();
   const int vocab = decoder_->dims().vocab;
@@ -216,8 +256,8 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
   std::vector<float> logits(vocab);
   int64_t t0 = Clock::Real()->NowNs();
   const int n_new = static_cast<int>(prompt.size() - cached);
-  decoder_->Forward(st.kv, st.scratch, prompt.data() + cached, n_new, static_cast<int>(cached),
-                    ForwardOutputs{.last_logits = logits.data()});
+  decoder_->Forward(w, st.kv, st.scratch, prompt.data() + cached, n_new,
+                    static_cast<int>(cached), ForwardOutputs{.last_logits = logits.data()});
   fed.insert(fed.end(), prompt.begin() + cached, prompt.end());
   result.timings.prefill_ms = MsSince(t0);
   result.timings.prefill_tokens = n_new;
@@ -254,7 +294,7 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
       result.finish_reason = FinishReason::kLength;
       break;
     }
-    decoder_->Forward(st.kv, st.scratch, &next, 1, static_cast<int>(fed.size()),
+    decoder_->Forward(w, st.kv, st.scratch, &next, 1, static_cast<int>(fed.size()),
                       ForwardOutputs{.last_logits = logits.data()});
     fed.push_back(next);
     ++result.timings.decode_tokens;
@@ -273,11 +313,12 @@ Result<std::vector<float>> EngineImpl::Embed(const std::vector<int32_t>& ids,
   ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
   std::optional<SlotLease> lease = AcquireSlot(ids, cancelled);
   if (!lease) return CancelledError("embedding cancelled while waiting for a free slot");
+  ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = lease->state();
   const int hidden = decoder_->dims().hidden;
   std::vector<double> sum(hidden, 0.0);
   lease->fed().clear();
-  decoder_->Forward(st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
+  decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
                     ForwardOutputs{.hidden_sum = sum.data()});
   lease->fed() = ids;
   double norm = 0;
@@ -290,10 +331,11 @@ Result<std::vector<float>> EngineImpl::Embed(const std::vector<int32_t>& ids,
 
 Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>& ids) {
   ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
-  if (!decoder_->weights().has_lm_head) {
+  if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
   std::optional<SlotLease> lease = AcquireSlot(ids, nullptr);
+  ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = lease->state();
   std::vector<float> out;
   try {
@@ -303,7 +345,7 @@ Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>&
                                   " × " + std::to_string(decoder_->dims().vocab) + " logits");
   }
   lease->fed().clear();
-  decoder_->Forward(st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
+  decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
                     ForwardOutputs{.all_logits = out.data()});
   lease->fed() = ids;
   return out;
@@ -316,17 +358,18 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
     return InvalidArgumentError("n_prefill " + std::to_string(n_prefill) + " outside [1, " +
                                 std::to_string(ids.size()) + "]");
   }
-  if (!decoder_->weights().has_lm_head) {
+  if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
   std::optional<SlotLease> lease = AcquireSlot(ids, nullptr);
+  ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = lease->state();
   std::vector<float> logits(decoder_->dims().vocab);
   lease->fed().clear();
-  decoder_->Forward(st.kv, st.scratch, ids.data(), n_prefill, 0,
+  decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), n_prefill, 0,
                     ForwardOutputs{.last_logits = logits.data()});
   for (size_t i = n_prefill; i < ids.size(); ++i) {
-    decoder_->Forward(st.kv, st.scratch, &ids[i], 1, static_cast<int>(i),
+    decoder_->Forward(weights.w, st.kv, st.scratch, &ids[i], 1, static_cast<int>(i),
                       ForwardOutputs{.last_logits = logits.data()});
   }
   lease->fed() = ids;
@@ -336,19 +379,14 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
 }  // namespace engine_internal
 
 // ---------------------------------------------------------------------------
-// Engine::Load
+// Engine::Load and WeightModelFor
 
-Status Engine::Validate(const std::string& model_dir) {
-  const std::string dir = model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
-  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
-  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                           Tokenizer::Load(dir + "tokenizer.json"));
-  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-  return engine_internal::ValidateModelWeights(config, st, model_dir);
-}
+namespace {
 
-Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
-                                             const EngineOptions& options) {
+// Name of the model in an engine's private weight cache.
+constexpr const char* kPrivateWeightKey = "engine";
+
+Status CheckOptions(const EngineOptions& options) {
   if (options.n_ctx < 2 || options.n_slots < 1 || options.prefill_batch < 1 ||
       options.n_threads < 0) {
     return InvalidArgumentError("engine options: need n_ctx ≥ 2 (got " +
@@ -357,20 +395,165 @@ Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
                                 std::to_string(options.prefill_batch) + "), n_threads ≥ 0 (got " +
                                 std::to_string(options.n_threads) + ")");
   }
-  const std::string dir = model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+  return OkStatus();
+}
+
+std::string DirPrefix(const std::string& model_dir) {
+  return model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+}
+
+// Tokens per slot: options.n_ctx clamped to the model's context.
+int ClampedContext(const EngineOptions& options, const ModelConfig& config) {
+  return std::max(2, std::min(options.n_ctx, config.max_position_embeddings));
+}
+
+// XXH3-64 over the WeightsFileToken of every file (8 bytes each, little
+// endian, in st.files() order); never 0.
+uint64_t FilesToken(const SafetensorsModel& st) {
+  std::string bytes;
+  for (const std::string& f : st.files()) {
+    const uint64_t t = WeightsFileToken(f);
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  }
+  const uint64_t h = Xxh3_64(bytes.data(), bytes.size());
+  return h == 0 ? 1 : h;
+}
+
+// The registration of `layout` (planned from `st`, the files of `model_dir`).
+WeightModel MakeWeightModel(const std::string& model_dir, const std::string& key,
+                            std::shared_ptr<const engine_internal::ComputeLayout> layout,
+                            const SafetensorsModel& st, ResidencyState residency,
+                            uint64_t scratch_bytes) {
+  WeightModel m;
+  m.key = key;
+  m.specs = layout->buffers;
+  m.digest = WeightsDigest(key, m.specs, FilesToken(st));
+  m.fill = [model_dir, layout](const std::vector<void*>& arrays) -> Status {
+    try {
+      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel files, SafetensorsModel::Open(model_dir));
+      return engine_internal::FillComputeLayout(*layout, files, model_dir, arrays);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhaustedError(model_dir + ": out of memory converting weights to f32");
+    }
+  };
+  m.residency = residency;
+  m.scratch_bytes = scratch_bytes;
+  return m;
+}
+
+// A private cache holding exactly `layout`: a cpu arena of the laid-out
+// buffers (each at a 64-byte boundary, as the cache places them) plus one
+// alignment unit, no ledger, the whole arena for weights.
+Result<engine_internal::WeightSource> MakePrivateWeights(
+    const std::string& model_dir, std::shared_ptr<const engine_internal::ComputeLayout> layout,
+    const SafetensorsModel& st) {
+  constexpr uint64_t kAlign = 64;
+  uint64_t arena = kAlign;
+  for (size_t i = 0; i < layout->buffers.size(); ++i) {
+    arena += (layout->buffer_floats(i) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  }
+  engine_internal::WeightSource src;
+  ARBITER_ASSIGN_OR_RETURN(src.owned_device, CpuDeviceBackend::Create(arena));
+  WeightCacheOptions cache_options;
+  cache_options.device = src.owned_device.get();
+  cache_options.ledger = nullptr;
+  cache_options.fraction = 1.0;
+  cache_options.wiggle = 0.0;
+  ARBITER_ASSIGN_OR_RETURN(src.owned_cache, WeightCache::Create(std::move(cache_options)));
+  src.cache = src.owned_cache.get();
+  src.key = kPrivateWeightKey;
+  // scratch_bytes 0: this arena holds weights only (the engine's scratch is
+  // its own memory), so no room is reserved for it in the budget.
+  ARBITER_RETURN_IF_ERROR(src.cache->Register(
+      MakeWeightModel(model_dir, src.key, std::move(layout), st, ResidencyState::kUnpinned, 0)));
+  return src;
+}
+
+}  // namespace
+
+Status Engine::Validate(const std::string& model_dir) {
+  const std::string dir = DirPrefix(model_dir);
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                           Tokenizer::Load(dir + "tokenizer.json"));
+  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+  return engine_internal::ValidateModelWeights(config, st, model_dir);
+}
+
+Result<WeightModel> Engine::WeightModelFor(const std::string& model_dir, const std::string& key,
+                                           const EngineOptions& options,
+                                           ResidencyState residency) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(DirPrefix(model_dir) + "config.json"));
+  try {
+    ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+    ARBITER_ASSIGN_OR_RETURN(engine_internal::ComputeLayout layout,
+                             engine_internal::PlanComputeLayout(config, st, model_dir));
+    const int n_ctx = ClampedContext(options, config);
+    const uint64_t scratch = engine_internal::ForwardScratch::BytesFor(
+        layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx);
+    return MakeWeightModel(
+        model_dir, key,
+        std::make_shared<const engine_internal::ComputeLayout>(std::move(layout)), st, residency,
+        scratch);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(model_dir + ": out of memory reading the weight headers");
+  }
+}
+
+Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
+                                             const EngineOptions& options) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  if (options.weight_cache != nullptr && !options.weight_cache->Contains(options.weight_key)) {
+    return FailedPreconditionError(
+        "engine options: weight_key '" + options.weight_key +
+        "' is not registered in the weight cache; register Engine::WeightModelFor(\"" +
+        model_dir + "\", \"" + options.weight_key + "\", ...) first");
+  }
+  const std::string dir = DirPrefix(model_dir);
   ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
   ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                            Tokenizer::Load(dir + "tokenizer.json"));
   try {
-    ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-    ARBITER_ASSIGN_OR_RETURN(engine_internal::ModelWeights weights,
-                             engine_internal::LoadModelWeights(config, st, model_dir));
-    const int n_ctx = std::max(2, std::min(options.n_ctx, config.max_position_embeddings));
+    std::shared_ptr<const engine_internal::ComputeLayout> layout;
+    engine_internal::WeightSource weights;
+    {
+      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+      ARBITER_ASSIGN_OR_RETURN(engine_internal::ComputeLayout planned,
+                               engine_internal::PlanComputeLayout(config, st, model_dir));
+      layout = std::make_shared<const engine_internal::ComputeLayout>(std::move(planned));
+      if (options.weight_cache == nullptr) {
+        ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(model_dir, layout, st));
+      } else {
+        weights.cache = options.weight_cache;
+        weights.key = options.weight_key;
+      }
+    }
+    {
+      // Resident now; a conversion error surfaces here. Released at once:
+      // requests take their own leases.
+      ARBITER_ASSIGN_OR_RETURN(WeightLease lease, weights.cache->Acquire(weights.key));
+      ARBITER_RETURN_IF_ERROR(engine_internal::CheckWeightLease(lease, *layout, weights.key));
+    }
+    if (options.weight_cache != nullptr) {
+      // The key must name this model's layout, not another model's.
+      for (const WeightModelStats& m : weights.cache->Stats().models) {
+        if (m.key == weights.key && m.weight_bytes != layout->bytes()) {
+          return FailedPreconditionError(
+              "weights '" + weights.key + "' are " + std::to_string(m.weight_bytes) +
+              " bytes but the compute layout of " + model_dir + " is " +
+              std::to_string(layout->bytes()) +
+              "; register the key with Engine::WeightModelFor of this model");
+        }
+      }
+    }
+    const int n_ctx = ClampedContext(options, config);
     const int n_threads = options.n_threads > 0 ? options.n_threads : openblas_get_num_threads();
-    auto decoder =
-        std::make_unique<engine_internal::Decoder>(std::move(weights), n_ctx, n_threads);
+    auto decoder = std::make_unique<engine_internal::Decoder>(layout->config, layout->has_lm_head,
+                                                              n_ctx, n_threads);
     return std::unique_ptr<Engine>(std::make_unique<engine_internal::EngineImpl>(
-        std::move(tokenizer), std::move(decoder), options, n_ctx));
+        std::move(tokenizer), std::move(layout), std::move(decoder), std::move(weights), options,
+        n_ctx));
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError(model_dir + ": out of memory allocating weights or KV cache (n_ctx " +
                                   std::to_string(options.n_ctx) + ", n_slots " +

@@ -156,6 +156,9 @@ Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
 }
 
 int RunGenerate(const GenerateFlags& f) {
+  // The engine's private weight cache logs each load at info level on
+  // spdlog's stdout sink; keep stdout to the result (--json is parsed).
+  spdlog::set_level(spdlog::level::warn);
   EngineOptions options;
   options.n_ctx = f.ctx;
   options.n_slots = 1;
@@ -230,6 +233,7 @@ struct BenchFlags {
 };
 
 int RunBenchDecode(const BenchFlags& f) {
+  spdlog::set_level(spdlog::level::warn);  // as RunGenerate: stdout is the report
   const int threads =
       f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Result<DecodeBenchResult> r =

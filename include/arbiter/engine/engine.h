@@ -3,7 +3,7 @@
 //
 // Architectures: LlamaForCausalLM, Qwen2ForCausalLM (q/k/v bias),
 // Qwen3ForCausalLM (per-head q/k RMSNorm); weights F32/F16/BF16 converted to
-// f32 at load. Forward pass: RMSNorm, RoPE (theta from config; HF
+// f32 into the buffers of a WeightCache (the engine owns no weight memory). Forward pass: RMSNorm, RoPE (theta from config; HF
 // "rotate_half" layout), grouped-query attention, SwiGLU MLP, tied or separate
 // lm_head. Prefill runs the prompt in batches through cblas_sgemm; decode
 // uses cblas_sgemv (OpenBLAS).
@@ -97,7 +97,13 @@ class Engine {
 
   // Loads config.json, tokenizer.json and the safetensors weights of
   // `model_dir`. Errors name the file and the field or tensor (kDataLoss,
-  // kNotFound, kUnimplemented).
+  // kNotFound, kUnimplemented). With options.weight_cache set:
+  // kFailedPrecondition when options.weight_key is not registered in it
+  // (Load never registers it), or is registered with another model's layout;
+  // the cache's Acquire errors as is (NotResidentError in externally-managed
+  // mode when the model is not device-resident, kResourceExhausted, a fill
+  // error prefixed "weights of '<key>': "). In private mode a conversion
+  // error comes prefixed "weights of 'engine': ".
   // Everything Load checks except the weight conversion: config.json and
   // tokenizer.json parse, the safetensors headers are valid, and every
   // tensor the architecture needs is present with the expected shape. Reads
@@ -133,6 +139,14 @@ class Engine {
   // Bytes the engine itself holds: all slots' KV caches plus their scratch.
   virtual size_t kv_bytes() const = 0;
 
+  // Generate, Embed and ComputeLogits first take a slot, then a WeightLease
+  // on the model's weights for the whole call. A weight-acquire error is
+  // returned as is: NotResidentError (kFailedPrecondition; externally-managed
+  // cache, model not device-resident), kResourceExhausted (the cache cannot
+  // make room while other models' weights are leased), or a reload error
+  // (the file changed or broke since Load), prefixed "weights of '<key>': ".
+  // Nothing is computed and the slot's cached prefix is kept.
+  //
   // Runs one generation. kInvalidArgument for an empty prompt or a prompt
   // that does not fit n_ctx (message gives both numbers), a token id outside
   // [0, vocab_size), max_tokens < 1, or bad sampling params; kFailedPrecondition

@@ -16,17 +16,31 @@
 // Prefix reuse keeps at least one prompt token to recompute so the last
 // position's logits exist: cached = min(lcp, prompt.size() − 1).
 //
+// Weights. The engine owns no weight memory: every call, once it holds its
+// slot, takes a WeightLease on `weight_key` for its whole duration
+// (AcquireWeights) and computes from views of the leased buffers. Between
+// calls the cache may evict them; the next call reloads them. The slot comes
+// first so a caller waiting for a slot does not pin weights; the lease is
+// dropped before the slot (declared after it), and a weight error leaves the
+// slot's cached tokens untouched (nothing was computed). In private mode
+// (EngineOptions::weight_cache null) the engine owns the cache and its cpu
+// arena (WeightSource), destroyed cache first.
+//
 // Thread safety: thread-safe (see engine.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "arbiter/base/mutex.h"
 #include "arbiter/engine/engine.h"
+#include "arbiter/memory/device_backend.h"
+#include "arbiter/weights/weight_cache.h"
 #include "engine/internal/forward.h"
+#include "engine/internal/model_weights.h"
 
 namespace arbiter::engine_internal {
 
@@ -60,19 +74,38 @@ class SlotLease {
   std::vector<int32_t> fed_;
 };
 
+// Where an engine's weights live. `owned_device` / `owned_cache` are set in
+// private mode only (members destroyed in reverse order: the cache before
+// its device).
+struct WeightSource {
+  std::unique_ptr<DeviceBackend> owned_device;
+  std::unique_ptr<WeightCache> owned_cache;
+  WeightCache* cache = nullptr;  // owned_cache.get() or EngineOptions::weight_cache
+  std::string key;
+};
+
+// Checks that `lease` can back `layout` on the CPU: one tensor per compute
+// buffer, all host-addressable. Errors: kFailedPrecondition naming the key
+// and what to do.
+Status CheckWeightLease(const WeightLease& lease, const ComputeLayout& layout,
+                        const std::string& key);
+
 class EngineImpl final : public Engine {
  public:
-  // `n_ctx`: tokens per slot (already clamped). REQUIRES: options validated.
-  EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Decoder> decoder,
-             const EngineOptions& options, int n_ctx);
+  // `n_ctx`: tokens per slot (already clamped). REQUIRES: options validated;
+  // `decoder` made for layout->config; `weights.key` registered in
+  // weights.cache with `layout`'s specs.
+  EngineImpl(std::unique_ptr<Tokenizer> tokenizer, std::shared_ptr<const ComputeLayout> layout,
+             std::unique_ptr<Decoder> decoder, WeightSource weights, const EngineOptions& options,
+             int n_ctx);
   ~EngineImpl() override;
 
-  const ModelConfig& config() const override { return decoder_->weights().config; }
+  const ModelConfig& config() const override { return layout_->config; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   Result<ChatTemplateKind> chat_template() const override;
   int n_ctx() const override { return n_ctx_; }
   int n_slots() const override { return static_cast<int>(slot_states_.size()); }
-  size_t weight_bytes() const override { return decoder_->weights().bytes(); }
+  size_t weight_bytes() const override { return layout_->bytes(); }
   size_t kv_bytes() const override;
 
   Result<GenerationResult> Generate(const GenerationRequest& request, const TextCallback& on_text,
@@ -86,25 +119,43 @@ class EngineImpl final : public Engine {
   // ids[0, n_prefill) as one prefill call (chunked by prefill_batch), then
   // every further id as its own single-token decode step. Starts from an
   // empty KV state. REQUIRES: 1 ≤ n_prefill ≤ ids.size() ≤ n_ctx.
+  // Errors: as ComputeLogits, and the weight-acquire errors of engine.h.
   Result<std::vector<float>> IncrementalLogits(const std::vector<int32_t>& ids, int n_prefill);
   // Token ids that end generation (config eos + end-of-turn specials).
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   const Decoder& decoder() const { return *decoder_; }
+  // The compute buffers the engine reads (ComputeLayout::bytes() = weight_bytes()).
+  const ComputeLayout& layout() const { return *layout_; }
+  // The cache and key the weights are leased from (private mode: the
+  // engine's own cache and "engine").
+  WeightCache& weight_cache() const { return *weights_.cache; }
+  const std::string& weight_key() const { return weights_.key; }
 
  private:
   friend class SlotLease;
+
+  // One call's weights: the lease that pins them and views of them.
+  struct LeasedWeights {
+    WeightLease lease;
+    ModelWeights w;
+  };
 
   // Leases the free slot with the longest common prefix with `prompt`;
   // std::nullopt when `cancelled` fired while waiting.
   std::optional<SlotLease> AcquireSlot(const std::vector<int32_t>& prompt,
                                        const CancelFn& cancelled) EXCLUDES(mu_);
   void ReleaseSlot(int index, std::vector<int32_t> fed) EXCLUDES(mu_);
+  // Acquires the weights for one call (see the file comment). Errors: the
+  // cache's Acquire errors as is; CheckWeightLease's.
+  Result<LeasedWeights> AcquireWeights() const;
   // kInvalidArgument for an empty sequence, an id outside [0, vocab), or
   // more than `limit` ids.
   Status CheckIds(const std::vector<int32_t>& ids, int limit, const char* what) const;
   bool IsEos(int32_t id) const;
 
+  WeightSource weights_;  // first: destroyed last
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const ComputeLayout> layout_;
   std::unique_ptr<Decoder> decoder_;
   EngineOptions options_;
   int n_ctx_;

@@ -114,13 +114,21 @@ size_t ForwardScratch::bytes() const {
          gu.size_bytes() + act.size_bytes() + scores.size_bytes();
 }
 
-Decoder::Decoder(ModelWeights weights, int n_ctx, int n_threads)
-    : w_(std::move(weights)), n_ctx_(n_ctx),
+size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx) {
+  const size_t floats = size_t{1} * batch * d.hidden * 2 + size_t{1} * batch * d.qkv_dim +
+                        size_t{1} * batch * d.q_dim + size_t{2} * batch * d.inter +
+                        size_t{1} * batch * d.inter +
+                        size_t{1} * std::max(batch, d.n_heads) * n_ctx;
+  return floats * sizeof(float);
+}
+
+Decoder::Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads)
+    : config_(config), dims_(DimsOf(config)), has_lm_head_(has_lm_head), n_ctx_(n_ctx),
       pool_(std::make_unique<MatVecPool>(std::max(1, n_threads))) {
-  const int half = w_.dims.head_dim / 2;
+  const int half = dims_.head_dim / 2;
   rope_cos_.Resize(size_t{1} * n_ctx * half);
   rope_sin_.Resize(size_t{1} * n_ctx * half);
-  const std::vector<double> inv_freq = RopeInverseFrequencies(w_.config, w_.dims.head_dim);
+  const std::vector<double> inv_freq = RopeInverseFrequencies(config_, dims_.head_dim);
   for (int i = 0; i < half; ++i) {
     for (int p = 0; p < n_ctx; ++p) {
       const double angle = p * inv_freq[i];
@@ -131,7 +139,7 @@ Decoder::Decoder(ModelWeights weights, int n_ctx, int n_threads)
 }
 
 void Decoder::Rope(float* head, int pos) const {
-  const int half = w_.dims.head_dim / 2;
+  const int half = dims_.head_dim / 2;
   const float* c = rope_cos_.data() + size_t{1} * pos * half;
   const float* s = rope_sin_.data() + size_t{1} * pos * half;
   float* a = head;
@@ -143,14 +151,14 @@ void Decoder::Rope(float* head, int pos) const {
   }
 }
 
-void Decoder::Forward(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n, int pos,
-                      const ForwardOutputs& out) const {
-  const ModelDims& d = w_.dims;
+void Decoder::Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s,
+                      const int32_t* tokens, int n, int pos, const ForwardOutputs& out) const {
+  const ModelDims& d = dims_;
   const bool need_all_rows = out.all_logits != nullptr || out.hidden_sum != nullptr;
   for (int c = 0; c < n; c += s.batch()) {
     const int nt = std::min(s.batch(), n - c);
     const bool last_chunk = c + nt == n;
-    ForwardChunk(kv, s, tokens + c, nt, pos + c, need_all_rows);
+    ForwardChunk(w, kv, s, tokens + c, nt, pos + c, need_all_rows);
     // s.xn holds final-normed rows: all nt when need_all_rows, else the last.
     if (out.hidden_sum != nullptr) {
       for (int t = 0; t < nt; ++t) {
@@ -161,10 +169,10 @@ void Decoder::Forward(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int
     if (out.all_logits != nullptr) {
       float* dst = out.all_logits + size_t{1} * c * d.vocab;
       if (nt == 1) {
-        pool_->Run(w_.lm_head_data(), d.vocab, d.hidden, s.xn.data(), false, dst);
+        pool_->Run(w.lm_head_data(), d.vocab, d.hidden, s.xn.data(), false, dst);
       } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, d.vocab, d.hidden, 1.0f,
-                    s.xn.data(), d.hidden, w_.lm_head_data(), d.hidden, 0.0f, dst, d.vocab);
+                    s.xn.data(), d.hidden, w.lm_head_data(), d.hidden, 0.0f, dst, d.vocab);
       }
       if (last_chunk && out.last_logits != nullptr) {
         std::memcpy(out.last_logits, dst + size_t{1} * (nt - 1) * d.vocab,
@@ -172,18 +180,18 @@ void Decoder::Forward(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int
       }
     } else if (last_chunk && out.last_logits != nullptr) {
       const int row = need_all_rows ? nt - 1 : 0;
-      pool_->Run(w_.lm_head_data(), d.vocab, d.hidden, s.xn.data() + size_t{1} * row * d.hidden,
+      pool_->Run(w.lm_head_data(), d.vocab, d.hidden, s.xn.data() + size_t{1} * row * d.hidden,
              false, out.last_logits);
     }
   }
 }
 
-void Decoder::ForwardChunk(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int nt, int pos,
-                           bool need_all_rows) const {
-  const ModelDims& d = w_.dims;
+void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s,
+                           const int32_t* tokens, int nt, int pos, bool need_all_rows) const {
+  const ModelDims& d = dims_;
   const int H = d.hidden, I = d.inter, Q = d.q_dim, KV = d.kv_dim, QKV = d.qkv_dim,
             HD = d.head_dim;
-  const float eps = w_.config.rms_norm_eps;
+  const float eps = config_.rms_norm_eps;
   float* x = s.x.data();      // [nt, H]
   float* xn = s.xn.data();    // [nt, H]
   float* qkv = s.qkv.data();  // [nt, QKV]
@@ -191,12 +199,12 @@ void Decoder::ForwardChunk(KvCache& kv, ForwardScratch& s, const int32_t* tokens
   float* act = s.act.data();  // [nt, I]
 
   for (int t = 0; t < nt; ++t) {
-    std::memcpy(x + size_t{1} * t * H, w_.embed.data() + size_t{1} * tokens[t] * H,
+    std::memcpy(x + size_t{1} * t * H, w.embed.data() + size_t{1} * tokens[t] * H,
                 sizeof(float) * H);
   }
 
   for (int li = 0; li < d.n_layers; ++li) {
-    const LayerWeights& L = w_.layers[li];
+    const LayerWeights& L = w.layers[li];
 
     // --- attention block
     for (int t = 0; t < nt; ++t) {
@@ -263,15 +271,15 @@ void Decoder::ForwardChunk(KvCache& kv, ForwardScratch& s, const int32_t* tokens
   // Final norm into xn: every row when needed, else only the last (into row 0).
   if (need_all_rows) {
     for (int t = 0; t < nt; ++t) {
-      RmsNorm(x + size_t{1} * t * H, w_.final_norm.data(), eps, H, xn + size_t{1} * t * H);
+      RmsNorm(x + size_t{1} * t * H, w.final_norm.data(), eps, H, xn + size_t{1} * t * H);
     }
   } else {
-    RmsNorm(x + size_t{1} * (nt - 1) * H, w_.final_norm.data(), eps, H, xn);
+    RmsNorm(x + size_t{1} * (nt - 1) * H, w.final_norm.data(), eps, H, xn);
   }
 }
 
 void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos) const {
-  const ModelDims& d = w_.dims;
+  const ModelDims& d = dims_;
   const int Q = d.q_dim, KV = d.kv_dim, QKV = d.qkv_dim, HD = d.head_dim;
   const int group = d.n_heads / d.n_kv_heads;  // query heads per KV head
   const int L = pos + nt;                      // positions visible to the last token

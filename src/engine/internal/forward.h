@@ -1,8 +1,11 @@
 // engine/internal/forward.h — the decoder forward pass over f32 weights.
 //
-// `Decoder` owns the weights and the RoPE tables and is immutable (shared by
-// all slots). Per-sequence state lives outside it: a `KvCache` and a
-// `ForwardScratch`, owned by one slot and used by one thread at a time.
+// `Decoder` holds the model's shape, the RoPE tables and the decode thread
+// pool, and is immutable (shared by all slots). It does not own the weights:
+// every Forward call is given a ModelWeights — views of the buffers a
+// WeightCache lease pins for the request (model_weights.h). Per-sequence
+// state lives outside it too: a `KvCache` and a `ForwardScratch`, owned by
+// one slot and used by one thread at a time.
 //
 // One call of Decoder::Forward runs tokens [pos, pos + n) of a sequence whose
 // positions [0, pos) are already in the KV cache. It processes the tokens in
@@ -67,6 +70,8 @@ class ForwardScratch {
   ForwardScratch(const ModelDims& d, int batch, int n_ctx);
   int batch() const { return batch_; }
   size_t bytes() const;
+  // bytes() of ForwardScratch(d, batch, n_ctx), without allocating it.
+  static size_t BytesFor(const ModelDims& d, int batch, int n_ctx);
 
   AlignedFloats x;       // [batch, hidden]      residual stream
   AlignedFloats xn;      // [batch, hidden]      normed input of a sub-layer
@@ -101,28 +106,36 @@ class Decoder {
   // `n_ctx`: the largest position + 1 any KV cache will hold. `n_threads`:
   // threads for decode's matrix-vector products (the caller + a pool of
   // n_threads − 1). Prefill's sgemm uses OpenBLAS's own thread count.
-  Decoder(ModelWeights weights, int n_ctx, int n_threads = 1);
+  // `has_lm_head`: whether the weights it will be given can produce logits.
+  // REQUIRES: DimsOf(config) valid (PlanComputeLayout accepted it).
+  Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads = 1);
 
-  const ModelWeights& weights() const { return w_; }
-  const ModelDims& dims() const { return w_.dims; }
+  const ModelConfig& config() const { return config_; }
+  const ModelDims& dims() const { return dims_; }
+  bool has_lm_head() const { return has_lm_head_; }
   int n_ctx() const { return n_ctx_; }
 
-  // Runs `tokens` [n] at positions [pos, pos + n), writing their K/V into `kv`.
-  // REQUIRES: n ≥ 1; pos + n ≤ kv.n_ctx() ≤ n_ctx(); every token in
-  // [0, vocab); positions [0, pos) of `kv` hold this sequence's K/V;
-  // logits outputs require weights().has_lm_head.
-  void Forward(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n, int pos,
-               const ForwardOutputs& out) const;
+  // Runs `tokens` [n] at positions [pos, pos + n) with weights `w`, writing
+  // their K/V into `kv`.
+  // REQUIRES: `w` bound from the layout of this decoder's config (same
+  // dims) and valid for the whole call; n ≥ 1; pos + n ≤ kv.n_ctx() ≤
+  // n_ctx(); every token in [0, vocab); positions [0, pos) of `kv` hold this
+  // sequence's K/V (computed with the same weights); logits outputs require
+  // has_lm_head().
+  void Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n,
+               int pos, const ForwardOutputs& out) const;
 
  private:
   // One chunk of nt ≤ s.batch() tokens.
-  void ForwardChunk(KvCache& kv, ForwardScratch& s, const int32_t* tokens, int nt, int pos,
-                    bool need_all_rows) const;
+  void ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens,
+                    int nt, int pos, bool need_all_rows) const;
   void Attention(KvCache& kv, ForwardScratch& s, int layer, int nt, int pos) const;
   void Rope(float* head, int pos) const;
 
-  ModelWeights w_;
-  int n_ctx_;
+  const ModelConfig config_;
+  const ModelDims dims_;
+  const bool has_lm_head_;
+  const int n_ctx_;
   std::unique_ptr<MatVecPool> pool_;  // Run() is thread-safe
   AlignedFloats rope_cos_;  // [n_ctx, head_dim / 2]
   AlignedFloats rope_sin_;  // [n_ctx, head_dim / 2]

@@ -1,44 +1,23 @@
-// engine/internal/model_weights.cc — validation and f32 conversion of a
-// decoder's safetensors weights.
+// engine/internal/model_weights.cc — the compute layout of a decoder's
+// safetensors weights: planning, f32 conversion into caller-owned buffers,
+// and views.
 //
-// Load runs in two passes. Pass 1 builds the list of (tensor, expected shape,
-// destination, destination offset) for the whole model and checks presence
-// and shape of every entry, so a bad checkpoint fails before any large
-// allocation. Pass 2 allocates each destination buffer once and converts each
-// tensor straight into its slice (fused matrices get their parts at row
-// offsets).
+// Planning (PlanComputeLayout) reads headers only: it lists, for the whole
+// model, every (tensor, expected shape, buffer, float offset), creating each
+// compute buffer at the first tensor routed to it, and checks presence and
+// shape of every entry, so a bad checkpoint fails before any weight memory
+// is touched. Filling (FillComputeLayout) converts each tensor straight into
+// its slice (fused matrices get their parts at row offsets). The parts of a
+// buffer tile it exactly (checked when planning), so a fill writes every
+// element: the weight cache may hand it memory that holds an older model.
 #include "engine/internal/model_weights.h"
 
 #include <filesystem>
-#include <new>
 #include <string>
 
 #include "arbiter/formats/llama_tensors.h"
 
 namespace arbiter::engine_internal {
-namespace {
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-
-// One tensor to copy into (a slice of) a destination buffer.
-struct Part {
-  std::string name;
-  std::vector<int64_t> shape;
-  AlignedFloats* dest = nullptr;
-  size_t dest_offset = 0;  // floats
-  size_t dest_size = 0;    // floats of the whole destination buffer
-  const TensorInfo* info = nullptr;
-};
-
-}  // namespace
 
 ModelDims DimsOf(const ModelConfig& c) {
   ModelDims d;
@@ -78,17 +57,67 @@ size_t ModelWeights::decode_bytes_per_token() const {
   return total;
 }
 
+size_t ComputeLayout::buffer_floats(size_t i) const {
+  size_t n = 1;
+  for (int64_t d : buffers[i].shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+size_t ComputeLayout::bytes() const {
+  size_t total = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) total += buffer_floats(i) * sizeof(float);
+  return total;
+}
+
+size_t ComputeLayout::decode_bytes_per_token() const {
+  // Everything but the embedding table and the lm_head buffer, plus the
+  // output projection (embed when tied) once.
+  size_t total = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (static_cast<int>(i) == embed || static_cast<int>(i) == lm_head) continue;
+    total += buffer_floats(i) * sizeof(float);
+  }
+  if (has_lm_head) total += size_t{4} * dims.vocab * dims.hidden;
+  return total;
+}
+
 namespace {
 
-// Sets w's config and dims and lists every tensor the architecture needs with
-// its expected shape and destination; checks presence and shapes against the
-// safetensors headers. Allocates no weight buffer.
-Result<std::vector<Part>> PlanAndCheck(const ModelConfig& config, const SafetensorsModel& st,
-                                       const std::string& model_dir, ModelWeights* out) {
-  ModelWeights& w = *out;
-  w.config = config;
-  w.dims = DimsOf(config);
-  const ModelDims& d = w.dims;
+std::string FileList(const SafetensorsModel& st) {
+  std::string files;
+  for (const std::string& f : st.files()) {
+    if (!files.empty()) files += ", ";
+    files += std::filesystem::path(f).filename().string();
+  }
+  return files;
+}
+
+// The tensor `part` names in `st`, with the expected shape.
+Result<const TensorInfo*> FindPart(const ComputePart& part, const ModelConfig& config,
+                                   const ModelDims& d, const SafetensorsModel& st,
+                                   const std::string& model_dir) {
+  const TensorInfo* info = st.Find(part.tensor);
+  if (info == nullptr) {
+    return NotFoundError(model_dir + ": tensor \"" + part.tensor + "\" not found in " +
+                         FileList(st) + " (required by " + config.architecture_name + " with " +
+                         std::to_string(d.n_layers) + " layers)");
+  }
+  if (info->shape != part.shape) {
+    return DataLossError(std::filesystem::path(info->file).filename().string() + ": tensor \"" +
+                         part.tensor + "\" has shape " + ShapeString(info->shape) +
+                         ", expected " + ShapeString(part.shape));
+  }
+  return info;
+}
+
+}  // namespace
+
+Result<ComputeLayout> PlanComputeLayout(const ModelConfig& config, const SafetensorsModel& st,
+                                        const std::string& model_dir) {
+  ComputeLayout layout;
+  layout.config = config;
+  layout.dims = DimsOf(config);
+  const ModelDims& d = layout.dims;
   if (d.hidden <= 0 || d.inter <= 0 || d.n_layers <= 0 || d.n_heads <= 0 || d.n_kv_heads <= 0 ||
       d.head_dim <= 0 || d.vocab <= 0) {
     return InvalidArgumentError(model_dir + ": config has a non-positive dimension");
@@ -105,87 +134,120 @@ Result<std::vector<Part>> PlanAndCheck(const ModelConfig& config, const Safetens
 
   // Which tensors, in which order, with which shapes: the one list shared
   // with the weight runtime (arbiter/formats/llama_tensors.h). Here each is
-  // routed to its (fused) destination buffer.
+  // routed to its (fused) buffer, created when its first tensor is seen.
   const LlamaTensorPlan plan = PlanLlamaTensors(config, st);
-  const size_t H = d.hidden, I = d.inter, V = d.vocab, Q = d.q_dim, KV = d.kv_dim,
-               QKV = d.qkv_dim, HD = d.head_dim;
-  std::vector<Part> parts;
-  parts.reserve(plan.tensors.size());
-  w.layers.resize(d.n_layers);
+  const int64_t H = d.hidden, I = d.inter, V = d.vocab, Q = d.q_dim, KV = d.kv_dim,
+                QKV = d.qkv_dim, HD = d.head_dim;
+  layout.layers.resize(d.n_layers);
+  layout.parts.reserve(plan.tensors.size());
+  std::vector<size_t> covered;  // floats routed to each buffer
   for (const LlamaTensor& t : plan.tensors) {
-    Part part{t.name, t.shape, nullptr, 0, 0, nullptr};
-    LayerWeights* l = t.layer >= 0 ? &w.layers[t.layer] : nullptr;
-    auto route = [&part](AlignedFloats* dest, size_t offset, size_t dest_size) {
-      part.dest = dest;
-      part.dest_offset = offset;
-      part.dest_size = dest_size;
+    LayerBuffers* l = t.layer >= 0 ? &layout.layers[t.layer] : nullptr;
+    // Routes t to floats [offset, …) of the buffer in `slot`, creating it as
+    // `member` [shape] if it does not exist yet.
+    auto route = [&](int* slot, const char* member, std::vector<int64_t> shape, int64_t offset) {
+      if (*slot < 0) {
+        *slot = static_cast<int>(layout.buffers.size());
+        std::string name = t.layer >= 0 ? "model.layers." + std::to_string(t.layer) + "." + member
+                                        : std::string("model.") + member;
+        layout.buffers.push_back(WeightSpec{std::move(name), DType::kF32, std::move(shape)});
+        covered.push_back(0);
+      }
+      layout.parts.push_back(
+          ComputePart{t.name, t.shape, static_cast<size_t>(*slot), static_cast<size_t>(offset)});
     };
     switch (t.role) {
-      case LlamaTensorRole::kEmbed: route(&w.embed, 0, V * H); break;
-      case LlamaTensorRole::kAttnNorm: route(&l->attn_norm, 0, H); break;
-      case LlamaTensorRole::kQProj: route(&l->wqkv, 0, QKV * H); break;
-      case LlamaTensorRole::kKProj: route(&l->wqkv, Q * H, QKV * H); break;
-      case LlamaTensorRole::kVProj: route(&l->wqkv, (Q + KV) * H, QKV * H); break;
-      case LlamaTensorRole::kQBias: route(&l->bqkv, 0, QKV); break;
-      case LlamaTensorRole::kKBias: route(&l->bqkv, Q, QKV); break;
-      case LlamaTensorRole::kVBias: route(&l->bqkv, Q + KV, QKV); break;
-      case LlamaTensorRole::kQNorm: route(&l->q_norm, 0, HD); break;
-      case LlamaTensorRole::kKNorm: route(&l->k_norm, 0, HD); break;
-      case LlamaTensorRole::kOProj: route(&l->wo, 0, H * Q); break;
-      case LlamaTensorRole::kFfnNorm: route(&l->ffn_norm, 0, H); break;
-      case LlamaTensorRole::kGateProj: route(&l->w_gate_up, 0, 2 * I * H); break;
-      case LlamaTensorRole::kUpProj: route(&l->w_gate_up, I * H, 2 * I * H); break;
-      case LlamaTensorRole::kDownProj: route(&l->w_down, 0, H * I); break;
-      case LlamaTensorRole::kFinalNorm: route(&w.final_norm, 0, H); break;
-      case LlamaTensorRole::kLmHead: route(&w.lm_head, 0, V * H); break;
+      case LlamaTensorRole::kEmbed: route(&layout.embed, "embed", {V, H}, 0); break;
+      case LlamaTensorRole::kAttnNorm: route(&l->attn_norm, "attn_norm", {H}, 0); break;
+      case LlamaTensorRole::kQProj: route(&l->wqkv, "wqkv", {QKV, H}, 0); break;
+      case LlamaTensorRole::kKProj: route(&l->wqkv, "wqkv", {QKV, H}, Q * H); break;
+      case LlamaTensorRole::kVProj: route(&l->wqkv, "wqkv", {QKV, H}, (Q + KV) * H); break;
+      case LlamaTensorRole::kQBias: route(&l->bqkv, "bqkv", {QKV}, 0); break;
+      case LlamaTensorRole::kKBias: route(&l->bqkv, "bqkv", {QKV}, Q); break;
+      case LlamaTensorRole::kVBias: route(&l->bqkv, "bqkv", {QKV}, Q + KV); break;
+      case LlamaTensorRole::kQNorm: route(&l->q_norm, "q_norm", {HD}, 0); break;
+      case LlamaTensorRole::kKNorm: route(&l->k_norm, "k_norm", {HD}, 0); break;
+      case LlamaTensorRole::kOProj: route(&l->wo, "wo", {H, Q}, 0); break;
+      case LlamaTensorRole::kFfnNorm: route(&l->ffn_norm, "ffn_norm", {H}, 0); break;
+      case LlamaTensorRole::kGateProj: route(&l->w_gate_up, "w_gate_up", {2 * I, H}, 0); break;
+      case LlamaTensorRole::kUpProj: route(&l->w_gate_up, "w_gate_up", {2 * I, H}, I * H); break;
+      case LlamaTensorRole::kDownProj: route(&l->w_down, "w_down", {H, I}, 0); break;
+      case LlamaTensorRole::kFinalNorm: route(&layout.final_norm, "final_norm", {H}, 0); break;
+      case LlamaTensorRole::kLmHead: route(&layout.lm_head, "lm_head", {V, H}, 0); break;
     }
-    parts.push_back(std::move(part));
   }
-  w.has_lm_head = plan.has_lm_head;
+  layout.has_lm_head = plan.has_lm_head;
 
   // Presence and shapes.
-  for (Part& part : parts) {
-    part.info = st.Find(part.name);
-    if (part.info == nullptr) {
-      std::string files;
-      for (const std::string& f : st.files()) {
-        if (!files.empty()) files += ", ";
-        files += std::filesystem::path(f).filename().string();
-      }
-      return NotFoundError(model_dir + ": tensor \"" + part.name + "\" not found in " + files +
-                           " (required by " + config.architecture_name + " with " +
-                           std::to_string(d.n_layers) + " layers)");
-    }
-    if (part.info->shape != part.shape) {
-      return DataLossError(std::filesystem::path(part.info->file).filename().string() + ": tensor \"" + part.name +
-                           "\" has shape " + ShapeString(part.info->shape) + ", expected " +
-                           ShapeString(part.shape));
+  for (const ComputePart& part : layout.parts) {
+    ARBITER_ASSIGN_OR_RETURN(const TensorInfo* info, FindPart(part, config, d, st, model_dir));
+    covered[part.buffer] += static_cast<size_t>(info->num_elements());
+  }
+  // The parts tile every buffer (the fill relies on it; the plan's shapes
+  // guarantee it, so a failure here is a bug in this file).
+  for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    if (covered[i] != layout.buffer_floats(i)) {
+      return InternalError(model_dir + ": compute buffer " + layout.buffers[i].name + " " +
+                           ShapeString(layout.buffers[i].shape) + " gets " +
+                           std::to_string(covered[i]) + " floats from its tensors");
     }
   }
-
-  return parts;
+  return layout;
 }
-
-}  // namespace
 
 Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& st,
                             const std::string& model_dir) {
-  ModelWeights w;
-  return PlanAndCheck(config, st, model_dir, &w).status();
+  return PlanComputeLayout(config, st, model_dir).status();
 }
 
-Result<ModelWeights> LoadModelWeights(const ModelConfig& config, const SafetensorsModel& st,
-                                      const std::string& model_dir) {
-  ModelWeights w;
-  ARBITER_ASSIGN_OR_RETURN(std::vector<Part> parts, PlanAndCheck(config, st, model_dir, &w));
-  // Allocate and convert.
-  try {
-    for (Part& part : parts) {
-      if (part.dest->size() != part.dest_size) part.dest->Resize(part.dest_size);
-      ARBITER_RETURN_IF_ERROR(ConvertToF32(*part.info, part.dest->data() + part.dest_offset));
+Status FillComputeLayout(const ComputeLayout& layout, const SafetensorsModel& st,
+                         const std::string& model_dir, const std::vector<void*>& arrays) {
+  if (arrays.size() != layout.buffers.size()) {
+    return InvalidArgumentError(model_dir + ": " + std::to_string(arrays.size()) +
+                                " arrays for a compute layout of " +
+                                std::to_string(layout.buffers.size()) + " buffers");
+  }
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (arrays[i] == nullptr) {
+      return InvalidArgumentError(model_dir + ": no memory for compute buffer " +
+                                  layout.buffers[i].name);
     }
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError(model_dir + ": out of memory converting weights to f32");
+  }
+  for (const ComputePart& part : layout.parts) {
+    ARBITER_ASSIGN_OR_RETURN(const TensorInfo* info,
+                             FindPart(part, layout.config, layout.dims, st, model_dir));
+    ARBITER_RETURN_IF_ERROR(
+        ConvertToF32(*info, static_cast<float*>(arrays[part.buffer]) + part.offset));
+  }
+  return OkStatus();
+}
+
+ModelWeights BindModelWeights(const ComputeLayout& layout,
+                              const std::vector<const void*>& arrays) {
+  auto view = [&](int i) {
+    if (i < 0) return FloatView();
+    return FloatView(static_cast<const float*>(arrays[i]), layout.buffer_floats(i));
+  };
+  ModelWeights w;
+  w.config = layout.config;
+  w.dims = layout.dims;
+  w.has_lm_head = layout.has_lm_head;
+  w.embed = view(layout.embed);
+  w.final_norm = view(layout.final_norm);
+  w.lm_head = view(layout.lm_head);
+  w.layers.resize(layout.layers.size());
+  for (size_t i = 0; i < layout.layers.size(); ++i) {
+    const LayerBuffers& b = layout.layers[i];
+    LayerWeights& l = w.layers[i];
+    l.attn_norm = view(b.attn_norm);
+    l.wqkv = view(b.wqkv);
+    l.bqkv = view(b.bqkv);
+    l.q_norm = view(b.q_norm);
+    l.k_norm = view(b.k_norm);
+    l.wo = view(b.wo);
+    l.ffn_norm = view(b.ffn_norm);
+    l.w_gate_up = view(b.w_gate_up);
+    l.w_down = view(b.w_down);
   }
   return w;
 }

@@ -1,5 +1,6 @@
-// Weight loading: presence/shape validation and the decoder against the numpy
-// reference on synthetic checkpoints (no tokenizer needed).
+// The compute layout: presence/shape validation, buffer order and fusion,
+// filling, and the decoder against the numpy reference on synthetic
+// checkpoints (no tokenizer needed).
 #include "engine/internal/model_weights.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numbers>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
@@ -17,11 +22,7 @@
 namespace arbiter::engine_internal {
 namespace {
 
-Result<ModelWeights> LoadDir(const std::string& dir) {
-  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
-  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
-  return LoadModelWeights(config, st, dir);
-}
+Result<TestWeights> LoadDir(const std::string& dir) { return LoadTestWeights(dir); }
 
 std::string WriteModel(const TestModelSpec& spec) {
   std::string dir = MakeTempDir("arbiter_weights_test_");
@@ -34,16 +35,17 @@ std::string WriteModel(const TestModelSpec& spec) {
 TEST(ModelWeightsTest, LoadsAndFusesLlama) {
   TestModelSpec spec;
   const std::string dir = WriteModel(spec);
-  Result<ModelWeights> w = LoadDir(dir);
+  Result<TestWeights> w = LoadDir(dir);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
-  EXPECT_EQ(w->layers.size(), 2u);
-  EXPECT_EQ(w->dims.qkv_dim, 4 * 16 + 2 * 2 * 16);
-  EXPECT_EQ(w->layers[0].wqkv.size(), size_t{128} * 64);
-  EXPECT_EQ(w->layers[0].w_gate_up.size(), size_t{2} * 96 * 64);
-  EXPECT_TRUE(w->layers[0].bqkv.empty());
-  EXPECT_TRUE(w->has_lm_head);
-  EXPECT_FALSE(w->lm_head.empty());
-  for (const auto* buf : {&w->embed, &w->layers[1].wqkv, &w->layers[1].w_down, &w->lm_head}) {
+  EXPECT_EQ(w->w.layers.size(), 2u);
+  EXPECT_EQ(w->w.dims.qkv_dim, 4 * 16 + 2 * 2 * 16);
+  EXPECT_EQ(w->w.layers[0].wqkv.size(), size_t{128} * 64);
+  EXPECT_EQ(w->w.layers[0].w_gate_up.size(), size_t{2} * 96 * 64);
+  EXPECT_TRUE(w->w.layers[0].bqkv.empty());
+  EXPECT_TRUE(w->w.has_lm_head);
+  EXPECT_FALSE(w->w.lm_head.empty());
+  for (const FloatView* buf :
+       {&w->w.embed, &w->w.layers[1].wqkv, &w->w.layers[1].w_down, &w->w.lm_head}) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
   }
   // k_proj rows start right after q_proj rows in the fused matrix.
@@ -53,7 +55,7 @@ TEST(ModelWeightsTest, LoadsAndFusesLlama) {
   ASSERT_NE(k, nullptr);
   float first;
   std::memcpy(&first, k->data, 4);
-  EXPECT_EQ(w->layers[1].wqkv[size_t{64} * 64], first);
+  EXPECT_EQ(w->w.layers[1].wqkv[size_t{64} * 64], first);
 }
 
 TEST(ModelWeightsTest, WrongShapeNamesFileTensorAndShapes) {
@@ -63,7 +65,7 @@ TEST(ModelWeightsTest, WrongShapeNamesFileTensorAndShapes) {
       if (name == "model.layers.1.self_attn.k_proj.weight") shape = {64, 64};
     }
   };
-  Result<ModelWeights> w = LoadDir(WriteModel(spec));
+  Result<TestWeights> w = LoadDir(WriteModel(spec));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(w.status().message(),
@@ -78,7 +80,7 @@ TEST(ModelWeightsTest, MissingTensorIsNamed) {
                               [](auto& e) { return e.first == "model.layers.0.mlp.up_proj.weight"; }),
                list.end());
   };
-  Result<ModelWeights> w = LoadDir(WriteModel(spec));
+  Result<TestWeights> w = LoadDir(WriteModel(spec));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kNotFound);
   EXPECT_NE(w.status().message().find("tensor \"model.layers.0.mlp.up_proj.weight\" not found in "
@@ -95,7 +97,7 @@ TEST(ModelWeightsTest, MissingBiasAndQkNormAreNamed) {
                               [](auto& e) { return e.first.find("v_proj.bias") != std::string::npos; }),
                list.end());
   };
-  Result<ModelWeights> w = LoadDir(WriteModel(q2));
+  Result<TestWeights> w = LoadDir(WriteModel(q2));
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("model.layers.0.self_attn.v_proj.bias"), std::string::npos);
 
@@ -116,10 +118,10 @@ TEST(ModelWeightsTest, MissingBiasAndQkNormAreNamed) {
 TEST(ModelWeightsTest, TiedModelNeedsNoLmHead) {
   TestModelSpec spec;
   spec.tied = true;
-  Result<ModelWeights> w = LoadDir(WriteModel(spec));
+  Result<TestWeights> w = LoadDir(WriteModel(spec));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
-  EXPECT_TRUE(w->lm_head.empty());
-  EXPECT_EQ(w->lm_head_data(), w->embed.data());
+  EXPECT_TRUE(w->w.lm_head.empty());
+  EXPECT_EQ(w->w.lm_head_data(), w->w.embed.data());
 
   TestModelSpec untied;
   untied.edit = [](auto& list) { list.pop_back(); };  // drop lm_head.weight
@@ -145,13 +147,13 @@ TEST(DecoderTest, MatchesNumpyReference) {
     spec.dtype = c.dtype;
     spec.rope_theta = 1000.0f;
     const std::string dir = WriteModel(spec);
-    Result<ModelWeights> w = LoadDir(dir);
+    Result<TestWeights> w = LoadDir(dir);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
-    const int vocab = w->dims.vocab;
+    const int vocab = w->w.dims.vocab;
     constexpr int kCtx = 256;
     // Two decode threads: the MatVecPool splits rows (tiny matrices still
     // span several 32-row chunks).
-    Decoder dec(std::move(*w), kCtx, /*n_threads=*/2);
+    Decoder dec(w->layout.config, w->layout.has_lm_head, kCtx, /*n_threads=*/2);
     // 150 tokens: with chunks of 100 the first chunk spans two 64-row
     // attention tiles and the second starts at position 100.
     std::vector<int32_t> ids;
@@ -166,7 +168,8 @@ TEST(DecoderTest, MatchesNumpyReference) {
       KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
       ForwardScratch s(dec.dims(), batch, kCtx);
       std::vector<float> all(ids.size() * vocab);
-      dec.Forward(kv, s, ids.data(), ids.size(), 0, ForwardOutputs{.all_logits = all.data()});
+      dec.Forward(w->w, kv, s, ids.data(), ids.size(), 0,
+                  ForwardOutputs{.all_logits = all.data()});
       err_all = std::max(err_all, MaxRelativeError(all.data(), ref->data(), all.size()));
     }
 
@@ -176,11 +179,11 @@ TEST(DecoderTest, MatchesNumpyReference) {
       KvCache kv2(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
       ForwardScratch s(dec.dims(), 100, kCtx);
       std::vector<float> last(vocab);
-      dec.Forward(kv2, s, ids.data(), 140, 0, ForwardOutputs{.last_logits = last.data()});
+      dec.Forward(w->w, kv2, s, ids.data(), 140, 0, ForwardOutputs{.last_logits = last.data()});
       err_dec = std::max(err_dec,
                          MaxRelativeError(last.data(), ref->data() + size_t{139} * vocab, vocab));
       for (size_t i = 140; i < ids.size(); ++i) {
-        dec.Forward(kv2, s, &ids[i], 1, i, ForwardOutputs{.last_logits = last.data()});
+        dec.Forward(w->w, kv2, s, &ids[i], 1, i, ForwardOutputs{.last_logits = last.data()});
         err_dec = std::max(err_dec, MaxRelativeError(last.data(), ref->data() + i * vocab, vocab));
       }
     }
@@ -251,11 +254,11 @@ TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
     TestModelSpec spec = base;  // same seed and shapes: identical weights
     spec.rope_scaling_json = c.rope_scaling;
     const std::string dir = WriteModel(spec);
-    Result<ModelWeights> w = LoadDir(dir);
+    Result<TestWeights> w = LoadDir(dir);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
-    ASSERT_NE(w->config.rope_scaling.type, RopeScalingType::kNone) << c.name;
-    const int vocab = w->dims.vocab;
-    Decoder dec(std::move(*w), kCtx, /*n_threads=*/2);
+    ASSERT_NE(w->w.config.rope_scaling.type, RopeScalingType::kNone) << c.name;
+    const int vocab = w->w.dims.vocab;
+    Decoder dec(w->layout.config, w->layout.has_lm_head, kCtx, /*n_threads=*/2);
     Result<std::vector<double>> ref = RunReferenceLogits(dir, ids, vocab);
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();
 
@@ -265,7 +268,8 @@ TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
     for (int batch : {7, kTokens}) {
       KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
       ForwardScratch s(dec.dims(), batch, kCtx);
-      dec.Forward(kv, s, ids.data(), ids.size(), 0, ForwardOutputs{.all_logits = all.data()});
+      dec.Forward(w->w, kv, s, ids.data(), ids.size(), 0,
+                  ForwardOutputs{.all_logits = all.data()});
       err_all = std::max(err_all, MaxRelativeError(all.data(), ref->data(), all.size()));
     }
     // Prefill 100, then one-token decode steps up to position 109.
@@ -274,10 +278,10 @@ TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
       KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
       ForwardScratch s(dec.dims(), 32, kCtx);
       std::vector<float> last(vocab);
-      dec.Forward(kv, s, ids.data(), 100, 0, ForwardOutputs{.last_logits = last.data()});
+      dec.Forward(w->w, kv, s, ids.data(), 100, 0, ForwardOutputs{.last_logits = last.data()});
       err_dec = MaxRelativeError(last.data(), ref->data() + size_t{99} * vocab, vocab);
       for (size_t i = 100; i < ids.size(); ++i) {
-        dec.Forward(kv, s, &ids[i], 1, i, ForwardOutputs{.last_logits = last.data()});
+        dec.Forward(w->w, kv, s, &ids[i], 1, i, ForwardOutputs{.last_logits = last.data()});
         err_dec = std::max(err_dec, MaxRelativeError(last.data(), ref->data() + i * vocab, vocab));
       }
     }
@@ -300,8 +304,8 @@ TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
 namespace arbiter::engine_internal {
 namespace {
 
-// ValidateModelWeights reports exactly what LoadModelWeights would, from the
-// headers alone.
+// ValidateModelWeights reports exactly what planning and filling would, from
+// the headers alone.
 TEST(ModelWeightsTest, ValidateMatchesLoadErrors) {
   TestModelSpec wrong;
   wrong.edit = [](auto& list) {
@@ -317,8 +321,124 @@ TEST(ModelWeightsTest, ValidateMatchesLoadErrors) {
     auto st = SafetensorsModel::Open(dir);
     ASSERT_TRUE(st.ok());
     Status v = ValidateModelWeights(*config, *st, dir);
-    Result<ModelWeights> w = LoadModelWeights(*config, *st, dir);
+    Result<TestWeights> w = LoadTestWeights(dir);
     EXPECT_EQ(v, w.status());
+  }
+}
+
+// The compute buffers: documented order and names, F32 specs of the fused
+// shapes, sizes consistent with the views.
+TEST(ComputeLayoutTest, BufferOrderNamesAndShapes) {
+  TestModelSpec q3;
+  q3.architecture = "Qwen3ForCausalLM";  // q/k norms, untied
+  Result<TestWeights> w = LoadDir(WriteModel(q3));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const ComputeLayout& l = w->layout;
+  std::vector<std::string> names;
+  for (const WeightSpec& b : l.buffers) {
+    EXPECT_EQ(b.dtype, DType::kF32) << b.name;
+    names.push_back(b.name);
+  }
+  std::vector<std::string> want = {"model.embed"};
+  for (int i = 0; i < 2; ++i) {
+    for (const char* m : {"attn_norm", "wqkv", "q_norm", "k_norm", "wo", "ffn_norm", "w_gate_up",
+                          "w_down"}) {
+      want.push_back("model.layers." + std::to_string(i) + "." + m);
+    }
+  }
+  want.push_back("model.final_norm");
+  want.push_back("model.lm_head");
+  EXPECT_EQ(names, want);
+  EXPECT_EQ(l.buffers[2].shape, (std::vector<int64_t>{128, 64}));      // wqkv [q + 2 kv, hidden]
+  EXPECT_EQ(l.buffers[7].shape, (std::vector<int64_t>{2 * 96, 64}));   // w_gate_up
+  EXPECT_EQ(l.buffers[8].shape, (std::vector<int64_t>{64, 96}));       // w_down
+  EXPECT_EQ(l.bytes(), w->w.bytes());
+  EXPECT_EQ(l.decode_bytes_per_token(), w->w.decode_bytes_per_token());
+  EXPECT_EQ(l.layers[1].wqkv, 10);
+  EXPECT_EQ(l.lm_head, static_cast<int>(l.buffers.size()) - 1);
+
+  TestModelSpec q2;
+  q2.architecture = "Qwen2ForCausalLM";  // q/k/v bias, tied
+  q2.tied = true;
+  w = LoadDir(WriteModel(q2));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  names.clear();
+  for (const WeightSpec& b : w->layout.buffers) names.push_back(b.name);
+  ASSERT_EQ(names.size(), 1u + 2 * 7 + 1);  // 7 per layer: no q/k norms
+  EXPECT_EQ(names[3], "model.layers.0.bqkv");
+  EXPECT_EQ(w->layout.buffers[3].shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(names.back(), "model.final_norm");
+  EXPECT_EQ(w->layout.lm_head, -1);
+  EXPECT_TRUE(w->layout.has_lm_head);
+  EXPECT_EQ(w->w.lm_head_data(), w->w.embed.data());
+  // Tied: the output projection is still streamed every decode step.
+  EXPECT_EQ(w->layout.decode_bytes_per_token(), w->w.decode_bytes_per_token());
+  EXPECT_GT(w->layout.decode_bytes_per_token(), size_t{4} * 128 * 64);
+}
+
+// The fill writes every element: buffers full of old bytes end up identical
+// to freshly zeroed ones.
+TEST(ComputeLayoutTest, FillOverwritesOldContents) {
+  TestModelSpec spec;
+  spec.architecture = "Qwen2ForCausalLM";
+  spec.dtype = DType::kBF16;
+  const std::string dir = WriteModel(spec);
+  Result<TestWeights> clean = LoadDir(dir);
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  Result<SafetensorsModel> st = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(st.ok());
+  std::vector<AlignedFloats> dirty;
+  std::vector<void*> arrays;
+  for (size_t i = 0; i < clean->layout.buffers.size(); ++i) {
+    dirty.emplace_back(clean->layout.buffer_floats(i));
+    std::memset(dirty.back().data(), 0xA5, dirty.back().size_bytes());
+    arrays.push_back(dirty.back().data());
+  }
+  ASSERT_TRUE(FillComputeLayout(clean->layout, *st, dir, arrays).ok());
+  for (size_t i = 0; i < dirty.size(); ++i) {
+    EXPECT_EQ(std::memcmp(dirty[i].data(), clean->buffers[i].data(), dirty[i].size_bytes()), 0)
+        << clean->layout.buffers[i].name;
+  }
+  // A mismatched array list is refused, not written.
+  arrays.pop_back();
+  EXPECT_EQ(FillComputeLayout(clean->layout, *st, dir, arrays).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The fill looks the tensors up again: a file rewritten with another shape
+// since planning fails with the planning message.
+TEST(ComputeLayoutTest, FillRechecksShapes) {
+  TestModelSpec good;
+  Result<TestWeights> w = LoadDir(WriteModel(good));
+  ASSERT_TRUE(w.ok());
+  TestModelSpec wrong;
+  wrong.edit = [](auto& list) {
+    for (auto& [name, shape] : list) {
+      if (name == "model.layers.1.self_attn.k_proj.weight") shape = {64, 64};
+    }
+  };
+  const std::string dir = WriteModel(wrong);
+  Result<SafetensorsModel> st = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(st.ok());
+  std::vector<void*> arrays;
+  for (AlignedFloats& b : w->buffers) arrays.push_back(b.data());
+  Status s = FillComputeLayout(w->layout, *st, dir, arrays);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(),
+            "model.safetensors: tensor \"model.layers.1.self_attn.k_proj.weight\" has shape "
+            "[64, 64], expected [32, 64]");
+}
+
+TEST(ForwardScratchTest, BytesForMatchesAllocation) {
+  ModelDims d = DimsOf(ModelConfig{});
+  d.hidden = 64;
+  d.inter = 96;
+  d.n_heads = 4;
+  d.q_dim = 64;
+  d.kv_dim = 32;
+  d.qkv_dim = 128;
+  for (auto [batch, ctx] : {std::pair{1, 2}, std::pair{16, 256}, std::pair{3, 7}}) {
+    EXPECT_EQ(ForwardScratch::BytesFor(d, batch, ctx), ForwardScratch(d, batch, ctx).bytes());
   }
 }
 

@@ -40,6 +40,23 @@ TempDirs g_temp_dirs;
 
 }  // namespace
 
+Result<TestWeights> LoadTestWeights(const std::string& dir) {
+  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
+  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
+  TestWeights t;
+  ARBITER_ASSIGN_OR_RETURN(t.layout, PlanComputeLayout(config, st, dir));
+  std::vector<void*> arrays;
+  std::vector<const void*> views;
+  for (size_t i = 0; i < t.layout.buffers.size(); ++i) {
+    t.buffers.emplace_back(t.layout.buffer_floats(i));
+    arrays.push_back(t.buffers.back().data());
+    views.push_back(t.buffers.back().data());
+  }
+  ARBITER_RETURN_IF_ERROR(FillComputeLayout(t.layout, st, dir, arrays));
+  t.w = BindModelWeights(t.layout, views);
+  return t;
+}
+
 std::string MakeTempDir(const std::string& prefix) {
   const char* tmp = std::getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
@@ -61,7 +78,10 @@ Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
   const std::string out_dir = MakeTempDir("arbiter_ref_");
   const std::string out = out_dir + "/logits.f64";
   std::string id_list;
-  for (int32_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  for (int32_t id : ids) {  // appends: GCC 12 -Wrestrict misfires on "," + std::string&&
+    if (!id_list.empty()) id_list.push_back(',');
+    id_list.append(std::to_string(id));
+  }
   const std::string cmd = std::string(python) + " '" + script + "' '" + model_dir + "' --ids " +
                           id_list + " --out '" + out + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");

@@ -1,6 +1,8 @@
 // engine/internal/test_model.h — test-only: writes a random Llama/Qwen2/Qwen3
 // checkpoint (config.json + model.safetensors, no tokenizer) so the weight
-// loader and the forward pass can be tested without the model maker.
+// loader and the forward pass can be tested without the model maker; and
+// loads a checkpoint's compute layout into private buffers (what a
+// WeightCache does for the engine) for tests that run the Decoder directly.
 //
 // Thread safety: thread-safe (no shared state).
 #pragma once
@@ -12,6 +14,8 @@
 
 #include "arbiter/base/status.h"
 #include "arbiter/formats/safetensors.h"
+#include "engine/internal/aligned_buffer.h"
+#include "engine/internal/model_weights.h"
 
 namespace arbiter::engine_internal {
 
@@ -36,6 +40,18 @@ struct TestModelSpec {
   // Edits the tensor list before writing (drop or reshape tensors in tests).
   std::function<void(std::vector<std::pair<std::string, std::vector<int64_t>>>&)> edit;
 };
+
+// A compute layout filled into buffers the test owns, and views of them.
+// Moving it keeps the views valid (the buffers are heap arrays).
+struct TestWeights {
+  ComputeLayout layout;
+  std::vector<AlignedFloats> buffers;  // one per layout.buffers entry
+  ModelWeights w;                      // views of `buffers`
+};
+
+// Plans <dir>'s layout (config.json + safetensors), fills it into fresh
+// buffers and binds them. Errors: PlanComputeLayout's and FillComputeLayout's.
+Result<TestWeights> LoadTestWeights(const std::string& dir);
 
 // Writes <dir>/config.json and <dir>/model.safetensors. `dir` must exist.
 Status WriteTestModel(const std::string& dir, const TestModelSpec& spec);
