@@ -121,8 +121,10 @@ class Engine {
   // a token of every safetensors file), a fill that converts the
   // safetensors tensors into those buffers (opening the files when called),
   // `residency`, and scratch_bytes = one slot's activation scratch for
-  // `options` (n_ctx, prefill_batch). Reads headers only.
-  // Errors: as Validate.
+  // `options` (n_ctx, prefill_batch). Reads config.json and the safetensors
+  // headers only (not tokenizer.json).
+  // Errors: as Validate, minus the tokenizer's; kInvalidArgument for
+  // options Load would refuse.
   static Result<WeightModel> WeightModelFor(const std::string& model_dir, const std::string& key,
                                             const EngineOptions& options,
                                             ResidencyState residency = ResidencyState::kUnpinned);

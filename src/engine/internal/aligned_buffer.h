@@ -1,8 +1,8 @@
 // engine/internal/aligned_buffer.h — a move-only, 64-byte-aligned float array.
 //
-// Every weight tensor, KV cache and scratch buffer of the engine lives in one
-// of these so rows start on a cache line and the vector loops and OpenBLAS see
-// aligned data.
+// Every KV cache and scratch buffer of the engine lives in one of these so
+// rows start on a cache line and the vector loops and OpenBLAS see aligned
+// data. (Weights live in a WeightCache's arena, also 64-byte aligned.)
 //
 // Thread safety: thread-compatible (a plain owning array).
 #pragma once
