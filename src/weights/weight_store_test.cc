@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -188,6 +189,7 @@ class Child {
   explicit Child(const std::function<int(int in, int out)>& body) {
     int down[2], up[2];
     if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0) std::abort();
+    std::fflush(nullptr);  // the child must not flush a copy of our stdio buffers
     pid_ = ::fork();
     if (pid_ < 0) std::abort();
     if (pid_ == 0) {

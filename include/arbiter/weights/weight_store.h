@@ -70,7 +70,7 @@
 //   the other a rebuild).
 //   Lock files: unlinked together with their region while the exclusive
 //   flock is held; every locker re-checks after each flock that its fd is
-//   still the file at the path (fstat vs stat: same device and inode) and
+//   still the file at the path (fstat vs lstat: same device and inode) and
 //   reopens otherwise, so unlinking a lock file never lets two processes
 //   hold "exclusive" locks on different inodes.
 //   Permissions: `mode` (default 0600, owner only; 0660 for a group of
