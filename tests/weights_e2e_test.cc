@@ -111,6 +111,10 @@ class WeightsE2EBase : public ::testing::Test {
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     weight_bytes_ = f->weight_bytes;
     ASSERT_GT(weight_bytes_, 0u);
+    Result<WeightModel> w =
+        Engine::WeightModelFor(probe.path, probe.name, EngineOptionsFor(probe, nullptr));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    scratch_bytes_ = w->scratch_bytes;
   }
   static void TearDownTestSuite() {
     std::error_code ec;
@@ -218,6 +222,7 @@ class WeightsE2EBase : public ::testing::Test {
 
   static std::string dir_;
   static uint64_t weight_bytes_;
+  static uint64_t scratch_bytes_;  // one slot's activation scratch (max_scratch)
   static int counter_;
   std::string prefix_;
   std::vector<Proc> procs_;
@@ -225,6 +230,7 @@ class WeightsE2EBase : public ::testing::Test {
 
 std::string WeightsE2EBase::dir_;
 uint64_t WeightsE2EBase::weight_bytes_ = 0;
+uint64_t WeightsE2EBase::scratch_bytes_ = 0;
 int WeightsE2EBase::counter_ = 0;
 
 using WeightsE2E = WeightsE2EBase;
@@ -320,8 +326,9 @@ TEST_F(WeightsE2E, ResidencyCompactionStatusAndMetrics) {
 }
 
 TEST_F(WeightsE2E, PinThatCannotFitTheWeightPoolIs409) {
-  // An arena of 1.5 models: the weight pool holds one pinned model.
-  Proc p = Start("device_arena = " + std::to_string(weight_bytes_ * 3 / 2));
+  // A weight pool of 1.5 models: (1 − wiggle) × arena − max_scratch.
+  const uint64_t arena = (weight_bytes_ * 3 / 2 + scratch_bytes_) * 10 / 9 + 4096;
+  Proc p = Start("device_arena = " + std::to_string(arena));
   auto r = SetResidency(p, "chat", R"({"target":"pinned_device"})");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;

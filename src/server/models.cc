@@ -128,7 +128,7 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   std::string key = entry.name;
   std::shared_ptr<Engine> shared(engine.release(), [cache, key](Engine* e) {
     delete e;
-    if (cache != nullptr) cache->Evict(key).IgnoreError();
+    if (cache != nullptr) (void)cache->Evict(key);
   });
   return LoadedBackend::Of(std::move(shared), bytes);
 }

@@ -593,7 +593,13 @@ Result<WeightLease> WeightCache::Acquire(std::string_view key) {
     if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
     for (;;) {
       if (e->resident) {
-        e->evict_when_idle = false;
+        // A copy marked to go once idle (Evict of a leased copy, or a
+        // demotion in externally-managed mode) stays marked: new leases keep
+        // it only until the last one ends. In externally-managed mode it is
+        // already not resident as far as the control plane is concerned.
+        if (e->evict_when_idle && options_.mode == ResidencyMode::kExternallyManaged) {
+          return NotResidentError(key);
+        }
         return MakeLeaseLocked(e);
       }
       if (options_.mode == ResidencyMode::kExternallyManaged) return NotResidentError(key);

@@ -329,6 +329,8 @@ TEST_F(WeightCacheTest, ExternallyManagedDemotionOfALeasedModelFreesAfterTheLeas
   ASSERT_TRUE(cache_->SetResidency("a", ResidencyState::kUnpinned).ok());
   EXPECT_TRUE(ModelStats("a").device_resident);  // in use: not yanked
   EXPECT_EQ(static_cast<const float*>(l->tensor(0))[1], 2);
+  // Already not resident for the control plane: new requests are refused.
+  EXPECT_TRUE(IsNotResident(cache_->Acquire("a").status()));
   l->Release();
   EXPECT_FALSE(ModelStats("a").device_resident);
   ExpectLedgerMatches();
@@ -583,7 +585,12 @@ TEST_F(WeightCacheTest, EvictOfALeasedModelHappensAtItsLastRelease) {
   ASSERT_TRUE(now.ok());
   EXPECT_FALSE(*now);
   EXPECT_TRUE(ModelStats("a").device_resident);
+  // A new lease meanwhile does not cancel it: the copy goes after the last.
+  Result<WeightLease> l2 = cache_->Acquire("a");
+  ASSERT_TRUE(l2.ok());
   l->Release();
+  EXPECT_TRUE(ModelStats("a").device_resident);
+  l2->Release();
   EXPECT_FALSE(ModelStats("a").device_resident);
   EXPECT_EQ(ledger_->charged_bytes(), 0u);
 }
