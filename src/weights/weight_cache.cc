@@ -59,6 +59,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -77,6 +79,18 @@ constexpr std::string_view kNotResidentSuffix =
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 std::string Owner(std::string_view key) { return fmt::format("weights::{}", key); }
+
+// Runs slow work that calls out (fills, stores, devices), turning an
+// exception into a Status so an entry is never left busy.
+Status Guarded(const std::function<Status()>& work) {
+  try {
+    return work();
+  } catch (const std::exception& ex) {
+    return InternalError(fmt::format("unexpected exception: {}", ex.what()));
+  } catch (...) {
+    return InternalError("unexpected exception");
+  }
+}
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -517,13 +531,15 @@ Status WeightCache::LoadDevice(Entry* e) {
     for (uint64_t rel : e->rel_offsets) {
       arrays.push_back(options_.device->HostPointer(block->offset + rel));
     }
-    st = e->model.fill(arrays);
+    st = Guarded([&] { return e->model.fill(arrays); });
   } else {
     // Not host-addressable and no floor: stage through a private floor.
     PrivateWeightStore staging;
-    Result<std::unique_ptr<HostFloor>> staged =
-        staging.Materialize(e->model.key, e->model.digest, e->model.specs, e->model.fill);
-    st = staged.status();
+    Result<std::unique_ptr<HostFloor>> staged = InternalError("not staged");
+    st = Guarded([&] {
+      staged = staging.Materialize(e->model.key, e->model.digest, e->model.specs, e->model.fill);
+      return staged.status();
+    });
     for (size_t i = 0; st.ok() && i < e->rel_offsets.size(); ++i) {
       st = options_.device->CopyToDevice(block->offset + e->rel_offsets[i],
                                          (*staged)->arrays()[i], e->tensor_bytes[i]);
@@ -629,7 +645,7 @@ Result<WeightLease> WeightCache::Acquire(std::string_view key) {
                  "everything evictable and loading it anyway",
                  key, FormatSize(e->block_bytes));
   }
-  Status st = LoadDevice(e);
+  Status st = Guarded([&] { return LoadDevice(e); });
   Result<WeightLease> out = InternalError("unreachable");
   bool loaded = false;
   {
@@ -706,7 +722,7 @@ Result<ResidencyState> WeightCache::SetResidency(std::string_view key, Residency
     has_floor = e->floor != nullptr;
   }
   if (target >= ResidencyState::kPinnedSystem && !has_floor) {
-    st = MaterializeFloor(e);
+    st = Guarded([&] { return MaterializeFloor(e); });
     made_floor = st.ok();
   }
   bool resident;
@@ -719,7 +735,7 @@ Result<ResidencyState> WeightCache::SetResidency(std::string_view key, Residency
     }
   }
   if (st.ok() && target == ResidencyState::kPinnedDevice && !resident) {
-    st = LoadDevice(e);
+    st = Guarded([&] { return LoadDevice(e); });
     if (!st.ok()) st = st.WithPrefix(fmt::format("weights of '{}'", key));
   }
   std::vector<Victim> victims;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -474,6 +475,30 @@ TEST_F(WeightCacheTest, FailedFillFailsEveryWaiterAndTheNextAcquireRetries) {
   EXPECT_EQ(cache_->Stats().pool.in_use_bytes, 0u);
   EXPECT_EQ(ledger_->charged_bytes(), 0u);
   a.poisoned->store(false);
+  EXPECT_TRUE(cache_->Acquire("a").ok());
+}
+
+TEST_F(WeightCacheTest, AFillThatThrowsFailsTheLoadAndLeavesNothingBusy) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  WeightModel m = a.Make();
+  auto throws = std::make_shared<std::atomic<bool>>(true);
+  WeightFill inner = m.fill;
+  m.fill = [inner, throws](const std::vector<void*>& arrays) -> Status {
+    if (throws->load()) throw std::runtime_error("boom");
+    return inner(arrays);
+  };
+  ASSERT_TRUE(cache_->Register(std::move(m)).ok());
+  Result<WeightLease> l = cache_->Acquire("a");
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), StatusCode::kInternal);
+  EXPECT_TRUE(Contains(l.status().message(), "boom")) << l.status().message();
+  EXPECT_EQ(cache_->Stats().pool.in_use_bytes, 0u);
+  EXPECT_FALSE(cache_->SetResidency("a", ResidencyState::kPinnedSystem).ok());
+  EXPECT_EQ(ledger_->charged_bytes(), 0u);
+  EXPECT_FALSE(ModelStats("a").host_resident);
+  throws->store(false);
+  EXPECT_TRUE(cache_->SetResidency("a", ResidencyState::kPinnedSystem).ok());
   EXPECT_TRUE(cache_->Acquire("a").ok());
 }
 

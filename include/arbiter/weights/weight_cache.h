@@ -109,8 +109,11 @@ struct WeightModel {
   std::vector<WeightSpec> specs;   // compute layout, in order (may be empty)
   uint64_t digest = 0;             // WeightsDigest of the layout and file token
   // Materializes the tensors from the model file into `arrays` (spec order,
-  // WeightSpecBytes each, 64-byte aligned, zeroed). REQUIRED. Called outside
-  // the cache's lock, possibly from several threads for different models.
+  // WeightSpecBytes each, 64-byte aligned). REQUIRED. Must write every byte:
+  // a floor's arrays are zeroed, but on a host-addressable device the cache
+  // fills the arena block directly, which may hold an earlier model's bytes.
+  // Called outside the cache's lock, possibly from several threads for
+  // different models. An exception is caught and reported as kInternal.
   WeightFill fill;
   ResidencyState residency = ResidencyState::kUnpinned;
   // Device scratch the model needs to run (activations), bytes; the largest
