@@ -239,9 +239,16 @@ Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
   // space (mapped lazily, MAP_NORESERVE) and every byte in it is charged to
   // the ledger, so the ledger's budget is what binds — the arbiter then
   // chooses victims by role. A smaller device_arena models a real device.
-  const uint64_t arena =
-      w.device_arena_bytes > 0 ? w.device_arena_bytes : 2 * config.budget_bytes;
+  uint64_t arena = w.device_arena_bytes > 0 ? w.device_arena_bytes : 2 * config.budget_bytes;
   Result<std::unique_ptr<DeviceBackend>> device = MakeDeviceBackend("cpu", arena);
+  if (!device.ok() && w.device_arena_bytes == 0) {
+    // Strict overcommit (vm.overcommit_memory = 2) counts even a lazily
+    // backed mapping: fall back to an arena of the budget.
+    spdlog::warn("weights: cannot map the default arena of {} ({}); using {}", FormatSize(arena),
+                 device.status().message(), FormatSize(config.budget_bytes));
+    arena = config.budget_bytes;
+    device = MakeDeviceBackend("cpu", arena);
+  }
   if (!device.ok()) return device.status().WithPrefix("[memory].device_arena");
   out->device = std::move(device).value();
   if (w.shared_host_weights) {
