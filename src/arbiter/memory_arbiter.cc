@@ -271,6 +271,8 @@ struct MemoryArbiter::Entry {
   size_t bytes = 0;       // charge: estimate until measured
   bool measured = false;
   MemoryCharge charge;    // live while kLoading/kLoaded
+  // LoadedBackend::charge_parts beyond the registration's kind (kLoaded only).
+  std::vector<MemoryCharge> part_charges;
   LoadedBackend backend;
   // Note [Fast path]: kOpen | refcount; read and written without mu_.
   std::atomic<uint32_t> pin{0};
@@ -687,6 +689,7 @@ void MemoryArbiter::EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloa
   RemoveRoleMemberLocked(e);
   resident_bytes_ -= e->bytes;
   e->charge.Release();
+  e->part_charges.clear();
   out->push_back(Unloaded{e->reg, e->capability, e->model_key, std::move(e->backend), reason,
                           e->bytes});
   e->backend = LoadedBackend{};
@@ -1017,7 +1020,26 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
       if (b.resident_bytes > 0) {
         e->bytes = b.resident_bytes;
         e->measured = true;
-        e->charge.ForceResize(e->bytes);  // estimate → measured
+        // Estimate → measured: shrink (or grow) the estimate to the part of
+        // the registration's kind first, then charge the other parts, so the
+        // total never exceeds max(estimate, measured).
+        size_t main_bytes = e->bytes;
+        const ChargeKind main_kind = e->reg->reg.charge_kind;
+        size_t parts_total = 0;
+        for (const auto& [kind, bytes] : b.charge_parts) parts_total += bytes;
+        const bool split = !b.charge_parts.empty() && parts_total == b.resident_bytes;
+        if (split) {
+          main_bytes = 0;
+          for (const auto& [kind, bytes] : b.charge_parts) {
+            if (kind == main_kind) main_bytes += bytes;
+          }
+        }
+        e->charge.ForceResize(main_bytes);
+        if (split) {
+          for (const auto& [kind, bytes] : b.charge_parts) {
+            if (kind != main_kind) e->part_charges.push_back(ledger_->Charge(e->key, kind, bytes));
+          }
+        }
       }
       e->state = ModelState::kLoaded;
       e->backend = std::move(b);

@@ -395,6 +395,27 @@ TEST_F(ArbiterTest, ReclaimIdleEvictsLruIdleEntriesUntilTheLedgerHasRoom) {
   EXPECT_EQ(a.ReclaimIdle(900 * kMB), 0u);
 }
 
+TEST_F(ArbiterTest, ChargePartsSplitTheMeasuredSizeByKind) {
+  MemoryLedger ledger(1000 * kMB);
+  MemoryArbiter a({.ledger = &ledger});
+  CapabilityRegistration r = Reg(Capability::kText, 500);
+  r.charge_kind = ChargeKind::kKvSlot;
+  r.load = [](const std::string& key) -> Result<LoadedBackend> {
+    LoadedBackend b = LoadedBackend::Of(std::make_shared<Fake>(Fake{key}), 300 * kMB);
+    b.charge_parts = {{ChargeKind::kKvSlot, 200 * kMB}, {ChargeKind::kScratch, 100 * kMB}};
+    return b;
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  Get(a, Capability::kText, "t").Release();
+  MemoryLedgerSnapshot s = ledger.Snapshot();
+  EXPECT_EQ(s.kind_bytes(ChargeKind::kKvSlot), 200 * kMB);
+  EXPECT_EQ(s.kind_bytes(ChargeKind::kScratch), 100 * kMB);
+  EXPECT_EQ(s.by_owner.at("text::t").total_bytes, 300 * kMB);
+  EXPECT_EQ(s.over_commits, 0u);
+  ASSERT_TRUE(a.Unload(Capability::kText, "t", Deadline(5s)).ok());
+  EXPECT_EQ(ledger.charged_bytes(), 0u);
+}
+
 TEST_F(ArbiterTest, WithoutExternalFootprintBothStay) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());

@@ -156,6 +156,12 @@ size_t EngineImpl::kv_bytes() const {
   return total;
 }
 
+size_t EngineImpl::scratch_bytes() const {
+  size_t total = 0;
+  for (const auto& s : slot_states_) total += s->scratch.bytes();
+  return total;
+}
+
 bool EngineImpl::IsEos(int32_t id) const {
   return std::binary_search(eos_ids_.begin(), eos_ids_.end(), id);
 }

@@ -123,6 +123,7 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   if (!loaded.ok()) return NameTheModel(entry, loaded.status());
   std::unique_ptr<Engine> engine = std::move(loaded).value();
   const size_t bytes = engine->kv_bytes();
+  const size_t scratch = engine->scratch_bytes();
   // Freeing the engine (the arbiter unloads it) evicts its device weights:
   // the arbiter's eviction frees the whole model.
   std::string key = entry.name;
@@ -130,7 +131,10 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
     delete e;
     if (cache != nullptr) (void)cache->Evict(key);
   });
-  return LoadedBackend::Of(std::move(shared), bytes);
+  LoadedBackend backend = LoadedBackend::Of(std::move(shared), bytes);
+  // Two ledger charges: the KV caches (kv_slot) and the activations (scratch).
+  backend.charge_parts = {{ChargeKind::kKvSlot, bytes - scratch}, {ChargeKind::kScratch, scratch}};
+  return backend;
 }
 
 CapabilityRegistration EngineCapabilityRegistration(
@@ -143,8 +147,8 @@ CapabilityRegistration EngineCapabilityRegistration(
   // Several configured models of one capability stay resident together
   // (budget permitting) until [[models]] roles are configurable.
   r.swap_same_role = false;
-  // The entry's charge is the engine's KV slots and scratch; the weights are
-  // the WeightCache's charges.
+  // The entry's charges are the engine's KV slots (kv_slot) and activation
+  // scratch (scratch); the weights are the WeightCache's charges.
   r.charge_kind = ChargeKind::kKvSlot;
   for (const ModelEntry& e : entries) {
     if (e.capability != capability) continue;

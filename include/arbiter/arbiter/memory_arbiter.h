@@ -132,6 +132,11 @@ struct LoadedBackend {
   std::type_index type = typeid(void);
   // Bytes the backend holds once loaded; 0 → keep the estimate.
   size_t resident_bytes = 0;
+  // Optional split of resident_bytes by ledger kind (e.g. KV slots and
+  // scratch): Σ bytes must equal resident_bytes; each part is charged under
+  // the entry's owner with its own kind. Empty → one charge of the
+  // registration's charge_kind.
+  std::vector<std::pair<ChargeKind, size_t>> charge_parts;
 
   template <typename T>
   static LoadedBackend Of(std::shared_ptr<T> backend, size_t resident_bytes) {

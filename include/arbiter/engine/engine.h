@@ -140,6 +140,8 @@ class Engine {
   virtual size_t weight_bytes() const = 0;
   // Bytes the engine itself holds: all slots' KV caches plus their scratch.
   virtual size_t kv_bytes() const = 0;
+  // The scratch part of kv_bytes(): every slot's activation buffers.
+  virtual size_t scratch_bytes() const = 0;
 
   // Generate, Embed and ComputeLogits first take a slot, then a WeightLease
   // on the model's weights for the whole call. A weight-acquire error is

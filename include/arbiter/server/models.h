@@ -33,7 +33,7 @@ namespace arbiter {
 
 // What a model costs, in bytes, split by who charges it: the engine's own
 // memory (every slot's KV cache and activation scratch; the MemoryArbiter
-// charges it to the model's entry, kind kv_slot) and its compute-ready
+// charges it to the model's entry, kinds kv_slot and scratch) and its compute-ready
 // weights (f32 compute layout; the WeightCache charges them, kinds
 // device_weights and host_floor).
 struct ModelFootprint {
@@ -56,7 +56,8 @@ Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry);
 // parallel) over `cache`, registering the model's weights there first if
 // they are not yet (a model fixed on disk since startup). Load errors name
 // the model directory. The backend is a std::shared_ptr<Engine>
-// (ArbiterHandle::backend<Engine>()); its measured size is kv_bytes(); when
+// (ArbiterHandle::backend<Engine>()); its measured size is kv_bytes(),
+// charged as two parts (kv_slot: the KV caches; scratch); when
 // the arbiter frees it (unload) the model's device weights are evicted from
 // the cache too (WeightCache::Evict; a pinned_device copy and a host floor
 // stay).
@@ -64,7 +65,8 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 
 // The registration of `capability` for every entry of that capability
 // (model key = entry name, per-model estimates of the engine bytes from
-// `estimated_bytes`, charge kind kv_slot); swap_same_role is off, so several
+// `estimated_bytes`; measured as two charges, kv_slot and scratch);
+// swap_same_role is off, so several
 // configured models of one capability may stay resident together (the
 // budget still evicts them LRU-first). Each entry's `role` and `idle_ttl_ms`
 // reach the arbiter through role_for / idle_ttl_for.

@@ -107,6 +107,7 @@ class EngineImpl final : public Engine {
   int n_slots() const override { return static_cast<int>(slot_states_.size()); }
   size_t weight_bytes() const override { return layout_->bytes(); }
   size_t kv_bytes() const override;
+  size_t scratch_bytes() const override;
 
   Result<GenerationResult> Generate(const GenerationRequest& request, const TextCallback& on_text,
                                     const CancelFn& cancelled) override;
