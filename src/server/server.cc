@@ -424,8 +424,7 @@ struct Server::Impl {
     // unknown names and wrong capabilities).
     const bool load_failed =
         st.message().rfind(fmt::format("model \"{}\" failed to load", name), 0) == 0;
-    if (IsNotResident(st) || st.message().find("is not resident on the device") !=
-                                    std::string::npos) {
+    if (IsNotResident(st)) {  // a load in externally-managed mode (keeps the code)
       SendError(res, 503, NotResidentError(name).message(), kServerError, "not_resident",
                 kRetryAfterSeconds);
     } else if (load_failed && st.code() == StatusCode::kResourceExhausted) {
