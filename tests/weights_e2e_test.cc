@@ -402,6 +402,27 @@ TEST_F(WeightsE2E, ReloadAfterEvictionComesFromTheFloorNotTheFile) {
   EXPECT_EQ(chat["weight_last_load_source"], "floor");
 }
 
+TEST_F(WeightsE2E, CriticalPressureDemotesIdleDeviceWeightsToTheirFloors) {
+  Proc p = Start("", "residency = \"pinned_system\"");
+  auto c = Chat(p);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->status, 200) << c->body;
+  ASSERT_EQ(ModelOf(Status(p), "chat")["device_resident"], true);
+  auto r = Post(p, "/admin/pressure", R"({"level":"critical"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json chat = ModelOf(Status(p), "chat");
+  EXPECT_EQ(chat["device_resident"], false);
+  EXPECT_EQ(chat["host_resident"], true);
+  EXPECT_EQ(chat["state"], "loaded");  // the engine (and its KV) stays: text keeps serving
+  c = Chat(p);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->status, 200) << c->body;
+  chat = ModelOf(Status(p), "chat");
+  EXPECT_EQ(chat["weight_last_load_source"], "floor");
+  EXPECT_EQ(chat["weight_loads"], 2);
+}
+
 using SharedFloorsE2E = WeightsE2EBase;
 
 constexpr const char* kShared = "shared_host_weights = true";
