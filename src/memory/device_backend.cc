@@ -8,17 +8,18 @@
 // The weight cache Discards a block when it evicts it (RSS must drop), so
 // the next load of that block writes into pages the kernel has to fault in
 // and zero again. With 4 KiB pages that first touch dominated a floor→arena
-// load: demo-chat's 213.5 MB took ~110 ms (1.9 GB/s) against 18–19 ms for a
-// memcpy into already-faulted memory (52 000 faults at ~1.7 µs each in this
-// KVM guest), and the Discard itself took ~11 ms. With the arena 2 MiB-
-// aligned and MADV_HUGEPAGE, the same load takes ~20 ms: ~100 faults, each
-// zeroing a 2 MiB page that the copy then overwrites while it is still in
-// cache, and the Discard ~0.7 ms (`arbiter bench weights`, docs/BENCHMARKS.md
-// "Weight runtime"). Pre-faulting instead (MADV_POPULATE_WRITE before the
-// copy, or by a second thread a chunk ahead) was slower on both page sizes:
-// it zeroes the whole block out of cache first, then the copy streams over
-// it again. The alignment costs one extra 2 MiB of address space at Create,
-// trimmed right away.
+// load: demo-chat's 213.5 MB took 110–135 ms (1.6–1.9 GB/s) against 19–24 ms
+// for a memcpy into already-faulted memory (~52 000 faults at ~1.7 µs each
+// in this Firecracker/KVM guest), and the Discard itself took 11–16 ms. With
+// the arena 2 MiB-aligned and MADV_HUGEPAGE, the same load takes 20–24 ms
+// (~0.95 of a memcpy measured right after it): ~100 faults, each zeroing a
+// 2 MiB page that the copy overwrites next (plausibly while it is still in
+// cache), and the Discard 0.6–0.7 ms (`arbiter bench weights`,
+// docs/BENCHMARKS.md "Weight runtime"). Pre-faulting instead
+// (MADV_POPULATE_WRITE of the block before the copy, or by a second thread
+// a chunk ahead) was slower with either page size: it zeroes the whole
+// block out of cache first, then the copy streams over it again. The
+// alignment costs 2 MiB of extra address space at Create, trimmed at once.
 #include "arbiter/memory/device_backend.h"
 
 #include <sys/mman.h>
