@@ -177,7 +177,9 @@ TEST_F(CliTest, BenchWeightsRunsEveryScenario) {
 
   const nlohmann::json& a = doc["floor_load"];
   EXPECT_GT(a["weight_bytes"].get<double>(), 0);
-  for (const char* k : {"load_gb_s", "memcpy_gb_s", "memcpy_fresh_gb_s", "ratio"}) {
+  for (const char* k :
+       {"load_gb_s", "memcpy_gb_s", "ratio", "memcpy_huge_gb_s", "memcpy_huge_discarded_gb_s",
+        "memcpy_fresh_gb_s", "base_pages_load_gb_s"}) {
     EXPECT_GT(a[k].get<double>(), 0) << k;
   }
   EXPECT_EQ(a["acquire_seconds"]["samples"], 1);

@@ -306,8 +306,13 @@ int RunBenchWeights(const WeightsBenchOptions& options, bool json) {
                      {"evict_seconds", StatJson(a.evict_seconds)},
                      {"load_gb_s", a.load_gb_s},
                      {"memcpy_gb_s", a.memcpy_gb_s},
+                     {"ratio", a.ratio},
+                     {"memcpy_huge_gb_s", a.memcpy_huge_gb_s},
+                     {"memcpy_huge_discarded_gb_s", a.memcpy_huge_discarded_gb_s},
                      {"memcpy_fresh_gb_s", a.memcpy_fresh_gb_s},
-                     {"ratio", a.ratio}};
+                     {"base_pages_acquire_seconds", StatJson(a.base_pages_acquire_seconds)},
+                     {"base_pages_evict_seconds", StatJson(a.base_pages_evict_seconds)},
+                     {"base_pages_load_gb_s", a.base_pages_load_gb_s}};
   auto file_case = [](const FileLoadCase& k) {
     return nlohmann::json{{"resident_after_drop", k.resident_after_drop},
                           {"acquire_seconds", StatJson(k.acquire_seconds)},
