@@ -30,7 +30,6 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "arbiter/engine/engine.h"
