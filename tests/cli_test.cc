@@ -1,5 +1,5 @@
 // End-to-end: the `arbiter` CLI's offline commands (make-model, inspect,
-// generate, bench arbiter) as child processes, on good and broken model
+// generate, bench arbiter, bench weights) as child processes, on good and broken model
 // directories.
 #include <sys/wait.h>
 
@@ -158,6 +158,72 @@ TEST(CliBenchTest, BenchArbiterRunsAndNamesEveryScenario) {
   nlohmann::json doc = nlohmann::json::parse(j.output);
   EXPECT_EQ(doc["iterations"], 1000);
   EXPECT_GE(doc["scenarios"].size(), 10u);
+}
+
+// Smoke test of `arbiter bench weights` on the tiny model: 1 repetition, 2
+// workers, a second model copied by the bench itself. Behaviour only (the
+// JSON has every scenario, the counts are as set up, the figures are
+// positive); never speed.
+TEST_F(CliTest, BenchWeightsRunsEveryScenario) {
+  RunResult r = RunArbiter("bench weights --model " + (*dir_ / "tiny").string() +
+                           " --repetitions 1 --workers 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json doc = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << r.output;
+  EXPECT_EQ(doc["repetitions"], 1);
+  EXPECT_EQ(doc["workers"], 2);
+  EXPECT_TRUE(doc["model2_is_copy"].get<bool>());
+  EXPECT_FALSE(fs::exists(doc["model2_dir"].get<std::string>())) << "temp copy left behind";
+
+  const nlohmann::json& a = doc["floor_load"];
+  EXPECT_GT(a["weight_bytes"].get<double>(), 0);
+  for (const char* k :
+       {"load_gb_s", "memcpy_gb_s", "ratio", "memcpy_huge_gb_s", "memcpy_huge_discarded_gb_s",
+        "memcpy_fresh_gb_s", "base_pages_load_gb_s"}) {
+    EXPECT_GT(a[k].get<double>(), 0) << k;
+  }
+  EXPECT_EQ(a["acquire_seconds"]["samples"], 1);
+  EXPECT_GT(a["acquire_seconds"]["p50"].get<double>(), 0);
+
+  const nlohmann::json& b = doc["file_load"];
+  EXPECT_GT(b["file_bytes"].get<double>(), 0);
+  EXPECT_EQ(b["f32_bytes"], a["weight_bytes"]);
+  for (const char* state : {"warm", "cold"}) {
+    for (const char* k :
+         {"file_gb_s", "f32_gb_s", "read_gb_s", "ratio_vs_read", "ratio_vs_memcpy"}) {
+      EXPECT_GT(b[state][k].get<double>(), 0) << state << " " << k;
+    }
+  }
+
+  const nlohmann::json& c = doc["alternation"];
+  ASSERT_EQ(c["cases"].size(), 3u);
+  for (const nlohmann::json& k : c["cases"]) {
+    const std::string name = k["name"];
+    EXPECT_EQ(k["requests"], 2) << name;
+    EXPECT_EQ(k["loads"], name == "both_fit" ? 0 : 2) << name;
+    EXPECT_GT(k["total_seconds"].get<double>(), 0) << name;
+    EXPECT_GT(k["ttft_seconds"]["p50"].get<double>(), 0) << name;
+  }
+
+  const nlohmann::json& d = doc["worker_pss"];
+  EXPECT_GT(d["floor_bytes"].get<double>(), 0);
+  EXPECT_EQ(d["shared"]["filled_here"], 1);
+  EXPECT_EQ(d["private"]["filled_here"], 2);
+  for (const char* store : {"shared", "private"}) {
+    EXPECT_GT(d[store]["sum_pss_bytes"].get<double>(), 0) << store;
+    EXPECT_GT(d[store]["sum_floor_pss_bytes"].get<double>(), 0) << store;
+  }
+  EXPECT_GT(d["floor_ratio"].get<double>(), 0);
+  EXPECT_LT(d["floor_ratio"].get<double>(), 1);  // shared floors are shared
+  EXPECT_EQ(d["leftover_regions"], 0);
+
+  RunResult text = RunArbiter("bench weights --model " + (*dir_ / "tiny").string() +
+                              " --repetitions 1 --workers 2");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (const char* name :
+       {"(a) floor_load", "(b) file_load", "(c) alternation", "(d) worker_pss"}) {
+    EXPECT_NE(text.output.find(name), std::string::npos) << name << "\n" << text.output;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 # Compute side of the engine layer (paths relative to src/engine).
 set(ENGINE_COMPUTE_SOURCES
   bench.cc
+  weights_bench.cc
   engine.cc
   sampler.cc
   internal/model_weights.cc

@@ -111,6 +111,41 @@ TEST(CpuDeviceBackendTest, DiscardZeroesWholePagesOnlyAndKeepsNeighbours) {
   EXPECT_EQ(p[3 * 4096], 1);
 }
 
+// Note [Arena huge pages]: an arena of 2 MiB or more starts on a 2 MiB
+// boundary; Discard still frees exactly the whole 4 KiB pages inside a range,
+// also across and inside huge pages. Without huge pages it behaves the same.
+TEST(CpuDeviceBackendTest, LargeArenaIsHugePageAlignedAndDiscardsBasePages) {
+  constexpr uint64_t kHuge = CpuDeviceBackend::kHugePageBytes;
+  for (bool huge_pages : {true, false}) {
+    SCOPED_TRACE(huge_pages ? "huge pages" : "base pages");
+    Result<std::unique_ptr<CpuDeviceBackend>> made =
+        CpuDeviceBackend::Create(3 * kHuge + 4096, huge_pages);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    CpuDeviceBackend& d = **made;
+    EXPECT_EQ(d.arena_bytes(), 3 * kHuge + 4096);
+    if (huge_pages) EXPECT_EQ(d.base() % kHuge, 0u);
+    std::vector<uint8_t> ones(d.arena_bytes(), 1);
+    ASSERT_TRUE(d.CopyToDevice(0, ones.data(), ones.size()).ok());  // the last byte too
+    // [4096 + 10, 4096 + 2 MiB + 4096): whole pages [8192, 2 MiB + 8192).
+    ASSERT_TRUE(d.Discard(4096 + 10, kHuge + 4096 - 10).ok());
+    const uint8_t* p = static_cast<const uint8_t*>(d.HostPointer(0));
+    EXPECT_EQ(p[0], 1);
+    EXPECT_EQ(p[8191], 1);
+    EXPECT_EQ(p[8192], 0);
+    EXPECT_EQ(p[kHuge], 0);
+    EXPECT_EQ(p[kHuge + 8191], 0);
+    EXPECT_EQ(p[kHuge + 8192], 1);
+    EXPECT_EQ(p[3 * kHuge + 4095], 1);
+    // A whole huge page, then written again: reads back what was written.
+    ASSERT_TRUE(d.Discard(kHuge, kHuge).ok());
+    EXPECT_EQ(p[2 * kHuge - 1], 0);
+    EXPECT_EQ(p[2 * kHuge], 1);
+    ASSERT_TRUE(d.CopyToDevice(kHuge, ones.data(), kHuge).ok());
+    EXPECT_EQ(p[kHuge], 1);
+    EXPECT_EQ(p[2 * kHuge - 1], 1);
+  }
+}
+
 TEST(FakeDeviceBackendTest, TerabyteArenaCountsCopiesWithoutMemory) {
   const uint64_t tib = uint64_t{1} << 40;
   Result<std::unique_ptr<DeviceBackend>> made = MakeDeviceBackend("fake", tib);

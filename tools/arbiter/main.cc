@@ -7,6 +7,8 @@
 //   arbiter generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]
 //   arbiter bench decode --model DIR [--threads N]
 //   arbiter bench arbiter [--iterations N] [--json]
+//   arbiter bench weights --model DIR [--model2 DIR] [--repetitions N] [--workers N]
+//                         [--gen-tokens N] [--threads N] [--json]
 //   arbiter budget --arena SIZE [--fraction F] [--wiggle W] [--max-scratch SIZE]
 //                  [--pinned SIZE] [--json]
 //
@@ -44,6 +46,7 @@
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/model_maker.h"
 #include "arbiter/engine/tokenizer.h"
+#include "arbiter/engine/weights_bench.h"
 #include "arbiter/formats/inspect.h"
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/server/config.h"
@@ -269,6 +272,95 @@ int RunBenchArbiter(int iterations, bool json) {
                               {"is_limit", s.is_limit},
                               {"note", s.note}});
   }
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+nlohmann::json StatJson(const BenchStat& s) {
+  return {{"samples", s.samples}, {"p50", s.p50}, {"min", s.min}, {"max", s.max}};
+}
+
+int RunBenchWeights(const WeightsBenchOptions& options, bool json) {
+  Result<WeightsBenchResult> r = RunWeightsBench(options);
+  if (!r.ok()) return Fail(fmt::format("bench weights failed: {}", r.status().message()));
+  if (!json) {
+    std::cout << FormatWeightsBench(*r);
+    return 0;
+  }
+  const FloorLoadResult& a = r->floor_load;
+  const FileLoadResult& b = r->file_load;
+  const AlternationResult& c = r->alternation;
+  const PssResult& d = r->pss;
+  nlohmann::json j;
+  j["model_dir"] = r->model_dir;
+  j["model2_dir"] = r->model2_dir;
+  j["model2_is_copy"] = r->model2_is_copy;
+  j["repetitions"] = r->repetitions;
+  j["workers"] = r->workers;
+  j["threads"] = r->threads;
+  j["loadavg_start"] = r->loadavg_start;
+  j["loadavg_end"] = r->loadavg_end;
+  j["floor_load"] = {{"weight_bytes", a.weight_bytes},
+                     {"acquire_seconds", StatJson(a.acquire_seconds)},
+                     {"transfer_seconds", StatJson(a.transfer_seconds)},
+                     {"evict_seconds", StatJson(a.evict_seconds)},
+                     {"load_gb_s", a.load_gb_s},
+                     {"memcpy_gb_s", a.memcpy_gb_s},
+                     {"ratio", a.ratio},
+                     {"memcpy_huge_gb_s", a.memcpy_huge_gb_s},
+                     {"memcpy_huge_discarded_gb_s", a.memcpy_huge_discarded_gb_s},
+                     {"memcpy_fresh_gb_s", a.memcpy_fresh_gb_s},
+                     {"base_pages_acquire_seconds", StatJson(a.base_pages_acquire_seconds)},
+                     {"base_pages_evict_seconds", StatJson(a.base_pages_evict_seconds)},
+                     {"base_pages_load_gb_s", a.base_pages_load_gb_s}};
+  auto file_case = [](const FileLoadCase& k) {
+    return nlohmann::json{{"resident_after_drop", k.resident_after_drop},
+                          {"acquire_seconds", StatJson(k.acquire_seconds)},
+                          {"file_gb_s", k.file_gb_s},
+                          {"f32_gb_s", k.f32_gb_s},
+                          {"read_seconds", StatJson(k.read_seconds)},
+                          {"read_gb_s", k.read_gb_s},
+                          {"ratio_vs_read", k.ratio_vs_read},
+                          {"ratio_vs_memcpy", k.ratio_vs_memcpy}};
+  };
+  j["file_load"] = {{"file_bytes", b.file_bytes},
+                    {"f32_bytes", b.f32_bytes},
+                    {"warm", file_case(b.warm)},
+                    {"cold", file_case(b.cold)},
+                    {"note", b.note}};
+  nlohmann::json cases = nlohmann::json::array();
+  for (const AlternationCase& k : c.cases) {
+    cases.push_back({{"name", k.name},
+                     {"residency", k.residency},
+                     {"swapping", k.swapping},
+                     {"requests", k.requests},
+                     {"loads", k.loads},
+                     {"total_seconds", k.total_seconds},
+                     {"ttft_seconds", StatJson(k.ttft_seconds)},
+                     {"swap_load_seconds", StatJson(k.swap_load_seconds)}});
+  }
+  j["alternation"] = {{"rounds", c.rounds},
+                      {"prompt_tokens", c.prompt_tokens},
+                      {"gen_tokens", c.gen_tokens},
+                      {"on_demand_budget", c.on_demand_budget},
+                      {"model_bytes", c.model_bytes},
+                      {"cases", cases}};
+  auto pss_case = [](const PssCase& k) {
+    return nlohmann::json{{"workers", k.workers},
+                          {"filled_here", k.filled_here},
+                          {"sum_pss_bytes", k.sum_pss_bytes},
+                          {"sum_floor_pss_bytes", k.sum_floor_pss_bytes},
+                          {"sum_floor_rss_bytes", k.sum_floor_rss_bytes},
+                          {"materialize_seconds", StatJson(k.materialize_seconds)}};
+  };
+  j["worker_pss"] = {{"floor_bytes", d.floor_bytes},
+                     {"shared", pss_case(d.shared)},
+                     {"private", pss_case(d.private_store)},
+                     {"floor_ratio", d.floor_ratio},
+                     {"total_ratio", d.total_ratio},
+                     {"shared_vs_copy", d.shared_vs_copy},
+                     {"private_vs_copy", d.private_vs_copy},
+                     {"leftover_regions", d.leftover_regions}};
   std::cout << j.dump(2) << "\n";
   return 0;
 }
@@ -651,6 +743,32 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   arb_cmd->add_flag("--json", arb_json, "Print the result as JSON");
 
+  WeightsBenchOptions wb;
+  bool wb_json = false;
+  CLI::App* wb_cmd = bench_cmd->add_subcommand(
+      "weights",
+      "Weight runtime on a real model, each figure against a limit measured in the same run: "
+      "(a) on-demand load from the host floor vs memcpy, (b) load from the file (page cache "
+      "warm and cold) vs read() and memcpy, (c) two models alternating under a budget that "
+      "holds one (floors vs file reloads, vs both fitting), (d) summed PSS of N worker "
+      "processes with shared vs private floors. See docs/BENCHMARKS.md. Drops the model "
+      "files from the page cache and forks; run it on a quiet machine");
+  wb_cmd->add_option("--model", wb.model_dir, "Model directory (e.g. preset demo-chat)")
+      ->required();
+  wb_cmd->add_option("--model2", wb.model2_dir,
+                     "Second model for (c), same architecture or not (default: a byte copy of "
+                     "--model in a temp dir, removed afterwards)");
+  wb_cmd->add_option("--repetitions", wb.repetitions,
+                     "Repetitions of (a) and of each (b) case; rounds A,B of (c) (default 10)")
+      ->check(CLI::PositiveNumber);
+  wb_cmd->add_option("--workers", wb.workers, "Worker processes of (d) (default 3)")
+      ->check(CLI::PositiveNumber);
+  wb_cmd->add_option("--gen-tokens", wb.gen_tokens, "Tokens per request in (c) (default 4)")
+      ->check(CLI::PositiveNumber);
+  wb_cmd->add_option("--threads", wb.threads, "Engine and OpenBLAS threads in (c) (default 1)")
+      ->check(CLI::PositiveNumber);
+  wb_cmd->add_flag("--json", wb_json, "Print the result as JSON");
+
   BudgetFlags budget;
   CLI::App* budget_cmd = app.add_subcommand(
       "budget",
@@ -692,6 +810,7 @@ int main(int argc, char** argv) {
   }
   if (decode_cmd->parsed()) return RunBenchDecode(bench);
   if (arb_cmd->parsed()) return RunBenchArbiter(arb_iterations, arb_json);
+  if (wb_cmd->parsed()) return RunBenchWeights(wb, wb_json);
   if (budget_cmd->parsed()) return RunBudget(budget);
   return 2;
 }

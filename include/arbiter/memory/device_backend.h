@@ -11,7 +11,9 @@
 //
 // Implementations:
 //   "cpu"   CpuDeviceBackend: the arena is anonymous private memory in RAM
-//           (mmap, page-aligned, lazily backed by the kernel), holding
+//           (mmap, lazily backed by the kernel; arenas of 2 MiB or more are
+//           2 MiB-aligned and backed by transparent huge pages where the
+//           kernel allows, see CpuDeviceBackend::Create), holding
 //           compute-ready tensors; copies are real memcpy; HostPointer works.
 //   "fake"  FakeDeviceBackend: no memory at all. Addresses are
 //           non-dereferenceable (HostPointer returns nullptr), any arena size
@@ -72,20 +74,35 @@ class DeviceBackend {
   virtual void* HostPointer(uint64_t device_offset) = 0;
 
   // Tells the backend the bytes [device_offset, device_offset + size_bytes)
-  // no longer hold data (a freed block): "cpu" returns the whole pages inside
-  // the range to the kernel (madvise MADV_DONTNEED), so RSS drops when the
-  // weight cache evicts; their contents read as zero afterwards. Other
-  // backends may do nothing. Errors: kOutOfRange as CopyToDevice.
+  // no longer hold data (a freed block): "cpu" returns the whole base pages
+  // (4 KiB) inside the range to the kernel (madvise MADV_DONTNEED), so RSS
+  // drops when the weight cache evicts; their contents read as zero
+  // afterwards. Other backends may do nothing. Errors: kOutOfRange as
+  // CopyToDevice.
   virtual Status Discard(uint64_t device_offset, size_t size_bytes) = 0;
 };
 
 // The arena in RAM. See the file comment.
 class CpuDeviceBackend final : public DeviceBackend {
  public:
+  // Transparent-huge-page size the arena is aligned to, in bytes.
+  static constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+
   // Maps `arena_bytes` of anonymous memory (no reservation of swap: pages are
   // backed when first written). Arena 0 maps nothing.
+  // huge_pages (arenas ≥ kHugePageBytes only): the arena starts on a
+  // kHugePageBytes boundary and is madvise(MADV_HUGEPAGE)d, so a first write
+  // faults in one 2 MiB page instead of 512 base pages (Note [Arena huge
+  // pages] in device_backend.cc: a floor→arena load then runs near memcpy
+  // speed, and Discard of whole huge pages is ~15× cheaper). Ignored where
+  // the kernel has no transparent huge pages or has them "never". Cost: a
+  // huge page straddling a block's edge is faulted in whole, so up to
+  // kHugePageBytes − 4 KiB of zeroes beyond each end of a written block can
+  // be resident (and stay so after the block is discarded, until a later
+  // block reuses them).
   // Errors: kResourceExhausted naming the size when the mapping fails.
-  static Result<std::unique_ptr<CpuDeviceBackend>> Create(uint64_t arena_bytes);
+  static Result<std::unique_ptr<CpuDeviceBackend>> Create(uint64_t arena_bytes,
+                                                          bool huge_pages = true);
   ~CpuDeviceBackend() override;
   CpuDeviceBackend(const CpuDeviceBackend&) = delete;
   CpuDeviceBackend& operator=(const CpuDeviceBackend&) = delete;
