@@ -140,6 +140,7 @@ class WeightsE2EBase : public ::testing::Test {
   std::string Config(int port, const std::string& memory, const std::string& chat) const {
     std::ostringstream c;
     c << "[server]\nport = " << port << "\n"
+      << server_extra_ << "\n"
       << "[memory]\nbudget = \"1GiB\"\n"
       << "shared_host_weights_prefix = \"" << prefix_ << "\"\n"
       << memory << "\n"
@@ -225,6 +226,7 @@ class WeightsE2EBase : public ::testing::Test {
   static uint64_t scratch_bytes_;  // one slot's activation scratch (max_scratch)
   static int counter_;
   std::string prefix_;
+  std::string server_extra_;  // lines for [server]
   std::vector<Proc> procs_;
 };
 
@@ -341,6 +343,8 @@ TEST_F(WeightsE2E, PinThatCannotFitTheWeightPoolIs409) {
 }
 
 TEST_F(WeightsE2E, ExternallyManagedRefusesUntilPinned) {
+  // [server] preload leaves unpinned models to the control plane.
+  server_extra_ = "preload = true";
   Proc p = Start("mode = \"externally_managed\"");
   auto c = Chat(p);
   ASSERT_TRUE(c);
@@ -354,6 +358,8 @@ TEST_F(WeightsE2E, ExternallyManagedRefusesUntilPinned) {
   json st = Status(p);
   EXPECT_EQ(st["weight_cache"]["mode"], "externally_managed");
   EXPECT_EQ(ModelOf(st, "chat")["ready"], false);
+  EXPECT_NE(ModelOf(st, "chat")["state"], "failed");
+  EXPECT_TRUE(Contains(ReadAll(p.log), "preload of model \"chat\" skipped")) << ReadAll(p.log);
 
   auto r = SetResidency(p, "chat", R"({"target":"pinned_device"})");
   ASSERT_TRUE(r);

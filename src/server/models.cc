@@ -225,6 +225,14 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
   if (config.server.preload) {
     for (const ModelEntry& m : config.models) {
       if (std::find(broken.begin(), broken.end(), m.name) != broken.end()) continue;
+      if (cache != nullptr && cache->mode() == ResidencyMode::kExternallyManaged &&
+          m.residency != ResidencyState::kPinnedDevice) {
+        // The control plane decides: the engine loads once it pins the model.
+        spdlog::info("preload of model \"{}\" skipped: externally managed and not pinned to the "
+                     "device",
+                     m.name);
+        continue;
+      }
       auto h = arbiter->Acquire(m.capability, m.name,
                                 Deadline(std::chrono::seconds(config.server.acquire_timeout_s)));
       if (!h.ok()) {

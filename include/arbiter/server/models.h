@@ -79,7 +79,8 @@ CapabilityRegistration EngineCapabilityRegistration(
 // broken model) and its engine in `arbiter`. Then applies the pinned
 // residencies (WeightCache::PreloadPinned: device-pinned weights first, at
 // the arena's base; host floors of pinned_system models) and, with [server]
-// preload, loads every model in order. Logs each model's
+// preload, loads every model in order (in externally-managed mode only the
+// pinned_device ones: the others wait for the control plane). Logs each model's
 // outcome. Returns an error only for a registration bug (duplicate name);
 // broken models are not errors.
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache);
