@@ -123,7 +123,9 @@ TEST(CpuDeviceBackendTest, LargeArenaIsHugePageAlignedAndDiscardsBasePages) {
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     CpuDeviceBackend& d = **made;
     EXPECT_EQ(d.arena_bytes(), 3 * kHuge + 4096);
-    if (huge_pages) EXPECT_EQ(d.base() % kHuge, 0u);
+    if (huge_pages) {
+      EXPECT_EQ(d.base() % kHuge, 0u);
+    }
     std::vector<uint8_t> ones(d.arena_bytes(), 1);
     ASSERT_TRUE(d.CopyToDevice(0, ones.data(), ones.size()).ok());  // the last byte too
     // [4096 + 10, 4096 + 2 MiB + 4096): whole pages [8192, 2 MiB + 8192).

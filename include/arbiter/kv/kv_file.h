@@ -1,0 +1,81 @@
+// arbiter/kv/kv_file.h — the on-disk format of saved KV prefix state (the
+// disk tier's files, "<kv dir>/<model hash>/<safe id>.<ttl class>.bin").
+//
+// Implements the file format of the KV precache issue (point 5) for
+// reference/seed-arbiter-and-precache.md Part 2 §2.1/§2.3 ("missing or
+// corrupt KV files always fall back to a cold prefill") and defect 6 (a
+// restore reports how many tokens it restored).
+//
+// Format v1 (all integers little-endian):
+//   [0, 64)  header: magic "ARBKV001" (8 bytes), version u32 (1),
+//            dtype u32 (0 = f32), model hash (16 ASCII bytes, ModelHash()),
+//            n_layers u32, kv_dim u32, n_tokens u32, reserved (zero) to 64
+//   tokens   n_tokens × i32
+//   K/V      per layer: K [n_tokens, kv_dim] f32, then V [n_tokens, kv_dim]
+//   trailer  XXH3-64 (seed 0) of every byte before it, u64
+// File size = 64 + 4·n_tokens + 8·n_layers·n_tokens·kv_dim + 8, exactly.
+//
+// Writing goes through WriteFileAtomicStreaming (temp file, fsync, rename,
+// fsync of the directory): a crash never leaves a partial file where a good
+// one was. Reading checks everything before returning anything, and never
+// reads outside the file.
+//
+// Thread safety: free functions; thread-safe on distinct paths.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "arbiter/base/status.h"
+
+namespace arbiter {
+
+inline constexpr uint32_t kKvFileVersion = 1;
+inline constexpr size_t kKvFileHeaderBytes = 64;
+// Bounds a reader accepts (a hostile header cannot make it allocate more).
+inline constexpr uint32_t kKvFileMaxLayers = 4096;
+inline constexpr uint32_t kKvFileMaxKvDim = 1 << 16;
+inline constexpr uint32_t kKvFileMaxTokens = 1 << 22;
+
+// One sequence's KV prefix: `tokens` and, for positions [0, n_tokens), the
+// K and V rows of every layer.
+struct KvSnapshot {
+  std::string model_hash;       // 16 chars (ModelHash); the file's owner
+  uint32_t n_layers = 0;
+  uint32_t kv_dim = 0;          // n_kv_heads × head_dim
+  std::vector<int32_t> tokens;  // [n_tokens]
+  // [n_layers, 2, n_tokens, kv_dim] f32: layer l's K rows at
+  // (2l)·n_tokens·kv_dim, its V rows at (2l + 1)·n_tokens·kv_dim.
+  std::vector<float> kv;
+
+  size_t n_tokens() const { return tokens.size(); }
+  // Bytes of the file this snapshot makes.
+  uint64_t FileBytes() const;
+};
+
+// Writes `snapshot` to `path` atomically.
+// Errors: kInvalidArgument when the snapshot is inconsistent (model hash not
+// 16 chars, kv.size() ≠ n_layers·2·n_tokens·kv_dim, a dimension over the
+// reader's bounds, a negative token id); the file-system error (the old
+// file, if any, is kept).
+Status WriteKvFile(const std::string& path, const KvSnapshot& snapshot);
+
+// Reads and validates `path` as a file of model `expected_model_hash`
+// ("" = any model).
+// Errors (messages name the path and the field):
+//   kNotFound           no such file
+//   kDataLoss           too short, bad magic, unsupported version or dtype,
+//                       dimensions over the bounds, size ≠ the computed
+//                       size ("truncated" / "trailing bytes"), checksum
+//                       mismatch, a negative token id
+//   kFailedPrecondition the file belongs to another model hash (foreign)
+Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash);
+
+// The same validation over bytes already in memory (tests, the fuzz target).
+// `name` is used in messages.
+Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
+                               const std::string& expected_model_hash);
+
+}  // namespace arbiter

@@ -1,0 +1,169 @@
+// kv/kv_file.cc — the v1 KV file: write atomically, read with every field
+// checked (see kv_file.h for the layout).
+#include "arbiter/kv/kv_file.h"
+
+#include <bit>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "arbiter/base/file.h"
+
+namespace arbiter {
+namespace {
+
+constexpr char kMagic[8] = {'A', 'R', 'B', 'K', 'V', '0', '0', '1'};
+constexpr uint32_t kDtypeF32 = 0;
+constexpr size_t kModelHashChars = 16;
+// Header field offsets.
+constexpr size_t kVersionAt = 8;
+constexpr size_t kDtypeAt = 12;
+constexpr size_t kModelHashAt = 16;
+constexpr size_t kLayersAt = 32;
+constexpr size_t kKvDimAt = 36;
+constexpr size_t kTokensAt = 40;
+constexpr size_t kTrailerBytes = 8;
+
+void PutU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t GetU32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+uint64_t GetU64(const uint8_t* p) {
+  return uint64_t{GetU32(p)} | uint64_t{GetU32(p + 4)} << 32;
+}
+
+uint64_t ExpectedBytes(uint64_t n_layers, uint64_t kv_dim, uint64_t n_tokens) {
+  return kKvFileHeaderBytes + 4 * n_tokens + 8 * n_layers * n_tokens * kv_dim + kTrailerBytes;
+}
+
+}  // namespace
+
+uint64_t KvSnapshot::FileBytes() const { return ExpectedBytes(n_layers, kv_dim, tokens.size()); }
+
+Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
+  if (s.model_hash.size() != kModelHashChars) {
+    return InvalidArgumentError(fmt::format("{}: model hash must be {} chars (got \"{}\")", path,
+                                            kModelHashChars, s.model_hash));
+  }
+  if (s.n_layers > kKvFileMaxLayers || s.kv_dim > kKvFileMaxKvDim ||
+      s.tokens.size() > kKvFileMaxTokens) {
+    return InvalidArgumentError(fmt::format(
+        "{}: {} layers × {} kv_dim × {} tokens is over the format's bounds", path, s.n_layers,
+        s.kv_dim, s.tokens.size()));
+  }
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    if (s.tokens[i] < 0) {
+      return InvalidArgumentError(
+          fmt::format("{}: token {} has a negative id {}", path, i, s.tokens[i]));
+    }
+  }
+  const uint64_t floats = uint64_t{2} * s.n_layers * s.tokens.size() * s.kv_dim;
+  if (s.kv.size() != floats) {
+    return InvalidArgumentError(fmt::format("{}: {} KV floats for {} layers × {} tokens × {} "
+                                            "kv_dim (expected {})",
+                                            path, s.kv.size(), s.n_layers, s.tokens.size(),
+                                            s.kv_dim, floats));
+  }
+  uint8_t header[kKvFileHeaderBytes] = {};
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  PutU32(header + kVersionAt, kKvFileVersion);
+  PutU32(header + kDtypeAt, kDtypeF32);
+  std::memcpy(header + kModelHashAt, s.model_hash.data(), kModelHashChars);
+  PutU32(header + kLayersAt, s.n_layers);
+  PutU32(header + kKvDimAt, s.kv_dim);
+  PutU32(header + kTokensAt, static_cast<uint32_t>(s.tokens.size()));
+  return WriteFileAtomicStreaming(path, [&](const auto& append) -> Status {
+    XXH3_state_t* state = XXH3_createState();
+    if (state == nullptr) return ResourceExhaustedError("out of memory for a hash state");
+    XXH3_64bits_reset(state);
+    auto put = [&](const void* p, size_t n) {
+      XXH3_64bits_update(state, p, n);
+      return append(p, n);
+    };
+    // Little-endian hosts only write the arrays as they are in memory.
+    static_assert(std::endian::native == std::endian::little, "KV files are little-endian");
+    Status st = put(header, sizeof(header));
+    if (st.ok()) st = put(s.tokens.data(), s.tokens.size() * sizeof(int32_t));
+    if (st.ok()) st = put(s.kv.data(), s.kv.size() * sizeof(float));
+    const uint64_t sum = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    if (!st.ok()) return st;
+    uint8_t trailer[kTrailerBytes];
+    PutU32(trailer, static_cast<uint32_t>(sum));
+    PutU32(trailer + 4, static_cast<uint32_t>(sum >> 32));
+    return append(trailer, sizeof(trailer));
+  });
+}
+
+Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
+                               const std::string& expected_model_hash) {
+  if (size < kKvFileHeaderBytes + kTrailerBytes) {
+    return DataLossError(fmt::format("{}: {} bytes is too short for a KV file (header {} + "
+                                     "checksum {})",
+                                     name, size, kKvFileHeaderBytes, kTrailerBytes));
+  }
+  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) {
+    return DataLossError(fmt::format("{}: bad magic (not an arbiter KV file)", name));
+  }
+  const uint32_t version = GetU32(data + kVersionAt);
+  if (version != kKvFileVersion) {
+    return DataLossError(
+        fmt::format("{}: version {} is not supported (expected {})", name, version, kKvFileVersion));
+  }
+  const uint32_t dtype = GetU32(data + kDtypeAt);
+  if (dtype != kDtypeF32) {
+    return DataLossError(fmt::format("{}: dtype {} is not supported (expected 0, f32)", name, dtype));
+  }
+  const std::string model_hash(reinterpret_cast<const char*>(data + kModelHashAt),
+                               kModelHashChars);
+  const uint32_t n_layers = GetU32(data + kLayersAt);
+  const uint32_t kv_dim = GetU32(data + kKvDimAt);
+  const uint32_t n_tokens = GetU32(data + kTokensAt);
+  if (n_layers > kKvFileMaxLayers || kv_dim > kKvFileMaxKvDim || n_tokens > kKvFileMaxTokens) {
+    return DataLossError(fmt::format(
+        "{}: header dimensions {} layers × {} kv_dim × {} tokens are over the format's bounds",
+        name, n_layers, kv_dim, n_tokens));
+  }
+  const uint64_t expected = ExpectedBytes(n_layers, kv_dim, n_tokens);
+  if (size != expected) {
+    return DataLossError(fmt::format("{}: {} ({} bytes, expected {} for {} tokens)", name,
+                                     size < expected ? "truncated" : "trailing bytes", size,
+                                     expected, n_tokens));
+  }
+  const uint64_t stored = GetU64(data + size - kTrailerBytes);
+  const uint64_t actual = XXH3_64bits(data, size - kTrailerBytes);
+  if (stored != actual) {
+    return DataLossError(fmt::format("{}: checksum mismatch (stored {:016x}, computed {:016x})",
+                                     name, stored, actual));
+  }
+  if (!expected_model_hash.empty() && model_hash != expected_model_hash) {
+    return FailedPreconditionError(fmt::format(
+        "{}: KV of model {} is not usable by model {} (foreign file)", name, model_hash,
+        expected_model_hash));
+  }
+  KvSnapshot s;
+  s.model_hash = model_hash;
+  s.n_layers = n_layers;
+  s.kv_dim = kv_dim;
+  s.tokens.resize(n_tokens);
+  std::memcpy(s.tokens.data(), data + kKvFileHeaderBytes, size_t{n_tokens} * sizeof(int32_t));
+  for (uint32_t i = 0; i < n_tokens; ++i) {
+    if (s.tokens[i] < 0) {
+      return DataLossError(fmt::format("{}: token {} has a negative id {}", name, i, s.tokens[i]));
+    }
+  }
+  s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);
+  std::memcpy(s.kv.data(), data + kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t),
+              s.kv.size() * sizeof(float));
+  return s;
+}
+
+Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash) {
+  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  return ParseKvFile(f.data(), f.size(), path, expected_model_hash);
+}
+
+}  // namespace arbiter

@@ -1,0 +1,172 @@
+// The v1 KV file: round trip, atomic replacement, and every kind of bad file
+// failing with a clear error (never a crash, never a partial snapshot).
+#include "arbiter/kv/kv_file.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include "arbiter/base/file.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+KvSnapshot Sample(uint32_t n_layers = 2, uint32_t kv_dim = 8, int n_tokens = 5) {
+  KvSnapshot s;
+  s.model_hash = "0123456789abcdef";
+  s.n_layers = n_layers;
+  s.kv_dim = kv_dim;
+  for (int i = 0; i < n_tokens; ++i) s.tokens.push_back(100 + i);
+  s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);
+  for (size_t i = 0; i < s.kv.size(); ++i) s.kv[i] = static_cast<float>(i) * 0.5f - 3;
+  return s;
+}
+
+class KvFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/arbiter-kvfile-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/room-1.long.bin";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Bytes() {
+    Result<std::string> b = ReadFile(path_);
+    EXPECT_TRUE(b.ok());
+    return b.ok() ? *b : std::string();
+  }
+  Result<KvSnapshot> Parse(const std::string& bytes, const std::string& model = "") {
+    return ParseKvFile(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "f", model);
+  }
+  // Rewrites the trailing checksum so only the field under test is wrong.
+  static void Reseal(std::string* bytes) {
+    const uint64_t sum = XXH3_64bits(bytes->data(), bytes->size() - 8);
+    std::memcpy(bytes->data() + bytes->size() - 8, &sum, 8);
+  }
+
+  std::string dir_, path_;
+};
+
+TEST_F(KvFileTest, RoundTrip) {
+  const KvSnapshot s = Sample();
+  ASSERT_TRUE(WriteKvFile(path_, s).ok());
+  EXPECT_EQ(fs::file_size(path_), s.FileBytes());
+  EXPECT_EQ(s.FileBytes(), 64u + 4 * 5 + 8u * 2 * 5 * 8 + 8);
+  Result<KvSnapshot> r = ReadKvFile(path_, "0123456789abcdef");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tokens, s.tokens);
+  EXPECT_EQ(r->kv, s.kv);
+  EXPECT_EQ(r->n_layers, 2u);
+  EXPECT_EQ(r->kv_dim, 8u);
+  EXPECT_EQ(r->n_tokens(), 5u);
+  // An empty prefix is a valid file too.
+  ASSERT_TRUE(WriteKvFile(path_, Sample(2, 8, 0)).ok());
+  EXPECT_EQ(ReadKvFile(path_, "")->n_tokens(), 0u);
+}
+
+TEST_F(KvFileTest, AnInvalidSnapshotKeepsTheOldFileAndLeavesNoTemp) {
+  ASSERT_TRUE(WriteKvFile(path_, Sample()).ok());
+  const std::string before = Bytes();
+  KvSnapshot bad = Sample();
+  bad.kv.pop_back();
+  EXPECT_EQ(WriteKvFile(path_, bad).code(), StatusCode::kInvalidArgument);
+  bad = Sample();
+  bad.model_hash = "short";
+  EXPECT_EQ(WriteKvFile(path_, bad).code(), StatusCode::kInvalidArgument);
+  bad = Sample();
+  bad.tokens[1] = -1;
+  EXPECT_EQ(WriteKvFile(path_, bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Bytes(), before);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    (void)e;
+    entries++;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST_F(KvFileTest, EveryTruncationIsDataLoss) {
+  ASSERT_TRUE(WriteKvFile(path_, Sample()).ok());
+  const std::string good = Bytes();
+  for (size_t n = 0; n < good.size(); ++n) {
+    Result<KvSnapshot> r = Parse(good.substr(0, n));
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << n;
+  }
+  Result<KvSnapshot> r = Parse(good.substr(0, good.size() - 3));
+  EXPECT_TRUE(Contains(r.status().message(), "truncated")) << r.status().message();
+  r = Parse(good + "x");
+  EXPECT_TRUE(Contains(r.status().message(), "trailing bytes")) << r.status().message();
+}
+
+TEST_F(KvFileTest, AnyFlippedByteIsCaught) {
+  ASSERT_TRUE(WriteKvFile(path_, Sample()).ok());
+  const std::string good = Bytes();
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x40);
+    Result<KvSnapshot> r = Parse(bad);
+    EXPECT_FALSE(r.ok()) << "byte " << i;
+  }
+}
+
+TEST_F(KvFileTest, EachHeaderFieldIsNamed) {
+  ASSERT_TRUE(WriteKvFile(path_, Sample()).ok());
+  const std::string good = Bytes();
+  struct Case {
+    size_t at;
+    uint32_t value;
+    const char* message;
+  };
+  for (const Case& c : {Case{0, 0x58585858, "bad magic"}, Case{8, 2, "version 2"},
+                        Case{12, 1, "dtype 1"}, Case{32, 5000, "over the format's bounds"},
+                        Case{40, 6, "truncated"}}) {
+    std::string bad = good;
+    std::memcpy(bad.data() + c.at, &c.value, 4);
+    Reseal(&bad);
+    Result<KvSnapshot> r = Parse(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE(Contains(r.status().message(), c.message)) << r.status().message();
+  }
+  std::string bad = good;
+  const int32_t negative = -7;
+  std::memcpy(bad.data() + 64 + 4, &negative, 4);
+  Reseal(&bad);
+  Result<KvSnapshot> r = Parse(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(Contains(r.status().message(), "negative id -7")) << r.status().message();
+  bad = good;
+  bad[70] ^= 1;
+  r = Parse(bad);
+  EXPECT_TRUE(Contains(r.status().message(), "checksum mismatch")) << r.status().message();
+}
+
+TEST_F(KvFileTest, ForeignModelAndMissingFile) {
+  ASSERT_TRUE(WriteKvFile(path_, Sample()).ok());
+  Result<KvSnapshot> r = ReadKvFile(path_, "fedcba9876543210");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(r.status().message(), "foreign")) << r.status().message();
+  EXPECT_TRUE(Contains(r.status().message(), path_)) << r.status().message();
+  EXPECT_EQ(ReadKvFile(dir_ + "/nope.long.bin", "").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace arbiter
