@@ -79,7 +79,8 @@ Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
     XXH3_state_t* state = XXH3_createState();
     if (state == nullptr) return ResourceExhaustedError("out of memory for a hash state");
     XXH3_64bits_reset(state);
-    auto put = [&](const void* p, size_t n) {
+    auto put = [&](const void* p, size_t n) -> Status {
+      if (n == 0) return OkStatus();  // an empty vector's data() may be null
       XXH3_64bits_update(state, p, n);
       return append(p, n);
     };
@@ -149,15 +150,20 @@ Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::stri
   s.n_layers = n_layers;
   s.kv_dim = kv_dim;
   s.tokens.resize(n_tokens);
-  std::memcpy(s.tokens.data(), data + kKvFileHeaderBytes, size_t{n_tokens} * sizeof(int32_t));
+  // memcpy of 0 bytes from/to an empty vector's null data() is undefined.
+  if (n_tokens > 0) {
+    std::memcpy(s.tokens.data(), data + kKvFileHeaderBytes, size_t{n_tokens} * sizeof(int32_t));
+  }
   for (uint32_t i = 0; i < n_tokens; ++i) {
     if (s.tokens[i] < 0) {
       return DataLossError(fmt::format("{}: token {} has a negative id {}", name, i, s.tokens[i]));
     }
   }
   s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);
-  std::memcpy(s.kv.data(), data + kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t),
-              s.kv.size() * sizeof(float));
+  if (!s.kv.empty()) {
+    std::memcpy(s.kv.data(), data + kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t),
+                s.kv.size() * sizeof(float));
+  }
   return s;
 }
 
