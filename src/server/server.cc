@@ -404,7 +404,7 @@ struct Server::Impl {
     // Externally managed: the control plane decides residency; a model whose
     // weights are not on the device is refused before anything loads.
     if (weights != nullptr && weights->mode() == ResidencyMode::kExternallyManaged &&
-        weights->Contains(name) && !WeightsResident(name)) {
+        weights->DeviceResident(name) == false) {
       SendError(res, 503, NotResidentError(name).message(), kServerError, "not_resident",
                 kRetryAfterSeconds);
       return std::nullopt;
@@ -738,13 +738,6 @@ struct Server::Impl {
       data.push_back(std::move(item));
     }
     res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), kJson);
-  }
-
-  bool WeightsResident(const std::string& name) {
-    for (const WeightModelStats& w : weights->Stats().models) {
-      if (w.key == name) return w.device_resident;
-    }
-    return false;
   }
 
   static json WeightModelJson(const WeightModelStats& w) {

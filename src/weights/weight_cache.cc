@@ -308,6 +308,13 @@ bool WeightCache::Contains(std::string_view key) const {
   return FindLocked(key) != nullptr;
 }
 
+std::optional<bool> WeightCache::DeviceResident(std::string_view key) const {
+  MutexLock l(&mu_);
+  const Entry* e = FindLocked(key);
+  if (e == nullptr) return std::nullopt;
+  return e->resident;
+}
+
 WeightCache::Entry* WeightCache::FindLocked(std::string_view key) const {
   auto it = by_key_.find(key);
   return it == by_key_.end() ? nullptr : it->second;

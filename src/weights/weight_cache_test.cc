@@ -348,6 +348,8 @@ TEST_F(WeightCacheTest, StatusReportsModeAndPerModelStateUnknownFails) {
   EXPECT_EQ(s.models[0].residency, ResidencyState::kPinnedSystem);
   EXPECT_EQ(s.models[0].weight_bytes, a.bytes());
   EXPECT_FALSE(s.models[0].device_resident);
+  EXPECT_EQ(cache_->DeviceResident("a"), false);
+  EXPECT_EQ(cache_->DeviceResident("nope"), std::nullopt);
   EXPECT_EQ(cache_->Acquire("nope").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(cache_->SetResidency("nope", ResidencyState::kUnpinned).status().code(),
             StatusCode::kNotFound);

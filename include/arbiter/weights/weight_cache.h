@@ -236,6 +236,9 @@ class WeightCache {
   // Errors: kAlreadyExists, kInvalidArgument (empty key, no fill, a bad spec).
   Status Register(WeightModel model) EXCLUDES(mu_);
   bool Contains(std::string_view key) const EXCLUDES(mu_);
+  // Whether `key`'s device copy is resident now; nullopt for an unknown key.
+  // One lookup (no snapshot): cheap enough for every request.
+  std::optional<bool> DeviceResident(std::string_view key) const EXCLUDES(mu_);
 
   // Guarantees `key`'s device copy is resident and pins it (see the file
   // comment). Resident → bumped to most recently used. Otherwise, in
