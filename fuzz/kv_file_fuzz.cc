@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r.ok()) {
     const arbiter::KvSnapshot& s = *r;
     if (s.kv.size() != size_t{2} * s.n_layers * s.n_tokens() * s.kv_dim) std::abort();
-    if (s.FileBytes() != size) std::abort();
+    if (KvFileBytes(s) != size) std::abort();
   }
   return 0;
 }

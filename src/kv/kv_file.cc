@@ -41,7 +41,9 @@ uint64_t ExpectedBytes(uint64_t n_layers, uint64_t kv_dim, uint64_t n_tokens) {
 
 }  // namespace
 
-uint64_t KvSnapshot::FileBytes() const { return ExpectedBytes(n_layers, kv_dim, tokens.size()); }
+uint64_t KvFileBytes(const KvSnapshot& s) {
+  return ExpectedBytes(s.n_layers, s.kv_dim, s.tokens.size());
+}
 
 Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
   if (s.model_hash.size() != kModelHashChars) {

@@ -66,8 +66,8 @@ class KvFileTest : public ::testing::Test {
 TEST_F(KvFileTest, RoundTrip) {
   const KvSnapshot s = Sample();
   ASSERT_TRUE(WriteKvFile(path_, s).ok());
-  EXPECT_EQ(fs::file_size(path_), s.FileBytes());
-  EXPECT_EQ(s.FileBytes(), 64u + 4 * 5 + 8u * 2 * 5 * 8 + 8);
+  EXPECT_EQ(fs::file_size(path_), KvFileBytes(s));
+  EXPECT_EQ(KvFileBytes(s), 64u + 4 * 5 + 8u * 2 * 5 * 8 + 8);
   Result<KvSnapshot> r = ReadKvFile(path_, "0123456789abcdef");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->tokens, s.tokens);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "arbiter/engine/kv_snapshot.h"
 
 namespace arbiter {
 
@@ -39,21 +40,8 @@ inline constexpr uint32_t kKvFileMaxLayers = 4096;
 inline constexpr uint32_t kKvFileMaxKvDim = 1 << 16;
 inline constexpr uint32_t kKvFileMaxTokens = 1 << 22;
 
-// One sequence's KV prefix: `tokens` and, for positions [0, n_tokens), the
-// K and V rows of every layer.
-struct KvSnapshot {
-  std::string model_hash;       // 16 chars (ModelHash); the file's owner
-  uint32_t n_layers = 0;
-  uint32_t kv_dim = 0;          // n_kv_heads × head_dim
-  std::vector<int32_t> tokens;  // [n_tokens]
-  // [n_layers, 2, n_tokens, kv_dim] f32: layer l's K rows at
-  // (2l)·n_tokens·kv_dim, its V rows at (2l + 1)·n_tokens·kv_dim.
-  std::vector<float> kv;
-
-  size_t n_tokens() const { return tokens.size(); }
-  // Bytes of the file this snapshot makes.
-  uint64_t FileBytes() const;
-};
+// Bytes of the file `snapshot` makes.
+uint64_t KvFileBytes(const KvSnapshot& snapshot);
 
 // Writes `snapshot` to `path` atomically.
 // Errors: kInvalidArgument when the snapshot is inconsistent (model hash not
