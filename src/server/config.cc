@@ -315,6 +315,87 @@ Status ParsePressure(const toml::table& t, Config* c) {
   return OkStatus();
 }
 
+// Reads a SIZE (integer bytes or a string; "0" allowed) into *bytes / *text.
+Status ReadSizeAllowZero(const toml::table& t, const char* key, const std::string& p,
+                         uint64_t mem_total, std::string_view what, uint64_t* bytes,
+                         std::string* text) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  if (auto i = n->value_exact<int64_t>()) {
+    if (*i < 0) return KeyError(p + key, what);
+    *bytes = static_cast<uint64_t>(*i);
+    *text = std::to_string(*i);
+  } else if (auto str = n->value_exact<std::string>()) {
+    auto size = ParseSize(*str, mem_total);
+    if (!size.ok()) {
+      return InvalidArgumentError(
+          fmt::format("{}{} is invalid: {}", p, key, size.status().message()));
+    }
+    *bytes = *size;
+    *text = *str;
+  } else {
+    return KeyError(p + key, what);
+  }
+  return OkStatus();
+}
+
+// Reads a duration (integer seconds or "30s", "5m", "1h", "250ms") into *ms,
+// within [lo_ms, hi_ms].
+Status ReadDuration(const toml::table& t, const char* key, const std::string& p, int64_t lo_ms,
+                    int64_t hi_ms, std::string_view what, int64_t* ms) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  int64_t v = 0;
+  if (auto i = n->value_exact<int64_t>()) {
+    if (*i < 0 || *i > std::numeric_limits<int64_t>::max() / 1000) return KeyError(p + key, what);
+    v = *i * 1000;
+  } else if (auto str = n->value_exact<std::string>()) {
+    ARBITER_ASSIGN_OR_RETURN(v, ParseDurationMs(*str, p + key));
+  } else {
+    return KeyError(p + key, what);
+  }
+  if (v < lo_ms || v > hi_ms) return KeyError(p + key, what);
+  *ms = v;
+  return OkStatus();
+}
+
+Status ParseKv(const toml::table& t, uint64_t mem_total, Config* c) {
+  const std::string p = "[kv].";
+  KvSettings& k = c->kv;
+  ARBITER_RETURN_IF_ERROR(ReadString(t, "dir", p, &k.dir));
+  if (t.get("dir") != nullptr && k.dir.empty()) return KeyError(p + "dir", "a non-empty path");
+  constexpr int64_t kDay = 86400000;
+  ARBITER_RETURN_IF_ERROR(ReadDuration(t, "ttl_short", p, 1000, 365 * kDay,
+                                       "a duration from 1s to 365 days (e.g. \"5m\")",
+                                       &k.ttl_short_ms));
+  ARBITER_RETURN_IF_ERROR(ReadDuration(t, "ttl_long", p, 1000, 365 * kDay,
+                                       "a duration from 1s to 365 days (e.g. \"1h\")",
+                                       &k.ttl_long_ms));
+  ARBITER_RETURN_IF_ERROR(ReadDuration(t, "ttl_extended", p, 1000, 365 * kDay,
+                                       "a duration from 1s to 365 days (e.g. \"24h\")",
+                                       &k.ttl_extended_ms));
+  ARBITER_RETURN_IF_ERROR(ReadDuration(t, "conversation_ttl", p, 1000, 365 * kDay,
+                                       "a duration from 1s to 365 days (e.g. \"1h\")",
+                                       &k.conversation_ttl_ms));
+  ARBITER_RETURN_IF_ERROR(ReadDuration(t, "eviction_interval", p, 1000, kDay,
+                                       "a duration from 1s to 24h (e.g. \"5m\")",
+                                       &k.eviction_interval_ms));
+  ARBITER_RETURN_IF_ERROR(ReadDuration(t, "keepalive_interval", p, 100, kDay,
+                                       "a duration from 100ms to 24h (e.g. \"30s\")",
+                                       &k.keepalive_interval_ms));
+  ARBITER_RETURN_IF_ERROR(ReadSizeAllowZero(t, "prompt_cache", p, mem_total,
+                                            "a size ≥ 0: bytes, \"512MiB\" or \"5%\"",
+                                            &k.prompt_cache_bytes, &k.prompt_cache_text));
+  ARBITER_RETURN_IF_ERROR(ReadSizeAllowZero(t, "disk_budget", p, 0,
+                                            "a size ≥ 0: bytes or \"4GiB\" (0 = unlimited)",
+                                            &k.disk_budget_bytes, &k.disk_budget_text));
+  WarnUnknown(t,
+              {"dir", "ttl_short", "ttl_long", "ttl_extended", "conversation_ttl",
+               "eviction_interval", "keepalive_interval", "prompt_cache", "disk_budget"},
+              p, &c->warnings);
+  return OkStatus();
+}
+
 Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) {
   for (size_t i = 0; i < arr.size(); ++i) {
     const std::string p = fmt::format("[[models]][{}].", i);
@@ -381,9 +462,13 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
       }
       m.residency = *parsed;
     }
+    ARBITER_RETURN_IF_ERROR(ReadString(*t, "system_prompt", p, &m.system_prompt));
+    if (!m.system_prompt.empty() && m.capability != Capability::kText) {
+      return KeyError(p + "system_prompt", "set only on text models");
+    }
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
-                 "residency"},
+                 "residency", "system_prompt"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));
   }
@@ -469,6 +554,10 @@ Result<Config> ParseConfigToml(std::string_view text, const std::string& file,
       const toml::table* t = v.as_table();
       if (t == nullptr) return KeyError("[pressure]", "a table");
       ARBITER_RETURN_IF_ERROR(ParsePressure(*t, &c));
+    } else if (key == "kv") {
+      const toml::table* t = v.as_table();
+      if (t == nullptr) return KeyError("[kv]", "a table");
+      ARBITER_RETURN_IF_ERROR(ParseKv(*t, mem_total_bytes, &c));
     } else if (key == "models") {
       const toml::array* a = v.as_array();
       if (a == nullptr) return KeyError("models", "an array of tables ([[models]])");
@@ -541,6 +630,22 @@ Status ValidateConfig(const Config& config) {
   }
   if (p.psi_critical_stall_ms > p.psi_window_ms) {
     return KeyError("[pressure].psi_critical_stall_ms", "≤ [pressure].psi_window_ms");
+  }
+  const KvSettings& k = config.kv;
+  if (k.ttl_short_ms > k.ttl_long_ms || k.ttl_long_ms > k.ttl_extended_ms) {
+    return InvalidArgumentError(fmt::format(
+        "[kv] TTL classes must satisfy ttl_short ({} ms) ≤ ttl_long ({} ms) ≤ ttl_extended ({} ms)",
+        k.ttl_short_ms, k.ttl_long_ms, k.ttl_extended_ms));
+  }
+  // A conversation untouched for 0.8 × ttl_short is re-warmed at the next
+  // keep-alive pass, at most one interval later: that must still be inside
+  // the short TTL (defect 1 of the reference: both were 240 s).
+  if (static_cast<double>(k.keepalive_interval_ms) >=
+      (1.0 - kKeepAliveStaleFraction) * static_cast<double>(k.ttl_short_ms)) {
+    return InvalidArgumentError(fmt::format(
+        "[kv].keepalive_interval ({} ms) must be shorter than {:.0f}% of [kv].ttl_short ({} ms), "
+        "so an idle prewarmed conversation is re-warmed before its short TTL runs out",
+        k.keepalive_interval_ms, (1.0 - kKeepAliveStaleFraction) * 100, k.ttl_short_ms));
   }
   return OkStatus();
 }

@@ -103,6 +103,8 @@ TEST(Config, UnknownKeysWarn) {
 colour = "blue"
 [kv]
 ttl = 5
+[cache]
+size = 1
 [[models]]
 name = "a"
 path = "/a"
@@ -110,11 +112,12 @@ flavour = "x"
 )",
                            "a.toml", kMemTotal);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_EQ(c->warnings.size(), 3u);
+  ASSERT_EQ(c->warnings.size(), 4u);
   std::string all;
   for (const std::string& w : c->warnings) all += w + "\n";
   EXPECT_NE(all.find("[server].colour"), std::string::npos) << all;
-  EXPECT_NE(all.find("\"kv\""), std::string::npos) << all;
+  EXPECT_NE(all.find("[kv].ttl"), std::string::npos) << all;
+  EXPECT_NE(all.find("\"cache\""), std::string::npos) << all;
   EXPECT_NE(all.find("[[models]][0].flavour"), std::string::npos) << all;
 }
 
@@ -316,6 +319,74 @@ path = "/b"
   EXPECT_EQ(c->weights.compaction_interval, 8u);
   EXPECT_EQ(c->models[0].residency, ResidencyState::kPinnedDevice);
   EXPECT_EQ(c->models[1].residency, ResidencyState::kUnpinned);
+}
+
+TEST(Config, KvSection) {
+  auto d = ParseConfigToml("", "a.toml", kMemTotal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->kv.dir, "");
+  EXPECT_EQ(d->kv.ttl_short_ms, 300000);
+  EXPECT_EQ(d->kv.ttl_long_ms, 3600000);
+  EXPECT_EQ(d->kv.ttl_extended_ms, 86400000);
+  EXPECT_EQ(d->kv.conversation_ttl_ms, 3600000);
+  EXPECT_EQ(d->kv.eviction_interval_ms, 300000);
+  EXPECT_EQ(d->kv.keepalive_interval_ms, 30000);
+  EXPECT_EQ(d->kv.prompt_cache_bytes, 512ull << 20);
+  EXPECT_EQ(d->kv.disk_budget_bytes, 4 * kGiB);
+
+  auto c = ParseConfigToml(R"(
+[kv]
+dir = "/var/lib/arbiter/kv"
+ttl_short = "2m"
+ttl_long = 1800
+ttl_extended = "12h"
+conversation_ttl = "30m"
+eviction_interval = "10s"
+keepalive_interval = "20s"
+prompt_cache = "1%"
+disk_budget = 0
+[[models]]
+name = "chat"
+path = "/m"
+system_prompt = "You are terse."
+)",
+                           "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->warnings.empty());
+  EXPECT_EQ(c->kv.dir, "/var/lib/arbiter/kv");
+  EXPECT_EQ(c->kv.ttl_short_ms, 120000);
+  EXPECT_EQ(c->kv.ttl_long_ms, 1800000);
+  EXPECT_EQ(c->kv.ttl_extended_ms, 43200000);
+  EXPECT_EQ(c->kv.conversation_ttl_ms, 1800000);
+  EXPECT_EQ(c->kv.eviction_interval_ms, 10000);
+  EXPECT_EQ(c->kv.keepalive_interval_ms, 20000);
+  EXPECT_EQ(c->kv.prompt_cache_bytes, kMemTotal / 100);
+  EXPECT_EQ(c->kv.disk_budget_bytes, 0u);
+  EXPECT_EQ(c->models[0].system_prompt, "You are terse.");
+
+  auto err = [](const std::string& toml) {
+    auto r = ParseConfigToml(toml, "a.toml", kMemTotal);
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_NE(err("[kv]\ndir = \"\"").find("[kv].dir"), std::string::npos);
+  EXPECT_NE(err("[kv]\nttl_short = \"0s\"").find("[kv].ttl_short"), std::string::npos);
+  EXPECT_NE(err("[kv]\nttl_long = \"soon\"").find("[kv].ttl_long"), std::string::npos);
+  EXPECT_NE(err("[kv]\neviction_interval = \"10ms\"").find("[kv].eviction_interval"),
+            std::string::npos);
+  EXPECT_NE(err("[kv]\nprompt_cache = -1").find("[kv].prompt_cache"), std::string::npos);
+  EXPECT_NE(err("[kv]\ndisk_budget = \"lots\"").find("[kv].disk_budget"), std::string::npos);
+  EXPECT_NE(err("[kv]\nttl_short = \"2h\"").find("ttl_short"), std::string::npos);  // > long
+  // Defect 1: a keep-alive interval that lets the short TTL run out.
+  EXPECT_NE(err("[kv]\nkeepalive_interval = \"240s\"").find("[kv].keepalive_interval"),
+            std::string::npos);
+  EXPECT_NE(err("[kv]\nttl_short = \"100s\"\nkeepalive_interval = \"20s\"")
+                .find("[kv].keepalive_interval"),
+            std::string::npos);
+  EXPECT_EQ(err("[kv]\nttl_short = \"100s\"\nkeepalive_interval = \"19s\""), "ok");
+  EXPECT_NE(err("[[models]]\nname = \"e\"\npath = \"/e\"\ncapability = \"embedding\"\n"
+                "system_prompt = \"x\"")
+                .find("system_prompt"),
+            std::string::npos);
 }
 
 TEST(Config, DurationParsing) {

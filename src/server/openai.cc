@@ -324,6 +324,26 @@ std::string Base64(const uint8_t* data, size_t n) {
   return out;
 }
 
+// prompt_cache_key, conversation_id (≤ kMaxCacheIdBytes each), cache_ttl.
+Status ParseCacheFields(const json& j, CacheFields* c) {
+  ARBITER_RETURN_IF_ERROR(GetString(j, "prompt_cache_key", false, &c->prompt_cache_key));
+  ARBITER_RETURN_IF_ERROR(GetString(j, "conversation_id", false, &c->conversation_id));
+  ARBITER_RETURN_IF_ERROR(GetString(j, "cache_ttl", false, &c->cache_ttl));
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{
+                                        "prompt_cache_key", &c->prompt_cache_key},
+                                    {"conversation_id", &c->conversation_id}}) {
+    if (value->size() > kMaxCacheIdBytes) {
+      return InvalidArgumentError(fmt::format("\"{}\" is {} bytes; at most {} are accepted", name,
+                                              value->size(), kMaxCacheIdBytes));
+    }
+  }
+  if (!c->cache_ttl.empty() && c->cache_ttl != "short" && c->cache_ttl != "long" &&
+      c->cache_ttl != "extended") {
+    return InvalidArgumentError("\"cache_ttl\" must be \"short\", \"long\" or \"extended\"");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 SamplingParams SamplingFields::ToSamplingParams() const {
@@ -350,13 +370,7 @@ Result<ChatRequest> ParseChatRequest(std::string_view body) {
     ARBITER_RETURN_IF_ERROR(ParseStreamFields(j, &r.stream, &r.include_usage));
     ARBITER_RETURN_IF_ERROR(CheckN(j));
     ARBITER_RETURN_IF_ERROR(GetString(j, "user", false, &r.user));
-    ARBITER_RETURN_IF_ERROR(GetString(j, "prompt_cache_key", false, &r.prompt_cache_key));
-    ARBITER_RETURN_IF_ERROR(GetString(j, "conversation_id", false, &r.conversation_id));
-    ARBITER_RETURN_IF_ERROR(GetString(j, "cache_ttl", false, &r.cache_ttl));
-    if (!r.cache_ttl.empty() && r.cache_ttl != "short" && r.cache_ttl != "long" &&
-        r.cache_ttl != "extended") {
-      return InvalidArgumentError("\"cache_ttl\" must be \"short\", \"long\" or \"extended\"");
-    }
+    ARBITER_RETURN_IF_ERROR(ParseCacheFields(j, &r.cache));
     return r;
   });
 }
@@ -396,6 +410,7 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view body) {
     ARBITER_RETURN_IF_ERROR(CheckN(j));
     ARBITER_RETURN_IF_ERROR(GetBool(j, "echo", &r.echo));
     ARBITER_RETURN_IF_ERROR(GetString(j, "user", false, &r.user));
+    ARBITER_RETURN_IF_ERROR(ParseCacheFields(j, &r.cache));
     return r;
   });
 }

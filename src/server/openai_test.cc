@@ -45,7 +45,8 @@ TEST(ParseChatRequest, AllFields) {
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->user, "u");
-  EXPECT_EQ(r->conversation_id, "c1");
+  EXPECT_EQ(r->cache.conversation_id, "c1");
+  EXPECT_EQ(r->cache.cache_ttl, "long");
   SamplingParams p = r->sampling.ToSamplingParams();
   EXPECT_FLOAT_EQ(p.temperature, 0.0f);
   EXPECT_FLOAT_EQ(p.top_p, 0.5f);
@@ -121,7 +122,26 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"stream_options.include_usage\" must be a boolean"},
         BadCase{R"({"model":"m",)" MSGS R"(,"n":2})", "\"n\" must be 1"},
         BadCase{R"({"model":"m",)" MSGS R"(,"user":7})", "\"user\" must be a string"},
-        BadCase{R"({"model":"m",)" MSGS R"(,"cache_ttl":"forever"})", "\"cache_ttl\""}));
+        BadCase{R"({"model":"m",)" MSGS R"(,"cache_ttl":"forever"})", "\"cache_ttl\""},
+        BadCase{R"({"model":"m",)" MSGS R"(,"conversation_id":5})", "\"conversation_id\""}));
+
+TEST(ParseRequest, CacheFieldsOnBothEndpoints) {
+  auto c = ParseCompletionRequest(
+      R"({"model":"m","prompt":"x","conversation_id":"../../x","prompt_cache_key":"k","cache_ttl":"extended"})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cache.conversation_id, "../../x");
+  EXPECT_EQ(c->cache.prompt_cache_key, "k");
+  EXPECT_EQ(c->cache.cache_ttl, "extended");
+  const std::string long_id(kMaxCacheIdBytes + 1, 'a');
+  auto bad = ParseCompletionRequest(R"({"model":"m","prompt":"x","conversation_id":")" +
+                                    long_id + "\"}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"conversation_id\" is 4097 bytes"), std::string::npos)
+      << bad.status().message();
+  auto ok = ParseCompletionRequest(R"({"model":"m","prompt":"x","conversation_id":")" +
+                                   long_id.substr(1) + "\"}");
+  EXPECT_TRUE(ok.ok());
+}
 
 // Regression: a body of 100k `[` used to be parsed into 100k nested arrays
 // (an 8 MiB body → ~0.5 GiB); nesting is now bounded before parsing.

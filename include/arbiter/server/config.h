@@ -17,10 +17,15 @@
 //   [pressure] source ("auto" | "meminfo" | "psi" | "cgroup" | "none"),
 //             interval_ms, low_fraction, critical_fraction, psi_window_ms,
 //             psi_low_stall_ms, psi_critical_stall_ms, psi_quiet_ms
+//   [kv]      the KV precache: dir, ttl_short, ttl_long, ttl_extended,
+//             conversation_ttl, eviction_interval, keepalive_interval
+//             (durations), prompt_cache, disk_budget (SIZE; 0 = off /
+//             unlimited)
 //   [[models]] name, path, capability ("text" | "embedding"), role (a
 //             ResidentRoleName), idle_ttl (duration: "30s", "5m", "1h", or
 //             integer seconds), parallel, ctx, residency ("unpinned" |
-//             "pinned_system" | "pinned_device")
+//             "pinned_system" | "pinned_device"), system_prompt (prefilled
+//             at load)
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -108,6 +113,38 @@ struct WeightSettings {
   uint64_t compaction_interval = 0;          // compact after every N-th load; 0 = never
 };
 
+// `[kv]`: the KV precache (reference/seed-arbiter-and-precache.md Part 2;
+// docs/config.md "[kv]"). Durations in ms.
+struct KvSettings {
+  // Directory of the disk tier; "" = <state dir>/kv (resolved by the CLI).
+  std::string dir;
+  // TTL class windows (§2.1): how long a KV file of each class lives after
+  // its last write or touch, and how long a prompt-cache entry stays in RAM.
+  int64_t ttl_short_ms = 300000;
+  int64_t ttl_long_ms = 3600000;
+  int64_t ttl_extended_ms = 86400000;
+  // A conversation idle this long is persisted (.long) and closed (§2.2's
+  // default handle TTL).
+  int64_t conversation_ttl_ms = 3600000;
+  // How often expired files, idle conversations and the disk budget are
+  // swept (reference: 300 000; ≥ 1000 here).
+  int64_t eviction_interval_ms = 300000;
+  // How often the keep-alive looks for prewarmed conversations untouched for
+  // ≥ 0.8 × ttl_short. Must be < 0.2 × ttl_short, so a re-warm always lands
+  // before the short TTL runs out (the fix of defect 1); default 30 s.
+  int64_t keepalive_interval_ms = 30000;
+  // Host-RAM prompt cache (the host tier), charged to the ledger; 0 = off.
+  std::string prompt_cache_text;         // as written ("" = default)
+  uint64_t prompt_cache_bytes = 512ull << 20;
+  // Bytes of KV files on disk; oldest evicted first. 0 = unlimited.
+  std::string disk_budget_text;          // as written ("" = default)
+  uint64_t disk_budget_bytes = 4ull << 30;
+};
+
+// The keep-alive re-warms a conversation untouched for at least this
+// fraction of the short TTL (reference §2.3).
+inline constexpr double kKeepAliveStaleFraction = 0.8;
+
 struct ModelEntry {
   std::string name;                      // the "model" of requests
   std::string path;                      // model directory (absolute after load)
@@ -121,6 +158,9 @@ struct ModelEntry {
   // Weight residency floor (WeightCache): unpinned, pinned_system (a host
   // floor is kept), pinned_device (always in the device arena).
   ResidencyState residency = ResidencyState::kUnpinned;
+  // Text models: the stable prefix (a system message) prefilled at load on
+  // the synthetic conversation "__system_prefix__"; "" = none.
+  std::string system_prompt;
 };
 
 struct Config {
@@ -131,6 +171,7 @@ struct Config {
   uint64_t headroom_bytes = kDefaultHeadroomBytes;  // [memory] headroom
   PressureSettings pressure;
   WeightSettings weights;
+  KvSettings kv;
   std::vector<ModelEntry> models;
   std::string state_dir;                 // resolved by the CLI
   std::vector<std::string> warnings;     // unknown keys etc., for logging

@@ -38,6 +38,17 @@ struct SamplingFields {
   SamplingParams ToSamplingParams() const;
 };
 
+// The KV precache's request fields (extensions; ARCHITECTURE.md "HTTP").
+// `conversation_id` pins the request to its conversation's slot and is the
+// strongest cache key; `prompt_cache_key` is OpenAI's; `cache_ttl` picks the
+// TTL class of the conversation's saved KV ("" = short).
+inline constexpr size_t kMaxCacheIdBytes = 4096;
+struct CacheFields {
+  std::string prompt_cache_key;       // ≤ kMaxCacheIdBytes
+  std::string conversation_id;        // ≤ kMaxCacheIdBytes
+  std::string cache_ttl;              // "" | "short" | "long" | "extended"
+};
+
 struct ChatRequest {
   std::string model;                  // required
   std::vector<ChatMessage> messages;  // required, non-empty; "developer" → "system"
@@ -47,11 +58,7 @@ struct ChatRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::string user;
-  // Extensions (accepted, reserved for the KV layer): prompt_cache_key,
-  // conversation_id, cache_ttl ("short" | "long" | "extended").
-  std::string prompt_cache_key;
-  std::string conversation_id;
-  std::string cache_ttl;
+  CacheFields cache;
 };
 
 struct CompletionRequest {
@@ -67,6 +74,7 @@ struct CompletionRequest {
   bool include_usage = false;
   bool echo = false;                  // prepend the prompt to the text
   std::string user;
+  CacheFields cache;
 };
 
 struct EmbeddingRequest {
