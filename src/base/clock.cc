@@ -29,6 +29,12 @@ class SteadyClock final : public Clock {
 
 }  // namespace
 
+int64_t Clock::NowUnixMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 Clock* Clock::Real() {
   static SteadyClock* clock = new SteadyClock();  // never destroyed
   return clock;

@@ -12,6 +12,7 @@ set(ENGINE_COMPUTE_SOURCES
 set(ENGINE_COMPUTE_TESTS
   bench_test.cc
   engine_test.cc
+  engine_slots_test.cc
   engine_weights_test.cc
   reference_test.cc
   sampler_test.cc

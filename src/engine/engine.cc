@@ -1,9 +1,13 @@
 // engine/engine.cc — Engine::Load and the generation loop.
 //
 // Generation (one call, one leased slot; see internal/engine_impl.h):
-//   1. validate the request; lease the slot with the longest common prefix;
+//   1. validate the request; lease the pinned slot (request.slot ≥ 0) or the
+//      free slot with the longest common prefix; in the same pass under the
+//      lock, find another free slot holding a longer prefix of the prompt
+//      and copy the K/V rows of the difference from it (Note [Prefix copy
+//      between slots]); then take the WeightLease;
 //   2. prefill prompt[cached, n) in prefill_batch chunks → logits of the last
-//      prompt token;
+//      prompt token (cached = own prefix + copied rows ≤ n − 1);
 //   3. loop: poll `cancelled`; sample; EOS (unless ignore_eos) → stop; append
 //      the token's bytes (special tokens render as nothing) to a TextStream,
 //      which holds back partial UTF-8 and possible stop-string prefixes;
@@ -20,7 +24,8 @@
 // makes a private cache over a cpu arena of exactly that layout unless the
 // caller passed one, and acquires the weights once so they are resident (and
 // a broken tensor fails Load). Every call then holds a WeightLease for its
-// duration (engine_impl.h).
+// duration (engine_impl.h), except SaveSlot / RestoreSlot / ClearSlot, which
+// touch only a slot's KV buffers and work while the weights are not resident.
 #include "arbiter/engine/engine.h"
 
 #include <cblas.h>
@@ -185,46 +190,210 @@ Status EngineImpl::CheckIds(const std::vector<int32_t>& ids, int limit, const ch
   return OkStatus();
 }
 
-std::optional<SlotLease> EngineImpl::AcquireSlot(const std::vector<int32_t>& prompt,
+std::optional<SlotLease> EngineImpl::AcquireSlot(const SlotWant& want,
                                                  const CancelFn& cancelled) {
-  std::vector<int32_t> prefix;
-  int chosen = -1;
-  {
-    MutexLock l(&mu_);
-    while (true) {
+  const std::vector<int32_t>* prompt = want.prompt;
+  // Longest prefix a copy may bring: at least one prompt token is computed.
+  const size_t copy_cap = want.copy != nullptr ? prompt->size() - 1 : 0;
+  bool reserved = false;  // counted in slots_[want.pinned].pinned_waiters
+  while (true) {
+    {
+      MutexLock l(&mu_);
+      int chosen = -1;
       size_t best_lcp = 0;
+      int src = -1;
+      size_t src_lcp = 0;
       for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
         const SlotMeta& m = slots_[i];
         if (m.busy) continue;
-        const size_t lcp = CommonPrefix(m.tokens, prompt);
-        if (chosen < 0 || lcp > best_lcp ||
-            (lcp == best_lcp && m.last_used < slots_[chosen].last_used)) {
+        const bool pinned_here = want.pinned == i;
+        if (want.pinned >= 0 && !pinned_here && want.copy == nullptr) continue;
+        const size_t lcp = prompt != nullptr ? CommonPrefix(m.tokens, *prompt) : 0;
+        const bool leasable =
+            m.readers == 0 && (want.pinned >= 0 ? pinned_here : m.pinned_waiters == 0);
+        if (leasable && (chosen < 0 || lcp > best_lcp ||
+                         (lcp == best_lcp && m.last_used < slots_[chosen].last_used))) {
           chosen = i;
           best_lcp = lcp;
+        }
+        if (want.copy != nullptr && std::min(lcp, copy_cap) > src_lcp) {
+          src = i;
+          src_lcp = std::min(lcp, copy_cap);
         }
       }
       if (chosen >= 0) {
         SlotMeta& m = slots_[chosen];
+        if (reserved) --m.pinned_waiters;
         m.busy = true;
-        m.last_used = ++use_counter_;
-        m.tokens.resize(best_lcp);  // the rest will be overwritten
-        prefix = std::move(m.tokens);
+        if (want.touch) m.last_used = ++use_counter_;
+        if (prompt != nullptr) m.tokens.resize(best_lcp);  // the rest will be overwritten
+        std::vector<int32_t> prefix = std::move(m.tokens);
         m.tokens.clear();
-        break;
+        // src_lcp is the longest capped prefix among all non-busy slots; copy
+        // when it beats the chosen slot's own (a tie gains nothing).
+        if (src >= 0 && src != chosen && src_lcp > std::min(best_lcp, copy_cap)) {
+          ++slots_[src].readers;
+          *want.copy = CopySource{src, src_lcp};
+        }
+        return SlotLease(this, chosen, std::move(prefix));
+      }
+      if (want.pinned >= 0 && !reserved) {
+        ++slots_[want.pinned].pinned_waiters;
+        reserved = true;
       }
       slot_freed_.WaitUntil(std::chrono::steady_clock::now() +
                             std::chrono::milliseconds(kSlotWaitPollMs));
-      if (cancelled && cancelled()) return std::nullopt;
+    }
+    // The caller's CancelFn runs outside the lock (it may be slow, or call
+    // back into the engine).
+    if (cancelled && cancelled()) {
+      if (reserved) {
+        MutexLock l(&mu_);
+        --slots_[want.pinned].pinned_waiters;
+        slot_freed_.SignalAll();  // unpinned waiters may take it now
+      }
+      return std::nullopt;
     }
   }
-  return SlotLease(this, chosen, std::move(prefix));
 }
 
 void EngineImpl::ReleaseSlot(int index, std::vector<int32_t> fed) {
   MutexLock l(&mu_);
-  slots_[index].tokens = std::move(fed);
-  slots_[index].busy = false;
-  slot_freed_.Signal();
+  SlotMeta& m = slots_[index];
+  m.tokens = std::move(fed);
+  m.busy = false;
+  if (m.tokens.empty()) m.last_used = 0;
+  slot_freed_.SignalAll();
+}
+
+void EngineImpl::EndCopy(int index) {
+  MutexLock l(&mu_);
+  if (--slots_[index].readers == 0) slot_freed_.SignalAll();
+}
+
+Status EngineImpl::CheckSlot(int slot, const char* what) const {
+  if (slot < 0 || slot >= n_slots()) {
+    return InvalidArgumentError(std::string(what) + ": slot " + std::to_string(slot) +
+                                " is outside [0, " + std::to_string(n_slots()) +
+                                "); this engine has " + std::to_string(n_slots()) + " slots");
+  }
+  return OkStatus();
+}
+
+Status EngineImpl::CheckSnapshot(const KvSnapshot& snapshot, int slot) const {
+  const ModelDims& d = decoder_->dims();
+  const std::string what = "RestoreSlot(" + std::to_string(slot) + "): snapshot ";
+  if (snapshot.n_layers != static_cast<uint32_t>(d.n_layers)) {
+    return InvalidArgumentError(what + "n_layers " + std::to_string(snapshot.n_layers) +
+                                " differs from the model's n_layers " +
+                                std::to_string(d.n_layers) + "; it comes from another model");
+  }
+  if (snapshot.kv_dim != static_cast<uint32_t>(d.kv_dim)) {
+    return InvalidArgumentError(what + "kv_dim " + std::to_string(snapshot.kv_dim) +
+                                " differs from the model's kv_dim " + std::to_string(d.kv_dim) +
+                                "; it comes from another model");
+  }
+  const size_t n = snapshot.n_tokens();
+  const size_t want_floats = size_t{2} * d.n_layers * d.kv_dim * n;
+  if (snapshot.kv.size() != want_floats) {
+    return InvalidArgumentError(what + "kv has " + std::to_string(snapshot.kv.size()) +
+                                " floats; n_layers · 2 · n_tokens · kv_dim = " +
+                                std::to_string(want_floats) + " (n_tokens " +
+                                std::to_string(n) + ")");
+  }
+  if (n > static_cast<size_t>(n_ctx_ - 1)) {
+    return InvalidArgumentError(what + "n_tokens " + std::to_string(n) +
+                                " exceeds this engine's n_ctx − 1 = " + std::to_string(n_ctx_ - 1) +
+                                "; load the engine with a larger n_ctx");
+  }
+  const int vocab = d.vocab;
+  for (size_t i = 0; i < n; ++i) {
+    if (snapshot.tokens[i] < 0 || snapshot.tokens[i] >= vocab) {
+      return InvalidArgumentError(what + "tokens[" + std::to_string(i) + "] " +
+                                  std::to_string(snapshot.tokens[i]) + " is outside [0, " +
+                                  std::to_string(vocab) + ") (vocab_size " +
+                                  std::to_string(vocab) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<SlotInfo> EngineImpl::Slots() const {
+  std::vector<SlotInfo> out(slot_states_.size());  // allocated outside the lock
+  MutexLock l(&mu_);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const SlotMeta& m = slots_[i];
+    out[i].index = static_cast<int>(i);
+    out[i].busy = m.busy;
+    out[i].n_tokens = static_cast<int>(m.tokens.size());  // empty while busy
+    out[i].last_used = m.last_used;
+  }
+  return out;
+}
+
+std::vector<int32_t> EngineImpl::SlotTokens(int slot) const {
+  if (slot < 0 || slot >= n_slots()) return {};
+  MutexLock l(&mu_);
+  return slots_[slot].tokens;  // empty while busy (the lease holds them)
+}
+
+Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "SaveSlot"));
+  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = false}, cancelled);
+  if (!lease) {
+    return CancelledError("SaveSlot(" + std::to_string(slot) +
+                          "): cancelled while waiting for the slot");
+  }
+  const ModelDims& d = decoder_->dims();
+  const std::vector<int32_t>& tokens = lease->fed();
+  KvSnapshot snapshot;
+  snapshot.n_layers = static_cast<uint32_t>(d.n_layers);
+  snapshot.kv_dim = static_cast<uint32_t>(d.kv_dim);
+  try {
+    snapshot.tokens = tokens;
+    snapshot.kv.resize(size_t{2} * d.n_layers * d.kv_dim * tokens.size());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("SaveSlot(" + std::to_string(slot) + "): no memory for " +
+                                  std::to_string(tokens.size()) + " tokens of K/V (" +
+                                  std::to_string(size_t{2} * d.n_layers * d.kv_dim *
+                                                 tokens.size() * sizeof(float)) +
+                                  " bytes)");
+  }
+  lease->state().kv.ReadRows(static_cast<int>(tokens.size()), snapshot.kv.data());
+  return snapshot;
+}
+
+Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshot& snapshot,
+                                    const CancelFn& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "RestoreSlot"));
+  ARBITER_RETURN_IF_ERROR(CheckSnapshot(snapshot, slot));
+  std::vector<int32_t> tokens;
+  try {
+    tokens = snapshot.tokens;  // before the lease: on failure the slot is untouched
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("RestoreSlot(" + std::to_string(slot) + "): no memory for " +
+                                  std::to_string(snapshot.n_tokens()) + " token ids");
+  }
+  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = true}, cancelled);
+  if (!lease) {
+    return CancelledError("RestoreSlot(" + std::to_string(slot) +
+                          "): cancelled while waiting for the slot");
+  }
+  const int n = static_cast<int>(tokens.size());
+  lease->state().kv.WriteRows(n, snapshot.kv.data());
+  lease->fed() = std::move(tokens);
+  return n;
+}
+
+Status EngineImpl::ClearSlot(int slot, const CancelFn& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "ClearSlot"));
+  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = false}, cancelled);
+  if (!lease) {
+    return CancelledError("ClearSlot(" + std::to_string(slot) +
+                          "): cancelled while waiting for the slot");
+  }
+  lease->fed().clear();  // released empty: counts as never used
+  return OkStatus();
 }
 
 Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
@@ -241,22 +410,43 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
     return FailedPreconditionError("model " + config().architecture_name +
                                    " has no lm_head; it can only embed");
   }
+  if (request.slot < -1 || request.slot >= n_slots()) {
+    return InvalidArgumentError("request slot " + std::to_string(request.slot) +
+                                " is outside [-1, " + std::to_string(n_slots()) +
+                                "): -1 for any free slot, else one of this engine's " +
+                                std::to_string(n_slots()) + " slots");
+  }
 
   GenerationResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());
-  std::optional<SlotLease> lease = AcquireSlot(prompt, cancelled);
+  CopySource copy;
+  std::optional<SlotLease> lease =
+      AcquireSlot({.prompt = &prompt, .pinned = request.slot, .copy = &copy}, cancelled);
   if (!lease) {
     result.finish_reason = FinishReason::kCancelled;
     return result;
   }
+  result.slot = lease->index();
+  SlotState& st = lease->state();
+  std::vector<int32_t>& fed = lease->fed();  // a prefix of the prompt
+  size_t cached = std::min(fed.size(), prompt.size() - 1);
+  if (copy.index >= 0) {
+    // Note [Prefix copy between slots]: rows [cached, copy.n_tokens) from the
+    // source, which no lease can take until EndCopy. copy.n_tokens > cached,
+    // so fed (the own prefix) is exactly prompt[0, cached).
+    st.kv.CopyRowsFrom(slot_states_[copy.index]->kv, static_cast<int>(cached),
+                       static_cast<int>(copy.n_tokens));
+    EndCopy(copy.index);
+    fed.resize(cached);
+    fed.insert(fed.end(), prompt.begin() + cached, prompt.begin() + copy.n_tokens);
+    result.copied_tokens = static_cast<int>(copy.n_tokens - cached);
+    cached = copy.n_tokens;
+  }
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   const ModelWeights& w = weights.w;
-  SlotState& st = lease->state();
-  std::vector<int32_t>& fed = lease->fed();
   const int vocab = decoder_->dims().vocab;
 
   // Prefill the uncached suffix (at least one token).
-  const size_t cached = std::min(fed.size(), prompt.size() - 1);
   fed.resize(cached);
   result.cached_tokens = static_cast<int>(cached);
   std::vector<float> logits(vocab);
@@ -317,7 +507,7 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
 Result<std::vector<float>> EngineImpl::Embed(const std::vector<int32_t>& ids,
                                              const CancelFn& cancelled) {
   ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
-  std::optional<SlotLease> lease = AcquireSlot(ids, cancelled);
+  std::optional<SlotLease> lease = AcquireSlot({.prompt = &ids}, cancelled);
   if (!lease) return CancelledError("embedding cancelled while waiting for a free slot");
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = lease->state();
@@ -340,7 +530,7 @@ Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>&
   if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
-  std::optional<SlotLease> lease = AcquireSlot(ids, nullptr);
+  std::optional<SlotLease> lease = AcquireSlot({.prompt = &ids}, nullptr);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = lease->state();
   std::vector<float> out;
@@ -367,7 +557,7 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
   if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
-  std::optional<SlotLease> lease = AcquireSlot(ids, nullptr);
+  std::optional<SlotLease> lease = AcquireSlot({.prompt = &ids}, nullptr);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = lease->state();
   std::vector<float> logits(decoder_->dims().vocab);

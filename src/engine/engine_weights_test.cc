@@ -269,6 +269,44 @@ TEST_F(EngineWeightsTest, ExternallyManagedRequestForNonResidentModelIsNotReside
   EXPECT_GT(again->cached_tokens, 0);
 }
 
+// SaveSlot / RestoreSlot / ClearSlot touch only KV buffers: they work while
+// the weights are not resident and take no lease, and the Generate copy
+// happens before the weight lease is refused.
+TEST_F(EngineWeightsTest, SlotApisNeedNoResidentWeights) {
+  MakeCache(ResidencyMode::kExternallyManaged);
+  Register("tiny");
+  ASSERT_TRUE(cache_->SetResidency("tiny", ResidencyState::kPinnedDevice).ok());
+  std::unique_ptr<Engine> e = Load(Options(cache_.get(), "tiny"));
+  ASSERT_NE(e, nullptr);
+  GenerationRequest req = Greedy(*e, kText);
+  req.slot = 0;
+  const std::vector<int32_t> first = Tokens(*e, req);
+  ASSERT_FALSE(first.empty());
+
+  ASSERT_TRUE(cache_->SetResidency("tiny", ResidencyState::kUnpinned).ok());
+  ASSERT_FALSE(ModelStats("tiny").device_resident);
+  Result<KvSnapshot> saved = e->SaveSlot(0, nullptr);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  ASSERT_TRUE(e->ClearSlot(0, nullptr).ok());
+  Result<int> n = e->RestoreSlot(1, *saved, nullptr);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, static_cast<int>(saved->n_tokens()));
+  // Pinned to the empty slot 0: the prefix is copied from slot 1, then the
+  // weights are refused; slot 0 keeps the copied prefix.
+  Result<GenerationResult> g = e->Generate(req, nullptr, nullptr);
+  EXPECT_TRUE(IsNotResident(g.status())) << g.status().ToString();
+  EXPECT_EQ(e->SlotTokens(0).size(), req.prompt_ids.size() - 1);
+  EXPECT_EQ(ModelStats("tiny").leases, 0);
+  EXPECT_FALSE(ModelStats("tiny").device_resident);
+
+  ASSERT_TRUE(cache_->SetResidency("tiny", ResidencyState::kPinnedDevice).ok());
+  Result<GenerationResult> again = e->Generate(req, nullptr, nullptr);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->output_ids, first);
+  EXPECT_EQ(again->cached_tokens, static_cast<int>(req.prompt_ids.size()) - 1);
+  EXPECT_EQ(again->copied_tokens, 0);  // already in slot 0
+}
+
 TEST_F(EngineWeightsTest, LoadRequiresARegisteredMatchingKey) {
   MakeCache();
   Result<std::unique_ptr<Engine>> e = Engine::Load(*dir_, Options(cache_.get(), "nope"));

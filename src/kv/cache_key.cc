@@ -78,6 +78,14 @@ std::string ModelHash(const ModelHashInputs& in) {
   return Hex16(h.Finish());
 }
 
+bool IsModelHash(std::string_view s) {
+  if (s.size() != kShortHashChars) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 int DeriveSlotId(std::string_view key, int parallel) {
   if (parallel <= 0 || key.empty()) return -1;
   if (parallel == 1) return 0;

@@ -81,6 +81,19 @@ TEST(CacheKeyTest, ModelHashIsTheReferenceHashWithoutTheSlotCount) {
   EXPECT_NE(ModelHash({"ab", "c", "", "", ""}), ModelHash({"a", "bc", "", "", ""}));
 }
 
+TEST(CacheKeyTest, IsModelHashAcceptsOnlyTheHashShape) {
+  EXPECT_TRUE(IsModelHash(ModelHash({"qwen", "", "f32", "f32", ""})));
+  EXPECT_TRUE(IsModelHash("0123456789abcdef"));
+  EXPECT_FALSE(IsModelHash(""));
+  EXPECT_FALSE(IsModelHash("0123456789abcde"));     // 15
+  EXPECT_FALSE(IsModelHash("0123456789abcdef0"));   // 17
+  EXPECT_FALSE(IsModelHash("0123456789ABCDEF"));    // upper case
+  EXPECT_FALSE(IsModelHash("0123456789abcdeg"));
+  EXPECT_FALSE(IsModelHash("../../../../etc/x"));
+  EXPECT_FALSE(IsModelHash(std::string_view("0123456789abcd\0f", 16)));
+  EXPECT_FALSE(IsModelHash(std::string("0123456789abcde\0", 16)));
+}
+
 TEST(CacheKeyTest, TtlClassesAndWindows) {
   EXPECT_EQ(TtlMs(TtlClass::kShort), 300000);
   EXPECT_EQ(TtlMs(TtlClass::kLong), 3600000);

@@ -8,11 +8,26 @@
 // lm_head. Prefill runs the prompt in batches through cblas_sgemm; decode
 // uses cblas_sgemv (OpenBLAS).
 //
-// KV cache: per slot [n_layers, 2, n_ctx, n_kv_heads × head_dim] f32.
+// KV cache: per slot [n_layers, 2, n_ctx, n_kv_heads × head_dim] f32. A
+// request either takes the free slot that already holds the longest prefix
+// of its prompt, or names one ("pinned"; GenerationRequest::slot). Before
+// prefill, a longer prefix held by another free slot is copied in instead of
+// recomputed, so a common system prefix is computed once per engine. A slot's
+// cached prefix can be saved into a KvSnapshot, restored from one, or
+// cleared (SaveSlot / RestoreSlot / ClearSlot).
 //
-// Thread safety: thread-safe. Generate/Embed may be called from many threads;
-// up to n_slots run at once, the rest block until a slot frees (or their
-// `cancelled` returns true).
+// Thread safety: thread-safe. Every method may be called from many threads;
+// up to n_slots calls that take a slot run at once, the rest block until a
+// slot (their pinned one, if any) frees, or their `cancelled` returns true.
+//
+// Example: compute a system prefix once, keep it, start a conversation from it.
+//   GenerationRequest req;  req.prompt_ids = system_ids;  req.slot = 0;  req.max_tokens = 1;
+//   engine->Generate(req, nullptr, nullptr);                // slot 0 holds the prefix
+//   Result<KvSnapshot> kept = engine->SaveSlot(0, nullptr);  // e.g. into a prompt cache
+//   req.prompt_ids.insert(req.prompt_ids.end(), user_ids.begin(), user_ids.end());
+//   req.slot = 1;  req.max_tokens = 256;
+//   engine->Generate(req, on_text, cancelled);  // copies the prefix from slot 0:
+//                                               // copied_tokens = system_ids.size()
 #pragma once
 
 #include <cstdint>
@@ -24,6 +39,7 @@
 
 #include "arbiter/base/status.h"
 #include "arbiter/engine/chat_template.h"
+#include "arbiter/engine/kv_snapshot.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/weights/weight_cache.h"
@@ -63,6 +79,11 @@ struct GenerationRequest {
   int max_tokens = 256;               // ≥ 1; also bounded by n_ctx
   std::vector<std::string> stop;      // stop strings (not included in text)
   bool ignore_eos = false;
+  // -1: the free slot whose cached tokens share the longest common prefix
+  // with the prompt (ties: least recently used; a free slot a pinned call is
+  // waiting for is left to it). 0..n_slots-1: exactly that slot ("pinned");
+  // waits for it, polling `cancelled`. Out of range → kInvalidArgument.
+  int slot = -1;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };
@@ -80,15 +101,37 @@ struct GenerationResult {
   std::string text;                 // complete UTF-8; stop string removed
   FinishReason finish_reason = FinishReason::kStop;
   int prompt_tokens = 0;
-  int cached_tokens = 0;            // prompt tokens reused from the slot's KV
+  int cached_tokens = 0;            // prompt tokens whose K/V were not computed (own + copied)
   GenerationTimings timings;
+  int slot = -1;                    // the slot that ran it (-1 when cancelled while waiting)
+  // Prompt tokens whose K/V were copied from another slot (included in
+  // cached_tokens): positions [cached_tokens − copied_tokens, cached_tokens).
+  int copied_tokens = 0;
+};
+
+// One slot as seen by Engine::Slots(), taken under the engine's lock.
+struct SlotInfo {
+  int index = 0;
+  // Held by a call (Generate, Embed, ComputeLogits, SaveSlot, RestoreSlot,
+  // ClearSlot). A free slot may at the same moment be read as another slot's
+  // copy source; it is not busy then (its content does not change), but a
+  // call pinned to it waits for the copy (a memcpy) to end.
+  bool busy = false;
+  // Tokens whose K/V the slot holds; 0 while busy (its content is in flux).
+  int n_tokens = 0;
+  // When the slot was last filled by Generate, Embed, ComputeLogits or
+  // RestoreSlot: a counter, not a time (larger is more recent); 0 for a slot
+  // never used or emptied (ClearSlot, or a call that failed before computing
+  // on an empty slot). SaveSlot leaves it unchanged.
+  uint64_t last_used = 0;
 };
 
 // Receives each new piece of text (complete UTF-8 sequences only; text that
 // might begin a stop string is held back until resolved). Return false to
 // stop generation (finish reason kCancelled).
 using TextCallback = std::function<bool(std::string_view delta)>;
-// Polled between tokens and while waiting for a slot; true → cancel.
+// Polled between tokens and while waiting for a slot (every 50 ms; never under
+// the engine's lock, so it may call back into the engine); true → cancel.
 using CancelFn = std::function<bool()>;
 
 class Engine {
@@ -143,6 +186,48 @@ class Engine {
   // The scratch part of kv_bytes(): every slot's activation buffers.
   virtual size_t scratch_bytes() const = 0;
 
+  // Slot indices are [0, n_slots()). The slot methods below never take a
+  // WeightLease: they touch only the slot's KV buffers and work while the
+  // weights are not resident (externally-managed cache, evicted copy).
+
+  // A snapshot of every slot, [n_slots] in index order. Never blocks on a
+  // busy slot (holds the engine's lock only to copy the slot table).
+  virtual std::vector<SlotInfo> Slots() const = 0;
+
+  // The token ids whose K/V free slot `slot` holds, [n_tokens]; empty when
+  // the slot is busy (its content is in flux), empty, or out of range.
+  virtual std::vector<int32_t> SlotTokens(int slot) const = 0;
+
+  // Copies the slot's cached prefix out: tokens [n] and, for every layer, K
+  // and V rows [0, n) in KvSnapshot's layout ([n_layers, 2, n, kv_dim] f32);
+  // model_hash is left empty. n may be 0 (an empty snapshot with n_layers
+  // and kv_dim set). The slot keeps its content. Waits for the slot like a
+  // pinned Generate. Errors: kInvalidArgument for a slot out of range;
+  // kCancelled when `cancelled` fired while waiting; kResourceExhausted when
+  // the snapshot (n · n_layers · 2 · kv_dim · 4 bytes) cannot be allocated.
+  virtual Result<KvSnapshot> SaveSlot(int slot, const CancelFn& cancelled) = 0;
+
+  // Replaces the slot's content with `snapshot` (K/V rows [0, n) of every
+  // layer and the tokens; model_hash is not checked); returns the number of
+  // tokens restored, n = snapshot.n_tokens(). A later Generate whose prompt
+  // extends those tokens reuses them (cached_tokens up to n, at most
+  // prompt − 1), whether pinned to this slot or not. The snapshot must come
+  // from this model (same weights): the engine can only check its shape.
+  // Validates before waiting or touching anything: n_layers and kv_dim equal
+  // to the model's, kv.size() == n_layers · 2 · n · kv_dim, n ≤ n_ctx − 1,
+  // every token id in [0, vocab_size); a violation is kInvalidArgument naming
+  // the field and both values, and the slot keeps its old content. Also
+  // kInvalidArgument for a slot out of range; kCancelled as SaveSlot.
+  // `snapshot` is only read, and may be freed when the call returns.
+  virtual Result<int> RestoreSlot(int slot, const KvSnapshot& snapshot,
+                                  const CancelFn& cancelled) = 0;
+
+  // Empties the slot's cached tokens (the K/V bytes are not zeroed, only
+  // forgotten) and marks it as never used, so an unpinned request with no
+  // prefix match takes it first. Waits for the slot like a pinned Generate.
+  // Errors: kInvalidArgument for a slot out of range; kCancelled as SaveSlot.
+  virtual Status ClearSlot(int slot, const CancelFn& cancelled) = 0;
+
   // Generate, Embed and ComputeLogits first take a slot, then a WeightLease
   // on the model's weights for the whole call. A weight-acquire error is
   // returned as is: NotResidentError (kFailedPrecondition; externally-managed
@@ -154,9 +239,14 @@ class Engine {
   // Runs one generation. kInvalidArgument for an empty prompt or a prompt
   // that does not fit n_ctx (message gives both numbers), a token id outside
   // [0, vocab_size), max_tokens < 1, or bad sampling params; kFailedPrecondition
-  // for a model without an lm_head. Reuses the longest common prefix of a free
-  // slot's cached tokens (GenerationResult::cached_tokens; at least one prompt
-  // token is always recomputed). Cancellation (CancelFn true, or TextCallback
+  // for a model without an lm_head; kInvalidArgument for request.slot outside
+  // [-1, n_slots). Reuses the longest common prefix of the slot's cached
+  // tokens; then, if another free slot holds a longer prefix of the prompt,
+  // copies the K/V rows of the difference from it (copied_tokens) instead of
+  // computing them. cached_tokens counts both; at least one prompt token is
+  // always computed (cached_tokens ≤ prompt − 1). The copy needs no weights
+  // and happens before the WeightLease is taken, so after a weight error the
+  // slot holds the copied prefix. Cancellation (CancelFn true, or TextCallback
   // false) is not an error: the result has finish_reason kCancelled, with no
   // output when it happened while waiting for a slot. `on_text` and
   // `cancelled` may be empty and are called on the calling thread.

@@ -71,6 +71,10 @@ struct ModelHashInputs {
 // cache_type_k SEP cache_type_v SEP extra). Names the KV directory
 // `<kv dir>/<model hash>/`.
 std::string ModelHash(const ModelHashInputs& in);
+// Whether `s` has the shape of a ModelHash(): exactly 16 chars of
+// [0-9a-f]. Such a string is one path component that is neither "." nor
+// "..", so "<kv dir>/<s>/" is a subdirectory of the KV directory.
+bool IsModelHash(std::string_view s);
 
 // The slot a cache key maps to (reference deriveSlotId): −1 when parallel
 // ≤ 0 or the key is empty; 0 when parallel == 1; else the first 4 bytes of

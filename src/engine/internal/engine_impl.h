@@ -5,16 +5,42 @@
 // kv_dim] and a ForwardScratch, and remembers `tokens`: the ids whose K/V
 // are in its cache, positions [0, tokens.size()). A call leases one slot
 // (SlotLease, RAII) for its whole duration:
-//   - under mu_, among free slots pick the one whose `tokens` share the
-//     longest common prefix with the new prompt (ties: least recently used);
-//     if none is free, wait on slot_freed_ in 50 ms steps, polling the
-//     caller's CancelFn between waits;
+//   - under mu_, take the requested slot: a pinned call (slot ≥ 0:
+//     GenerationRequest::slot, SaveSlot, RestoreSlot, ClearSlot) exactly its
+//     slot; an unpinned one, among free slots, the one whose `tokens` share
+//     the longest common prefix with the new prompt (ties: least recently
+//     used). A slot is free when not busy, not being read as a copy source
+//     (readers == 0), and, for unpinned calls, without pinned waiters (a
+//     pinned call that has to wait reserves its slot, so unpinned traffic
+//     cannot starve it or overwrite the prefix it came for). If nothing fits,
+//     wait on slot_freed_ in 50 ms steps, polling the caller's CancelFn
+//     between waits, outside the lock;
 //   - outside the lock, the holder runs the forward pass on the slot's
-//     buffers (only the holder touches them) and tracks the fed tokens;
-//   - on release, under mu_, `tokens` becomes what is in the KV now and one
-//     waiter is signalled.
+//     buffers (only the holder writes them) and tracks the fed tokens;
+//   - on release, under mu_, `tokens` becomes what is in the KV now and every
+//     waiter is woken (waiters may want different slots). A slot released
+//     empty counts as never used (last_used 0), so it is taken first.
 // Prefix reuse keeps at least one prompt token to recompute so the last
 // position's logits exist: cached = min(lcp, prompt.size() − 1).
+//
+// Note [Prefix copy between slots]. K/V row p depends only on tokens [0, p]
+// and the weights, so a prefix computed in one slot is valid in any other.
+// In the same pass under mu_ that leases Generate's slot (own prefix
+// `own` = min(lcp, prompt − 1)), AcquireSlot also finds the other non-busy
+// slot with the longest common prefix `src` (capped the same way). If
+// src > own, it counts the caller as a reader of that slot (readers++: no
+// lease can take it, so nothing writes its buffers, but other copies may
+// read it too) and Generate, outside the lock, copies K/V rows [own, src) of
+// every layer into its own slot (rows below `own` are already identical),
+// then drops the reader under mu_ and wakes waiters. Only prompt[src, n) is
+// computed. Busy slots are never sources (their rows are being written).
+// Nothing is allocated and no lock is taken again when there is nothing to
+// copy. The copy happens before the WeightLease: it needs no weights, and a
+// reader is never held across a weight reload.
+//
+// SaveSlot / RestoreSlot / ClearSlot take a pinned lease like any call, but
+// no WeightLease: they only copy between the slot's KvCache and a KvSnapshot
+// (or forget its tokens).
 //
 // Weights. The engine owns no weight memory: every call, once it holds its
 // slot, takes a WeightLease on `weight_key` for its whole duration
@@ -109,6 +135,12 @@ class EngineImpl final : public Engine {
   size_t kv_bytes() const override;
   size_t scratch_bytes() const override;
 
+  std::vector<SlotInfo> Slots() const override EXCLUDES(mu_);
+  std::vector<int32_t> SlotTokens(int slot) const override EXCLUDES(mu_);
+  Result<KvSnapshot> SaveSlot(int slot, const CancelFn& cancelled) override;
+  Result<int> RestoreSlot(int slot, const KvSnapshot& snapshot, const CancelFn& cancelled) override;
+  Status ClearSlot(int slot, const CancelFn& cancelled) override;
+
   Result<GenerationResult> Generate(const GenerationRequest& request, const TextCallback& on_text,
                                     const CancelFn& cancelled) override;
   Result<std::vector<float>> Embed(const std::vector<int32_t>& ids,
@@ -141,11 +173,36 @@ class EngineImpl final : public Engine {
     ModelWeights w;
   };
 
-  // Leases the free slot with the longest common prefix with `prompt`;
-  // std::nullopt when `cancelled` fired while waiting.
-  std::optional<SlotLease> AcquireSlot(const std::vector<int32_t>& prompt,
-                                       const CancelFn& cancelled) EXCLUDES(mu_);
+  // Another free slot a Generate copies its prompt's prefix from (Note
+  // [Prefix copy between slots]); the caller is counted in its `readers`
+  // until EndCopy(index).
+  struct CopySource {
+    int index = -1;       // -1: nothing to copy
+    size_t n_tokens = 0;  // its common prefix with the prompt, ≤ prompt.size() − 1
+  };
+  // What a call asks AcquireSlot for.
+  struct SlotWant {
+    // The call's token sequence. Unpinned calls pick the slot by it, and the
+    // lease's fed() is cut to its common prefix with it. Null: fed() is the
+    // slot's tokens whole (the slot APIs).
+    const std::vector<int32_t>* prompt = nullptr;
+    int pinned = -1;            // ≥ 0: exactly this slot
+    bool touch = true;          // set the slot's last_used
+    CopySource* copy = nullptr; // non-null: find a copy source (REQUIRES: prompt non-empty)
+  };
+
+  // Leases a slot as `want` says (see the file comment); std::nullopt when
+  // `cancelled` fired while waiting (then no reader is registered).
+  // REQUIRES: want.pinned in [-1, n_slots); want.pinned ≥ 0 or want.prompt.
+  std::optional<SlotLease> AcquireSlot(const SlotWant& want, const CancelFn& cancelled)
+      EXCLUDES(mu_);
   void ReleaseSlot(int index, std::vector<int32_t> fed) EXCLUDES(mu_);
+  // Drops a reader AcquireSlot registered on slot `index` for a copy.
+  void EndCopy(int index) EXCLUDES(mu_);
+  // kInvalidArgument unless 0 ≤ slot < n_slots; `what` names the call.
+  Status CheckSlot(int slot, const char* what) const;
+  // RestoreSlot's checks of `snapshot` against this model (engine.h).
+  Status CheckSnapshot(const KvSnapshot& snapshot, int slot) const;
   // Acquires the weights for one call (see the file comment). Errors: the
   // cache's Acquire errors as is; CheckWeightLease's.
   Result<LeasedWeights> AcquireWeights() const;
@@ -164,11 +221,13 @@ class EngineImpl final : public Engine {
   std::vector<std::unique_ptr<SlotState>> slot_states_;  // fixed after construction
 
   struct SlotMeta {
-    bool busy = false;
-    uint64_t last_used = 0;
-    std::vector<int32_t> tokens;  // ids whose K/V are in the slot
+    bool busy = false;        // leased
+    int readers = 0;          // Generates copying from it (never while busy)
+    int pinned_waiters = 0;   // pinned calls waiting for it
+    uint64_t last_used = 0;   // use_counter_ at the last touching lease; 0: never / emptied
+    std::vector<int32_t> tokens;  // ids whose K/V are in the slot; empty while busy
   };
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar slot_freed_{&mu_};
   std::vector<SlotMeta> slots_ GUARDED_BY(mu_);
   uint64_t use_counter_ GUARDED_BY(mu_) = 0;

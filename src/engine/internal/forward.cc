@@ -99,6 +99,34 @@ std::vector<double> RopeInverseFrequencies(const ModelConfig& config, int head_d
   return inv_freq;
 }
 
+void KvCache::CopyRowsFrom(const KvCache& src, int begin, int end) {
+  const size_t row = static_cast<size_t>(kv_dim_);
+  const size_t bytes = static_cast<size_t>(end - begin) * row * sizeof(float);
+  if (bytes == 0) return;
+  for (int l = 0; l < n_layers_; ++l) {
+    std::memcpy(k(l) + begin * row, src.k(l) + begin * row, bytes);
+    std::memcpy(v(l) + begin * row, src.v(l) + begin * row, bytes);
+  }
+}
+
+void KvCache::ReadRows(int n, float* out) const {
+  const size_t rows = static_cast<size_t>(n) * kv_dim_;  // floats of one [n, kv_dim] block
+  if (rows == 0) return;
+  for (int l = 0; l < n_layers_; ++l) {
+    std::memcpy(out + (2 * l) * rows, k(l), rows * sizeof(float));
+    std::memcpy(out + (2 * l + 1) * rows, v(l), rows * sizeof(float));
+  }
+}
+
+void KvCache::WriteRows(int n, const float* in) {
+  const size_t rows = static_cast<size_t>(n) * kv_dim_;
+  if (rows == 0) return;
+  for (int l = 0; l < n_layers_; ++l) {
+    std::memcpy(k(l), in + (2 * l) * rows, rows * sizeof(float));
+    std::memcpy(v(l), in + (2 * l + 1) * rows, rows * sizeof(float));
+  }
+}
+
 ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx)
     : x(size_t{1} * batch * d.hidden),
       xn(size_t{1} * batch * d.hidden),

@@ -50,11 +50,25 @@ class KvCache {
 
   // [n_ctx, kv_dim] K rows of `layer`.
   float* k(int layer) { return data_.data() + size_t{2} * layer * n_ctx_ * kv_dim_; }
+  const float* k(int layer) const { return data_.data() + size_t{2} * layer * n_ctx_ * kv_dim_; }
   // [n_ctx, kv_dim] V rows of `layer`.
   float* v(int layer) { return k(layer) + static_cast<size_t>(n_ctx_) * kv_dim_; }
+  const float* v(int layer) const { return k(layer) + static_cast<size_t>(n_ctx_) * kv_dim_; }
   int n_layers() const { return n_layers_; }
   int n_ctx() const { return n_ctx_; }
+  int kv_dim() const { return kv_dim_; }
   size_t bytes() const { return data_.size_bytes(); }
+
+  // Copies K and V rows [begin, end) of every layer from `src`.
+  // REQUIRES: same n_layers and kv_dim; 0 ≤ begin ≤ end ≤ min(n_ctx, src.n_ctx);
+  // &src != this.
+  void CopyRowsFrom(const KvCache& src, int begin, int end);
+  // Copies K and V rows [0, n) of every layer out into `out`, laid out
+  // [n_layers, 2, n, kv_dim] (KvSnapshot::kv). REQUIRES: 0 ≤ n ≤ n_ctx;
+  // `out` holds n_layers · 2 · n · kv_dim floats.
+  void ReadRows(int n, float* out) const;
+  // The inverse of ReadRows: rows [0, n) of every layer from `in`.
+  void WriteRows(int n, const float* in);
 
  private:
   int n_layers_ = 0;
