@@ -69,6 +69,32 @@ Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, WeightCache* ca
   return weights;
 }
 
+// [[models]] system_prompt → prefilled on the synthetic conversation
+// "__system_prefix__" (reference §2.3). Best-effort: a failure is logged
+// and the first request prefills cold.
+void PrewarmSystemPrompt(const ModelEntry& entry, Engine* engine, KvPrecache* precache) {
+  Result<ChatTemplateKind> kind = engine->chat_template();
+  std::vector<int32_t> ids =
+      kind.ok() ? EncodeChat(engine->tokenizer(), *kind, {ChatMessage{"system", entry.system_prompt}},
+                             /*add_generation_prompt=*/false)
+                : engine->tokenizer().Encode(entry.system_prompt, true);
+  if (static_cast<int>(ids.size()) > engine->n_ctx() - 1) {
+    spdlog::warn("model \"{}\": system_prompt is {} tokens, more than the context holds ({}); "
+                 "not prewarmed",
+                 entry.name, ids.size(), engine->n_ctx());
+    return;
+  }
+  Result<GenerationResult> r =
+      precache->Prewarm(engine, kSystemPrefixConversation, std::move(ids), TtlClass::kLong, nullptr);
+  if (!r.ok()) {
+    spdlog::warn("model \"{}\": prewarming the system prompt failed: {}", entry.name,
+                 r.status().message());
+    return;
+  }
+  spdlog::info("model \"{}\": system prompt prewarmed ({} tokens, {} computed) in slot {}",
+               entry.name, r->prompt_tokens, r->timings.prefill_tokens, r->slot);
+}
+
 }  // namespace
 
 EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
@@ -109,7 +135,8 @@ Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry) {
   return f;
 }
 
-Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache) {
+Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache,
+                                      KvPrecache* precache) {
   // The cheap check first: its errors are clearer than a load's, and a
   // model fixed on disk since startup loads on the next request.
   ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry).status());
@@ -124,10 +151,16 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   std::unique_ptr<Engine> engine = std::move(loaded).value();
   const size_t bytes = engine->kv_bytes();
   const size_t scratch = engine->scratch_bytes();
-  // Freeing the engine (the arbiter unloads it) evicts its device weights:
-  // the arbiter's eviction frees the whole model.
+  if (precache != nullptr) {
+    precache->AttachEngine(engine.get());
+    if (!entry.system_prompt.empty()) PrewarmSystemPrompt(entry, engine.get(), precache);
+  }
+  // Freeing the engine (the arbiter unloads it) saves the KV of the
+  // conversations its slots hold, then evicts its device weights: the
+  // arbiter's eviction frees the whole model.
   std::string key = entry.name;
-  std::shared_ptr<Engine> shared(engine.release(), [cache, key](Engine* e) {
+  std::shared_ptr<Engine> shared(engine.release(), [cache, key, precache](Engine* e) {
+    if (precache != nullptr) precache->DetachEngine(e);
     delete e;
     if (cache != nullptr) (void)cache->Evict(key);
   });
@@ -139,7 +172,8 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
-    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache) {
+    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
+    const ServeKv* kv) {
   auto models = std::make_shared<std::map<std::string, ModelEntry>>();
   auto estimates = std::make_shared<std::map<std::string, size_t>>(estimated_bytes);
   CapabilityRegistration r;
@@ -169,16 +203,16 @@ CapabilityRegistration EngineCapabilityRegistration(
     auto it = models->find(key);
     return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
   };
-  r.load = [models, cache](const std::string& key) -> Result<LoadedBackend> {
+  r.load = [models, cache, kv](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
     if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));
-    return LoadEngineModel(it->second, cache);
+    return LoadEngineModel(it->second, cache, kv != nullptr ? kv->Find(key) : nullptr);
   };
   return r;
 }
 
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
-                                WeightCache* cache) {
+                                WeightCache* cache, const ServeKv* kv) {
   std::vector<std::string> broken;
   std::map<std::string, size_t> estimates;
   for (const ModelEntry& m : config.models) {
@@ -203,7 +237,7 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
   }
   for (Capability cap : {Capability::kText, Capability::kEmbedding}) {
     CapabilityRegistration r =
-        EngineCapabilityRegistration(cap, config.models, estimates, cache);
+        EngineCapabilityRegistration(cap, config.models, estimates, cache, kv);
     if (r.model_keys.empty()) continue;
     ARBITER_RETURN_IF_ERROR(arbiter->RegisterCapability(std::move(r)));
   }

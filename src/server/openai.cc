@@ -415,6 +415,30 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view body) {
   });
 }
 
+Result<PrewarmRequest> ParsePrewarmRequest(std::string_view body) {
+  return Guard([&]() -> Result<PrewarmRequest> {
+    ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
+    PrewarmRequest r;
+    ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
+    ARBITER_RETURN_IF_ERROR(ParseCacheFields(j, &r.cache));
+    if (r.cache.conversation_id.empty()) {
+      return InvalidArgumentError("\"conversation_id\" is required (a non-empty string)");
+    }
+    const bool has_messages = Field(j, "messages") != nullptr;
+    const bool has_prompt = Field(j, "prompt") != nullptr;
+    if (has_messages == has_prompt) {
+      return InvalidArgumentError("give exactly one of \"messages\" and \"prompt\"");
+    }
+    if (has_messages) {
+      ARBITER_RETURN_IF_ERROR(ParseMessages(j, &r.messages));
+    } else {
+      ARBITER_RETURN_IF_ERROR(GetString(j, "prompt", true, &r.prompt));
+      if (r.prompt.empty()) return InvalidArgumentError("\"prompt\" must not be empty");
+    }
+    return r;
+  });
+}
+
 Result<EmbeddingRequest> ParseEmbeddingRequest(std::string_view body) {
   return Guard([&]() -> Result<EmbeddingRequest> {
     ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));

@@ -46,6 +46,8 @@
 
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
+#include "arbiter/kv/precache.h"
+#include "arbiter/server/kv_service.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/connection_probe.h"
 #include "server/internal/deadline_stream.h"
@@ -82,8 +84,12 @@ std::string RouteLabel(const std::string& path) {
   static const std::set<std::string, std::less<>> kFixed = {
       "/health",        "/v1/models",     "/v1/chat/completions", "/v1/completions",
       "/v1/embeddings", "/admin/status",  "/admin/pressure",      "/admin/events",
-      "/admin/compact", "/metrics"};
+      "/admin/compact", "/admin/prewarm", "/admin/kv",    "/metrics"};
   if (kFixed.count(path) != 0) return path;
+  if (path.rfind("/admin/conversations/", 0) == 0 && path.size() > 27 &&
+      path.compare(path.size() - 6, 6, "/close") == 0) {
+    return "/admin/conversations/{id}/close";
+  }
   constexpr std::string_view kModels = "/admin/models/";
   if (path.rfind(kModels, 0) == 0) {
     for (std::string_view action : {"/load", "/unload", "/residency"}) {
@@ -178,6 +184,7 @@ struct Server::Impl {
   BridgePressureSource* bridge;  // may be null (no POST /admin/pressure)
   std::string pressure_source;   // the OS source's name, for /admin/status
   WeightCache* weights;          // may be null
+  ServeKv* kv;                   // may be null: no KV precache
   int threads;
   HttpServer http;
   std::map<std::string, Capability, std::less<>> models;  // immutable after construction
@@ -190,14 +197,22 @@ struct Server::Impl {
   ArbiterEventSubscription metrics_sub;
   // Critical pressure → demote idle device weights to their floors.
   ArbiterEventSubscription demote_sub;
+  // Low or critical pressure → the prompt cache spills to disk.
+  ArbiterEventSubscription spill_sub;
+  // The KV maintenance thread (Note [KV maintenance]).
+  Mutex kv_mu;
+  CondVar kv_wake{&kv_mu};
+  bool kv_stop GUARDED_BY(kv_mu) = false;
+  std::thread kv_thread;
+  std::atomic<uint64_t> kv_files_swept{0};
   // Open GET /admin/events streams; Stop() closes them.
   Mutex streams_mu;
   std::set<std::shared_ptr<EventQueue>> streams GUARDED_BY(streams_mu);
 
   Impl(ServerSettings s, MemoryArbiter* a, int total_parallel, BridgePressureSource* b,
-       std::string source, WeightCache* w)
+       std::string source, WeightCache* w, ServeKv* k)
       : settings(std::move(s)), arbiter(a), bridge(b), pressure_source(std::move(source)),
-        weights(w) {
+        weights(w), kv(k) {
     threads = settings.threads > 0 ? settings.threads : 8 + std::max(1, total_parallel);
     for (const ModelStats& m : arbiter->Stats().models) models.emplace(m.name, m.capability);
     std::shared_ptr<ServerMetrics> m = metrics;
@@ -217,8 +232,99 @@ struct Server::Impl {
         }
       });
     }
+    if (kv != nullptr && kv->prompt_cache != nullptr) {
+      PromptCache* pc = kv->prompt_cache.get();
+      spill_sub = arbiter->OnEvent([pc](const ArbiterEvent& e) {
+        if (e.type != ArbiterEventType::kMemoryPressure ||
+            e.level == MemoryPressureLevel::kNominal) {
+          return;
+        }
+        const uint64_t spilled = pc->Spill(std::numeric_limits<uint64_t>::max());
+        if (spilled > 0) {
+          spdlog::warn("memory pressure: spilled {} of prompt cache to disk", FormatSize(spilled));
+        }
+      });
+    }
     Configure();
     Routes();
+    if (kv != nullptr) kv_thread = std::thread([this] { KvMaintenanceLoop(); });
+  }
+
+  ~Impl() { StopKvThread(); }
+
+  void StopKvThread() {
+    {
+      MutexLock l(&kv_mu);
+      kv_stop = true;
+      kv_wake.SignalAll();
+    }
+    if (kv_thread.joinable()) kv_thread.join();
+  }
+
+  // Note [KV maintenance]
+  // One thread per server, when it has a KV precache. Every [kv]
+  // eviction_interval: the disk tier's sweep (expired files, disk budget),
+  // the prompt cache's expired entries, and each text model's idle
+  // conversations (persisted .long, closed). Every [kv] keepalive_interval:
+  // each loaded text model's keep-alive. A model that is not loaded is never
+  // loaded for this: its engine is taken only while the arbiter reports it
+  // resident (a handle keeps it so during the pass).
+  void KvMaintenanceLoop() {
+    const int64_t evict_every = kv->settings.eviction_interval_ms;
+    const int64_t keepalive_every = kv->settings.keepalive_interval_ms;
+    auto next_evict = std::chrono::steady_clock::now() + std::chrono::milliseconds(evict_every);
+    auto next_keepalive =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(keepalive_every);
+    while (true) {
+      {
+        MutexLock l(&kv_mu);
+        const auto until = std::min(next_evict, next_keepalive);
+        while (!kv_stop && std::chrono::steady_clock::now() < until) kv_wake.WaitUntil(until);
+        if (kv_stop) return;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_evict) {
+        next_evict = now + std::chrono::milliseconds(evict_every);
+        KvEvictionPass();
+      }
+      if (now >= next_keepalive) {
+        next_keepalive = now + std::chrono::milliseconds(keepalive_every);
+        for (const auto& [name, pc] : kv->precaches) {
+          std::optional<ArbiterHandle> h = ResidentHandle(name);
+          const int n = pc->KeepAlive(h ? h->backend<Engine>() : nullptr);
+          if (n > 0) spdlog::info("kv: model \"{}\": keep-alive re-warmed {} conversation(s)", name, n);
+        }
+      }
+    }
+  }
+
+  void KvEvictionPass() {
+    const KvSweepResult swept = kv->store->Sweep();
+    kv_files_swept.fetch_add(static_cast<uint64_t>(swept.expired + swept.over_budget));
+    if (swept.expired + swept.over_budget > 0) {
+      spdlog::info("kv: swept {} expired and {} over-budget file(s) ({})", swept.expired,
+                   swept.over_budget, FormatSize(swept.bytes_freed));
+    }
+    if (kv->prompt_cache != nullptr) kv->prompt_cache->PurgeExpired();
+    for (const auto& [name, pc] : kv->precaches) {
+      std::optional<ArbiterHandle> h = ResidentHandle(name);
+      const std::vector<std::string> ids = pc->EvictIdle(h ? h->backend<Engine>() : nullptr);
+      if (!ids.empty()) {
+        spdlog::info("kv: model \"{}\": closed {} idle conversation(s), KV saved", name, ids.size());
+      }
+    }
+  }
+
+  // A handle on `name` when the arbiter reports it loaded; never loads it.
+  std::optional<ArbiterHandle> ResidentHandle(const std::string& name) {
+    for (const ModelStats& m : arbiter->Stats().models) {
+      if (m.name != name || m.state != ModelState::kLoaded) continue;
+      auto it = models.find(name);
+      if (it == models.end()) return std::nullopt;
+      auto h = arbiter->Acquire(it->second, name, Deadline(std::chrono::seconds(1)));
+      if (h.ok() && h->backend<Engine>() != nullptr) return std::move(h).value();
+    }
+    return std::nullopt;
   }
 
   size_t OpenStreams() {
@@ -367,11 +473,37 @@ struct Server::Impl {
     http.Get("/admin/events", [this](const httplib::Request&, httplib::Response& res) {
       HandleEvents(res);
     });
+    http.Post("/admin/prewarm", [this](const httplib::Request& req, httplib::Response& res) {
+      HandlePrewarm(req, res);
+    });
+    http.Post(R"(/admin/conversations/(.+)/close)",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                HandleCloseConversation(req, req.matches[1], res);
+              });
+    http.Get("/admin/kv", [this](const httplib::Request&, httplib::Response& res) {
+      if (kv == nullptr) {
+        return SendError(res, 503, "this server has no KV precache", kServerError, "unavailable");
+      }
+      json j = json::parse(KvStatusJson(*kv));
+      j["files_swept"] = kv_files_swept.load();
+      res.set_content(j.dump(), kJson);
+    });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::optional<WeightCacheStats> w;
       if (weights != nullptr) w = weights->Stats();
+      std::optional<server_internal::KvMetricsSample> k;
+      if (kv != nullptr) {
+        k.emplace();
+        for (const auto& [name, pc] : kv->precaches) k->models.emplace_back(name, pc->counters());
+        k->files_swept = kv_files_swept.load();
+        if (kv->prompt_cache != nullptr) {
+          k->prompt_cache_bytes = kv->prompt_cache->bytes();
+          k->prompt_cache_entries = kv->prompt_cache->size();
+        }
+        k->disk_bytes = kv->store->DiskBytes();
+      }
       res.set_content(metrics->Scrape(arbiter->Stats(), arbiter->ledger()->Snapshot(),
-                                      w ? &*w : nullptr),
+                                      w ? &*w : nullptr, k ? &*k : nullptr),
                       "text/plain; version=0.0.4");
     });
   }
@@ -492,7 +624,30 @@ struct Server::Impl {
     int64_t created = 0;
     bool include_usage = false;
     std::string echo;  // completions: prompt text prepended to the output
+    // The KV precache (null: the engine picks the slot by longest prefix).
+    KvPrecache* precache = nullptr;
+    std::string conversation;  // request conversation_id ("" = none)
+    TtlClass ttl = TtlClass::kShort;
   };
+
+  // Runs the job's generation, through the model's KV precache when it has
+  // one.
+  static Result<GenerationResult> Run(GenJob& job, const TextCallback& on_text,
+                                      const CancelFn& cancel, KvOutcome* outcome) {
+    if (job.precache == nullptr) return job.engine->Generate(job.request, on_text, cancel);
+    return job.precache->Generate(job.engine, job.conversation, job.ttl, job.request, on_text,
+                                  cancel, outcome);
+  }
+
+  // The job's KV fields from the request's cache fields.
+  void SetCacheFields(GenJob& job, const CacheFields& c) {
+    job.precache = kv != nullptr ? kv->Find(job.model) : nullptr;
+    job.conversation = c.conversation_id;
+    if (!c.cache_ttl.empty()) {
+      Result<TtlClass> t = ParseTtlClass(c.cache_ttl);
+      if (t.ok()) job.ttl = *t;
+    }
+  }
 
   static void SendGenerationError(httplib::Response& res, const Status& st) {
     if (IsNotResident(st)) {
@@ -516,8 +671,16 @@ struct Server::Impl {
         ConnectionProbe::Find(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
     CancelFn cancel = [this, &probe] { return stopping.load() || probe.PeerGone(); };
     TextCallback ignore = [](std::string_view) { return true; };
-    Result<GenerationResult> result = job.engine->Generate(job.request, ignore, cancel);
+    KvOutcome kv_outcome;
+    Result<GenerationResult> result = Run(job, ignore, cancel, &kv_outcome);
     job.handle.Release();
+    if (kv_outcome.slot >= 0) {
+      res.set_header("X-Arbiter-Kv-Slot", std::to_string(kv_outcome.slot));
+      res.set_header("X-Arbiter-Kv-Source", std::string(KvSourceName(kv_outcome.source)));
+      if (kv_outcome.restored_tokens > 0) {
+        res.set_header("X-Arbiter-Kv-Restored", std::to_string(kv_outcome.restored_tokens));
+      }
+    }
     if (!result.ok()) return SendGenerationError(res, result.status());
     if (result->finish_reason == FinishReason::kCancelled) {
       spdlog::info("{} {}: client went away; generation stopped after {} tokens", req.method,
@@ -569,7 +732,7 @@ struct Server::Impl {
           CancelFn cancel = [&] {
             return !client_ok || stopping.load() || !sink.is_writable();
           };
-          Result<GenerationResult> result = job->engine->Generate(job->request, on_text, cancel);
+          Result<GenerationResult> result = Run(*job, on_text, cancel, nullptr);
           job->handle.Release();
           if (!client_ok) {
             spdlog::info("stream {}: client went away; generation stopped", job->id);
@@ -638,6 +801,7 @@ struct Server::Impl {
     job->model = r.model;
     job->created = UnixNow();
     job->include_usage = r.include_usage;
+    SetCacheFields(*job, r.cache);
     if (r.stream) return RunStreaming(res, std::move(job));
     RunNonStreaming(req, res, *job);
   }
@@ -670,6 +834,7 @@ struct Server::Impl {
     job->model = r.model;
     job->created = UnixNow();
     job->include_usage = r.include_usage;
+    SetCacheFields(*job, r.cache);
     if (r.stream) return RunStreaming(res, std::move(job));
     RunNonStreaming(req, res, *job);
   }
@@ -1049,6 +1214,96 @@ struct Server::Impl {
     res.set_content(j.dump(), kJson);
   }
 
+  // POST /admin/prewarm {"model", "conversation_id", "messages" | "prompt",
+  // "cache_ttl"}: prefills the conversation's stable prefix on its slot
+  // (reference §2.3). Best-effort for the caller: a failure is reported
+  // (4xx/503 with the reason) and never retried here.
+  void HandlePrewarm(const httplib::Request& req, httplib::Response& res) {
+    if (kv == nullptr) {
+      return SendError(res, 503, "this server has no KV precache", kServerError, "unavailable");
+    }
+    Result<PrewarmRequest> parsed = ParsePrewarmRequest(req.body);
+    if (!parsed.ok()) {
+      return SendError(res, 400, parsed.status().message(), kInvalidRequest, "invalid_request");
+    }
+    PrewarmRequest& r = *parsed;
+    if (!CheckModel(r.model, Capability::kText, res)) return;
+    KvPrecache* precache = kv->Find(r.model);
+    if (precache == nullptr) {
+      return SendError(res, 503,
+                       fmt::format("model \"{}\" has no KV precache (its files could not be read "
+                                   "at startup)",
+                                   r.model),
+                       kServerError, "unavailable");
+    }
+    std::optional<ArbiterHandle> handle = Acquire(r.model, Capability::kText, res);
+    if (!handle) return;
+    Engine* engine = handle->backend<Engine>();
+    std::vector<int32_t> ids;
+    if (!r.messages.empty()) {
+      Result<ChatTemplateKind> kind = engine->chat_template();
+      if (!kind.ok()) {
+        return SendError(res, 400,
+                         fmt::format("model \"{}\" has no chat template ({}); prewarm a "
+                                     "\"prompt\" instead",
+                                     r.model, kind.status().message()),
+                         kInvalidRequest, "no_chat_template");
+      }
+      // The stable prefix: the messages as a request would render them,
+      // without the generation prompt the real turn adds after them.
+      ids = EncodeChat(engine->tokenizer(), *kind, r.messages, /*add_generation_prompt=*/false);
+    } else {
+      ids = engine->tokenizer().Encode(r.prompt, true);
+    }
+    if (!CheckPrompt(*engine, r.model, ids, res)) return;
+    TtlClass ttl = TtlClass::kShort;
+    if (Result<TtlClass> t = ParseTtlClass(r.cache.cache_ttl); t.ok()) ttl = *t;
+    const CancelFn cancel = [this] { return stopping.load(); };
+    Result<GenerationResult> g =
+        precache->Prewarm(engine, r.cache.conversation_id, std::move(ids), ttl, cancel);
+    handle->Release();
+    if (!g.ok()) return SendGenerationError(res, g.status());
+    if (g->finish_reason == FinishReason::kCancelled) {
+      return SendError(res, 503, "prewarm cancelled: the server is stopping", kServerError,
+                       "cancelled");
+    }
+    json j = {{"model", r.model},
+              {"conversation_id", r.cache.conversation_id},
+              {"slot", g->slot},
+              {"prefix_tokens", g->prompt_tokens},
+              {"cached_tokens", g->cached_tokens},
+              {"computed_tokens", g->timings.prefill_tokens},
+              {"prefill_ms", g->timings.prefill_ms}};
+    res.set_content(j.dump(), kJson);
+  }
+
+  // POST /admin/conversations/{id}/close[?model=NAME]: persists the
+  // conversation's KV (its class) and closes it, in NAME or in every text
+  // model. 404 when no model knew it.
+  void HandleCloseConversation(const httplib::Request& req, const std::string& id,
+                               httplib::Response& res) {
+    if (kv == nullptr) {
+      return SendError(res, 503, "this server has no KV precache", kServerError, "unavailable");
+    }
+    const std::string only = req.has_param("model") ? req.get_param_value("model") : "";
+    if (!only.empty() && kv->Find(only) == nullptr) {
+      return SendError(res, 404, fmt::format("model \"{}\" not found or has no KV precache", only),
+                       kInvalidRequest, "model_not_found");
+    }
+    json closed = json::array();
+    for (const auto& [name, pc] : kv->precaches) {
+      if (!only.empty() && name != only) continue;
+      std::optional<ArbiterHandle> h = ResidentHandle(name);
+      if (pc->Close(h ? h->backend<Engine>() : nullptr, id)) closed.push_back(name);
+    }
+    if (closed.empty()) {
+      return SendError(res, 404, fmt::format("conversation \"{}\" is not open", id),
+                       kInvalidRequest, "conversation_not_found");
+    }
+    res.set_content(json{{"conversation_id", id}, {"closed", true}, {"models", closed}}.dump(),
+                    kJson);
+  }
+
   // GET /admin/events: Note [Event stream lifetime] in internal/event_stream.h.
   void HandleEvents(httplib::Response& res) {
     auto queue = std::make_shared<EventQueue>(kEventQueueCapacity);
@@ -1124,9 +1379,9 @@ struct Server::Impl {
 
 Server::Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel,
                BridgePressureSource* pressure_bridge, std::string pressure_source,
-               WeightCache* weights)
+               WeightCache* weights, ServeKv* kv)
     : impl_(std::make_unique<Impl>(std::move(settings), arbiter, total_parallel, pressure_bridge,
-                                   std::move(pressure_source), weights)) {}
+                                   std::move(pressure_source), weights, kv)) {}
 
 Server::~Server() { Stop(); }
 
@@ -1165,6 +1420,7 @@ void Server::Stop() {
   impl_->stopping.store(true);
   impl_->CloseStreams();
   impl_->http.stop();
+  impl_->StopKvThread();
 }
 
 }  // namespace arbiter

@@ -571,11 +571,16 @@ int RunServe(const ServeFlags& f) {
         return a != nullptr ? a->ReclaimIdle(bytes) : 0;
       });
   if (!weights.ok()) return Fail(weights.status().message());
+  // The KV precache: constructed before the arbiter and destroyed after it,
+  // since freeing an engine saves its slots' conversations through it.
+  Result<std::unique_ptr<ServeKv>> kv = MakeServeKv(config, &ledger);
+  if (!kv.ok()) return Fail(kv.status().message());
   MemoryArbiter arbiter({.ledger = &ledger,
                          .pressure_source = pressure->composite.get(),
                          .refuse_over_budget = true});
   reclaimer.store(&arbiter);
-  if (Status s = RegisterConfiguredModels(config, &arbiter, (*weights)->cache.get()); !s.ok()) {
+  if (Status s = RegisterConfiguredModels(config, &arbiter, (*weights)->cache.get(), kv->get());
+      !s.ok()) {
     return Fail(s.message());
   }
   if (Status s = arbiter.Start(); !s.ok()) {
@@ -585,7 +590,7 @@ int RunServe(const ServeFlags& f) {
   int total_parallel = 0;
   for (const ModelEntry& m : config.models) total_parallel += m.parallel;
   Server server(config.server, &arbiter, total_parallel, pressure->bridge, pressure->os_source,
-                (*weights)->cache.get());
+                (*weights)->cache.get(), kv->get());
   if (Status s = server.Bind(); !s.ok()) return Fail(s.message());
 
   const std::string url = fmt::format("http://{}:{}", config.server.host, server.port());
@@ -637,6 +642,8 @@ int RunServe(const ServeFlags& f) {
   const unsigned char wake = 0;  // "0": exit without a signal
   (void)!write(g_signal_pipe[1], &wake, 1);
   signal_thread.join();
+  server.Stop();  // ends the KV maintenance thread before the engines go
+  // Frees every engine; each one's slots are saved to the KV directory.
   arbiter.Shutdown();
   reclaimer.store(nullptr);
   if (!run.ok()) return Fail(run.message());

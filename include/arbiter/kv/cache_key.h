@@ -55,6 +55,10 @@ int64_t TtlMs(TtlClass ttl, const TtlWindows& windows = {});
 
 // The separator of every hash preimage here (U+0001), so "ab"+"c" and
 // "a"+"bc" never collide.
+// The keep-alive re-warms a prewarmed conversation untouched for at least
+// this fraction of the short TTL (reference §2.3, KEEPALIVE_STALE_FRACTION).
+inline constexpr double kKeepAliveStaleFraction = 0.8;
+
 inline constexpr char kKeySeparator = '\x01';
 
 // What the saved KV of a model depends on: everything that changes the K/V

@@ -47,6 +47,7 @@
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
+#include "arbiter/kv/cache_key.h"  // kKeepAliveStaleFraction
 #include "arbiter/weights/weight_cache.h"
 
 namespace arbiter {
@@ -140,10 +141,6 @@ struct KvSettings {
   std::string disk_budget_text;          // as written ("" = default)
   uint64_t disk_budget_bytes = 4ull << 30;
 };
-
-// The keep-alive re-warms a conversation untouched for at least this
-// fraction of the short TTL (reference §2.3).
-inline constexpr double kKeepAliveStaleFraction = 0.8;
 
 struct ModelEntry {
   std::string name;                      // the "model" of requests

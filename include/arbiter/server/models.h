@@ -25,7 +25,9 @@
 #include "arbiter/engine/engine.h"
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/memory/memory_ledger.h"
+#include "arbiter/kv/precache.h"
 #include "arbiter/server/config.h"
+#include "arbiter/server/kv_service.h"
 #include "arbiter/weights/weight_cache.h"
 #include "arbiter/weights/weight_store.h"
 
@@ -61,7 +63,13 @@ Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry);
 // the arbiter frees it (unload) the model's device weights are evicted from
 // the cache too (WeightCache::Evict; a pinned_device copy and a host floor
 // stay).
-Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache);
+//
+// With `precache` (the model's KV precache; may be null) the new engine is
+// attached to it and the entry's system_prompt is prewarmed on
+// "__system_prefix__" (best-effort, logged); freeing the engine detaches it
+// first, which saves the conversations its slots hold to the disk tier.
+Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache,
+                                      KvPrecache* precache = nullptr);
 
 // The registration of `capability` for every entry of that capability
 // (model key = entry name, per-model estimates of the engine bytes from
@@ -72,7 +80,8 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 // reach the arbiter through role_for / idle_ttl_for.
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
-    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache);
+    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
+    const ServeKv* kv = nullptr);
 
 // Registers every model of `config` (see the policy above): its weights in
 // `cache` (Engine::WeightModelFor with the entry's residency; skipped for a
@@ -83,7 +92,9 @@ CapabilityRegistration EngineCapabilityRegistration(
 // pinned_device ones: the others wait for the control plane). Logs each model's
 // outcome. Returns an error only for a registration bug (duplicate name);
 // broken models are not errors.
-Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache);
+// `kv` (may be null) gives each text model's engine its KvPrecache.
+Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache,
+                                const ServeKv* kv = nullptr);
 
 // The weight runtime of `arbiter serve`: the device arena, the host-floor
 // store and the WeightCache over them. Destroy in reverse order (cache,

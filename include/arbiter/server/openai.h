@@ -61,6 +61,16 @@ struct ChatRequest {
   CacheFields cache;
 };
 
+// POST /admin/prewarm: {"model", "conversation_id", "messages" | "prompt",
+// "cache_ttl"} — exactly one of messages and prompt; conversation_id
+// required (the synthetic "__system_prefix__" is allowed).
+struct PrewarmRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  std::string prompt;
+  CacheFields cache;  // conversation_id non-empty
+};
+
 struct CompletionRequest {
   std::string model;                  // required
   // "prompt": a string, an array of one string, or an array of token ids.
@@ -88,6 +98,7 @@ struct EmbeddingRequest {
 // Errors: kInvalidArgument naming the field (see the file comment).
 Result<ChatRequest> ParseChatRequest(std::string_view body);
 Result<CompletionRequest> ParseCompletionRequest(std::string_view body);
+Result<PrewarmRequest> ParsePrewarmRequest(std::string_view body);
 Result<EmbeddingRequest> ParseEmbeddingRequest(std::string_view body);
 
 // Token counts for `usage`.

@@ -36,6 +36,14 @@
 //                                 (oldest dropped, reported as `event:
 //                                 dropped`); ends when the server stops;
 //                                 at most threads/2 streams (503 beyond)
+//   POST /admin/prewarm           {"model","conversation_id","messages"|"prompt",
+//                                 "cache_ttl"}: prefills a conversation's stable
+//                                 prefix on its slot → {"slot","prefix_tokens",
+//                                 "cached_tokens","computed_tokens","prefill_ms"}
+//   POST /admin/conversations/{id}/close  [?model=] persists the
+//                                 conversation's KV, closes it; 404 unknown
+//   GET  /admin/kv                slots (conversation, tokens), prompt-cache
+//                                 entries, KV files (class, size, age), counters
 //   GET  /metrics                 Prometheus text (API key required when one
 //                                 is set, unless [server] metrics_public)
 //
@@ -74,6 +82,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/memory/memory_pressure.h"
 #include "arbiter/server/config.h"
+#include "arbiter/server/kv_service.h"
 #include "arbiter/weights/weight_cache.h"
 
 namespace arbiter {
@@ -90,9 +99,14 @@ class Server {
   // is the WeightCache the engines compute from; it must outlive the Server.
   // Critical memory pressure demotes its idle device copies to their floors
   // (WeightCache::EvictIdle).
+  // `kv` (may be null: no KV routes, generation without conversations) is
+  // the KV precache (server/kv_service.h); it must outlive the Server. With
+  // it, text generation runs through each model's KvPrecache, a maintenance
+  // thread sweeps and keeps alive, and memory pressure (low or critical)
+  // spills the prompt cache to disk.
   Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel = 1,
          BridgePressureSource* pressure_bridge = nullptr, std::string pressure_source = "",
-         WeightCache* weights = nullptr);
+         WeightCache* weights = nullptr, ServeKv* kv = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -89,7 +89,58 @@ ServerMetrics::ServerMetrics()
       model_weight_bytes_(BuildGauge()
                               .Name("arbiter_model_weight_bytes")
                               .Help("Bytes of the model's compute-ready weights")
-                              .Register(*registry_)) {
+                              .Register(*registry_)),
+      kv_prompt_tokens_(BuildCounter()
+                            .Name("arbiter_kv_prompt_tokens_total")
+                            .Help("Prompt tokens of text requests, computed or cached (reused KV)")
+                            .Register(*registry_)),
+      kv_copied_tokens_(BuildCounter()
+                            .Name("arbiter_kv_copied_tokens_total")
+                            .Help("Cached prompt tokens whose KV was copied from another slot")
+                            .Register(*registry_)),
+      kv_tier_hits_(BuildCounter()
+                        .Name("arbiter_kv_tier_hits_total")
+                        .Help("Requests that reused KV, by the tier it came from")
+                        .Register(*registry_)),
+      kv_restores_(BuildCounter()
+                       .Name("arbiter_kv_restores_total")
+                       .Help("Restores of saved KV into a slot (host or disk tier), by result")
+                       .Register(*registry_)),
+      kv_stashes_(BuildCounter()
+                      .Name("arbiter_kv_stashes_total")
+                      .Help("Conversations' KV moved from a slot to the host prompt cache")
+                      .Register(*registry_)),
+      kv_persisted_(BuildCounter()
+                        .Name("arbiter_kv_persisted_total")
+                        .Help("KV files written by the precache (close, idle, unload, shutdown)")
+                        .Register(*registry_)),
+      kv_prewarms_(BuildCounter()
+                       .Name("arbiter_kv_prewarms_total")
+                       .Help("Prewarms (admin, system prompt, keep-alive), by result")
+                       .Register(*registry_)),
+      kv_keepalive_(BuildCounter()
+                        .Name("arbiter_kv_keepalive_rewarms_total")
+                        .Help("Keep-alive re-warms of idle prewarmed conversations")
+                        .Register(*registry_)),
+      kv_files_swept_(BuildCounter()
+                          .Name("arbiter_kv_files_swept_total")
+                          .Help("KV files deleted: past their TTL class or over the disk budget")
+                          .Register(*registry_)),
+      kv_prompt_cache_bytes_(BuildGauge()
+                                 .Name("arbiter_kv_prompt_cache_bytes")
+                                 .Help("Bytes of KV held in the host prompt cache")
+                                 .Register(*registry_)
+                                 .Add({})),
+      kv_prompt_cache_entries_(BuildGauge()
+                                   .Name("arbiter_kv_prompt_cache_entries")
+                                   .Help("Conversations held in the host prompt cache")
+                                   .Register(*registry_)
+                                   .Add({})),
+      kv_disk_bytes_(BuildGauge()
+                         .Name("arbiter_kv_disk_bytes")
+                         .Help("Bytes of KV files in the disk tier")
+                         .Register(*registry_)
+                         .Add({})) {
   // Plain gauges of the weight runtime: one family each.
   const std::pair<const char*, const char*> kWeightGauges[] = {
       {"arbiter_weight_cache_resident_bytes", "Device bytes of on-demand (not device-pinned) weights"},
@@ -134,9 +185,43 @@ void ServerMetrics::OnHttpRequest(std::string_view route, int status) {
 }
 
 std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnapshot& ledger,
-                                  const WeightCacheStats* w) {
+                                  const WeightCacheStats* w, const KvMetricsSample* kv) {
   {
     MutexLock l(&mu_);
+    if (kv != nullptr) {
+      // Cumulative values → counter increments, remembered per series.
+      auto advance = [this](prometheus::Family<prometheus::Counter>& family,
+                            const prometheus::Labels& labels, uint64_t now) {
+        mu_.AssertHeld();
+        std::string key = family.GetName();
+        for (const auto& [k, v] : labels) key += "|" + k + "=" + v;
+        uint64_t& seen = kv_seen_[key];
+        prometheus::Counter& c = family.Add(labels);
+        if (now > seen) c.Increment(static_cast<double>(now - seen));
+        seen = now;
+      };
+      for (const auto& [model, c] : kv->models) {
+        advance(kv_prompt_tokens_, {{"model", model}, {"kind", "computed"}},
+                c.prompt_tokens - c.cached_tokens);
+        advance(kv_prompt_tokens_, {{"model", model}, {"kind", "cached"}}, c.cached_tokens);
+        advance(kv_copied_tokens_, {{"model", model}}, c.copied_tokens);
+        advance(kv_tier_hits_, {{"model", model}, {"tier", "slot"}}, c.slot_hits);
+        advance(kv_tier_hits_, {{"model", model}, {"tier", "prompt_cache"}}, c.prompt_cache_hits);
+        advance(kv_tier_hits_, {{"model", model}, {"tier", "disk"}}, c.disk_hits);
+        advance(kv_restores_, {{"model", model}, {"result", "ok"}},
+                c.prompt_cache_hits + c.disk_hits);
+        advance(kv_restores_, {{"model", model}, {"result", "failed"}}, c.restore_failures);
+        advance(kv_stashes_, {{"model", model}}, c.stashes);
+        advance(kv_persisted_, {{"model", model}}, c.persisted);
+        advance(kv_prewarms_, {{"model", model}, {"result", "ok"}}, c.prewarms);
+        advance(kv_prewarms_, {{"model", model}, {"result", "failed"}}, c.prewarm_failures);
+        advance(kv_keepalive_, {{"model", model}}, c.keepalive_rewarms);
+      }
+      advance(kv_files_swept_, {}, kv->files_swept);
+      kv_prompt_cache_bytes_.Set(static_cast<double>(kv->prompt_cache_bytes));
+      kv_prompt_cache_entries_.Set(static_cast<double>(kv->prompt_cache_entries));
+      kv_disk_bytes_.Set(static_cast<double>(kv->disk_bytes));
+    }
     for (size_t k = 0; k < kChargeKindCount; ++k) {
       charged_by_kind_.Add({{"kind", std::string(ChargeKindName(static_cast<ChargeKind>(k)))}})
           .Set(static_cast<double>(ledger.by_kind[k]));

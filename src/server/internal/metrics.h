@@ -30,6 +30,19 @@
 //   arbiter_model_weight_bytes{model}       the model's compute layout
 //   arbiter_device_memory_in_use_bytes, _limit_bytes, _free_bytes,
 //   _peak_bytes, _largest_free_block_bytes   the device arena's pool
+// KV precache (KvPrecacheCounters and the tiers at scrape time; counters
+// advanced by the delta since the previous scrape):
+//   arbiter_kv_prompt_tokens_total{model,kind}   kind computed|cached
+//   arbiter_kv_copied_tokens_total{model}        cached tokens copied from another slot
+//   arbiter_kv_tier_hits_total{model,tier}       tier slot|prompt_cache|disk
+//   arbiter_kv_restores_total{model,result}      result ok|failed (host or disk tier)
+//   arbiter_kv_stashes_total{model}              slot → host tier moves
+//   arbiter_kv_persisted_total{model}            KV files written
+//   arbiter_kv_prewarms_total{model,result}      result ok|failed
+//   arbiter_kv_keepalive_rewarms_total{model}
+//   arbiter_kv_files_swept_total                 expired or over the disk budget
+//   arbiter_kv_prompt_cache_bytes, arbiter_kv_prompt_cache_entries,
+//   arbiter_kv_disk_bytes                        gauges
 // HTTP:
 //   arbiter_http_requests_total{route,code}  route is the route pattern
 //                                            ("/admin/models/{name}/load"),
@@ -52,10 +65,20 @@
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/mutex.h"
+#include "arbiter/kv/precache.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/weights/weight_cache.h"
 
 namespace arbiter::server_internal {
+
+// The KV precache's state at scrape time.
+struct KvMetricsSample {
+  std::vector<std::pair<std::string, KvPrecacheCounters>> models;  // by model name
+  uint64_t files_swept = 0;
+  uint64_t prompt_cache_bytes = 0;
+  uint64_t prompt_cache_entries = 0;
+  uint64_t disk_bytes = 0;
+};
 
 class ServerMetrics {
  public:
@@ -67,8 +90,10 @@ class ServerMetrics {
   // Refreshes the snapshot-driven series from `stats` and returns the text
   // exposition of every series.
   // `weights` may be null (no weight series then).
+  // `kv` may be null (no KV series then).
   std::string Scrape(const ArbiterStats& stats, const MemoryLedgerSnapshot& ledger,
-                     const WeightCacheStats* weights) EXCLUDES(mu_);
+                     const WeightCacheStats* weights, const KvMetricsSample* kv = nullptr)
+      EXCLUDES(mu_);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -93,7 +118,23 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& model_weights_pinned_;
   prometheus::Family<prometheus::Gauge>& model_weight_bytes_;
 
+  // KV precache.
+  prometheus::Family<prometheus::Counter>& kv_prompt_tokens_;
+  prometheus::Family<prometheus::Counter>& kv_copied_tokens_;
+  prometheus::Family<prometheus::Counter>& kv_tier_hits_;
+  prometheus::Family<prometheus::Counter>& kv_restores_;
+  prometheus::Family<prometheus::Counter>& kv_stashes_;
+  prometheus::Family<prometheus::Counter>& kv_persisted_;
+  prometheus::Family<prometheus::Counter>& kv_prewarms_;
+  prometheus::Family<prometheus::Counter>& kv_keepalive_;
+  prometheus::Family<prometheus::Counter>& kv_files_swept_;
+  prometheus::Gauge& kv_prompt_cache_bytes_;
+  prometheus::Gauge& kv_prompt_cache_entries_;
+  prometheus::Gauge& kv_disk_bytes_;
+
   Mutex mu_;  // serializes scrapes
+  // KV counter values already added, by series (family name + labels).
+  std::map<std::string, uint64_t> kv_seen_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t> failures_seen_ GUARDED_BY(mu_);  // resident key → count
   // Weight counters already added (the snapshot is cumulative).
   uint64_t weight_loads_seen_ GUARDED_BY(mu_) = 0;

@@ -1,0 +1,250 @@
+// arbiter/kv/precache.h — the KV precache of one text model: which
+// conversation each slot holds, moving KV between the tiers (slot ↔ host
+// prompt cache ↔ disk), prewarm and keep-alive.
+//
+// Implements the KV precache issue (points 2–5) over
+// reference/seed-arbiter-and-precache.md Part 2 §2.2–§2.4 (seed
+// 001_abe7ad9154ed4078.txt), with its defects fixed:
+//
+// Slots. A request with a conversation id is pinned to the slot the
+// ConversationRegistry gives that conversation (the lowest-loaded one at
+// open); every turn of it runs on that slot. A request without one takes
+// the free slot whose cached tokens share the longest common prefix with
+// its prompt (ties: least recently used). One request runs on a slot at a
+// time (reference: "generation on the same slot is serialized"): a request
+// waits for its slot, polling its CancelFn.
+//
+// Tiers. Before a request runs on slot s:
+//   1. if s holds another conversation D's KV (D "owns" s), D's KV moves to
+//      the host prompt cache (PromptCache::Put; what does not fit there is
+//      spilled to the disk tier) — the slot keeps the tokens, so the longest
+//      common prefix with the new prompt is still reused;
+//   2. the request's conversation C (if any) is restored into s only when
+//      the slot's state is colder (defect 3): "warmth" is the number of
+//      prompt tokens a state can serve (its longest common prefix with the
+//      prompt). C's prompt-cache entry is taken when it is warmer than the
+//      slot; otherwise, when C has no in-RAM state at all, C's file in the
+//      KvStore is read — a corrupt, truncated or foreign file is removed and
+//      costs a cold prefill with a warning, never an error;
+//   3. the engine runs the request pinned to s; it copies a longer prefix
+//      from another free slot itself (Engine: prefix copy between slots).
+// Afterwards C owns s.
+//
+// Persisting (the disk tier, "<kv dir>/<model hash>/<safe id>.<class>.bin"):
+// on Close (the conversation's class), on idle eviction (EvictIdle: .long),
+// on the engine's unload (DetachEngine: every owned slot; prompt-cache
+// entries stay in RAM and remain valid for the next engine of the same
+// model hash) and on Shutdown (slots and this model's prompt-cache
+// entries).
+//
+// Prewarm (§2.3): prefills a conversation's stable prefix on its slot
+// (max_tokens 1, greedy) and records {prefix tokens, touched} for it — per
+// conversation, not per slot (defect 5). Best-effort: a failure is
+// returned, never retried. KeepAlive re-warms every prewarmed conversation
+// untouched for ≥ kKeepAliveStaleFraction × ttl_short (the server calls it
+// every [kv] keepalive_interval, which config validation keeps below
+// 0.2 × ttl_short, so the re-warm lands before the short TTL runs out —
+// defect 1).
+//
+// Thread safety: thread-safe. One internal mutex for the slot table; slow
+// work (engine calls, file IO) runs outside it while the slot is held.
+// Lifetime: `store`, `prompt_cache` and `clock` must outlive it;
+// an attached engine must be detached (DetachEngine) before it is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arbiter/base/clock.h"
+#include "arbiter/base/mutex.h"
+#include "arbiter/base/status.h"
+#include "arbiter/engine/engine.h"
+#include "arbiter/kv/cache_key.h"
+#include "arbiter/kv/conversation_registry.h"
+#include "arbiter/kv/kv_store.h"
+#include "arbiter/kv/prompt_cache.h"
+
+namespace arbiter {
+
+// The synthetic conversation a model's [[models]] system_prompt is
+// prefilled on at load (reference §2.3).
+inline constexpr const char* kSystemPrefixConversation = "__system_prefix__";
+
+struct KvPrecacheOptions {
+  std::string model_key;        // the model's name (prompt-cache and registry key)
+  std::string model_hash;       // ModelHash of the model: its KvStore directory
+  int n_slots = 1;              // the engine's slot count ([[models]] parallel)
+  KvStore* store = nullptr;     // the disk tier; null = none
+  PromptCache* prompt_cache = nullptr;  // the host tier; null = none
+  TtlWindows ttl;
+  int64_t conversation_ttl_ms = kDefaultConversationTtlMs;
+  Clock* clock = nullptr;       // null → Clock::Real()
+};
+
+// Where a request's reused KV came from.
+enum class KvSource {
+  kNone,         // nothing reusable: cold prefill
+  kSlot,         // the slot already held it (or the engine copied it from another slot)
+  kPromptCache,  // restored from the host tier
+  kDisk,         // restored from the disk tier
+};
+// "none" | "slot" | "prompt_cache" | "disk".
+std::string_view KvSourceName(KvSource source);
+
+// What a request's cache handling did (for usage, logs and metrics).
+struct KvOutcome {
+  int slot = -1;
+  KvSource source = KvSource::kNone;
+  int restored_tokens = 0;      // tokens a restore put into the slot (defect 6)
+  bool stashed = false;         // another conversation's KV moved to the host tier
+  std::string warning;          // a corrupt / foreign file fell back to a cold prefill
+};
+
+// Counters since construction (monotonic).
+struct KvPrecacheCounters {
+  uint64_t requests = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  uint64_t copied_tokens = 0;       // of cached_tokens: copied from another slot
+  uint64_t slot_hits = 0;           // requests served (partly) from their slot's KV
+  uint64_t prompt_cache_hits = 0;   // restores from the host tier
+  uint64_t disk_hits = 0;           // restores from the disk tier
+  uint64_t restore_failures = 0;    // corrupt / foreign / unreadable files (cold prefill)
+  uint64_t stashes = 0;             // slot → host tier moves
+  uint64_t persisted = 0;           // files written (close, idle, unload, shutdown)
+  uint64_t prewarms = 0;
+  uint64_t prewarm_failures = 0;
+  uint64_t keepalive_rewarms = 0;
+};
+
+// One slot, for GET /admin/kv.
+struct KvSlotView {
+  int index = 0;
+  std::string conversation_id;  // "" = no owner
+  int n_tokens = 0;
+  bool busy = false;
+};
+
+// A prewarmed conversation's keep-alive state.
+struct KvPrewarmView {
+  std::string conversation_id;
+  int prefix_tokens = 0;
+  int64_t idle_ms = 0;  // since the last prewarm, keep-alive or request
+};
+
+class KvPrecache {
+ public:
+  // REQUIRES: n_slots ≥ 1, model_hash 16 chars.
+  explicit KvPrecache(KvPrecacheOptions options);
+  ~KvPrecache();
+  KvPrecache(const KvPrecache&) = delete;
+  KvPrecache& operator=(const KvPrecache&) = delete;
+
+  // A new engine instance serves the model: its slots start empty, and
+  // nobody owns them. Calling it again with the attached engine is a no-op.
+  void AttachEngine(Engine* engine) EXCLUDES(mu_);
+  // The engine is about to be destroyed: every slot a conversation owns is
+  // saved to the disk tier (the conversation's class), then the slot table
+  // is cleared. Waits for running requests on the engine's slots (there are
+  // none when the arbiter frees it). No-op for an engine not attached.
+  void DetachEngine(Engine* engine) EXCLUDES(mu_);
+
+  // Runs `request` (its `slot` is overwritten) on `engine` for conversation
+  // `conversation_id` ("" = none; then the slot with the longest match),
+  // moving KV between the tiers as the file comment says. `ttl` is the
+  // class the conversation's KV is saved with from now on. The result's
+  // cached_tokens counts every prompt token not computed (restored, kept or
+  // copied). `outcome` (may be null) receives what happened.
+  // Errors: the engine's; kInvalidArgument for a conversation id the
+  // registry refuses. A failed restore is not an error (outcome->warning).
+  Result<GenerationResult> Generate(Engine* engine, std::string_view conversation_id, TtlClass ttl,
+                                    GenerationRequest request, const TextCallback& on_text,
+                                    const CancelFn& cancelled, KvOutcome* outcome = nullptr)
+      EXCLUDES(mu_);
+
+  // Prefills `prefix_ids` on the conversation's slot (max_tokens 1, greedy)
+  // and records it for the keep-alive. Returns the request's result
+  // (cached_tokens says how much was already warm). Errors: as Generate;
+  // kInvalidArgument for an empty conversation id or prefix.
+  Result<GenerationResult> Prewarm(Engine* engine, std::string_view conversation_id,
+                                   std::vector<int32_t> prefix_ids, TtlClass ttl,
+                                   const CancelFn& cancelled) EXCLUDES(mu_);
+
+  // Re-warms every prewarmed conversation untouched for ≥
+  // kKeepAliveStaleFraction × ttl_short whose slot is free and not owned by
+  // another conversation (a conversation parked in the host tier is not
+  // pulled back: its prompt-cache entry and file get their TTL refreshed
+  // instead). Returns how many were re-warmed. Failures are logged, counted
+  // and not retried until the next pass.
+  int KeepAlive(Engine* engine) EXCLUDES(mu_);
+
+  // Persists the conversation (slot or prompt cache → disk, its class) and
+  // closes it. Returns false when it was not open here and had no state.
+  // `engine` may be null (model not loaded: only the host tier is saved).
+  bool Close(Engine* engine, std::string_view conversation_id) EXCLUDES(mu_);
+  // Closes the conversations idle past conversation_ttl_ms, persisting each
+  // one's KV as .long (reference §2.3). Returns their ids.
+  std::vector<std::string> EvictIdle(Engine* engine) EXCLUDES(mu_);
+  // Persists every owned slot and every prompt-cache entry of this model.
+  void Shutdown(Engine* engine) EXCLUDES(mu_);
+
+  const std::string& model_key() const { return options_.model_key; }
+  const std::string& model_hash() const { return options_.model_hash; }
+  std::vector<KvSlotView> Slots() const EXCLUDES(mu_);
+  std::vector<KvPrewarmView> Prewarmed() const EXCLUDES(mu_);
+  // The model's conversations (one registry per model: slot loads, high
+  // water and TTLs are per model).
+  const ConversationRegistry& registry() const { return registry_; }
+  KvPrecacheCounters counters() const EXCLUDES(mu_);
+
+ private:
+  struct SlotEntry {
+    bool busy = false;
+    uint64_t last_used = 0;
+    std::string owner;          // conversation whose KV the slot holds
+    TtlClass owner_ttl = TtlClass::kShort;
+  };
+  struct ConversationState {
+    TtlClass ttl = TtlClass::kShort;
+    std::vector<int32_t> prewarm_prefix;  // empty: never prewarmed
+    int64_t touched_ms = 0;
+  };
+
+  // Waits for and marks busy the slot to use (pinned: `pinned`; else the
+  // best match for `prompt`); -1 when cancelled.
+  int TakeSlot(Engine* engine, int pinned, const std::vector<int32_t>& prompt,
+               const CancelFn& cancelled) EXCLUDES(mu_);
+  void GiveSlot(int slot, const std::string& owner, TtlClass ttl) EXCLUDES(mu_);
+  // Steps 1–2 of the file comment for a held slot.
+  void PrepareSlot(Engine* engine, int slot, const std::string& conversation,
+                   const std::vector<int32_t>& prompt, KvOutcome* outcome) EXCLUDES(mu_);
+  // Saves the held slot's KV to disk as `conversation` (class `ttl`).
+  bool PersistSlot(Engine* engine, int slot, const std::string& conversation, TtlClass ttl)
+      EXCLUDES(mu_);
+  bool PersistSnapshot(const std::string& conversation, TtlClass ttl, const KvSnapshot& snapshot)
+      EXCLUDES(mu_);
+  // Moves a closed conversation's in-RAM KV (its slot, else its prompt-cache
+  // entry) to disk, class `ttl` (nullopt: its own), and forgets it.
+  bool PersistAndForget(Engine* engine, const std::string& conversation,
+                        std::optional<TtlClass> ttl) EXCLUDES(mu_);
+  // Marks the conversation used now (keep-alive clock); sets its class.
+  void Touch(const std::string& conversation, std::optional<TtlClass> ttl) EXCLUDES(mu_);
+  // Attaches `engine` when it is not the attached one (a reload).
+  void AttachLocked(Engine* engine) REQUIRES(mu_);
+
+  const KvPrecacheOptions options_;
+  Clock* const clock_;
+  ConversationRegistry registry_;
+  mutable Mutex mu_;
+  CondVar slot_freed_{&mu_};
+  Engine* engine_ GUARDED_BY(mu_) = nullptr;
+  std::vector<SlotEntry> slots_ GUARDED_BY(mu_);
+  uint64_t use_counter_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, ConversationState, std::less<>> conversations_ GUARDED_BY(mu_);
+  KvPrecacheCounters counters_ GUARDED_BY(mu_);
+};
+
+}  // namespace arbiter

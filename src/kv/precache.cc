@@ -1,0 +1,474 @@
+// The KV precache of one text model (arbiter/kv/precache.h).
+//
+// Locking: mu_ guards the slot table (busy flag, owner), the per-conversation
+// state and the counters. A request marks its slot busy under mu_ (TakeSlot)
+// and then works on it without mu_: engine calls (SaveSlot, RestoreSlot,
+// Generate) and file IO never run under mu_. Only Slots() calls the engine
+// under mu_ (Engine::Slots, a short lock of the engine's own): the lock order
+// is KvPrecache::mu_ → the engine's mutex, and the engine never calls back.
+#include "arbiter/kv/precache.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace arbiter {
+namespace {
+
+constexpr int kSlotWaitPollMs = 50;  // how often a waiting request polls its CancelFn
+
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+std::string_view KvSourceName(KvSource source) {
+  switch (source) {
+    case KvSource::kNone: return "none";
+    case KvSource::kSlot: return "slot";
+    case KvSource::kPromptCache: return "prompt_cache";
+    case KvSource::kDisk: return "disk";
+  }
+  return "none";
+}
+
+KvPrecache::KvPrecache(KvPrecacheOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      registry_(clock_) {
+  MutexLock l(&mu_);
+  slots_.resize(static_cast<size_t>(std::max(1, options_.n_slots)));
+}
+
+KvPrecache::~KvPrecache() = default;
+
+void KvPrecache::AttachLocked(Engine* engine) {
+  if (engine_ == engine) return;
+  // A new engine instance: its slots are empty, whatever the old table said
+  // (the old engine persisted its owned slots in DetachEngine).
+  engine_ = engine;
+  for (SlotEntry& s : slots_) {
+    s.owner.clear();
+    s.owner_ttl = TtlClass::kShort;
+  }
+}
+
+void KvPrecache::AttachEngine(Engine* engine) {
+  MutexLock l(&mu_);
+  AttachLocked(engine);
+}
+
+void KvPrecache::DetachEngine(Engine* engine) {
+  std::vector<std::pair<int, std::pair<std::string, TtlClass>>> owned;
+  {
+    MutexLock l(&mu_);
+    if (engine_ != engine || engine == nullptr) return;
+    // Hold every slot: running requests finish first.
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      while (slots_[i].busy) slot_freed_.Wait();
+      slots_[i].busy = true;
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].owner.empty()) {
+        owned.push_back({static_cast<int>(i), {slots_[i].owner, slots_[i].owner_ttl}});
+      }
+    }
+  }
+  for (const auto& [slot, who] : owned) PersistSlot(engine, slot, who.first, who.second);
+  MutexLock l(&mu_);
+  for (SlotEntry& s : slots_) {
+    s.busy = false;
+    s.owner.clear();
+  }
+  engine_ = nullptr;
+  slot_freed_.SignalAll();
+}
+
+int KvPrecache::TakeSlot(Engine* engine, int pinned, const std::vector<int32_t>& prompt,
+                         const CancelFn& cancelled) {
+  // The free slots' cached tokens, read once per wait round outside mu_ for
+  // an unpinned request (the engine's lock is not taken under mu_ here).
+  while (true) {
+    std::vector<std::vector<int32_t>> tokens;
+    if (pinned < 0) {
+      tokens.resize(slots_.size());
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = engine->SlotTokens(static_cast<int>(i));
+    }
+    {
+      MutexLock l(&mu_);
+      AttachLocked(engine);
+      int chosen = -1;
+      if (pinned >= 0) {
+        if (!slots_[pinned].busy) chosen = pinned;
+      } else {
+        size_t best = 0;
+        for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+          const SlotEntry& s = slots_[i];
+          if (s.busy) continue;
+          const size_t lcp = CommonPrefix(tokens[i], prompt);
+          // Longest match; ties: a slot no conversation owns (nothing to
+          // stash), then the least recently used.
+          const auto rank = [&](int j) {
+            return std::make_tuple(j == i ? lcp : best, slots_[j].owner.empty(),
+                                   ~slots_[j].last_used);
+          };
+          if (chosen < 0 || rank(i) > rank(chosen)) {
+            chosen = i;
+            best = lcp;
+          }
+        }
+      }
+      if (chosen >= 0) {
+        slots_[chosen].busy = true;
+        slots_[chosen].last_used = ++use_counter_;
+        return chosen;
+      }
+      slot_freed_.WaitUntil(std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(kSlotWaitPollMs));
+    }
+    if (cancelled && cancelled()) return -1;
+  }
+}
+
+void KvPrecache::GiveSlot(int slot, const std::string& owner, TtlClass ttl) {
+  MutexLock l(&mu_);
+  slots_[slot].busy = false;
+  slots_[slot].owner = owner;
+  slots_[slot].owner_ttl = ttl;
+  slot_freed_.SignalAll();
+}
+
+bool KvPrecache::PersistSnapshot(const std::string& conversation, TtlClass ttl,
+                                 const KvSnapshot& snapshot) {
+  if (options_.store == nullptr || snapshot.n_tokens() == 0) return false;
+  Result<uint64_t> written = options_.store->Save(conversation, ttl, snapshot);
+  if (!written.ok()) {
+    spdlog::warn("kv: model \"{}\": could not save conversation \"{}\": {}", options_.model_key,
+                 conversation, written.status().message());
+    return false;
+  }
+  MutexLock l(&mu_);
+  ++counters_.persisted;
+  return true;
+}
+
+bool KvPrecache::PersistSlot(Engine* engine, int slot, const std::string& conversation,
+                             TtlClass ttl) {
+  if (options_.store == nullptr) return false;
+  Result<KvSnapshot> snap = engine->SaveSlot(slot, nullptr);
+  if (!snap.ok()) {
+    spdlog::warn("kv: model \"{}\": could not read slot {} of conversation \"{}\": {}",
+                 options_.model_key, slot, conversation, snap.status().message());
+    return false;
+  }
+  snap->model_hash = options_.model_hash;
+  return PersistSnapshot(conversation, ttl, *snap);
+}
+
+void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conversation,
+                             const std::vector<int32_t>& prompt, KvOutcome* outcome) {
+  std::string owner;
+  TtlClass owner_ttl = TtlClass::kShort;
+  {
+    MutexLock l(&mu_);
+    owner = slots_[slot].owner;
+    owner_ttl = slots_[slot].owner_ttl;
+  }
+  const std::vector<int32_t> held = engine->SlotTokens(slot);
+  const size_t slot_lcp = CommonPrefix(held, prompt);
+  outcome->source = slot_lcp > 0 ? KvSource::kSlot : KvSource::kNone;
+
+  // 1. Another conversation's KV leaves the slot for the host tier (or disk).
+  if (!owner.empty() && owner != conversation && !held.empty()) {
+    Result<KvSnapshot> snap = engine->SaveSlot(slot, nullptr);
+    if (snap.ok()) {
+      snap->model_hash = options_.model_hash;
+      bool kept = false;
+      if (options_.prompt_cache != nullptr) {
+        // What does not fit is handed to the spill callback (disk).
+        kept = options_.prompt_cache->Put(options_.model_key, owner, owner_ttl, std::move(*snap));
+        (void)kept;
+      } else {
+        PersistSnapshot(owner, owner_ttl, *snap);
+      }
+      outcome->stashed = true;
+      MutexLock l(&mu_);
+      ++counters_.stashes;
+    } else {
+      spdlog::warn("kv: model \"{}\": could not move conversation \"{}\" out of slot {}: {}",
+                   options_.model_key, owner, slot, snap.status().message());
+    }
+    MutexLock l(&mu_);
+    slots_[slot].owner.clear();
+  }
+  if (conversation.empty() || owner == conversation) return;
+
+  // 2. The conversation's own state, only when it is warmer than the slot's
+  //    (defect 3): the host tier first; disk only when it has no RAM state.
+  std::optional<KvSnapshot> snap;
+  KvSource from = KvSource::kNone;
+  if (options_.prompt_cache != nullptr) {
+    snap = options_.prompt_cache->Take(options_.model_key, conversation);
+    if (snap) from = KvSource::kPromptCache;
+  }
+  if (!snap && options_.store != nullptr) {
+    Result<KvLoadResult> loaded = options_.store->Load(options_.model_hash, conversation);
+    if (loaded.ok()) {
+      snap = std::move(loaded->snapshot);
+      from = KvSource::kDisk;
+    } else if (loaded.status().code() != StatusCode::kNotFound) {
+      outcome->warning = fmt::format(
+          "saved KV of conversation \"{}\" was not usable ({}); it was removed and the prompt "
+          "is prefilled cold",
+          conversation, loaded.status().message());
+      spdlog::warn("kv: model \"{}\": {}", options_.model_key, outcome->warning);
+      MutexLock l(&mu_);
+      ++counters_.restore_failures;
+    }
+  }
+  if (!snap || CommonPrefix(snap->tokens, prompt) <= slot_lcp) return;
+  Result<int> restored = engine->RestoreSlot(slot, *snap, nullptr);
+  if (!restored.ok()) {
+    outcome->warning = fmt::format("saved KV of conversation \"{}\" could not be restored ({}); "
+                                   "the prompt is prefilled cold",
+                                   conversation, restored.status().message());
+    spdlog::warn("kv: model \"{}\": {}", options_.model_key, outcome->warning);
+    MutexLock l(&mu_);
+    ++counters_.restore_failures;
+    return;
+  }
+  outcome->source = from;
+  outcome->restored_tokens = *restored;
+  MutexLock l(&mu_);
+  if (from == KvSource::kPromptCache) ++counters_.prompt_cache_hits;
+  if (from == KvSource::kDisk) ++counters_.disk_hits;
+}
+
+void KvPrecache::Touch(const std::string& conversation, std::optional<TtlClass> ttl) {
+  MutexLock l(&mu_);
+  ConversationState& c = conversations_[conversation];
+  c.touched_ms = clock_->NowMs();
+  if (ttl) c.ttl = *ttl;
+}
+
+Result<GenerationResult> KvPrecache::Generate(Engine* engine, std::string_view conversation_id,
+                                              TtlClass ttl, GenerationRequest request,
+                                              const TextCallback& on_text,
+                                              const CancelFn& cancelled, KvOutcome* outcome) {
+  KvOutcome local;
+  KvOutcome* out = outcome != nullptr ? outcome : &local;
+  *out = KvOutcome{};
+  const std::string conversation(conversation_id);
+  int pinned = -1;
+  if (!conversation.empty()) {
+    ARBITER_ASSIGN_OR_RETURN(
+        ConversationHandle h,
+        registry_.Open(options_.model_key, conversation, static_cast<int>(slots_.size()),
+                       options_.conversation_ttl_ms));
+    pinned = h.slot_id;
+    Touch(conversation, ttl);
+  }
+  const int slot = TakeSlot(engine, pinned, request.prompt_ids, cancelled);
+  if (slot < 0) {
+    GenerationResult r;
+    r.prompt_tokens = static_cast<int>(request.prompt_ids.size());
+    r.finish_reason = FinishReason::kCancelled;
+    return r;
+  }
+  out->slot = slot;
+  PrepareSlot(engine, slot, conversation, request.prompt_ids, out);
+  request.slot = slot;
+  Result<GenerationResult> result = engine->Generate(request, on_text, cancelled);
+  GiveSlot(slot, conversation, ttl);
+  if (result.ok()) {
+    if (result->cached_tokens == 0) out->source = KvSource::kNone;
+    MutexLock l(&mu_);
+    ++counters_.requests;
+    counters_.prompt_tokens += static_cast<uint64_t>(result->prompt_tokens);
+    counters_.cached_tokens += static_cast<uint64_t>(result->cached_tokens);
+    counters_.copied_tokens += static_cast<uint64_t>(result->copied_tokens);
+    if (out->source == KvSource::kSlot) ++counters_.slot_hits;
+  }
+  return result;
+}
+
+Result<GenerationResult> KvPrecache::Prewarm(Engine* engine, std::string_view conversation_id,
+                                             std::vector<int32_t> prefix_ids, TtlClass ttl,
+                                             const CancelFn& cancelled) {
+  if (conversation_id.empty()) return InvalidArgumentError("prewarm: the conversation id is empty");
+  if (prefix_ids.empty()) return InvalidArgumentError("prewarm: the prefix is empty");
+  GenerationRequest req;
+  req.prompt_ids = prefix_ids;
+  req.max_tokens = 1;
+  req.sampling.temperature = 0.0f;
+  req.ignore_eos = true;
+  Result<GenerationResult> r = Generate(engine, conversation_id, ttl, std::move(req), nullptr,
+                                        cancelled, nullptr);
+  MutexLock l(&mu_);
+  if (!r.ok() || r->finish_reason == FinishReason::kCancelled) {
+    ++counters_.prewarm_failures;
+    return r;
+  }
+  ++counters_.prewarms;
+  ConversationState& c = conversations_[std::string(conversation_id)];
+  c.prewarm_prefix = std::move(prefix_ids);
+  c.touched_ms = clock_->NowMs();
+  return r;
+}
+
+int KvPrecache::KeepAlive(Engine* engine) {
+  const int64_t stale_ms = static_cast<int64_t>(kKeepAliveStaleFraction *
+                                                static_cast<double>(TtlMs(TtlClass::kShort,
+                                                                          options_.ttl)));
+  struct Due {
+    std::string conversation;
+    std::vector<int32_t> prefix;
+    TtlClass ttl;
+  };
+  std::vector<Due> due;
+  {
+    MutexLock l(&mu_);
+    const int64_t now = clock_->NowMs();
+    for (const auto& [id, c] : conversations_) {
+      if (!c.prewarm_prefix.empty() && now - c.touched_ms >= stale_ms) {
+        due.push_back({id, c.prewarm_prefix, c.ttl});
+      }
+    }
+  }
+  int rewarmed = 0;
+  for (Due& d : due) {
+    std::optional<ConversationHandle> h = registry_.Get(options_.model_key, d.conversation);
+    bool slot_is_ours = false;
+    if (h) {
+      MutexLock l(&mu_);
+      const SlotEntry& s = slots_[h->slot_id];
+      slot_is_ours = engine != nullptr && !s.busy && (s.owner.empty() || s.owner == d.conversation);
+    }
+    if (slot_is_ours) {
+      Result<GenerationResult> r = Prewarm(engine, d.conversation, d.prefix, d.ttl, nullptr);
+      if (r.ok()) {
+        ++rewarmed;
+        MutexLock l(&mu_);
+        ++counters_.keepalive_rewarms;
+        continue;
+      }
+      spdlog::warn("kv: model \"{}\": keep-alive of conversation \"{}\" failed: {}",
+                   options_.model_key, d.conversation, r.status().message());
+    }
+    // Parked elsewhere (host tier, disk) or the slot is taken: refresh the
+    // TTLs of what is saved instead of pulling it back.
+    if (options_.prompt_cache != nullptr) {
+      if (std::optional<KvSnapshot> snap =
+              options_.prompt_cache->Take(options_.model_key, d.conversation)) {
+        options_.prompt_cache->Put(options_.model_key, d.conversation, d.ttl, std::move(*snap));
+      }
+    }
+    if (options_.store != nullptr) options_.store->Touch(options_.model_hash, d.conversation);
+    Touch(d.conversation, std::nullopt);
+  }
+  return rewarmed;
+}
+
+bool KvPrecache::PersistAndForget(Engine* engine, const std::string& conversation,
+                                  std::optional<TtlClass> ttl) {
+  TtlClass cls = TtlClass::kShort;
+  int owned_slot = -1;
+  {
+    MutexLock l(&mu_);
+    auto it = conversations_.find(conversation);
+    if (it != conversations_.end()) cls = it->second.ttl;
+    if (ttl) cls = *ttl;
+    if (engine != nullptr && engine_ == engine) {
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        if (slots_[i].owner == conversation) owned_slot = static_cast<int>(i);
+      }
+    }
+  }
+  bool had_state = false;
+  if (owned_slot >= 0 && TakeSlot(engine, owned_slot, {}, nullptr) == owned_slot) {
+    bool still_ours = false;
+    {
+      MutexLock l(&mu_);
+      still_ours = slots_[owned_slot].owner == conversation;
+    }
+    if (still_ours) {
+      had_state = true;
+      PersistSlot(engine, owned_slot, conversation, cls);
+    }
+    // The slot keeps its tokens as anonymous cached prefix.
+    GiveSlot(owned_slot, still_ours ? std::string() : [&] {
+      MutexLock l(&mu_);
+      return slots_[owned_slot].owner;
+    }(), cls);
+  }
+  if (options_.prompt_cache != nullptr) {
+    if (std::optional<KvSnapshot> snap = options_.prompt_cache->Take(options_.model_key, conversation)) {
+      had_state = true;
+      PersistSnapshot(conversation, cls, *snap);
+    }
+  }
+  MutexLock l(&mu_);
+  conversations_.erase(conversation);
+  return had_state;
+}
+
+bool KvPrecache::Close(Engine* engine, std::string_view conversation_id) {
+  const std::string conversation(conversation_id);
+  const bool was_open = registry_.Close(options_.model_key, conversation);
+  const bool had_state = PersistAndForget(engine, conversation, std::nullopt);
+  return was_open || had_state;
+}
+
+std::vector<std::string> KvPrecache::EvictIdle(Engine* engine) {
+  std::vector<std::string> ids;
+  for (const ConversationHandle& h : registry_.EvictIdle()) {
+    PersistAndForget(engine, h.conversation_id, TtlClass::kLong);
+    ids.push_back(h.conversation_id);
+  }
+  return ids;
+}
+
+void KvPrecache::Shutdown(Engine* engine) {
+  DetachEngine(engine);
+  if (options_.prompt_cache != nullptr) options_.prompt_cache->SpillModel(options_.model_key);
+}
+
+std::vector<KvSlotView> KvPrecache::Slots() const {
+  MutexLock l(&mu_);
+  std::vector<SlotInfo> info;
+  if (engine_ != nullptr) info = engine_->Slots();
+  std::vector<KvSlotView> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    KvSlotView v;
+    v.index = static_cast<int>(i);
+    v.conversation_id = slots_[i].owner;
+    v.busy = slots_[i].busy || (i < info.size() && info[i].busy);
+    v.n_tokens = i < info.size() ? info[i].n_tokens : 0;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<KvPrewarmView> KvPrecache::Prewarmed() const {
+  MutexLock l(&mu_);
+  std::vector<KvPrewarmView> out;
+  const int64_t now = clock_->NowMs();
+  for (const auto& [id, c] : conversations_) {
+    if (c.prewarm_prefix.empty()) continue;
+    out.push_back({id, static_cast<int>(c.prewarm_prefix.size()), now - c.touched_ms});
+  }
+  return out;
+}
+
+KvPrecacheCounters KvPrecache::counters() const {
+  MutexLock l(&mu_);
+  return counters_;
+}
+
+}  // namespace arbiter
