@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -41,9 +42,10 @@ std::string_view KvSourceName(KvSource source) {
 KvPrecache::KvPrecache(KvPrecacheOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
-      registry_(clock_) {
+      registry_(clock_),
+      n_slots_(std::max(1, options_.n_slots)) {
   MutexLock l(&mu_);
-  slots_.resize(static_cast<size_t>(std::max(1, options_.n_slots)));
+  slots_.resize(static_cast<size_t>(n_slots_));
 }
 
 KvPrecache::~KvPrecache() = default;
@@ -97,7 +99,7 @@ int KvPrecache::TakeSlot(Engine* engine, int pinned, const std::vector<int32_t>&
   while (true) {
     std::vector<std::vector<int32_t>> tokens;
     if (pinned < 0) {
-      tokens.resize(slots_.size());
+      tokens.resize(static_cast<size_t>(n_slots_));
       for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = engine->SlotTokens(static_cast<int>(i));
     }
     {
@@ -107,20 +109,17 @@ int KvPrecache::TakeSlot(Engine* engine, int pinned, const std::vector<int32_t>&
       if (pinned >= 0) {
         if (!slots_[pinned].busy) chosen = pinned;
       } else {
-        size_t best = 0;
-        for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+        // Longest match; ties: a slot no conversation owns (nothing to
+        // stash), then the least recently used.
+        std::tuple<size_t, bool, uint64_t> best{};
+        for (int i = 0; i < n_slots_; ++i) {
           const SlotEntry& s = slots_[i];
           if (s.busy) continue;
-          const size_t lcp = CommonPrefix(tokens[i], prompt);
-          // Longest match; ties: a slot no conversation owns (nothing to
-          // stash), then the least recently used.
-          const auto rank = [&](int j) {
-            return std::make_tuple(j == i ? lcp : best, slots_[j].owner.empty(),
-                                   ~slots_[j].last_used);
-          };
-          if (chosen < 0 || rank(i) > rank(chosen)) {
+          const std::tuple<size_t, bool, uint64_t> rank{CommonPrefix(tokens[i], prompt),
+                                                        s.owner.empty(), ~s.last_used};
+          if (chosen < 0 || rank > best) {
             chosen = i;
-            best = lcp;
+            best = rank;
           }
         }
       }
@@ -269,7 +268,7 @@ Result<GenerationResult> KvPrecache::Generate(Engine* engine, std::string_view c
   if (!conversation.empty()) {
     ARBITER_ASSIGN_OR_RETURN(
         ConversationHandle h,
-        registry_.Open(options_.model_key, conversation, static_cast<int>(slots_.size()),
+        registry_.Open(options_.model_key, conversation, n_slots_,
                        options_.conversation_ttl_ms));
     pinned = h.slot_id;
     Touch(conversation, ttl);
@@ -401,14 +400,15 @@ bool KvPrecache::PersistAndForget(Engine* engine, const std::string& conversatio
       had_state = true;
       PersistSlot(engine, owned_slot, conversation, cls);
     }
-    // The slot keeps its tokens as anonymous cached prefix.
-    GiveSlot(owned_slot, still_ours ? std::string() : [&] {
-      MutexLock l(&mu_);
-      return slots_[owned_slot].owner;
-    }(), cls);
+    // The slot keeps its tokens (an anonymous cached prefix from now on).
+    MutexLock l(&mu_);
+    if (still_ours) slots_[owned_slot].owner.clear();
+    slots_[owned_slot].busy = false;
+    slot_freed_.SignalAll();
   }
   if (options_.prompt_cache != nullptr) {
-    if (std::optional<KvSnapshot> snap = options_.prompt_cache->Take(options_.model_key, conversation)) {
+    if (std::optional<KvSnapshot> snap =
+            options_.prompt_cache->Take(options_.model_key, conversation)) {
       had_state = true;
       PersistSnapshot(conversation, cls, *snap);
     }

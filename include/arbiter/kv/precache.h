@@ -238,6 +238,7 @@ class KvPrecache {
   const KvPrecacheOptions options_;
   Clock* const clock_;
   ConversationRegistry registry_;
+  const int n_slots_;  // slots_.size(), fixed
   mutable Mutex mu_;
   CondVar slot_freed_{&mu_};
   Engine* engine_ GUARDED_BY(mu_) = nullptr;
