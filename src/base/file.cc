@@ -125,11 +125,12 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
 
 Status WriteFileAtomicStreaming(
     const std::string& path,
-    const std::function<Status(const std::function<Status(const void*, size_t)>&)>& writer) {
+    const std::function<Status(const std::function<Status(const void*, size_t)>&)>& writer,
+    unsigned mode) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return ErrnoStatus(errno, "create " + tmp);
   auto fail = [&](Status s) {
     ::close(fd);
@@ -160,10 +161,9 @@ Status WriteFileAtomicStreaming(
   return OkStatus();
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view data) {
-  return WriteFileAtomicStreaming(path, [&](const auto& append) {
-    return append(data.data(), data.size());
-  });
+Status WriteFileAtomic(const std::string& path, std::string_view data, unsigned mode) {
+  return WriteFileAtomicStreaming(
+      path, [&](const auto& append) { return append(data.data(), data.size()); }, mode);
 }
 
 }  // namespace arbiter

@@ -98,7 +98,7 @@ Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
     PutU32(trailer, static_cast<uint32_t>(sum));
     PutU32(trailer + 4, static_cast<uint32_t>(sum >> 32));
     return append(trailer, sizeof(trailer));
-  });
+  }, /*mode=*/0600);  // conversation state: owner-only, like its directory
 }
 
 Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,

@@ -68,6 +68,9 @@ TEST_F(KvFileTest, RoundTrip) {
   ASSERT_TRUE(WriteKvFile(path_, s).ok());
   EXPECT_EQ(fs::file_size(path_), KvFileBytes(s));
   EXPECT_EQ(KvFileBytes(s), 64u + 4 * 5 + 8u * 2 * 5 * 8 + 8);
+  // Owner-only, whatever the umask allows.
+  EXPECT_EQ(fs::status(path_).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
   Result<KvSnapshot> r = ReadKvFile(path_, "0123456789abcdef");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->tokens, s.tokens);

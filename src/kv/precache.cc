@@ -223,8 +223,7 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
       from = KvSource::kDisk;
     } else if (loaded.status().code() != StatusCode::kNotFound) {
       outcome->warning = fmt::format(
-          "saved KV of conversation \"{}\" was not usable ({}); it was removed and the prompt "
-          "is prefilled cold",
+          "saved KV of conversation \"{}\" was not usable, the prompt is prefilled cold: {}",
           conversation, loaded.status().message());
       spdlog::warn("kv: model \"{}\": {}", options_.model_key, outcome->warning);
       MutexLock l(&mu_);

@@ -50,13 +50,15 @@ class MappedFile {
 // the file exceeds `max_bytes`.
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes = size_t{1} << 30);
 
-// Writes `data` to `path` atomically (see the protocol above).
-Status WriteFileAtomic(const std::string& path, std::string_view data);
+// Writes `data` to `path` atomically (see the protocol above). `mode`: the
+// new file's permission bits (before the umask).
+Status WriteFileAtomic(const std::string& path, std::string_view data, unsigned mode = 0644);
 
 // Same, streaming: `writer` is called with a function that appends bytes to
 // the temp file; returning a non-OK Status aborts and removes the temp file.
 Status WriteFileAtomicStreaming(
     const std::string& path,
-    const std::function<Status(const std::function<Status(const void*, size_t)>& append)>& writer);
+    const std::function<Status(const std::function<Status(const void*, size_t)>& append)>& writer,
+    unsigned mode = 0644);
 
 }  // namespace arbiter

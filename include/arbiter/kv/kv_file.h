@@ -43,7 +43,8 @@ inline constexpr uint32_t kKvFileMaxTokens = 1 << 22;
 // Bytes of the file `snapshot` makes.
 uint64_t KvFileBytes(const KvSnapshot& snapshot);
 
-// Writes `snapshot` to `path` atomically.
+// Writes `snapshot` to `path` atomically, mode 0600 (the KV of a
+// conversation is the user's data).
 // Errors: kInvalidArgument when the snapshot is inconsistent (model hash not
 // 16 chars, kv.size() ≠ n_layers·2·n_tokens·kv_dim, a dimension over the
 // reader's bounds, a negative token id); the file-system error (the old
