@@ -25,6 +25,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 #include <map>
 #include <sstream>
 #include <string>
@@ -409,6 +411,51 @@ TEST_F(KvE2E, HostileConversationIdsStayInsideTheKvDirectory) {
   }
   EXPECT_FALSE(fs::exists(fs::path(state_).parent_path() / "x"));
   EXPECT_FALSE(fs::exists(fs::path(state_) / "x"));
+}
+
+// The maintenance thread with short windows: an idle conversation is saved
+// as .long and closed, a .short file is swept once its TTL passes, and a
+// prewarmed conversation is re-warmed by the keep-alive before its short TTL
+// runs out.
+TEST_F(KvE2E, MaintenanceSavesIdleConversationsSweepsAndKeepsAlive) {
+  Proc p = Start(
+      "ttl_short = \"2s\"\nkeepalive_interval = \"300ms\"\neviction_interval = \"1s\"\n"
+      "conversation_ttl = \"5s\"");
+  ASSERT_EQ(Chat(p, "goes-idle", json::array({User("I will be quiet now.")})).status, 200);
+  ASSERT_EQ(Chat(p, "short-lived", json::array({User("Close me soon.")})).status, 200);
+  httplib::Client cli("127.0.0.1", p.port);
+  auto r = cli.Post("/admin/conversations/short-lived/close?model=chat", "", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  auto has_file = [&](const std::string& name) {
+    for (const fs::path& f : KvFiles()) {
+      if (f.filename() == name) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_file("short-lived.short.bin"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto wait_for = [&](const std::function<bool()>& done) {
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return done();
+  };
+  EXPECT_TRUE(wait_for([&] { return has_file("goes-idle.long.bin"); }));
+  EXPECT_TRUE(wait_for([&] { return !has_file("short-lived.short.bin"); }));
+  EXPECT_TRUE(wait_for([&] { return Get(p, "/admin/kv")["files_swept"].get<int>() >= 1; }));
+  // Keep-alive: prewarmed, then left alone for longer than the short TTL.
+  ASSERT_EQ(Post(p, "/admin/prewarm",
+                 {{"model", "chat"}, {"conversation_id", "kept"}, {"prompt", "stable prefix text"}})
+                ->status,
+            200);
+  EXPECT_TRUE(wait_for([&] {
+    return Get(p, "/admin/kv")["models"][0]["counters"]["keepalive_rewarms"].get<int>() >= 2;
+  }));
+  json kv = Get(p, "/admin/kv");
+  for (const json& w : kv["models"][0]["prewarmed"]) {
+    if (w["conversation_id"] == "kept") EXPECT_LT(w["idle_ms"].get<int>(), 2000) << kv.dump(2);
+  }
 }
 
 }  // namespace

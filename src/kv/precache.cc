@@ -248,10 +248,11 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
   if (from == KvSource::kDisk) ++counters_.disk_hits;
 }
 
-void KvPrecache::Touch(const std::string& conversation, std::optional<TtlClass> ttl) {
+void KvPrecache::Touch(const std::string& conversation, std::optional<TtlClass> ttl, bool use) {
   MutexLock l(&mu_);
   ConversationState& c = conversations_[conversation];
   c.touched_ms = clock_->NowMs();
+  if (use) c.used_ms = c.touched_ms;
   if (ttl) c.ttl = *ttl;
 }
 
@@ -259,6 +260,14 @@ Result<GenerationResult> KvPrecache::Generate(Engine* engine, std::string_view c
                                               TtlClass ttl, GenerationRequest request,
                                               const TextCallback& on_text,
                                               const CancelFn& cancelled, KvOutcome* outcome) {
+  return Run(engine, conversation_id, ttl, std::move(request), on_text, cancelled, outcome,
+             /*use=*/true);
+}
+
+Result<GenerationResult> KvPrecache::Run(Engine* engine, std::string_view conversation_id,
+                                         TtlClass ttl, GenerationRequest request,
+                                         const TextCallback& on_text, const CancelFn& cancelled,
+                                         KvOutcome* outcome, bool use) {
   KvOutcome local;
   KvOutcome* out = outcome != nullptr ? outcome : &local;
   *out = KvOutcome{};
@@ -270,7 +279,7 @@ Result<GenerationResult> KvPrecache::Generate(Engine* engine, std::string_view c
         registry_.Open(options_.model_key, conversation, n_slots_,
                        options_.conversation_ttl_ms));
     pinned = h.slot_id;
-    Touch(conversation, ttl);
+    Touch(conversation, ttl, use);
   }
   const int slot = TakeSlot(engine, pinned, request.prompt_ids, cancelled);
   if (slot < 0) {
@@ -299,6 +308,12 @@ Result<GenerationResult> KvPrecache::Generate(Engine* engine, std::string_view c
 Result<GenerationResult> KvPrecache::Prewarm(Engine* engine, std::string_view conversation_id,
                                              std::vector<int32_t> prefix_ids, TtlClass ttl,
                                              const CancelFn& cancelled) {
+  return PrewarmImpl(engine, conversation_id, std::move(prefix_ids), ttl, cancelled, /*use=*/true);
+}
+
+Result<GenerationResult> KvPrecache::PrewarmImpl(Engine* engine, std::string_view conversation_id,
+                                                 std::vector<int32_t> prefix_ids, TtlClass ttl,
+                                                 const CancelFn& cancelled, bool use) {
   if (conversation_id.empty()) return InvalidArgumentError("prewarm: the conversation id is empty");
   if (prefix_ids.empty()) return InvalidArgumentError("prewarm: the prefix is empty");
   GenerationRequest req;
@@ -306,8 +321,8 @@ Result<GenerationResult> KvPrecache::Prewarm(Engine* engine, std::string_view co
   req.max_tokens = 1;
   req.sampling.temperature = 0.0f;
   req.ignore_eos = true;
-  Result<GenerationResult> r = Generate(engine, conversation_id, ttl, std::move(req), nullptr,
-                                        cancelled, nullptr);
+  Result<GenerationResult> r =
+      Run(engine, conversation_id, ttl, std::move(req), nullptr, cancelled, nullptr, use);
   MutexLock l(&mu_);
   if (!r.ok() || r->finish_reason == FinishReason::kCancelled) {
     ++counters_.prewarm_failures;
@@ -317,6 +332,7 @@ Result<GenerationResult> KvPrecache::Prewarm(Engine* engine, std::string_view co
   ConversationState& c = conversations_[std::string(conversation_id)];
   c.prewarm_prefix = std::move(prefix_ids);
   c.touched_ms = clock_->NowMs();
+  if (use) c.used_ms = c.touched_ms;
   return r;
 }
 
@@ -334,7 +350,9 @@ int KvPrecache::KeepAlive(Engine* engine) {
     MutexLock l(&mu_);
     const int64_t now = clock_->NowMs();
     for (const auto& [id, c] : conversations_) {
-      if (!c.prewarm_prefix.empty() && now - c.touched_ms >= stale_ms) {
+      // A conversation nobody used for conversation_ttl is left to close.
+      if (!c.prewarm_prefix.empty() && now - c.touched_ms >= stale_ms &&
+          (id == kSystemPrefixConversation || now - c.used_ms <= options_.conversation_ttl_ms)) {
         due.push_back({id, c.prewarm_prefix, c.ttl});
       }
     }
@@ -349,7 +367,8 @@ int KvPrecache::KeepAlive(Engine* engine) {
       slot_is_ours = engine != nullptr && !s.busy && (s.owner.empty() || s.owner == d.conversation);
     }
     if (slot_is_ours) {
-      Result<GenerationResult> r = Prewarm(engine, d.conversation, d.prefix, d.ttl, nullptr);
+      Result<GenerationResult> r =
+          PrewarmImpl(engine, d.conversation, d.prefix, d.ttl, nullptr, /*use=*/false);
       if (r.ok()) {
         ++rewarmed;
         MutexLock l(&mu_);
@@ -368,7 +387,7 @@ int KvPrecache::KeepAlive(Engine* engine) {
       }
     }
     if (options_.store != nullptr) options_.store->Touch(options_.model_hash, d.conversation);
-    Touch(d.conversation, std::nullopt);
+    Touch(d.conversation, std::nullopt, /*use=*/false);
   }
   return rewarmed;
 }
@@ -426,9 +445,22 @@ bool KvPrecache::Close(Engine* engine, std::string_view conversation_id) {
 
 std::vector<std::string> KvPrecache::EvictIdle(Engine* engine) {
   std::vector<std::string> ids;
-  for (const ConversationHandle& h : registry_.EvictIdle()) {
-    PersistAndForget(engine, h.conversation_id, TtlClass::kLong);
-    ids.push_back(h.conversation_id);
+  for (const ConversationHandle& h : registry_.EvictIdle()) ids.push_back(h.conversation_id);
+  // Keep-alive re-warms touch the registry too; idleness counts real use
+  // (requests, explicit prewarms) only. The system prefix stays.
+  {
+    MutexLock l(&mu_);
+    const int64_t now = clock_->NowMs();
+    for (const auto& [id, c] : conversations_) {
+      if (id != kSystemPrefixConversation && now - c.used_ms > options_.conversation_ttl_ms &&
+          std::find(ids.begin(), ids.end(), id) == ids.end()) {
+        ids.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : ids) {
+    registry_.Close(options_.model_key, id);
+    PersistAndForget(engine, id, TtlClass::kLong);
   }
   return ids;
 }

@@ -75,7 +75,8 @@ class PrecacheTest : public ::testing::Test {
     return std::make_unique<PromptCache>(std::move(po));
   }
 
-  std::unique_ptr<KvPrecache> MakePrecache(int n_slots, PromptCache* pc) {
+  std::unique_ptr<KvPrecache> MakePrecache(int n_slots, PromptCache* pc,
+                                           int64_t conversation_ttl_ms = 60000) {
     KvPrecacheOptions o;
     o.model_key = "tiny";
     o.model_hash = kHash;
@@ -83,7 +84,7 @@ class PrecacheTest : public ::testing::Test {
     o.store = store_.get();
     o.prompt_cache = pc;
     o.clock = &clock_;
-    o.conversation_ttl_ms = 60000;
+    o.conversation_ttl_ms = conversation_ttl_ms;
     return std::make_unique<KvPrecache>(std::move(o));
   }
 
@@ -352,7 +353,7 @@ TEST_F(PrecacheTest, PrewarmThenFirstTurnComputesOnlyTheNewTokens) {
 // it has been idle for 0.8 × the short TTL, by its own clock.
 TEST_F(PrecacheTest, KeepAliveIsPerConversationAndBeforeTheShortTtl) {
   std::unique_ptr<Engine> e = LoadEngine(2);
-  std::unique_ptr<KvPrecache> pc = MakePrecache(2, nullptr);
+  std::unique_ptr<KvPrecache> pc = MakePrecache(2, nullptr, /*conversation_ttl_ms=*/3600000);
   ASSERT_TRUE(pc->Prewarm(e.get(), "early", Ids(20, 23), TtlClass::kShort, nullptr).ok());
   clock_.AdvanceMs(120000);
   ASSERT_TRUE(pc->Prewarm(e.get(), "late", Ids(20, 24), TtlClass::kShort, nullptr).ok());
@@ -374,6 +375,35 @@ TEST_F(PrecacheTest, KeepAliveIsPerConversationAndBeforeTheShortTtl) {
   // Not loaded: nothing is computed.
   clock_.AdvanceMs(300000);
   EXPECT_EQ(pc->KeepAlive(nullptr), 0);
+}
+
+// Keep-alive re-warms are not use: a prewarmed conversation nobody uses is
+// re-warmed only within conversation_ttl, then closed and saved; the
+// system prefix is kept warm regardless.
+TEST_F(PrecacheTest, AnAbandonedPrewarmedConversationStopsBeingKeptAlive) {
+  std::unique_ptr<Engine> e = LoadEngine(2);
+  std::unique_ptr<KvPrecache> pc = MakePrecache(2, nullptr, /*conversation_ttl_ms=*/600000);
+  ASSERT_TRUE(pc->Prewarm(e.get(), "abandoned", Ids(20, 27), TtlClass::kShort, nullptr).ok());
+  ASSERT_TRUE(
+      pc->Prewarm(e.get(), kSystemPrefixConversation, Ids(20, 28), TtlClass::kLong, nullptr).ok());
+  int rewarms = 0;
+  for (int i = 0; i < 5; ++i) {  // 5 × 240 s = 20 min > 10 min
+    clock_.AdvanceMs(240000);
+    rewarms += pc->KeepAlive(e.get());
+    pc->EvictIdle(e.get());
+  }
+  // abandoned: re-warmed at 4 and 8 min (used 8 min ago ≤ 10), then no more;
+  // the system prefix: every pass.
+  EXPECT_EQ(rewarms, 2 + 5);
+  auto open = [&](const std::string& id) {
+    for (const ConversationHandle& h : pc->registry().OpenHandles("tiny")) {
+      if (h.conversation_id == id) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(open("abandoned"));
+  EXPECT_TRUE(fs::exists(FileOf("abandoned", TtlClass::kLong)));
+  EXPECT_TRUE(open(kSystemPrefixConversation));
 }
 
 TEST_F(PrecacheTest, IdleConversationsAreSavedAsLongAndClosed) {

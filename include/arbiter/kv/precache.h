@@ -174,7 +174,8 @@ class KvPrecache {
                                    const CancelFn& cancelled) EXCLUDES(mu_);
 
   // Re-warms every prewarmed conversation untouched for ≥
-  // kKeepAliveStaleFraction × ttl_short whose slot is free and not owned by
+  // kKeepAliveStaleFraction × ttl_short (and used within conversation_ttl_ms,
+  // or the system prefix) whose slot is free and not owned by
   // another conversation (a conversation parked in the host tier is not
   // pulled back: its prompt-cache entry and file get their TTL refreshed
   // instead). Returns how many were re-warmed. Failures are logged, counted
@@ -186,7 +187,11 @@ class KvPrecache {
   // `engine` may be null (model not loaded: only the host tier is saved).
   bool Close(Engine* engine, std::string_view conversation_id) EXCLUDES(mu_);
   // Closes the conversations idle past conversation_ttl_ms, persisting each
-  // one's KV as .long (reference §2.3). Returns their ids.
+  // one's KV as .long (reference §2.3). Returns their ids. Idle means no
+  // request and no explicit prewarm: the keep-alive's re-warms do not count
+  // (the keep-alive stops re-warming a conversation idle that long), so an
+  // abandoned prewarmed conversation is closed like any other —
+  // "__system_prefix__" excepted.
   std::vector<std::string> EvictIdle(Engine* engine) EXCLUDES(mu_);
   // Persists every owned slot and every prompt-cache entry of this model.
   void Shutdown(Engine* engine) EXCLUDES(mu_);
@@ -210,7 +215,8 @@ class KvPrecache {
   struct ConversationState {
     TtlClass ttl = TtlClass::kShort;
     std::vector<int32_t> prewarm_prefix;  // empty: never prewarmed
-    int64_t touched_ms = 0;
+    int64_t touched_ms = 0;  // last request, prewarm or keep-alive re-warm
+    int64_t used_ms = 0;     // last request or explicit prewarm
   };
 
   // Waits for and marks busy the slot to use (pinned: `pinned`; else the
@@ -230,8 +236,18 @@ class KvPrecache {
   // entry) to disk, class `ttl` (nullopt: its own), and forgets it.
   bool PersistAndForget(Engine* engine, const std::string& conversation,
                         std::optional<TtlClass> ttl) EXCLUDES(mu_);
-  // Marks the conversation used now (keep-alive clock); sets its class.
-  void Touch(const std::string& conversation, std::optional<TtlClass> ttl) EXCLUDES(mu_);
+  // Marks the conversation touched now (keep-alive clock) and, with `use`,
+  // used (idleness clock); sets its class.
+  void Touch(const std::string& conversation, std::optional<TtlClass> ttl, bool use) EXCLUDES(mu_);
+  // Generate / Prewarm; `use` false for the keep-alive's own re-warms, which
+  // do not count as use of the conversation.
+  Result<GenerationResult> Run(Engine* engine, std::string_view conversation_id, TtlClass ttl,
+                               GenerationRequest request, const TextCallback& on_text,
+                               const CancelFn& cancelled, KvOutcome* outcome, bool use)
+      EXCLUDES(mu_);
+  Result<GenerationResult> PrewarmImpl(Engine* engine, std::string_view conversation_id,
+                                       std::vector<int32_t> prefix_ids, TtlClass ttl,
+                                       const CancelFn& cancelled, bool use) EXCLUDES(mu_);
   // Attaches `engine` when it is not the attached one (a reload).
   void AttachLocked(Engine* engine) REQUIRES(mu_);
 
