@@ -564,17 +564,22 @@ int RunServe(const ServeFlags& f) {
   // evict idle models when the ledger is full (reclaim); it must outlive the
   // arbiter, whose engines compute from it.
   MemoryLedger ledger(config.budget_bytes);
-  std::atomic<MemoryArbiter*> reclaimer{nullptr};
-  Result<std::unique_ptr<ServeWeights>> weights =
-      MakeServeWeights(config, &ledger, [&reclaimer](uint64_t bytes) -> uint64_t {
-        MemoryArbiter* a = reclaimer.load();
-        return a != nullptr ? a->ReclaimIdle(bytes) : 0;
-      });
-  if (!weights.ok()) return Fail(weights.status().message());
   // The KV precache: constructed before the arbiter and destroyed after it,
   // since freeing an engine saves its slots' conversations through it.
   Result<std::unique_ptr<ServeKv>> kv = MakeServeKv(config, &ledger);
   if (!kv.ok()) return Fail(kv.status().message());
+  std::atomic<MemoryArbiter*> reclaimer{nullptr};
+  // Room for weights: the prompt cache spills to disk first (its KV is
+  // restorable), then idle models are evicted.
+  PromptCache* prompt_cache = (*kv)->prompt_cache.get();
+  Result<std::unique_ptr<ServeWeights>> weights = MakeServeWeights(
+      config, &ledger, [&reclaimer, prompt_cache](uint64_t bytes) -> uint64_t {
+        uint64_t freed = prompt_cache != nullptr ? prompt_cache->Spill(bytes) : 0;
+        if (freed >= bytes) return freed;
+        MemoryArbiter* a = reclaimer.load();
+        return freed + (a != nullptr ? a->ReclaimIdle(bytes - freed) : 0);
+      });
+  if (!weights.ok()) return Fail(weights.status().message());
   MemoryArbiter arbiter({.ledger = &ledger,
                          .pressure_source = pressure->composite.get(),
                          .refuse_over_budget = true});
