@@ -351,6 +351,7 @@ Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
   snapshot.kv_dim = static_cast<uint32_t>(d.kv_dim);
   try {
     snapshot.tokens = tokens;
+    // Not zeroed (KvBufferAllocator): ReadRows overwrites every value.
     snapshot.kv.resize(size_t{2} * d.n_layers * d.kv_dim * tokens.size());
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("SaveSlot(" + std::to_string(slot) + "): no memory for " +

@@ -161,7 +161,7 @@ Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::stri
       return DataLossError(fmt::format("{}: token {} has a negative id {}", name, i, s.tokens[i]));
     }
   }
-  s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);
+  s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);  // not zeroed: overwritten next
   if (!s.kv.empty()) {
     std::memcpy(s.kv.data(), data + kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t),
                 s.kv.size() * sizeof(float));
