@@ -516,10 +516,8 @@ Status WriteThenFsync(const std::string& path, const std::vector<uint8_t>& data,
 
 Status KvBench::RunSaveRestore(KvBenchResult* r) {
   KvSaveRestoreResult& s = r->save_restore;
-  const std::string id = "save-bench";
-  const std::string path = store_->PathFor(hash_, id, TtlClass::kShort);
-  std::vector<double> save_slot, write_file, save_total, read_file, restore_slot, file_to_slot,
-      write_nofsync, fsync, memcpy_gb_s;
+  std::vector<double> save_slot, write_file, save_total, rewrite_file, resave_total, read_file,
+      restore_slot, file_to_slot, write_nofsync, fsync, memcpy_gb_s;
   std::vector<uint8_t> raw;  // the context write's bytes (file size, arbitrary content)
   for (int rep = 0; rep < o_.repetitions; ++rep) {
     for (int slot = 0; slot < o_.n_slots; ++slot) {
@@ -535,10 +533,17 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
     }
     snap.model_hash = hash_;
 
+    // A conversation saved for the first time, then saved again.
+    const std::string id = fmt::format("save-{}", rep);
+    const std::string path = store_->PathFor(hash_, id, TtlClass::kShort);
     t0 = NowMs();
     ARBITER_ASSIGN_OR_RETURN(uint64_t written, store_->Save(id, TtlClass::kShort, snap));
     write_file.push_back(NowMs() - t0);
     save_total.push_back(save_slot.back() + write_file.back());
+    t0 = NowMs();
+    ARBITER_ASSIGN_OR_RETURN(written, store_->Save(id, TtlClass::kShort, snap));
+    rewrite_file.push_back(NowMs() - t0);
+    resave_total.push_back(save_slot.back() + rewrite_file.back());
     std::error_code ec;
     const uint64_t on_disk = fs::file_size(path, ec);
     if (written != KvFileBytes(snap) || on_disk != written) {
@@ -593,12 +598,14 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
     fsync.push_back(f_ms);
 
     memcpy_gb_s.push_back(MeasureMemcpyBandwidth(s.snapshot_bytes, 1) / 1e9);
+    store_->Remove(hash_, id);
   }
-  store_->Remove(hash_, id);
 
   s.save_slot_ms = Summarize(save_slot);
   s.write_file_ms = Summarize(write_file);
   s.save_total_ms = Summarize(save_total);
+  s.rewrite_file_ms = Summarize(rewrite_file);
+  s.resave_total_ms = Summarize(resave_total);
   s.read_file_ms = Summarize(read_file);
   s.restore_slot_ms = Summarize(restore_slot);
   s.file_to_slot_ms = Summarize(file_to_slot);
@@ -617,6 +624,7 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
   s.target_save_total_ms = 2.0 * s.ref_save_ms * static_cast<double>(s.file_bytes) / s.ref_bytes;
   s.file_to_slot_target_met = s.file_to_slot_gb_s >= s.target_file_to_slot_gb_s;
   s.save_target_met = s.save_total_ms.p50 <= s.target_save_total_ms;
+  s.resave_target_met = s.resave_total_ms.p50 <= s.target_save_total_ms;
   return OkStatus();
 }
 
@@ -867,9 +875,13 @@ std::string FormatKvBench(const KvBenchResult& r) {
                        gb_s > 0 ? fmt::format("{:.2f}", gb_s) : std::string("")));
     };
     row("SaveSlot (slot → snapshot)", s.save_slot_ms, s.save_slot_gb_s);
-    row("KvStore::Save (write, fsync, rename)", s.write_file_ms, s.write_file_gb_s);
+    row("KvStore::Save, new file (write, fsync, rename)", s.write_file_ms, s.write_file_gb_s);
     row("save total (SaveSlot + KvStore::Save)", s.save_total_ms,
         GbS(s.file_bytes, s.save_total_ms.p50));
+    row("KvStore::Save over the previous file", s.rewrite_file_ms,
+        GbS(s.file_bytes, s.rewrite_file_ms.p50));
+    row("re-save total (SaveSlot + Save over)", s.resave_total_ms,
+        GbS(s.file_bytes, s.resave_total_ms.p50));
     row("ReadKvFile (page cache warm, validated)", s.read_file_ms, s.read_file_gb_s);
     row("RestoreSlot (snapshot → slot)", s.restore_slot_ms, s.restore_slot_gb_s);
     row("file → slot (Load + RestoreSlot + free)", s.file_to_slot_ms, s.file_to_slot_gb_s);
@@ -892,6 +904,8 @@ std::string FormatKvBench(const KvBenchResult& r) {
                     "{:.1f} ms: {:.1f} ms p50 — {}",
                     s.ref_save_ms, s.file_bytes / 1e6, s.ref_bytes / 1e6, s.target_save_total_ms,
                     s.save_total_ms.p50, s.save_target_met ? "met" : "MISSED"));
+    line(fmt::format("  same bound, re-save over the previous file: {:.1f} ms p50 — {}",
+                     s.resave_total_ms.p50, s.resave_target_met ? "met" : "MISSED"));
     line(
         fmt::format("  raw ms vs llama.cpp (our bytes are {:.2f}× theirs): save {:.1f} vs {:.1f} "
                     "ms, load {:.1f} vs {:.1f} ms",

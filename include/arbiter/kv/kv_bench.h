@@ -47,8 +47,11 @@
 //
 //   Save and restore — the prefix in slot 0; per repetition:
 //     save_slot     Engine::SaveSlot(0) (slot → KvSnapshot)
-//     write_file    KvStore::Save of that snapshot (WriteKvFile: temp file,
-//                   fsync, rename, fsync of the directory)
+//     write_file    KvStore::Save of that snapshot as a conversation saved
+//                   for the first time (WriteKvFile: temp file, fsync,
+//                   rename, fsync of the directory)
+//     rewrite_file  KvStore::Save of it again: the rename replaces (frees)
+//                   the conversation's previous file
 //     read_file     ReadKvFile of that file (page cache warm), validated
 //     restore_slot  Engine::RestoreSlot(1, snapshot)
 //     file_to_slot  KvStore::Load + RestoreSlot(1) + freeing the snapshot:
@@ -61,8 +64,9 @@
 //   Reference (the issue, llama.cpp on this machine class): a 2000-token
 //   16 MB state saved in 7.4 ms and loaded in 3.8 ms, no fsync. Targets:
 //   file_to_slot ≥ 4 GB/s; save_slot + write_file (with fsync) ≤ 2 × 7.4 ms
-//   × our file bytes / 16e6 B (our K/V is f32, so about twice their bytes).
-//   Judged on the p50.
+//   × our file bytes / 16e6 B (our K/V is f32, so about twice their bytes);
+//   the same bound is also checked for save_slot + rewrite_file. Judged on
+//   the p50.
 //
 //   Shared prefix (peers.md 1) — for each length in shared_prefix_tokens:
 //   shared_requests requests without a conversation id, one at a time, each
@@ -167,9 +171,11 @@ struct KvSaveRestoreResult {
   uint64_t snapshot_bytes = 0;  // KvSnapshot::MemoryBytes (tokens + K/V)
   uint64_t file_bytes = 0;      // KvFileBytes = what KvStore::Save wrote
   KvBenchStat save_slot_ms;
-  KvBenchStat write_file_ms;  // KvStore::Save, fsync included
-  KvBenchStat save_total_ms;  // save_slot + write_file, per repetition
-  KvBenchStat read_file_ms;   // ReadKvFile, page cache warm
+  KvBenchStat write_file_ms;    // KvStore::Save of a new conversation, fsync included
+  KvBenchStat save_total_ms;    // save_slot + write_file, per repetition
+  KvBenchStat rewrite_file_ms;  // KvStore::Save over the conversation's previous file
+  KvBenchStat resave_total_ms;  // save_slot + rewrite_file, per repetition
+  KvBenchStat read_file_ms;     // ReadKvFile, page cache warm
   KvBenchStat restore_slot_ms;
   KvBenchStat file_to_slot_ms;  // KvStore::Load + RestoreSlot + free
   // Context, same byte count as the file.
@@ -195,7 +201,8 @@ struct KvSaveRestoreResult {
   double target_file_to_slot_gb_s = 4.0;
   double target_save_total_ms = 0;  // 2 × ref_save_ms × file_bytes / ref_bytes
   bool file_to_slot_target_met = false;
-  bool save_target_met = false;
+  bool save_target_met = false;    // save_total p50 ≤ target_save_total_ms
+  bool resave_target_met = false;  // resave_total p50 ≤ target_save_total_ms
 };
 
 struct KvSharedPrefixCase {
