@@ -62,6 +62,19 @@ struct KvBufferAllocator {
 // K/V values of a snapshot; a std::vector whose resize() does not zero.
 using KvFloats = std::vector<float, KvBufferAllocator<float>>;
 
+// A snapshot's arrays read in place from memory someone else owns (a
+// KvSnapshot, a mapped KV file: kv_file.h MapKvFile), so a restore from
+// disk copies each K/V byte once. Same layout as KvSnapshot. The memory
+// must outlive every use of the view.
+struct KvSnapshotView {
+  uint32_t n_layers = 0;
+  uint32_t kv_dim = 0;
+  const int32_t* tokens = nullptr;  // [n_tokens]
+  size_t n_tokens = 0;
+  const float* kv = nullptr;  // [n_layers, 2, n_tokens, kv_dim]
+  size_t kv_floats = 0;       // values at `kv`
+};
+
 // One sequence's KV prefix: `tokens` and, for positions [0, n_tokens), the
 // K and V rows of every layer.
 struct KvSnapshot {
@@ -78,6 +91,10 @@ struct KvSnapshot {
   // Bytes held in memory (tokens + K/V), what the prompt cache charges.
   uint64_t MemoryBytes() const {
     return tokens.size() * sizeof(int32_t) + kv.size() * sizeof(float);
+  }
+  // A view of this snapshot's arrays (valid while it is alive and unchanged).
+  KvSnapshotView View() const {
+    return {n_layers, kv_dim, tokens.data(), tokens.size(), kv.data(), kv.size()};
   }
 };
 
