@@ -105,8 +105,8 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   EXPECT_EQ(s.file_bytes, 64 + 4u * prefix + kv_bytes + 8);
   for (const KvBenchStat* st :
        {&s.save_slot_ms, &s.write_file_ms, &s.save_total_ms, &s.rewrite_file_ms, &s.resave_total_ms,
-        &s.read_file_ms, &s.restore_slot_ms, &s.file_to_slot_ms, &s.write_nofsync_ms, &s.fsync_ms,
-        &s.memcpy_gb_s}) {
+        &s.read_file_ms, &s.restore_slot_ms, &s.file_to_slot_ms, &s.file_to_slot_copy_ms,
+        &s.write_nofsync_ms, &s.fsync_ms, &s.memcpy_gb_s}) {
     EXPECT_EQ(st->samples, static_cast<size_t>(o.repetitions));
   }
   EXPECT_DOUBLE_EQ(s.target_save_total_ms, 2 * 7.4 * static_cast<double>(s.file_bytes) / 16e6);

@@ -442,6 +442,7 @@ int RunBenchKv(const KvBenchOptions& options, bool json) {
                        {"read_file_ms", KvStatJson(s.read_file_ms)},
                        {"restore_slot_ms", KvStatJson(s.restore_slot_ms)},
                        {"file_to_slot_ms", KvStatJson(s.file_to_slot_ms)},
+                       {"file_to_slot_copy_ms", KvStatJson(s.file_to_slot_copy_ms)},
                        {"write_nofsync_ms", KvStatJson(s.write_nofsync_ms)},
                        {"fsync_ms", KvStatJson(s.fsync_ms)},
                        {"memcpy_gb_s", KvStatJson(s.memcpy_gb_s)},

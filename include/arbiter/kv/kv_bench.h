@@ -54,9 +54,12 @@
 //                   the conversation's previous file
 //     read_file     ReadKvFile of that file (page cache warm), validated
 //     restore_slot  Engine::RestoreSlot(1, snapshot)
-//     file_to_slot  KvStore::Load + RestoreSlot(1) + freeing the snapshot:
-//                   what a disk restore costs a request
-//   and as context in the same run: write() of as many bytes without fsync
+//     file_to_slot  KvStore::LoadMapped + RestoreSlot(1) of the mapped
+//                   file's view + unmapping: what a disk restore costs a
+//                   request (KvPrecache restores the same way)
+//   and as context in the same run: the restore through a KvSnapshot
+//   (KvStore::Load + RestoreSlot + free: two copies); write() of as many
+//   bytes without fsync
 //   (+ close), then the fsync of that file alone; memcpy bandwidth
 //   (MeasureMemcpyBandwidth, snapshot bytes, 1 thread, best of 5) next to
 //   each repetition. GB/s use the file's bytes for file operations and the
@@ -177,7 +180,8 @@ struct KvSaveRestoreResult {
   KvBenchStat resave_total_ms;  // save_slot + rewrite_file, per repetition
   KvBenchStat read_file_ms;     // ReadKvFile, page cache warm
   KvBenchStat restore_slot_ms;
-  KvBenchStat file_to_slot_ms;  // KvStore::Load + RestoreSlot + free
+  KvBenchStat file_to_slot_ms;       // KvStore::LoadMapped + RestoreSlot(view) + unmap
+  KvBenchStat file_to_slot_copy_ms;  // context: KvStore::Load + RestoreSlot + free
   // Context, same byte count as the file.
   KvBenchStat write_nofsync_ms;  // write() + close, no fsync
   KvBenchStat fsync_ms;          // fsync of that file afterwards
