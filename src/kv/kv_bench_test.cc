@@ -81,6 +81,7 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
     EXPECT_EQ(k.source, sources[i]);
     EXPECT_EQ(k.ttft_ms.samples, static_cast<size_t>(o.repetitions));
     EXPECT_EQ(k.prefill_ms.samples, static_cast<size_t>(o.repetitions));
+    EXPECT_EQ(k.overhead_ms.samples, static_cast<size_t>(o.repetitions));
     EXPECT_EQ(k.prompt_tokens, prefix + turn);
     EXPECT_EQ(k.cached_tokens + k.computed_tokens, k.prompt_tokens);
     if (k.name == "cold") {

@@ -417,6 +417,7 @@ int RunBenchKv(const KvBenchOptions& options, bool json) {
                         {"source", k.source},
                         {"ttft_ms", KvStatJson(k.ttft_ms)},
                         {"prefill_ms", KvStatJson(k.prefill_ms)},
+                        {"overhead_ms", KvStatJson(k.overhead_ms)},
                         {"ratio_best", k.ratio_best},
                         {"ratio_p50", k.ratio_p50},
                         {"prompt_tokens", k.prompt_tokens},

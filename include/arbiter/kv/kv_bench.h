@@ -156,8 +156,12 @@ struct KvTtftCase {
   std::string source;      // KvSourceName of the outcome ("" for ideal: no precache)
   KvBenchStat ttft_ms;     // wall of the Generate call
   KvBenchStat prefill_ms;  // the engine's timings.prefill_ms
-  double ratio_best = 0;   // ttft best / ideal ttft best
-  double ratio_p50 = 0;    // ttft p50 / ideal ttft p50
+  // ttft − prefill_ms of each repetition: what the case adds around the
+  // compute (slot wait, stash, restore, the sample), free of the prefill's
+  // own run-to-run spread.
+  KvBenchStat overhead_ms;
+  double ratio_best = 0;  // ttft best / ideal ttft best
+  double ratio_p50 = 0;   // ttft p50 / ideal ttft p50
   // Of every repetition (checked equal).
   int prompt_tokens = 0;
   int cached_tokens = 0;
