@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -123,6 +124,21 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+// Note [Writeback while writing]
+// The atomic write ends in an fsync, which waits for every dirty page of the
+// temp file to reach the disk. Written as one stream and synced at the end,
+// the copy into the page cache and the disk's writeback run one after the
+// other: for a 32.8 MB KV file in this VM, write() ~7 ms, then fsync
+// 11–16 ms. Every kWritebackChunkBytes appended, sync_file_range(WRITE)
+// starts the writeback of that chunk without waiting for it, so the disk
+// works while the next chunk is copied, and the final fsync waits only for
+// the tail. Standalone (32.8 MB, write + fsync + rename + directory fsync,
+// 10 alternating runs): 26.6 ms p50 as one stream, 19.3 ms with 4 MiB
+// chunks (1 MiB: 19.6, 8 MiB: 21.1). Durability is unchanged: the fsync
+// still decides success. sync_file_range is Linux-only and best-effort (its
+// errors are ignored; the fsync reports them).
+constexpr size_t kWritebackChunkBytes = size_t{4} << 20;
+
 Status WriteFileAtomicStreaming(
     const std::string& path,
     const std::function<Status(const std::function<Status(const void*, size_t)>&)>& writer,
@@ -137,7 +153,24 @@ Status WriteFileAtomicStreaming(
     ::unlink(tmp.c_str());
     return s;
   };
-  Status s = writer([&](const void* data, size_t n) { return WriteAll(fd, data, n, tmp); });
+  uint64_t written = 0;  // bytes appended so far
+  uint64_t flushed = 0;  // writeback started for [0, flushed)
+  Status s = writer([&](const void* data, size_t n) -> Status {
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (n > 0) {  // Note [Writeback while writing]
+      const size_t part = std::min<size_t>(n, kWritebackChunkBytes - (written - flushed));
+      ARBITER_RETURN_IF_ERROR(WriteAll(fd, p, part, tmp));
+      p += part;
+      n -= part;
+      written += part;
+      if (written - flushed == kWritebackChunkBytes) {
+        ::sync_file_range(fd, static_cast<off64_t>(flushed),
+                          static_cast<off64_t>(written - flushed), SYNC_FILE_RANGE_WRITE);
+        flushed = written;
+      }
+    }
+    return OkStatus();
+  });
   if (!s.ok()) return fail(s);
   if (::fsync(fd) != 0) return fail(ErrnoStatus(errno, "fsync " + tmp));
   if (::close(fd) != 0) {

@@ -46,6 +46,26 @@ TEST_F(FileTest, FailedWriteLeavesOldFileAndNoTemp) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
+// Appends of odd sizes across several 4 MiB writeback chunks (Note
+// [Writeback while writing]) land in order, byte for byte.
+TEST_F(FileTest, LargeStreamingWriteIsExact) {
+  const std::string p = (dir_ / "big.bin").string();
+  std::string data(9 * (size_t{1} << 20) + 12345, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 131) >> 3);
+  Status s = WriteFileAtomicStreaming(p, [&](const auto& append) -> Status {
+    size_t off = 0;
+    for (size_t piece : {size_t{7}, size_t{4} << 20, size_t{1}, (size_t{3} << 20) + 999}) {
+      ARBITER_RETURN_IF_ERROR(append(data.data() + off, piece));
+      off += piece;
+    }
+    return append(data.data() + off, data.size() - off);
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  Result<std::string> back = ReadFile(p);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(*back == data);
+}
+
 TEST_F(FileTest, ErrorsNameThePath) {
   const std::string p = (dir_ / "missing.bin").string();
   auto m = MappedFile::Open(p);

@@ -280,7 +280,7 @@ Status EngineImpl::CheckSlot(int slot, const char* what) const {
   return OkStatus();
 }
 
-Status EngineImpl::CheckSnapshot(const KvSnapshot& snapshot, int slot) const {
+Status EngineImpl::CheckSnapshot(const KvSnapshotView& snapshot, int slot) const {
   const ModelDims& d = decoder_->dims();
   const std::string what = "RestoreSlot(" + std::to_string(slot) + "): snapshot ";
   if (snapshot.n_layers != static_cast<uint32_t>(d.n_layers)) {
@@ -293,10 +293,10 @@ Status EngineImpl::CheckSnapshot(const KvSnapshot& snapshot, int slot) const {
                                 " differs from the model's kv_dim " + std::to_string(d.kv_dim) +
                                 "; it comes from another model");
   }
-  const size_t n = snapshot.n_tokens();
+  const size_t n = snapshot.n_tokens;
   const size_t want_floats = size_t{2} * d.n_layers * d.kv_dim * n;
-  if (snapshot.kv.size() != want_floats) {
-    return InvalidArgumentError(what + "kv has " + std::to_string(snapshot.kv.size()) +
+  if (snapshot.kv_floats != want_floats) {
+    return InvalidArgumentError(what + "kv has " + std::to_string(snapshot.kv_floats) +
                                 " floats; n_layers · 2 · n_tokens · kv_dim = " +
                                 std::to_string(want_floats) + " (n_tokens " +
                                 std::to_string(n) + ")");
@@ -351,6 +351,7 @@ Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
   snapshot.kv_dim = static_cast<uint32_t>(d.kv_dim);
   try {
     snapshot.tokens = tokens;
+    // Not zeroed (KvBufferAllocator): ReadRows overwrites every value.
     snapshot.kv.resize(size_t{2} * d.n_layers * d.kv_dim * tokens.size());
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("SaveSlot(" + std::to_string(slot) + "): no memory for " +
@@ -365,14 +366,20 @@ Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
 
 Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshot& snapshot,
                                     const CancelFn& cancelled) {
+  return RestoreSlot(slot, snapshot.View(), cancelled);
+}
+
+Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshotView& snapshot,
+                                    const CancelFn& cancelled) {
   ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "RestoreSlot"));
   ARBITER_RETURN_IF_ERROR(CheckSnapshot(snapshot, slot));
   std::vector<int32_t> tokens;
   try {
-    tokens = snapshot.tokens;  // before the lease: on failure the slot is untouched
+    // Before the lease: on failure the slot is untouched.
+    tokens.assign(snapshot.tokens, snapshot.tokens + snapshot.n_tokens);
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("RestoreSlot(" + std::to_string(slot) + "): no memory for " +
-                                  std::to_string(snapshot.n_tokens()) + " token ids");
+                                  std::to_string(snapshot.n_tokens) + " token ids");
   }
   std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = true}, cancelled);
   if (!lease) {
@@ -380,7 +387,7 @@ Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshot& snapshot,
                           "): cancelled while waiting for the slot");
   }
   const int n = static_cast<int>(tokens.size());
-  lease->state().kv.WriteRows(n, snapshot.kv.data());
+  lease->state().kv.WriteRows(n, snapshot.kv);
   lease->fed() = std::move(tokens);
   return n;
 }

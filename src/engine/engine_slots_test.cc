@@ -379,6 +379,43 @@ TEST_F(EngineSlotsTest, RestoreIntoAnotherSlotAndAnotherEngine) {
   EXPECT_EQ(o->output_ids, cold);
 }
 
+// RestoreSlot from a KvSnapshotView over memory that is not a KvSnapshot
+// (as a mapped KV file): same result as from the snapshot; a view whose
+// kv_floats does not match is refused and the slot kept.
+TEST_F(EngineSlotsTest, RestoreFromAViewOfForeignMemory) {
+  auto e = LoadEngine(/*n_slots=*/2);
+  ASSERT_NE(e, nullptr);
+  const auto prompt = Ids(*e, "a view over bytes that belong to someone else");
+  const std::vector<int32_t> cold = Cold(prompt, 6);
+  ASSERT_TRUE(e->Generate(Greedy(prompt, 6, 0), nullptr, nullptr).ok());
+  Result<KvSnapshot> saved = e->SaveSlot(0, nullptr);
+  ASSERT_TRUE(saved.ok());
+  const std::vector<int32_t> tokens = saved->tokens;     // plain buffers
+  const std::vector<float> kv(saved->kv.begin(), saved->kv.end());
+  saved = KvSnapshot{};  // the snapshot is gone
+  KvSnapshotView view;
+  view.n_layers = e->SaveSlot(1, nullptr)->n_layers;
+  view.kv_dim = static_cast<uint32_t>(kv.size() / (2 * view.n_layers * tokens.size()));
+  view.tokens = tokens.data();
+  view.n_tokens = tokens.size();
+  view.kv = kv.data();
+  view.kv_floats = kv.size() - 1;
+  const std::vector<int32_t> held = e->SlotTokens(1);
+  Result<int> bad = e->RestoreSlot(1, view, nullptr);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->SlotTokens(1), held);
+  view.kv_floats = kv.size();
+  Result<int> n = e->RestoreSlot(1, view, nullptr);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, static_cast<int>(tokens.size()));
+  EXPECT_EQ(e->SlotTokens(1), tokens);
+  ASSERT_TRUE(e->ClearSlot(0, nullptr).ok());
+  Result<GenerationResult> r = e->Generate(Greedy(prompt, 6, 1), nullptr, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->cached_tokens, static_cast<int>(prompt.size()) - 1);
+  EXPECT_EQ(r->output_ids, cold);
+}
+
 TEST_F(EngineSlotsTest, RestoreRejectsBadSnapshotsAndKeepsTheSlot) {
   auto e = LoadEngine(/*n_slots=*/2, /*n_ctx=*/64);
   ASSERT_NE(e, nullptr);

@@ -101,8 +101,23 @@ Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
   }, /*mode=*/0600);  // conversation state: owner-only, like its directory
 }
 
-Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
-                               const std::string& expected_model_hash) {
+namespace {
+
+// A file's header fields, once every check passed.
+struct KvFileLayout {
+  std::string model_hash;
+  uint32_t n_layers = 0;
+  uint32_t kv_dim = 0;
+  uint32_t n_tokens = 0;
+  size_t tokens_at = kKvFileHeaderBytes;  // offset of tokens [n_tokens] i32
+  size_t kv_at = 0;                       // offset of K/V [n_layers, 2, n_tokens, kv_dim] f32
+  size_t kv_floats = 0;
+};
+
+// Every check of ReadKvFile over `data` (alignment-free reads: `data` may
+// be any pointer, e.g. the fuzzer's).
+Result<KvFileLayout> ValidateKvFile(const uint8_t* data, size_t size, const std::string& name,
+                                    const std::string& expected_model_hash) {
   if (size < kKvFileHeaderBytes + kTrailerBytes) {
     return DataLossError(fmt::format("{}: {} bytes is too short for a KV file (header {} + "
                                      "checksum {})",
@@ -147,31 +162,61 @@ Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::stri
         "{}: KV of model {} is not usable by model {} (foreign file)", name, model_hash,
         expected_model_hash));
   }
-  KvSnapshot s;
-  s.model_hash = model_hash;
-  s.n_layers = n_layers;
-  s.kv_dim = kv_dim;
-  s.tokens.resize(n_tokens);
-  // memcpy of 0 bytes from/to an empty vector's null data() is undefined.
-  if (n_tokens > 0) {
-    std::memcpy(s.tokens.data(), data + kKvFileHeaderBytes, size_t{n_tokens} * sizeof(int32_t));
-  }
   for (uint32_t i = 0; i < n_tokens; ++i) {
-    if (s.tokens[i] < 0) {
-      return DataLossError(fmt::format("{}: token {} has a negative id {}", name, i, s.tokens[i]));
-    }
+    const int32_t id = static_cast<int32_t>(GetU32(data + kKvFileHeaderBytes + 4 * size_t{i}));
+    if (id < 0) return DataLossError(fmt::format("{}: token {} has a negative id {}", name, i, id));
   }
-  s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);
-  if (!s.kv.empty()) {
-    std::memcpy(s.kv.data(), data + kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t),
-                s.kv.size() * sizeof(float));
+  KvFileLayout l;
+  l.model_hash = model_hash;
+  l.n_layers = n_layers;
+  l.kv_dim = kv_dim;
+  l.n_tokens = n_tokens;
+  l.kv_at = kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t);
+  l.kv_floats = size_t{2} * n_layers * n_tokens * kv_dim;
+  return l;
+}
+
+}  // namespace
+
+Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
+                               const std::string& expected_model_hash) {
+  ARBITER_ASSIGN_OR_RETURN(KvFileLayout l, ValidateKvFile(data, size, name, expected_model_hash));
+  KvSnapshot s;
+  s.model_hash = std::move(l.model_hash);
+  s.n_layers = l.n_layers;
+  s.kv_dim = l.kv_dim;
+  s.tokens.resize(l.n_tokens);
+  // memcpy of 0 bytes from/to an empty vector's null data() is undefined.
+  if (l.n_tokens > 0) {
+    std::memcpy(s.tokens.data(), data + l.tokens_at, size_t{l.n_tokens} * sizeof(int32_t));
   }
+  s.kv.resize(l.kv_floats);  // not zeroed (KvFloats): overwritten next
+  if (!s.kv.empty()) std::memcpy(s.kv.data(), data + l.kv_at, s.kv.size() * sizeof(float));
   return s;
 }
 
 Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash) {
   ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
   return ParseKvFile(f.data(), f.size(), path, expected_model_hash);
+}
+
+Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash) {
+  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  ARBITER_ASSIGN_OR_RETURN(KvFileLayout l,
+                           ValidateKvFile(f.data(), f.size(), path, expected_model_hash));
+  MappedKvFile m;
+  m.model_hash_ = std::move(l.model_hash);
+  // The mapping is page-aligned and the format puts both arrays at
+  // multiples of 4 bytes (64, 64 + 4·n_tokens), so they are read in place
+  // as i32 and f32 (little-endian hosts only, as the writer).
+  m.view_.n_layers = l.n_layers;
+  m.view_.kv_dim = l.kv_dim;
+  m.view_.tokens = reinterpret_cast<const int32_t*>(f.data() + l.tokens_at);
+  m.view_.n_tokens = l.n_tokens;
+  m.view_.kv = reinterpret_cast<const float*>(f.data() + l.kv_at);
+  m.view_.kv_floats = l.kv_floats;
+  m.file_ = std::move(f);  // a moved MappedFile keeps its mapping's address
+  return m;
 }
 
 }  // namespace arbiter

@@ -161,6 +161,52 @@ TEST_F(KvFileTest, EachHeaderFieldIsNamed) {
   EXPECT_TRUE(Contains(r.status().message(), "checksum mismatch")) << r.status().message();
 }
 
+// MapKvFile reads the same arrays in place, outlives the file's
+// replacement and removal, and refuses every bad file ReadKvFile refuses,
+// with the same code.
+TEST_F(KvFileTest, MapKvFileViewsTheSameArraysAndRefusesTheSameFiles) {
+  const KvSnapshot s = Sample(3, 16, 7);
+  ASSERT_TRUE(WriteKvFile(path_, s).ok());
+  Result<MappedKvFile> m = MapKvFile(path_, "0123456789abcdef");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->model_hash(), "0123456789abcdef");
+  EXPECT_EQ(m->path(), path_);
+  const KvSnapshotView& v = m->view();
+  EXPECT_EQ(v.n_layers, 3u);
+  EXPECT_EQ(v.kv_dim, 16u);
+  ASSERT_EQ(v.n_tokens, 7u);
+  ASSERT_EQ(v.kv_floats, s.kv.size());
+  EXPECT_EQ(std::vector<int32_t>(v.tokens, v.tokens + v.n_tokens), s.tokens);
+  EXPECT_EQ(std::memcmp(v.kv, s.kv.data(), s.kv.size() * sizeof(float)), 0);
+  // Replaced, then removed: the mapping keeps the data it validated.
+  ASSERT_TRUE(WriteKvFile(path_, Sample(3, 16, 2)).ok());
+  fs::remove(path_);
+  EXPECT_EQ(std::memcmp(m->view().kv, s.kv.data(), s.kv.size() * sizeof(float)), 0);
+  MappedKvFile moved = std::move(*m);
+  EXPECT_EQ(moved.view().tokens[6], s.tokens[6]);
+
+  // Every truncation and a flipped byte in each region: same codes as ReadKvFile.
+  ASSERT_TRUE(WriteKvFile(path_, s).ok());
+  const std::string good = Bytes();
+  auto same_code = [&](const std::string& bytes, const std::string& what) {
+    std::ofstream(path_, std::ios::binary | std::ios::trunc) << bytes;
+    const Result<KvSnapshot> r = ReadKvFile(path_, "0123456789abcdef");
+    const Result<MappedKvFile> mr = MapKvFile(path_, "0123456789abcdef");
+    EXPECT_FALSE(mr.ok()) << what;
+    EXPECT_EQ(mr.status().code(), r.status().code()) << what;
+  };
+  for (size_t n = 0; n < good.size(); n += 97) same_code(good.substr(0, n), "truncated");
+  for (size_t at : {size_t{0}, size_t{20}, size_t{66}, size_t{200}, good.size() - 1}) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x10);
+    same_code(bad, "byte " + std::to_string(at));
+  }
+  std::ofstream(path_, std::ios::binary | std::ios::trunc) << good;
+  EXPECT_EQ(MapKvFile(path_, "fedcba9876543210").status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MapKvFile(dir_ + "/nope.long.bin", "").status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(KvFileTest, ForeignModelAndMissingFile) {
   ASSERT_TRUE(WriteKvFile(path_, Sample()).ok());
   Result<KvSnapshot> r = ReadKvFile(path_, "fedcba9876543210");

@@ -305,7 +305,9 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
   return bytes;
 }
 
-Result<KvLoadResult> KvStore::Load(std::string_view model_hash, std::string_view conversation_id) {
+template <typename T, typename Read>
+Result<T> KvStore::LoadWith(std::string_view model_hash, std::string_view conversation_id,
+                            const Read& read, TtlClass* ttl_class, std::string* path) {
   if (!IsModelHash(model_hash)) {
     return InvalidArgumentError(
         fmt::format("KV store: \"{}\" is not a model hash (16 lower-case hex chars)", model_hash));
@@ -336,15 +338,36 @@ Result<KvLoadResult> KvStore::Load(std::string_view model_hash, std::string_view
   if (newest.empty()) {
     return NotFoundError(fmt::format("KV store: no saved KV for {} in {}", safe_id, model_dir));
   }
-  Result<KvSnapshot> read = ReadKvFile(newest, hash);
-  if (read.ok()) return KvLoadResult{std::move(*read), newest_class, newest};
-  const Status& st = read.status();
+  Result<T> loaded = read(newest, hash);
+  if (loaded.ok()) {
+    *ttl_class = newest_class;
+    *path = newest;
+    return loaded;
+  }
+  const Status& st = loaded.status();
   if (st.code() != StatusCode::kDataLoss && st.code() != StatusCode::kFailedPrecondition) {
     return st;  // kNotFound (removed meanwhile by someone else), an IO error: the file is kept
   }
   ::unlink(newest.c_str());
   spdlog::warn("kv: removed unusable saved KV ({})", st.message());  // the message names the path
   return Status(st.code(), st.message() + "; the file was removed (prefill from scratch)");
+}
+
+Result<KvLoadResult> KvStore::Load(std::string_view model_hash, std::string_view conversation_id) {
+  KvLoadResult r;
+  ARBITER_ASSIGN_OR_RETURN(r.snapshot,
+                           LoadWith<KvSnapshot>(model_hash, conversation_id, ReadKvFile,
+                                                &r.ttl_class, &r.path));
+  return r;
+}
+
+Result<KvMappedLoadResult> KvStore::LoadMapped(std::string_view model_hash,
+                                               std::string_view conversation_id) {
+  KvMappedLoadResult r;
+  std::string path;
+  ARBITER_ASSIGN_OR_RETURN(r.file, LoadWith<MappedKvFile>(model_hash, conversation_id, MapKvFile,
+                                                          &r.ttl_class, &path));
+  return r;
 }
 
 bool KvStore::Contains(std::string_view model_hash, std::string_view conversation_id) const {

@@ -299,7 +299,35 @@ TEST_F(KvStoreTest, LoadPicksTheNewestFileAndReadsUnclassifiedOnes) {
   EXPECT_EQ(r->snapshot.tokens[0], 3);
   EXPECT_EQ(r->ttl_class, TtlClass::kUnclassified);
   EXPECT_EQ(r->path, plain);
+  // LoadMapped picks the same file.
+  Result<KvMappedLoadResult> m = store->LoadMapped(kHash, "room-1");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->file.view().tokens[0], 3);
+  EXPECT_EQ(m->ttl_class, TtlClass::kUnclassified);
+  EXPECT_EQ(m->file.path(), plain);
   EXPECT_EQ(store->Remove(kHash, "room-1"), 3);
+  EXPECT_EQ(m->file.view().tokens[0], 3) << "a removed file stays mapped";
+}
+
+TEST_F(KvStoreTest, LoadMappedViewsWhatLoadCopies) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const KvSnapshot s = Snap(5, 42);
+  ASSERT_TRUE(store->Save("room-1", TtlClass::kLong, s).ok());
+  Result<KvMappedLoadResult> m = store->LoadMapped(kHash, "room-1");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->file.model_hash(), kHash);
+  EXPECT_EQ(m->ttl_class, TtlClass::kLong);
+  const KvSnapshotView& v = m->file.view();
+  EXPECT_EQ(v.n_layers, s.n_layers);
+  EXPECT_EQ(v.kv_dim, s.kv_dim);
+  EXPECT_EQ(std::vector<int32_t>(v.tokens, v.tokens + v.n_tokens), s.tokens);
+  EXPECT_EQ(KvFloats(v.kv, v.kv + v.kv_floats), s.kv);
+  // A save over it while mapped: the mapping keeps the old data.
+  ASSERT_TRUE(store->Save("room-1", TtlClass::kLong, Snap(5, 43)).ok());
+  EXPECT_EQ(KvFloats(v.kv, v.kv + v.kv_floats), s.kv);
+  EXPECT_EQ(store->LoadMapped(kHash, "room-2").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->LoadMapped("../etc", "room-1").status().code(), StatusCode::kInvalidArgument);
 }
 
 class KvStoreCorruptTest : public KvStoreTest, public ::testing::WithParamInterface<std::string> {};
@@ -339,6 +367,34 @@ TEST_P(KvStoreCorruptTest, LoadOfABadFileFailsAndRemovesIt) {
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(store->Contains(kHash, "room-1"));
   EXPECT_EQ(store->Load(kHash, "room-1").status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(KvStoreCorruptTest, LoadMappedOfABadFileFailsAndRemovesIt) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Save("room-1", TtlClass::kLong, Snap(6, 5)).ok());
+  const std::string path = store->PathFor(kHash, "room-1", TtlClass::kLong);
+  StatusCode want = StatusCode::kDataLoss;
+  Result<std::string> bytes = ReadFile(path);
+  ASSERT_TRUE(bytes.ok());
+  if (GetParam() == "truncated") {
+    ASSERT_TRUE(WriteFileAtomic(path, bytes->substr(0, bytes->size() - 13)).ok());
+  } else if (GetParam() == "flipped") {
+    std::string b = *bytes;
+    b[kKvFileHeaderBytes + 9] ^= 0x10;
+    ASSERT_TRUE(WriteFileAtomic(path, b).ok());
+  } else if (GetParam() == "empty") {
+    ASSERT_TRUE(WriteFileAtomic(path, "").ok());
+  } else {
+    ASSERT_TRUE(WriteKvFile(path, Snap(6, 5, kOtherHash)).ok());
+    want = StatusCode::kFailedPrecondition;
+  }
+  SetMtime(path, kNowMs);
+  Result<KvMappedLoadResult> r = store->LoadMapped(kHash, "room-1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), want) << r.status().ToString();
+  EXPECT_TRUE(Has(r.status().message(), "removed")) << r.status().message();
+  EXPECT_FALSE(fs::exists(path));
 }
 
 INSTANTIATE_TEST_SUITE_P(BadFiles, KvStoreCorruptTest,

@@ -20,11 +20,14 @@ namespace {
 
 constexpr int kSlotWaitPollMs = 50;  // how often a waiting request polls its CancelFn
 
-size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const size_t n = std::min(a.size(), b.size());
+size_t CommonPrefix(const int32_t* a, size_t a_size, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a_size, b.size());
   size_t i = 0;
   while (i < n && a[i] == b[i]) ++i;
   return i;
+}
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  return CommonPrefix(a.data(), a.size(), b);
 }
 
 }  // namespace
@@ -210,16 +213,19 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
 
   // 2. The conversation's own state, only when it is warmer than the slot's
   //    (defect 3): the host tier first; disk only when it has no RAM state.
+  //    A file is mapped and restored in place (one copy: file → slot).
   std::optional<KvSnapshot> snap;
+  std::optional<MappedKvFile> file;
   KvSource from = KvSource::kNone;
   if (options_.prompt_cache != nullptr) {
     snap = options_.prompt_cache->Take(options_.model_key, conversation);
     if (snap) from = KvSource::kPromptCache;
   }
   if (!snap && options_.store != nullptr) {
-    Result<KvLoadResult> loaded = options_.store->Load(options_.model_hash, conversation);
+    Result<KvMappedLoadResult> loaded =
+        options_.store->LoadMapped(options_.model_hash, conversation);
     if (loaded.ok()) {
-      snap = std::move(loaded->snapshot);
+      file = std::move(loaded->file);
       from = KvSource::kDisk;
     } else if (loaded.status().code() != StatusCode::kNotFound) {
       outcome->warning = fmt::format(
@@ -230,8 +236,10 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
       ++counters_.restore_failures;
     }
   }
-  if (!snap || CommonPrefix(snap->tokens, prompt) <= slot_lcp) return;
-  Result<int> restored = engine->RestoreSlot(slot, *snap, nullptr);
+  if (!snap && !file) return;
+  const KvSnapshotView view = snap ? snap->View() : file->view();
+  if (CommonPrefix(view.tokens, view.n_tokens, prompt) <= slot_lcp) return;
+  Result<int> restored = engine->RestoreSlot(slot, view, nullptr);
   if (!restored.ok()) {
     outcome->warning = fmt::format("saved KV of conversation \"{}\" could not be restored ({}); "
                                    "the prompt is prefilled cold",

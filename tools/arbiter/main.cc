@@ -9,6 +9,8 @@
 //   arbiter bench arbiter [--iterations N] [--json]
 //   arbiter bench weights --model DIR [--model2 DIR] [--repetitions N] [--workers N]
 //                         [--gen-tokens N] [--threads N] [--json]
+//   arbiter bench kv --model DIR [--prefix-tokens N] [--turn-tokens N] [--repetitions N]
+//                    [--threads N] [--only SCENARIO] [--json]
 //   arbiter budget --arena SIZE [--fraction F] [--wiggle W] [--max-scratch SIZE]
 //                  [--pinned SIZE] [--json]
 //
@@ -48,6 +50,7 @@
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/engine/weights_bench.h"
 #include "arbiter/formats/inspect.h"
+#include "arbiter/kv/kv_bench.h"
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/server/config.h"
 #include "arbiter/server/models.h"
@@ -361,6 +364,129 @@ int RunBenchWeights(const WeightsBenchOptions& options, bool json) {
                      {"shared_vs_copy", d.shared_vs_copy},
                      {"private_vs_copy", d.private_vs_copy},
                      {"leftover_regions", d.leftover_regions}};
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+nlohmann::json KvStatJson(const KvBenchStat& s) {
+  return {{"samples", s.samples}, {"best", s.best}, {"p50", s.p50},
+          {"p99", s.p99},         {"max", s.max},   {"mean", s.mean}};
+}
+
+nlohmann::json KvQaRoundJson(const KvQaRound& x) {
+  return {{"round", x.round},
+          {"turns", x.turns},
+          {"ttft_mean_ms", x.ttft_mean_ms},
+          {"prompt_tokens_mean", x.prompt_tokens_mean},
+          {"computed_tokens", x.computed_tokens},
+          {"cached_tokens", x.cached_tokens},
+          {"from_slot", x.from_slot},
+          {"from_prompt_cache", x.from_prompt_cache},
+          {"from_disk", x.from_disk},
+          {"from_none", x.from_none}};
+}
+
+int RunBenchKv(const KvBenchOptions& options, bool json) {
+  // The engine's private weight cache logs each load at info level on
+  // stdout; keep stdout to the report (--json is parsed).
+  spdlog::set_level(spdlog::level::warn);
+  Result<KvBenchResult> r = RunKvBench(options);
+  if (!r.ok()) return Fail(fmt::format("bench kv failed: {}", r.status().message()));
+  if (!json) {
+    std::cout << FormatKvBench(*r);
+    return 0;
+  }
+  nlohmann::json j;
+  j["model_dir"] = r->model_dir;
+  j["model_hash"] = r->model_hash;
+  j["n_slots"] = r->n_slots;
+  j["n_ctx"] = r->n_ctx;
+  j["threads"] = r->threads;
+  j["prefix_tokens"] = r->prefix_tokens;
+  j["turn_tokens"] = r->turn_tokens;
+  j["repetitions"] = r->repetitions;
+  j["n_layers"] = r->n_layers;
+  j["kv_dim"] = r->kv_dim;
+  j["kv_bytes_per_token"] = r->kv_bytes_per_token;
+  j["loadavg_start"] = r->loadavg_start;
+  j["loadavg_end"] = r->loadavg_end;
+  j["seconds"] = r->seconds;
+  j["ttft"] = nlohmann::json::array();
+  for (const KvTtftCase& k : r->ttft) {
+    nlohmann::json c = {{"name", k.name},
+                        {"source", k.source},
+                        {"ttft_ms", KvStatJson(k.ttft_ms)},
+                        {"prefill_ms", KvStatJson(k.prefill_ms)},
+                        {"overhead_ms", KvStatJson(k.overhead_ms)},
+                        {"ratio_best", k.ratio_best},
+                        {"ratio_p50", k.ratio_p50},
+                        {"prompt_tokens", k.prompt_tokens},
+                        {"cached_tokens", k.cached_tokens},
+                        {"computed_tokens", k.computed_tokens},
+                        {"restored_tokens", k.restored_tokens},
+                        {"stashed", k.stashed}};
+    if (k.name == "prewarm") {
+      c["prewarm_ms"] = KvStatJson(k.prewarm_ms);
+      c["prewarm_computed_tokens"] = k.prewarm_computed_tokens;
+    }
+    j["ttft"].push_back(std::move(c));
+  }
+  const KvSaveRestoreResult& s = r->save_restore;
+  j["save_restore"] = {{"n_tokens", s.n_tokens},
+                       {"snapshot_bytes", s.snapshot_bytes},
+                       {"file_bytes", s.file_bytes},
+                       {"save_slot_ms", KvStatJson(s.save_slot_ms)},
+                       {"write_file_ms", KvStatJson(s.write_file_ms)},
+                       {"save_total_ms", KvStatJson(s.save_total_ms)},
+                       {"rewrite_file_ms", KvStatJson(s.rewrite_file_ms)},
+                       {"resave_total_ms", KvStatJson(s.resave_total_ms)},
+                       {"read_file_ms", KvStatJson(s.read_file_ms)},
+                       {"restore_slot_ms", KvStatJson(s.restore_slot_ms)},
+                       {"file_to_slot_ms", KvStatJson(s.file_to_slot_ms)},
+                       {"file_to_slot_copy_ms", KvStatJson(s.file_to_slot_copy_ms)},
+                       {"write_nofsync_ms", KvStatJson(s.write_nofsync_ms)},
+                       {"fsync_ms", KvStatJson(s.fsync_ms)},
+                       {"memcpy_gb_s", KvStatJson(s.memcpy_gb_s)},
+                       {"save_slot_gb_s", s.save_slot_gb_s},
+                       {"write_file_gb_s", s.write_file_gb_s},
+                       {"read_file_gb_s", s.read_file_gb_s},
+                       {"restore_slot_gb_s", s.restore_slot_gb_s},
+                       {"file_to_slot_gb_s", s.file_to_slot_gb_s},
+                       {"restore_slot_vs_memcpy", s.restore_slot_vs_memcpy},
+                       {"file_to_slot_vs_memcpy", s.file_to_slot_vs_memcpy},
+                       {"ref_bytes", s.ref_bytes},
+                       {"ref_save_ms", s.ref_save_ms},
+                       {"ref_load_ms", s.ref_load_ms},
+                       {"ref_save_gb_s", s.ref_save_gb_s},
+                       {"ref_load_gb_s", s.ref_load_gb_s},
+                       {"target_file_to_slot_gb_s", s.target_file_to_slot_gb_s},
+                       {"target_save_total_ms", s.target_save_total_ms},
+                       {"file_to_slot_target_met", s.file_to_slot_target_met},
+                       {"save_target_met", s.save_target_met},
+                       {"resave_target_met", s.resave_target_met}};
+  j["shared_prefix"] = nlohmann::json::array();
+  for (const KvSharedPrefixCase& k : r->shared_prefix) {
+    j["shared_prefix"].push_back({{"prefix_tokens", k.prefix_tokens},
+                                  {"requests", k.requests},
+                                  {"ttft_ms", KvStatJson(k.ttft_ms)},
+                                  {"first_ttft_ms", k.first_ttft_ms},
+                                  {"prompt_tokens", k.prompt_tokens},
+                                  {"cached_tokens", k.cached_tokens},
+                                  {"computed_tokens", k.computed_tokens},
+                                  {"copied_tokens", k.copied_tokens},
+                                  {"hit_fraction", k.hit_fraction}});
+  }
+  j["qa"] = nlohmann::json::array();
+  for (const KvQaCase& q : r->qa) {
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const KvQaRound& x : q.rounds) rounds.push_back(KvQaRoundJson(x));
+    j["qa"].push_back({{"name", q.name},
+                       {"prompt_cache_bytes", q.prompt_cache_bytes},
+                       {"stashes", q.stashes},
+                       {"spilled", q.spilled},
+                       {"rounds", std::move(rounds)},
+                       {"total", KvQaRoundJson(q.total)}});
+  }
   std::cout << j.dump(2) << "\n";
   return 0;
 }
@@ -781,6 +907,35 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   wb_cmd->add_flag("--json", wb_json, "Print the result as JSON");
 
+  KvBenchOptions kvb;
+  bool kvb_json = false;
+  CLI::App* kvb_cmd = bench_cmd->add_subcommand(
+      "kv",
+      "KV precache on a real model, each figure against an ideal or a limit measured in the "
+      "same run: TTFT of one turn over a stable prefix (cold, after prewarm, from the host "
+      "prompt cache, restored from disk) vs prefilling only the turn; slot save/restore and KV "
+      "file write/read vs memcpy and llama.cpp's figures; a shared-prefix workload; multi-round "
+      "QA with more users than slots. See docs/BENCHMARKS.md. Writes KV files under $TMPDIR "
+      "(removed afterwards)");
+  kvb_cmd->add_option("--model", kvb.model_dir, "Model directory (e.g. preset demo-chat)")
+      ->required();
+  kvb_cmd->add_option("--prefix-tokens", kvb.prefix_tokens,
+                      "Stable prefix of the TTFT and save/restore scenarios (default 2000)")
+      ->check(CLI::PositiveNumber);
+  kvb_cmd->add_option("--turn-tokens", kvb.turn_tokens,
+                      "User turn / question length (default 32)")
+      ->check(CLI::PositiveNumber);
+  kvb_cmd->add_option("--repetitions", kvb.repetitions,
+                      "Repetitions of the TTFT and save/restore cases: best and p50 (default 5)")
+      ->check(CLI::PositiveNumber);
+  kvb_cmd->add_option("--threads", kvb.threads,
+                      "OpenBLAS and engine threads (default 0: OpenBLAS's default)")
+      ->check(CLI::NonNegativeNumber);
+  kvb_cmd->add_option("--only", kvb.only,
+                      "Run one scenario: ttft, save_restore, shared_prefix or qa (default: all)")
+      ->check(CLI::IsMember({"ttft", "save_restore", "shared_prefix", "qa"}));
+  kvb_cmd->add_flag("--json", kvb_json, "Print the result as JSON");
+
   BudgetFlags budget;
   CLI::App* budget_cmd = app.add_subcommand(
       "budget",
@@ -823,6 +978,7 @@ int main(int argc, char** argv) {
   if (decode_cmd->parsed()) return RunBenchDecode(bench);
   if (arb_cmd->parsed()) return RunBenchArbiter(arb_iterations, arb_json);
   if (wb_cmd->parsed()) return RunBenchWeights(wb, wb_json);
+  if (kvb_cmd->parsed()) return RunBenchKv(kvb, kvb_json);
   if (budget_cmd->parsed()) return RunBudget(budget);
   return 2;
 }

@@ -4,7 +4,9 @@
 // Atomic write protocol (the project's rule "no partial file is ever left
 // where a good one was"): write to "<path>.tmp.<pid>.<n>" in the same
 // directory, fsync it, rename over <path>, fsync the directory. On any error
-// the temp file is removed and <path> is untouched.
+// the temp file is removed and <path> is untouched. The writeback of each
+// 4 MiB written is started right away (sync_file_range), so the final fsync
+// waits only for the tail (Note [Writeback while writing], file.cc).
 //
 // Thread safety: MappedFile is immutable after Open (thread-safe reads);
 // the free functions are thread-safe.

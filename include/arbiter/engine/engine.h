@@ -221,6 +221,12 @@ class Engine {
   // `snapshot` is only read, and may be freed when the call returns.
   virtual Result<int> RestoreSlot(int slot, const KvSnapshot& snapshot,
                                   const CancelFn& cancelled) = 0;
+  // The same from arrays read in place (e.g. a mapped KV file, so a restore
+  // from disk copies each byte once): the same checks (kv_floats for
+  // kv.size()), errors and effects. REQUIRES: `view`'s memory stays valid
+  // until the call returns.
+  virtual Result<int> RestoreSlot(int slot, const KvSnapshotView& view,
+                                  const CancelFn& cancelled) = 0;
 
   // Empties the slot's cached tokens (the K/V bytes are not zeroed, only
   // forgotten) and marks it as never used, so an unpinned request with no

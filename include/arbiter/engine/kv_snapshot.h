@@ -9,10 +9,71 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace arbiter {
+
+// Buffers of at least this many bytes are mapped on their own, 2 MiB-aligned
+// and MADV_HUGEPAGE (see KvBufferAllocator).
+inline constexpr size_t kKvBufferHugeBytes = size_t{2} << 20;
+
+// Allocates `bytes` for a KV buffer: below kKvBufferHugeBytes with operator
+// new; from there, an anonymous mapping of `bytes` rounded up to 2 MiB,
+// 2 MiB-aligned, advised MADV_HUGEPAGE (base pages where THP is off).
+// Throws std::bad_alloc. Thread-safe.
+void* AllocateKvBuffer(size_t bytes);
+// Frees what AllocateKvBuffer(bytes) returned (the same `bytes`).
+void FreeKvBuffer(void* p, size_t bytes) noexcept;
+
+// The allocator of KvSnapshot::kv (Note [KV buffers] in kv_snapshot.cc):
+//   - value-less construction default-initializes: resize(n) and the count
+//     constructor leave new floats UNINITIALIZED, so a buffer about to be
+//     overwritten (SaveSlot's copy out of the slot, a KV file's parse) is
+//     written once, not zeroed first. Use assign(n, 0.0f) for zeros;
+//   - buffers of ≥ 2 MiB live on transparent huge pages when the kernel
+//     allows it, so a fresh snapshot costs a few faults, not one per 4 KiB.
+// Stateless: all instances are equal.
+template <typename T>
+struct KvBufferAllocator {
+  using value_type = T;
+  KvBufferAllocator() = default;
+  template <typename U>
+  KvBufferAllocator(const KvBufferAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    return static_cast<T*>(AllocateKvBuffer(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) noexcept { FreeKvBuffer(p, n * sizeof(T)); }
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  friend bool operator==(const KvBufferAllocator&, const KvBufferAllocator&) { return true; }
+};
+
+// K/V values of a snapshot; a std::vector whose resize() does not zero.
+using KvFloats = std::vector<float, KvBufferAllocator<float>>;
+
+// A snapshot's arrays read in place from memory someone else owns (a
+// KvSnapshot, a mapped KV file: kv_file.h MapKvFile), so a restore from
+// disk copies each K/V byte once. Same layout as KvSnapshot. The memory
+// must outlive every use of the view.
+struct KvSnapshotView {
+  uint32_t n_layers = 0;
+  uint32_t kv_dim = 0;
+  const int32_t* tokens = nullptr;  // [n_tokens]
+  size_t n_tokens = 0;
+  const float* kv = nullptr;  // [n_layers, 2, n_tokens, kv_dim]
+  size_t kv_floats = 0;       // values at `kv`
+};
 
 // One sequence's KV prefix: `tokens` and, for positions [0, n_tokens), the
 // K and V rows of every layer.
@@ -23,12 +84,17 @@ struct KvSnapshot {
   std::vector<int32_t> tokens;  // [n_tokens]
   // [n_layers, 2, n_tokens, kv_dim] f32: layer l's K rows at
   // (2l)·n_tokens·kv_dim, its V rows at (2l + 1)·n_tokens·kv_dim.
-  std::vector<float> kv;
+  // resize() leaves new values uninitialized (KvBufferAllocator).
+  KvFloats kv;
 
   size_t n_tokens() const { return tokens.size(); }
   // Bytes held in memory (tokens + K/V), what the prompt cache charges.
   uint64_t MemoryBytes() const {
     return tokens.size() * sizeof(int32_t) + kv.size() * sizeof(float);
+  }
+  // A view of this snapshot's arrays (valid while it is alive and unchanged).
+  KvSnapshotView View() const {
+    return {n_layers, kv_dim, tokens.data(), tokens.size(), kv.data(), kv.size()};
   }
 };
 

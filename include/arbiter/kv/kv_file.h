@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "arbiter/base/file.h"
 #include "arbiter/base/status.h"
 #include "arbiter/engine/kv_snapshot.h"
 
@@ -66,5 +67,32 @@ Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expect
 // `name` is used in messages.
 Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
                                const std::string& expected_model_hash);
+
+// A validated KV file mapped read-only: its token ids and K/V are read in
+// place (view()), so a restore from disk copies each byte once (file page
+// cache → slot) instead of twice through a KvSnapshot. Move-only; unmaps on
+// destruction. The files of a KvStore are only ever replaced by rename or
+// removed, never changed in place, so a mapping stays valid (it keeps the
+// old file's data) until it is destroyed.
+class MappedKvFile {
+ public:
+  MappedKvFile() = default;
+  // The file's model hash (16 chars).
+  const std::string& model_hash() const { return model_hash_; }
+  size_t n_tokens() const { return view_.n_tokens; }
+  // tokens and kv point into the mapping: valid while this object lives.
+  const KvSnapshotView& view() const { return view_; }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  friend Result<MappedKvFile> MapKvFile(const std::string&, const std::string&);
+  MappedFile file_;
+  std::string model_hash_;
+  KvSnapshotView view_;
+};
+
+// Maps `path` and validates it exactly as ReadKvFile does (same errors),
+// without copying its arrays.
+Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash);
 
 }  // namespace arbiter

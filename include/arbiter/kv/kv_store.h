@@ -56,6 +56,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/engine/kv_snapshot.h"
 #include "arbiter/kv/cache_key.h"
+#include "arbiter/kv/kv_file.h"
 
 namespace arbiter {
 
@@ -91,8 +92,14 @@ struct KvSweepResult {
 // A restored conversation (Load()).
 struct KvLoadResult {
   KvSnapshot snapshot;  // validated; snapshot.model_hash == the model hash asked for
-  TtlClass ttl_class;   // the class of the file it came from
-  std::string path;     // that file
+  TtlClass ttl_class = TtlClass::kUnclassified;  // the class of the file it came from
+  std::string path;                              // that file
+};
+
+// A restored conversation, mapped (LoadMapped()).
+struct KvMappedLoadResult {
+  MappedKvFile file;  // validated; file.model_hash() == the model hash asked for
+  TtlClass ttl_class = TtlClass::kUnclassified;  // the class of the file
 };
 
 class KvStore {
@@ -144,6 +151,13 @@ class KvStore {
   // kept. On any error the caller prefills from scratch.
   Result<KvLoadResult> Load(std::string_view model_hash, std::string_view conversation_id)
       EXCLUDES(mu_);
+  // The same file choice, validation and errors (a bad file is removed), but
+  // the file is mapped, not copied (MapKvFile): a restore copies its K/V
+  // once, straight into the slot. The mapping outlives a later Save (rename
+  // over it), Remove or Sweep of the conversation: it keeps the data it
+  // validated.
+  Result<KvMappedLoadResult> LoadMapped(std::string_view model_hash,
+                                        std::string_view conversation_id) EXCLUDES(mu_);
 
   // Whether the conversation has a regular, unexpired file (not validated).
   // False for an invalid model hash.
@@ -180,6 +194,11 @@ class KvStore {
   struct ScannedFile;
 
   KvStore(std::string dir, TtlWindows ttl, uint64_t disk_budget, Clock* clock);
+
+  // Load and LoadMapped with `read` (ReadKvFile or MapKvFile).
+  template <typename T, typename Read>
+  Result<T> LoadWith(std::string_view model_hash, std::string_view conversation_id,
+                     const Read& read, TtlClass* ttl_class, std::string* path) EXCLUDES(mu_);
 
   // Per-conversation serialization (see the .cc's Note [Claims]). `key` is
   // "<model hash>/<safe id>".

@@ -24,8 +24,10 @@
 //      prompt tokens a state can serve (its longest common prefix with the
 //      prompt). C's prompt-cache entry is taken when it is warmer than the
 //      slot; otherwise, when C has no in-RAM state at all, C's file in the
-//      KvStore is read — a corrupt, truncated or foreign file is removed and
-//      costs a cold prefill with a warning, never an error;
+//      KvStore is mapped, validated and restored in place (KvStore::
+//      LoadMapped: one copy, file → slot) — a corrupt, truncated or foreign
+//      file is removed and costs a cold prefill with a warning, never an
+//      error;
 //   3. the engine runs the request pinned to s; it copies a longer prefix
 //      from another free slot itself (Engine: prefix copy between slots).
 // Afterwards C owns s.

@@ -139,6 +139,7 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> SlotTokens(int slot) const override EXCLUDES(mu_);
   Result<KvSnapshot> SaveSlot(int slot, const CancelFn& cancelled) override;
   Result<int> RestoreSlot(int slot, const KvSnapshot& snapshot, const CancelFn& cancelled) override;
+  Result<int> RestoreSlot(int slot, const KvSnapshotView& view, const CancelFn& cancelled) override;
   Status ClearSlot(int slot, const CancelFn& cancelled) override;
 
   Result<GenerationResult> Generate(const GenerationRequest& request, const TextCallback& on_text,
@@ -202,7 +203,7 @@ class EngineImpl final : public Engine {
   // kInvalidArgument unless 0 ≤ slot < n_slots; `what` names the call.
   Status CheckSlot(int slot, const char* what) const;
   // RestoreSlot's checks of `snapshot` against this model (engine.h).
-  Status CheckSnapshot(const KvSnapshot& snapshot, int slot) const;
+  Status CheckSnapshot(const KvSnapshotView& snapshot, int slot) const;
   // Acquires the weights for one call (see the file comment). Errors: the
   // cache's Acquire errors as is; CheckWeightLease's.
   Result<LeasedWeights> AcquireWeights() const;
