@@ -364,6 +364,29 @@ Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
   return snapshot;
 }
 
+Status EngineImpl::VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
+                             const CancelFn& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "VisitSlot"));
+  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = false}, cancelled);
+  if (!lease) {
+    return CancelledError("VisitSlot(" + std::to_string(slot) +
+                          "): cancelled while waiting for the slot");
+  }
+  const ModelDims& d = decoder_->dims();
+  const std::vector<int32_t>& tokens = lease->fed();
+  const KvCache& kv = lease->state().kv;
+  KvRowsView rows;
+  rows.n_layers = static_cast<uint32_t>(d.n_layers);
+  rows.kv_dim = static_cast<uint32_t>(d.kv_dim);
+  rows.tokens = tokens.data();
+  rows.n_tokens = tokens.size();
+  for (int l = 0; l < d.n_layers; ++l) {
+    rows.k.push_back(kv.k(l));
+    rows.v.push_back(kv.v(l));
+  }
+  return visit(rows);
+}
+
 Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshot& snapshot,
                                     const CancelFn& cancelled) {
   return RestoreSlot(slot, snapshot.View(), cancelled);

@@ -293,6 +293,45 @@ TEST_F(EngineSlotsTest, PinnedWaiterIsNotOvertakenByAnUnpinnedWaiter) {
   EXPECT_GE(unpinned->slot, 0);
 }
 
+// VisitSlot shows, in place, exactly the rows SaveSlot copies out.
+TEST_F(EngineSlotsTest, VisitSlotViewsWhatSaveSlotCopies) {
+  auto e = LoadEngine(/*n_slots=*/2);
+  ASSERT_NE(e, nullptr);
+  const auto prompt = Ids(*e, "The quick brown fox jumps over the lazy dog");
+  ASSERT_TRUE(e->Generate(Greedy(prompt, 6, 1), nullptr, nullptr).ok());
+  Result<KvSnapshot> saved = e->SaveSlot(1, nullptr);
+  ASSERT_TRUE(saved.ok());
+  const KvRowsView want = saved->Rows();
+  int visits = 0;
+  Status st = e->VisitSlot(
+      1,
+      [&](const KvRowsView& rows) -> Status {
+        ++visits;
+        EXPECT_EQ(rows.n_layers, want.n_layers);
+        EXPECT_EQ(rows.kv_dim, want.kv_dim);
+        EXPECT_EQ(std::vector<int32_t>(rows.tokens, rows.tokens + rows.n_tokens), saved->tokens);
+        EXPECT_TRUE(e->SlotTokens(1).empty());  // held while visited
+        const size_t n = rows.n_tokens * rows.kv_dim;
+        for (uint32_t l = 0; l < rows.n_layers; ++l) {
+          EXPECT_EQ(std::vector<float>(rows.k[l], rows.k[l] + n),
+                    std::vector<float>(want.k[l], want.k[l] + n)) << "K of layer " << l;
+          EXPECT_EQ(std::vector<float>(rows.v[l], rows.v[l] + n),
+                    std::vector<float>(want.v[l], want.v[l] + n)) << "V of layer " << l;
+        }
+        return OkStatus();
+      },
+      nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(visits, 1);
+  EXPECT_EQ(e->SlotTokens(1), saved->tokens);  // unchanged afterwards
+  // The visitor's error comes back; a bad slot is refused.
+  EXPECT_EQ(e->VisitSlot(1, [](const KvRowsView&) { return DataLossError("disk full"); }, nullptr)
+                .code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(e->VisitSlot(7, [](const KvRowsView&) { return OkStatus(); }, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(EngineSlotsTest, SaveClearRestoreReusesThePrefixWithSameOutput) {
   auto e = LoadEngine(/*n_slots=*/2);
   ASSERT_NE(e, nullptr);

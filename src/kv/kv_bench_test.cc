@@ -105,8 +105,8 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   EXPECT_EQ(s.snapshot_bytes, kv_bytes + 4u * prefix);
   EXPECT_EQ(s.file_bytes, 64 + 4u * prefix + kv_bytes + 8);
   for (const KvBenchStat* st :
-       {&s.save_slot_ms, &s.write_file_ms, &s.save_total_ms, &s.rewrite_file_ms, &s.resave_total_ms,
-        &s.read_file_ms, &s.restore_slot_ms, &s.file_to_slot_ms, &s.file_to_slot_copy_ms,
+       {&s.save_slot_ms, &s.write_file_ms, &s.save_total_ms, &s.rewrite_file_ms,
+        &s.resave_total_ms, &s.save_direct_ms, &s.read_file_ms, &s.restore_slot_ms, &s.file_to_slot_ms, &s.file_to_slot_copy_ms,
         &s.write_nofsync_ms, &s.fsync_ms, &s.memcpy_gb_s}) {
     EXPECT_EQ(st->samples, static_cast<size_t>(o.repetitions));
   }
@@ -114,6 +114,7 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   EXPECT_EQ(s.file_to_slot_target_met, s.file_to_slot_gb_s >= 4.0);
   EXPECT_EQ(s.save_target_met, s.save_total_ms.p50 <= s.target_save_total_ms);
   EXPECT_EQ(s.resave_target_met, s.resave_total_ms.p50 <= s.target_save_total_ms);
+  EXPECT_EQ(s.save_direct_target_met, s.save_direct_ms.p50 <= s.target_save_total_ms);
 
   // Shared prefix: every request after the first reuses the whole prefix.
   ASSERT_EQ(r->shared_prefix.size(), 2u);

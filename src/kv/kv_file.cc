@@ -46,21 +46,11 @@ uint64_t KvFileBytes(const KvSnapshot& s) {
 }
 
 Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
-  if (s.model_hash.size() != kModelHashChars) {
-    return InvalidArgumentError(fmt::format("{}: model hash must be {} chars (got \"{}\")", path,
-                                            kModelHashChars, s.model_hash));
-  }
   if (s.n_layers > kKvFileMaxLayers || s.kv_dim > kKvFileMaxKvDim ||
       s.tokens.size() > kKvFileMaxTokens) {
     return InvalidArgumentError(fmt::format(
         "{}: {} layers × {} kv_dim × {} tokens is over the format's bounds", path, s.n_layers,
         s.kv_dim, s.tokens.size()));
-  }
-  for (size_t i = 0; i < s.tokens.size(); ++i) {
-    if (s.tokens[i] < 0) {
-      return InvalidArgumentError(
-          fmt::format("{}: token {} has a negative id {}", path, i, s.tokens[i]));
-    }
   }
   const uint64_t floats = uint64_t{2} * s.n_layers * s.tokens.size() * s.kv_dim;
   if (s.kv.size() != floats) {
@@ -69,14 +59,44 @@ Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
                                             path, s.kv.size(), s.n_layers, s.tokens.size(),
                                             s.kv_dim, floats));
   }
+  return WriteKvFile(path, s.model_hash, s.Rows());
+}
+
+uint64_t KvFileBytes(const KvRowsView& rows) {
+  return ExpectedBytes(rows.n_layers, rows.kv_dim, rows.n_tokens);
+}
+
+Status WriteKvFile(const std::string& path, const std::string& model_hash,
+                   const KvRowsView& s) {
+  if (model_hash.size() != kModelHashChars) {
+    return InvalidArgumentError(fmt::format("{}: model hash must be {} chars (got \"{}\")", path,
+                                            kModelHashChars, model_hash));
+  }
+  if (s.n_layers > kKvFileMaxLayers || s.kv_dim > kKvFileMaxKvDim ||
+      s.n_tokens > kKvFileMaxTokens) {
+    return InvalidArgumentError(fmt::format(
+        "{}: {} layers × {} kv_dim × {} tokens is over the format's bounds", path, s.n_layers,
+        s.kv_dim, s.n_tokens));
+  }
+  if (s.k.size() != s.n_layers || s.v.size() != s.n_layers) {
+    return InvalidArgumentError(fmt::format("{}: {} K and {} V row pointers for {} layers", path,
+                                            s.k.size(), s.v.size(), s.n_layers));
+  }
+  for (size_t i = 0; i < s.n_tokens; ++i) {
+    if (s.tokens[i] < 0) {
+      return InvalidArgumentError(
+          fmt::format("{}: token {} has a negative id {}", path, i, s.tokens[i]));
+    }
+  }
   uint8_t header[kKvFileHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof(kMagic));
   PutU32(header + kVersionAt, kKvFileVersion);
   PutU32(header + kDtypeAt, kDtypeF32);
-  std::memcpy(header + kModelHashAt, s.model_hash.data(), kModelHashChars);
+  std::memcpy(header + kModelHashAt, model_hash.data(), kModelHashChars);
   PutU32(header + kLayersAt, s.n_layers);
   PutU32(header + kKvDimAt, s.kv_dim);
-  PutU32(header + kTokensAt, static_cast<uint32_t>(s.tokens.size()));
+  PutU32(header + kTokensAt, static_cast<uint32_t>(s.n_tokens));
+  const size_t layer_bytes = s.n_tokens * s.kv_dim * sizeof(float);
   return WriteFileAtomicStreaming(path, [&](const auto& append) -> Status {
     XXH3_state_t* state = XXH3_createState();
     if (state == nullptr) return ResourceExhaustedError("out of memory for a hash state");
@@ -89,8 +109,11 @@ Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
     // Little-endian hosts only write the arrays as they are in memory.
     static_assert(std::endian::native == std::endian::little, "KV files are little-endian");
     Status st = put(header, sizeof(header));
-    if (st.ok()) st = put(s.tokens.data(), s.tokens.size() * sizeof(int32_t));
-    if (st.ok()) st = put(s.kv.data(), s.kv.size() * sizeof(float));
+    if (st.ok()) st = put(s.tokens, s.n_tokens * sizeof(int32_t));
+    for (uint32_t l = 0; st.ok() && l < s.n_layers; ++l) {
+      st = put(s.k[l], layer_bytes);
+      if (st.ok()) st = put(s.v[l], layer_bytes);
+    }
     const uint64_t sum = XXH3_64bits_digest(state);
     XXH3_freeState(state);
     if (!st.ok()) return st;

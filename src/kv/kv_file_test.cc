@@ -63,6 +63,33 @@ class KvFileTest : public ::testing::Test {
   std::string dir_, path_;
 };
 
+// A file written from per-layer rows anywhere in memory (a slot's cache,
+// rows [0, n) of a longer buffer) is byte-identical to the snapshot's.
+TEST_F(KvFileTest, WritingFromRowsInPlaceMakesTheSameFile) {
+  const KvSnapshot s = Sample();
+  ASSERT_TRUE(WriteKvFile(path_, s).ok());
+  const std::string want = Bytes();
+  // The rows inside a "slot" of 9 positions per layer, K then V.
+  constexpr size_t kCtx = 9;
+  const size_t n = s.n_tokens(), d = s.kv_dim;
+  std::vector<float> slot(2 * s.n_layers * kCtx * d, -1.0f);
+  KvRowsView rows{s.n_layers, s.kv_dim, s.tokens.data(), n, {}, {}};
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    float* k = slot.data() + 2 * l * kCtx * d;
+    float* v = k + kCtx * d;
+    std::copy_n(s.kv.data() + 2 * l * n * d, n * d, k);
+    std::copy_n(s.kv.data() + (2 * l + 1) * n * d, n * d, v);
+    rows.k.push_back(k);
+    rows.v.push_back(v);
+  }
+  const std::string other = dir_ + "/rows.long.bin";
+  ASSERT_TRUE(WriteKvFile(other, s.model_hash, rows).ok());
+  EXPECT_EQ(ReadFile(other).value(), want);
+  EXPECT_EQ(KvFileBytes(rows), KvFileBytes(s));
+  rows.v.pop_back();
+  EXPECT_EQ(WriteKvFile(other, s.model_hash, rows).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(KvFileTest, RoundTrip) {
   const KvSnapshot s = Sample();
   ASSERT_TRUE(WriteKvFile(path_, s).ok());

@@ -248,15 +248,6 @@ std::string KvStore::PathFor(std::string_view model_hash, std::string_view conve
 
 Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
                                const KvSnapshot& snapshot) {
-  if (!IsModelHash(snapshot.model_hash)) {
-    return InvalidArgumentError(fmt::format(
-        "KV store: snapshot model hash \"{}\" is not a model hash (16 lower-case hex chars, "
-        "ModelHash())",
-        snapshot.model_hash));
-  }
-  if (ttl == TtlClass::kUnclassified) {
-    return InvalidArgumentError("KV store: save needs a TTL class (short, long or extended)");
-  }
   const uint64_t floats =
       uint64_t{2} * snapshot.n_layers * snapshot.tokens.size() * snapshot.kv_dim;
   if (snapshot.kv.size() != floats) {
@@ -264,11 +255,24 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
         "KV store: snapshot has {} KV floats for {} layers × {} tokens × {} kv_dim (expected {})",
         snapshot.kv.size(), snapshot.n_layers, snapshot.tokens.size(), snapshot.kv_dim, floats));
   }
-  const std::string& hash = snapshot.model_hash;
+  return Save(conversation_id, ttl, snapshot.model_hash, snapshot.Rows());
+}
+
+Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
+                               const std::string& hash, const KvRowsView& rows) {
+  if (!IsModelHash(hash)) {
+    return InvalidArgumentError(fmt::format(
+        "KV store: snapshot model hash \"{}\" is not a model hash (16 lower-case hex chars, "
+        "ModelHash())",
+        hash));
+  }
+  if (ttl == TtlClass::kUnclassified) {
+    return InvalidArgumentError("KV store: save needs a TTL class (short, long or extended)");
+  }
   const std::string safe_id = SafeFileId(conversation_id);
   const std::string model_dir = Join(dir_, hash);
   const std::string path = Join(model_dir, FileName(safe_id, ttl));
-  const uint64_t bytes = KvFileBytes(snapshot);
+  const uint64_t bytes = KvFileBytes(rows);
 
   ConversationClaim claim(this, ClaimKey(hash, safe_id));
   if (::mkdir(model_dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -295,7 +299,7 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
         "bytes; not saved (older saved KV of the conversation removed)",
         path, bytes, disk_budget_));
   }
-  ARBITER_RETURN_IF_ERROR(WriteKvFile(path, snapshot));
+  ARBITER_RETURN_IF_ERROR(WriteKvFile(path, hash, rows));
   StampMtime(path, clock_->NowUnixMs());
   remove_others(path);
   if (disk_budget_ != 0) {

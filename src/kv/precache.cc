@@ -163,14 +163,25 @@ bool KvPrecache::PersistSnapshot(const std::string& conversation, TtlClass ttl,
 bool KvPrecache::PersistSlot(Engine* engine, int slot, const std::string& conversation,
                              TtlClass ttl) {
   if (options_.store == nullptr) return false;
-  Result<KvSnapshot> snap = engine->SaveSlot(slot, nullptr);
-  if (!snap.ok()) {
-    spdlog::warn("kv: model \"{}\": could not read slot {} of conversation \"{}\": {}",
-                 options_.model_key, slot, conversation, snap.status().message());
+  // Written from the slot's rows in place: no snapshot copy.
+  bool empty = false;
+  Status st = engine->VisitSlot(
+      slot,
+      [&](const KvRowsView& rows) -> Status {
+        empty = rows.n_tokens == 0;
+        if (empty) return OkStatus();
+        return options_.store->Save(conversation, ttl, options_.model_hash, rows).status();
+      },
+      nullptr);
+  if (!st.ok()) {
+    spdlog::warn("kv: model \"{}\": could not save conversation \"{}\" from slot {}: {}",
+                 options_.model_key, conversation, slot, st.message());
     return false;
   }
-  snap->model_hash = options_.model_hash;
-  return PersistSnapshot(conversation, ttl, *snap);
+  if (empty) return false;
+  MutexLock l(&mu_);
+  ++counters_.persisted;
+  return true;
 }
 
 void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conversation,

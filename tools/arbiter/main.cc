@@ -440,6 +440,7 @@ int RunBenchKv(const KvBenchOptions& options, bool json) {
                        {"save_total_ms", KvStatJson(s.save_total_ms)},
                        {"rewrite_file_ms", KvStatJson(s.rewrite_file_ms)},
                        {"resave_total_ms", KvStatJson(s.resave_total_ms)},
+                       {"save_direct_ms", KvStatJson(s.save_direct_ms)},
                        {"read_file_ms", KvStatJson(s.read_file_ms)},
                        {"restore_slot_ms", KvStatJson(s.restore_slot_ms)},
                        {"file_to_slot_ms", KvStatJson(s.file_to_slot_ms)},
@@ -463,7 +464,8 @@ int RunBenchKv(const KvBenchOptions& options, bool json) {
                        {"target_save_total_ms", s.target_save_total_ms},
                        {"file_to_slot_target_met", s.file_to_slot_target_met},
                        {"save_target_met", s.save_target_met},
-                       {"resave_target_met", s.resave_target_met}};
+                       {"resave_target_met", s.resave_target_met},
+                       {"save_direct_target_met", s.save_direct_target_met}};
   j["shared_prefix"] = nlohmann::json::array();
   for (const KvSharedPrefixCase& k : r->shared_prefix) {
     j["shared_prefix"].push_back({{"prefix_tokens", k.prefix_tokens},

@@ -207,6 +207,16 @@ class Engine {
   // the snapshot (n · n_layers · 2 · kv_dim · 4 bytes) cannot be allocated.
   virtual Result<KvSnapshot> SaveSlot(int slot, const CancelFn& cancelled) = 0;
 
+  // Calls `visit` with the slot's cached prefix viewed in place (tokens and,
+  // per layer, K and V rows [0, n) in the slot's KV cache — no copy), while
+  // holding the slot; returns what `visit` returns. How a slot is saved to a
+  // file without a snapshot (kv_file.h WriteKvFile of a KvRowsView). Waits
+  // for the slot like SaveSlot; the slot keeps its content. Errors:
+  // kInvalidArgument for a slot out of range; kCancelled as SaveSlot.
+  // `visit` runs on the calling thread and must not call into this engine.
+  virtual Status VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
+                           const CancelFn& cancelled) = 0;
+
   // Replaces the slot's content with `snapshot` (K/V rows [0, n) of every
   // layer and the tokens; model_hash is not checked); returns the number of
   // tokens restored, n = snapshot.n_tokens(). A later Generate whose prompt

@@ -75,6 +75,20 @@ struct KvSnapshotView {
   size_t kv_floats = 0;       // values at `kv`
 };
 
+// A KV prefix viewed layer by layer in place: for every layer the K rows
+// [0, n_tokens) and the V rows [0, n_tokens), each [n_tokens, kv_dim] f32
+// and contiguous, wherever they live (a slot's KV cache — Engine::VisitSlot —
+// or a snapshot's array, RowsOf). What a KV file is written from, so a slot
+// can be saved without a copy. The memory must outlive every use.
+struct KvRowsView {
+  uint32_t n_layers = 0;
+  uint32_t kv_dim = 0;
+  const int32_t* tokens = nullptr;  // [n_tokens]
+  size_t n_tokens = 0;
+  std::vector<const float*> k;      // [n_layers] → [n_tokens, kv_dim]
+  std::vector<const float*> v;      // [n_layers] → [n_tokens, kv_dim]
+};
+
 // One sequence's KV prefix: `tokens` and, for positions [0, n_tokens), the
 // K and V rows of every layer.
 struct KvSnapshot {
@@ -95,6 +109,16 @@ struct KvSnapshot {
   // A view of this snapshot's arrays (valid while it is alive and unchanged).
   KvSnapshotView View() const {
     return {n_layers, kv_dim, tokens.data(), tokens.size(), kv.data(), kv.size()};
+  }
+  // Its rows layer by layer. REQUIRES: kv.size() = n_layers·2·n_tokens·kv_dim.
+  KvRowsView Rows() const {
+    KvRowsView r{n_layers, kv_dim, tokens.data(), tokens.size(), {}, {}};
+    const size_t rows = tokens.size() * kv_dim;
+    for (uint32_t l = 0; l < n_layers; ++l) {
+      r.k.push_back(kv.data() + 2 * l * rows);
+      r.v.push_back(kv.data() + (2 * l + 1) * rows);
+    }
+    return r;
   }
 };
 

@@ -182,6 +182,9 @@ struct KvSaveRestoreResult {
   KvBenchStat save_total_ms;    // save_slot + write_file, per repetition
   KvBenchStat rewrite_file_ms;  // KvStore::Save over the conversation's previous file
   KvBenchStat resave_total_ms;  // save_slot + rewrite_file, per repetition
+  // Slot → file with no snapshot (Engine::VisitSlot + KvStore::Save of the
+  // rows in place; what KvPrecache does when it persists a slot), new file.
+  KvBenchStat save_direct_ms;
   KvBenchStat read_file_ms;     // ReadKvFile, page cache warm
   KvBenchStat restore_slot_ms;
   KvBenchStat file_to_slot_ms;       // KvStore::LoadMapped + RestoreSlot(view) + unmap
@@ -210,6 +213,7 @@ struct KvSaveRestoreResult {
   double target_save_total_ms = 0;  // 2 × ref_save_ms × file_bytes / ref_bytes
   bool file_to_slot_target_met = false;
   bool save_target_met = false;    // save_total p50 ≤ target_save_total_ms
+  bool save_direct_target_met = false;  // save_direct p50 ≤ target_save_total_ms
   bool resave_target_met = false;  // resave_total p50 ≤ target_save_total_ms
 };
 

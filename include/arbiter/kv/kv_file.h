@@ -51,6 +51,14 @@ uint64_t KvFileBytes(const KvSnapshot& snapshot);
 // reader's bounds, a negative token id); the file-system error (the old
 // file, if any, is kept).
 Status WriteKvFile(const std::string& path, const KvSnapshot& snapshot);
+// The same from rows viewed in place (Engine::VisitSlot: a slot written
+// without a snapshot), with the file's `model_hash`; byte-identical to the
+// snapshot's file. Errors as above (kInvalidArgument also when k or v does
+// not have n_layers pointers).
+Status WriteKvFile(const std::string& path, const std::string& model_hash,
+                   const KvRowsView& rows);
+// Bytes of the file `rows` make.
+uint64_t KvFileBytes(const KvRowsView& rows);
 
 // Reads and validates `path` as a file of model `expected_model_hash`
 // ("" = any model).

@@ -138,6 +138,10 @@ class KvStore {
   // of the write (the previous file, if any, is kept).
   Result<uint64_t> Save(std::string_view conversation_id, TtlClass ttl, const KvSnapshot& snapshot)
       EXCLUDES(mu_, evict_mu_);
+  // The same from rows viewed in place (Engine::VisitSlot: a slot saved
+  // without a snapshot), for model `model_hash`; same checks and errors.
+  Result<uint64_t> Save(std::string_view conversation_id, TtlClass ttl,
+                        const std::string& model_hash, const KvRowsView& rows);
 
   // The conversation's newest file (by mtime) among its short, long,
   // extended and unclassified ("<safe id>.bin") files, validated with

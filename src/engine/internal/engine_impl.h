@@ -138,6 +138,8 @@ class EngineImpl final : public Engine {
   std::vector<SlotInfo> Slots() const override EXCLUDES(mu_);
   std::vector<int32_t> SlotTokens(int slot) const override EXCLUDES(mu_);
   Result<KvSnapshot> SaveSlot(int slot, const CancelFn& cancelled) override;
+  Status VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
+                   const CancelFn& cancelled) override;
   Result<int> RestoreSlot(int slot, const KvSnapshot& snapshot, const CancelFn& cancelled) override;
   Result<int> RestoreSlot(int slot, const KvSnapshotView& view, const CancelFn& cancelled) override;
   Status ClearSlot(int slot, const CancelFn& cancelled) override;
