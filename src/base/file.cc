@@ -43,7 +43,7 @@ Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
 
 }  // namespace
 
-Result<MappedFile> MappedFile::Open(const std::string& path) {
+Result<MappedFile> MappedFile::Open(const std::string& path, bool populate) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "open " + path);
   struct stat st;
@@ -60,7 +60,8 @@ Result<MappedFile> MappedFile::Open(const std::string& path) {
   f.path_ = path;
   f.size_ = static_cast<size_t>(st.st_size);
   if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0),
+                     fd, 0);
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);

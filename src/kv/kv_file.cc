@@ -219,12 +219,13 @@ Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::stri
 }
 
 Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash) {
-  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  // Every byte is hashed then copied: map it all at once.
+  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path, /*populate=*/true));
   return ParseKvFile(f.data(), f.size(), path, expected_model_hash);
 }
 
 Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash) {
-  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path, /*populate=*/true));
   ARBITER_ASSIGN_OR_RETURN(KvFileLayout l,
                            ValidateKvFile(f.data(), f.size(), path, expected_model_hash));
   MappedKvFile m;

@@ -28,8 +28,10 @@ class MappedFile {
  public:
   // Errors: kNotFound (no such file), kPermissionDenied, kInvalidArgument
   // (a directory), kInternal for other OS errors; messages name the path.
-  // An empty file maps to data()==nullptr, size()==0.
-  static Result<MappedFile> Open(const std::string& path);
+  // An empty file maps to data()==nullptr, size()==0. `populate`: the whole
+  // file is read and mapped now (MAP_POPULATE), for a caller about to read
+  // every byte (one kernel pass instead of a page fault per 64 KiB).
+  static Result<MappedFile> Open(const std::string& path, bool populate = false);
 
   MappedFile() = default;
   MappedFile(MappedFile&& o) noexcept;
