@@ -48,14 +48,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ::arbiter::testing::FreeLoopbackPort;
 using ::arbiter::testing::ReadAll;
+using Proc = ::arbiter::testing::ServerProc;
 
 constexpr auto kWait = std::chrono::seconds(120);
-
-struct Proc {
-  pid_t pid = -1;
-  int port = -1;
-  std::string log;
-};
 
 class KvE2E : public ::testing::Test {
  protected:
@@ -142,12 +137,7 @@ class KvE2E : public ::testing::Test {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadAll(p.log);
     p.pid = -1;
   }
-  static void Kill(Proc& p, int sig) {
-    if (p.pid <= 0) return;
-    kill(p.pid, sig);
-    waitpid(p.pid, nullptr, 0);
-    p.pid = -1;
-  }
+  static void Kill(Proc& p, int sig) { ::arbiter::testing::KillServer(p, sig); }
 
   static httplib::Result Post(const Proc& p, const std::string& path, const json& body) {
     httplib::Client cli("127.0.0.1", p.port);

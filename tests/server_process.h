@@ -132,4 +132,19 @@ inline pid_t StartServer(const std::string& binary, const std::string& config,
   return WaitHealthy(pid, port, log_path, wait, error) ? pid : -1;
 }
 
+// One `arbiter serve` child started by a test.
+struct ServerProc {
+  pid_t pid = -1;
+  int port = -1;
+  std::string log;  // its stdout + stderr
+};
+
+// Sends `sig` to a running child and reaps it (no-op when already gone).
+inline void KillServer(ServerProc& p, int sig) {
+  if (p.pid <= 0) return;
+  kill(p.pid, sig);
+  waitpid(p.pid, nullptr, 0);
+  p.pid = -1;
+}
+
 }  // namespace arbiter::testing

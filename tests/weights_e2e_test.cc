@@ -45,19 +45,13 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ::arbiter::testing::FreeLoopbackPort;
 using ::arbiter::testing::ReadAll;
+using Proc = ::arbiter::testing::ServerProc;
 
 constexpr auto kWait = std::chrono::seconds(120);
 
 bool Contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
 }
-
-// One running `arbiter serve`.
-struct Proc {
-  pid_t pid = -1;
-  int port = -1;
-  std::string log;
-};
 
 // Regions (not lock files) under /dev/shm whose name starts with `prefix-`.
 std::vector<std::string> Regions(const std::string& prefix) {
@@ -179,12 +173,7 @@ class WeightsE2EBase : public ::testing::Test {
     if (!Healthy(p)) ADD_FAILURE() << "server did not start";
     return p;
   }
-  static void Kill(Proc& p, int sig) {
-    if (p.pid <= 0) return;
-    kill(p.pid, sig);
-    waitpid(p.pid, nullptr, 0);
-    p.pid = -1;
-  }
+  static void Kill(Proc& p, int sig) { ::arbiter::testing::KillServer(p, sig); }
   void KillAll(int sig) {
     for (Proc& p : procs_) Kill(p, sig);
   }

@@ -32,6 +32,7 @@
 #include <sstream>
 #include <vector>
 
+#include "arbiter/engine/bench.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/safetensors.h"
 #include "arbiter/memory/device_backend.h"
@@ -67,13 +68,6 @@ BenchStat Summarize(std::vector<double> v) {
   s.min = v.front();
   s.max = v.back();
   return s;
-}
-
-double LoadAvg1() {
-  std::ifstream f("/proc/loadavg");
-  double v = 0;
-  f >> v;
-  return v;
 }
 
 // The bytes the weight cache lays `specs` out in (its block size).
@@ -823,7 +817,7 @@ Result<WeightsBenchResult> RunWeightsBench(const WeightsBenchOptions& options) {
   r.repetitions = options.repetitions;
   r.workers = options.workers;
   r.threads = options.threads;
-  r.loadavg_start = LoadAvg1();
+  r.loadavg_start = LoadAverage1();
   TempModelCopy copy;
   r.model2_dir = options.model2_dir;
   if (r.model2_dir.empty()) {
@@ -845,7 +839,7 @@ Result<WeightsBenchResult> RunWeightsBench(const WeightsBenchOptions& options) {
     r.alternation.cases.push_back(std::move(c));
   }
   ARBITER_RETURN_IF_ERROR(RunPss(options, &r.pss).WithPrefix("worker_pss"));
-  r.loadavg_end = LoadAvg1();
+  r.loadavg_end = LoadAverage1();
   return r;
 }
 

@@ -78,13 +78,6 @@ KvBenchStat Summarize(std::vector<double> v) {
   return s;
 }
 
-double LoadAvg1() {
-  std::ifstream f("/proc/loadavg");
-  double v = 0;
-  f >> v;
-  return v;
-}
-
 // `n` pseudo-random ids in [0, vocab) from `seed`; the first one is
 // seed mod vocab, so sequences from consecutive seeds differ at position 0.
 std::vector<int32_t> Ids(int n, uint64_t seed, int vocab) {
@@ -837,7 +830,7 @@ Result<KvBenchResult> RunKvBench(const KvBenchOptions& options) {
   r.prefix_tokens = options.prefix_tokens;
   r.turn_tokens = options.turn_tokens;
   r.repetitions = options.repetitions;
-  r.loadavg_start = LoadAvg1();
+  r.loadavg_start = LoadAverage1();
   const double t0 = NowMs();
   KvBench bench(options);
   ARBITER_RETURN_IF_ERROR(bench.Setup(&r));
@@ -849,7 +842,7 @@ Result<KvBenchResult> RunKvBench(const KvBenchOptions& options) {
   }
   if (only.empty() || only == "qa") ARBITER_RETURN_IF_ERROR(bench.RunQa(&r));
   r.seconds = (NowMs() - t0) / 1e3;
-  r.loadavg_end = LoadAvg1();
+  r.loadavg_end = LoadAverage1();
   return r;
 }
 

@@ -202,11 +202,9 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
     Result<KvSnapshot> snap = engine->SaveSlot(slot, nullptr);
     if (snap.ok()) {
       snap->model_hash = options_.model_hash;
-      bool kept = false;
       if (options_.prompt_cache != nullptr) {
         // What does not fit is handed to the spill callback (disk).
-        kept = options_.prompt_cache->Put(options_.model_key, owner, owner_ttl, std::move(*snap));
-        (void)kept;
+        options_.prompt_cache->Put(options_.model_key, owner, owner_ttl, std::move(*snap));
       } else {
         PersistSnapshot(owner, owner_ttl, *snap);
       }

@@ -28,8 +28,6 @@ ServeKv::~ServeKv() {
     const uint64_t spilled = prompt_cache->Spill(UINT64_MAX);
     if (spilled > 0) spdlog::info("kv: saved {} of prompt cache to {}", FormatSize(spilled), dir);
   }
-  precaches.clear();
-  prompt_cache.reset();
 }
 
 Result<std::string> KvModelHash(const ModelEntry& entry) {

@@ -72,6 +72,10 @@ double MeasureMemcpyBandwidth(size_t bytes = size_t{256} << 20, int n_threads = 
 // threads; bytes per second.
 double MeasureReadBandwidth(size_t bytes = size_t{256} << 20, int n_threads = 1);
 
+// The 1-minute load average (/proc/loadavg; 0 when unreadable), recorded by
+// the benches at start and end so a disturbed run shows.
+double LoadAverage1();
+
 // Multi-line human-readable report.
 std::string FormatDecodeBench(const DecodeBenchResult& r);
 
