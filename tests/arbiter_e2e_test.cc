@@ -42,7 +42,7 @@
 
 #include "arbiter/engine/model_maker.h"
 #include "server_process.h"
-#include "arbiter/server/models.h"
+#include "arbiter/runtime/models.h"
 
 extern char** environ;
 

@@ -35,7 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/engine/model_maker.h"
-#include "arbiter/server/models.h"
+#include "arbiter/runtime/models.h"
 #include "server_process.h"
 
 namespace arbiter {

@@ -57,6 +57,19 @@
 // already have unloaded an idle entry of its own role (reason "swap"): that
 // entry would have been replaced anyway.
 //
+// Note [Reclaim through a Reclaimer]
+// With options.reclaimer set (the runtime's ReclaimPolicy), the arbiter does
+// not decide what is given back when a load needs room: AcquireSlow finds the
+// shortfall under mu_, leaves the lock, asks reclaimer->MakeRoom(incoming) —
+// which may spill caches, call ReclaimIdle, demote weights, in the policy's
+// order — and then decides again from scratch (once per acquire). The
+// refuse_over_budget check still runs first, so a refused acquire frees
+// nothing; on the second round, victims that became idle meanwhile are
+// evicted here as before. After a load (measured size above the estimate)
+// and on the reuse path, an over-budget ledger is handed to MakeRoom(0)
+// after the lock instead of being fitted under it. Without a reclaimer
+// everything is as the seed says: evict-to-fit under mu_.
+
 // Note [Fast path]
 // Acquire + release of a resident entry must cost tens of ns (issue 3 point
 // 9: p50 ≤ 40 ns), so it takes no lock, allocates nothing and copies no
@@ -121,6 +134,7 @@
 #include <cassert>
 #include <cstring>
 #include <exception>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -266,6 +280,7 @@ struct MemoryArbiter::Entry {
   ResidentRole role = ResidentRole::kTextTarget;
   int priority = 100;
   std::optional<int64_t> idle_ttl_ms;  // per model (defect 8)
+  bool swap_same_role = true;          // per model
   uint64_t hash = 0;      // HashKey(model_key)
   ModelState state = ModelState::kReady;
   size_t bytes = 0;       // charge: estimate until measured
@@ -464,6 +479,12 @@ MemoryArbiter::Entry* MemoryArbiter::FindOrCreateLocked(Registration* reg,
   e->idle_ttl_ms = reg->reg.idle_ttl_ms;
   if (reg->reg.idle_ttl_for) {
     if (std::optional<int64_t> ttl = reg->reg.idle_ttl_for(e->model_key)) e->idle_ttl_ms = ttl;
+  }
+  e->swap_same_role = reg->reg.swap_same_role;
+  if (reg->reg.swap_same_role_for) {
+    if (std::optional<bool> swap = reg->reg.swap_same_role_for(e->model_key)) {
+      e->swap_same_role = *swap;
+    }
   }
   e->bytes = EstimateFor(*reg, e->model_key);
   Entry* raw = e.get();
@@ -715,7 +736,7 @@ void MemoryArbiter::EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out
   RelistLocked(&held);
 }
 
-size_t MemoryArbiter::ReclaimIdle(size_t bytes) {
+size_t MemoryArbiter::ReclaimIdle(size_t bytes, size_t* evicted) {
   // One victim at a time: its unload may free more than its own charge (the
   // weight cache releases its weights there), so the ledger is re-read after
   // each unload has run.
@@ -724,12 +745,17 @@ size_t MemoryArbiter::ReclaimIdle(size_t bytes) {
     std::vector<Unloaded> unloaded;
     {
       MutexLock l(&mu_);
-      if (shutting_down_ || idle_listed_ == 0 || ledger_->available_bytes() >= bytes) break;
+      const uint64_t budget = ledger_->budget_bytes();
+      if (shutting_down_ || idle_listed_ == 0 || budget == 0 ||
+          ledger_->charged_bytes() + bytes <= budget) {
+        break;
+      }
       std::vector<Entry*> held;
       Entry* victim = ClaimFitVictimLocked(&held);
       RelistLocked(&held);
       if (victim == nullptr) break;
       freed += victim->bytes;
+      if (evicted != nullptr) ++*evicted;
       EvictLocked(victim, UnloadReason::kFit, &unloaded);
     }
     FinishUnloads(&unloaded);
@@ -841,155 +867,191 @@ Result<ArbiterHandle> MemoryArbiter::Acquire(Capability capability, std::string_
 Result<ArbiterHandle> MemoryArbiter::AcquireSlow(Capability capability,
                                                  std::string_view model_key,
                                                  ArbiterDeadline deadline) {
-  std::vector<Unloaded> unloaded;
-  Entry* e = nullptr;
-  Status error;
-  std::optional<ArbiterHandle> reused;
-  {
-    MutexLock l(&mu_);
-    Registration* reg = regs_[Index(capability)].get();
-    if (reg == nullptr) {
-      return NotFoundError(
-          fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
-    }
-    std::optional<std::chrono::steady_clock::time_point> drain_deadline;
-    std::optional<ReleaseWaiter> waiter;  // registered before a drain wait
-    for (;;) {
-      if (shutting_down_) {
-        error = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
-                                             CapabilityName(capability)));
-        break;
+  // Note [Reclaim through a Reclaimer]: at most one round of reclaim per
+  // acquire, then the decision is made as without one.
+  bool reclaimed = false;
+  for (;;) {
+    std::vector<Unloaded> unloaded;
+    Entry* e = nullptr;
+    Status error;
+    std::optional<ArbiterHandle> reused;
+    size_t reclaim_bytes = 0;   // > 0: ask the reclaimer for room, then retry
+    bool fit_after = false;     // ask the reclaimer to bring the ledger within budget
+    {
+      MutexLock l(&mu_);
+      Registration* reg = regs_[Index(capability)].get();
+      if (reg == nullptr) {
+        return NotFoundError(
+            fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
       }
-      if (level_ == MemoryPressureLevel::kCritical && capability != Capability::kText) {
-        error = UnavailableError(fmt::format(
-            "memory pressure is critical; refusing to load capability \"{}\". Free RAM and retry.",
-            CapabilityName(capability)));
-        break;
-      }
-      e = FindOrCreateLocked(reg, model_key);
-      if (e->state == ModelState::kLoaded) {
-        reused = PinLocked(e);
-        // An earlier best-effort load (or another ledger owner) may have left
-        // the footprint over budget while idle victims now exist.
-        EvictToFitLocked(0, &unloaded);
-        break;
-      }
-      if (e->state == ModelState::kLoading) {
-        const uint64_t attempt = e->load_attempt;
-        if (!changed_.WaitUntil(deadline) && RealNow() >= deadline &&
-            e->state == ModelState::kLoading) {
-          error = DeadlineExceededError(fmt::format(
-              "deadline passed while waiting for {} to load; the load continues, retry later",
-              e->key));
+      std::optional<std::chrono::steady_clock::time_point> drain_deadline;
+      std::optional<ReleaseWaiter> waiter;  // registered before a drain wait
+      for (;;) {
+        if (shutting_down_) {
+          error = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
+                                               CapabilityName(capability)),
+                                   ErrorReason::kShuttingDown);
           break;
         }
-        if (e->state == ModelState::kFailed && e->load_attempt == attempt) {
-          error = e->last_error;
+        if (level_ == MemoryPressureLevel::kCritical && capability != Capability::kText) {
+          error = UnavailableError(fmt::format(
+              "memory pressure is critical; refusing to load capability \"{}\". Free RAM and retry.",
+              CapabilityName(capability)), ErrorReason::kMemoryPressure);
           break;
         }
-        continue;
-      }
-      // Same-role conflicts, loads in flight included (defect 4).
-      Entry* conflict = nullptr;
-      if (reg->reg.swap_same_role) {
-        for (Entry* o : role_members_[Index(e->role)]) {
-          if (o != e) {
-            conflict = o;
+        e = FindOrCreateLocked(reg, model_key);
+        if (e->state == ModelState::kLoaded) {
+          reused = PinLocked(e);
+          // An earlier best-effort load (or another ledger owner) may have left
+          // the footprint over budget while idle victims now exist.
+          if (options_.reclaimer == nullptr) {
+            EvictToFitLocked(0, &unloaded);
+          } else {
+            fit_after = ledger_->OverBudgetHint();
+          }
+          break;
+        }
+        if (e->state == ModelState::kLoading) {
+          const uint64_t attempt = e->load_attempt;
+          if (!changed_.WaitUntil(deadline) && RealNow() >= deadline &&
+              e->state == ModelState::kLoading) {
+            error = DeadlineExceededError(fmt::format(
+                "deadline passed while waiting for {} to load; the load continues, retry later",
+                e->key), ErrorReason::kAcquireTimeout);
             break;
           }
-        }
-      }
-      if (conflict != nullptr) {
-        if (conflict->state == ModelState::kLoaded && TryCloseLocked(conflict)) {
-          EvictLocked(conflict, UnloadReason::kSwap, &unloaded);
+          if (e->state == ModelState::kFailed && e->load_attempt == attempt) {
+            error = e->last_error;
+            break;
+          }
           continue;
         }
-        if (!waiter) {  // register, then re-check (Note [Fast path])
-          waiter.emplace(this);
-          continue;
-        }
-        // Note [Waits use real time].
-        if (!drain_deadline) {
-          drain_deadline = RealNow() + std::chrono::milliseconds(options_.drain_timeout_ms);
-        }
-        const auto until = std::min(deadline, *drain_deadline);
-        changed_.WaitUntil(until);
-        if (RealNow() >= until) {
-          // Re-check: the conflict may have drained exactly now.
-          bool still = conflict->role_slot != kNoSlot &&
-                       !(conflict->state == ModelState::kLoaded &&
-                         Count(conflict->pin.load()) == 0);
-          if (still) {
-            if (until == *drain_deadline) {
-              error = DeadlineExceededError(fmt::format(
-                  "timeout waiting for {}/{} to drain (refcount={}); refusing to swap mid-flight",
-                  CapabilityName(conflict->capability), conflict->model_key,
-                  Count(conflict->pin.load())));
-            } else {
-              error = DeadlineExceededError(fmt::format(
-                  "deadline passed while waiting for {} to drain before loading {}",
-                  conflict->key, e->key));
+        // Same-role conflicts, loads in flight included (defect 4).
+        Entry* conflict = nullptr;
+        if (e->swap_same_role) {
+          for (Entry* o : role_members_[Index(e->role)]) {
+            if (o != e) {
+              conflict = o;
+              break;
             }
+          }
+        }
+        if (conflict != nullptr) {
+          if (conflict->state == ModelState::kLoaded && TryCloseLocked(conflict)) {
+            EvictLocked(conflict, UnloadReason::kSwap, &unloaded);
+            continue;
+          }
+          if (!waiter) {  // register, then re-check (Note [Fast path])
+            waiter.emplace(this);
+            continue;
+          }
+          // Note [Waits use real time].
+          if (!drain_deadline) {
+            drain_deadline = RealNow() + std::chrono::milliseconds(options_.drain_timeout_ms);
+          }
+          const auto until = std::min(deadline, *drain_deadline);
+          changed_.WaitUntil(until);
+          if (RealNow() >= until) {
+            // Re-check: the conflict may have drained exactly now.
+            bool still = conflict->role_slot != kNoSlot &&
+                         !(conflict->state == ModelState::kLoaded &&
+                           Count(conflict->pin.load()) == 0);
+            if (still) {
+              if (until == *drain_deadline) {
+                error = DeadlineExceededError(fmt::format(
+                    "timeout waiting for {}/{} to drain (refcount={}); refusing to swap mid-flight",
+                    CapabilityName(conflict->capability), conflict->model_key,
+                    Count(conflict->pin.load())), ErrorReason::kAcquireTimeout);
+              } else {
+                error = DeadlineExceededError(fmt::format(
+                    "deadline passed while waiting for {} to drain before loading {}",
+                    conflict->key, e->key), ErrorReason::kAcquireTimeout);
+              }
+              break;
+            }
+          }
+          continue;
+        }
+        const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
+        const uint64_t budget = ledger_->budget_bytes();
+        // With a reclaimer, room is made by the policy (outside the lock),
+        // once; refuse_over_budget's check below still decides first, so a
+        // refused acquire frees nothing.
+        const bool ask_reclaimer = options_.reclaimer != nullptr && !reclaimed && budget != 0 &&
+                                   ledger_->charged_bytes() + incoming > budget;
+        bool fitted = false;
+        if (options_.refuse_over_budget && budget != 0) {
+          // Note [Refusing over budget]: close LRU idle victims until the load
+          // fits (O(victims), no scan); if it cannot fit while something is
+          // held or loading, reopen them and fail without evicting.
+          fitted = true;  // below: it fits, or every idle victim is evicted
+          const uint64_t charged = ledger_->charged_bytes();
+          std::vector<Entry*> claimed, held;
+          uint64_t freed = 0;
+          while (charged - std::min(charged, freed) + incoming > budget) {
+            Entry* victim = ClaimFitVictimLocked(&held);
+            if (victim == nullptr) break;
+            RemoveIdleLocked(victim);
+            claimed.push_back(victim);
+            freed += victim->bytes;
+          }
+          const bool fits = charged - std::min(charged, freed) + incoming <= budget;
+          if (!fits && (loading_count_ > 0 || HeldCountLocked() > 0)) {
+            for (Entry* victim : claimed) {
+              victim->pin.store(kOpen, std::memory_order_release);
+              AddIdleLocked(victim);
+            }
+            RelistLocked(&held);
+            std::string holders;
+            for (const Entry* o : order_) {
+              const uint32_t refs = Count(o->pin.load());
+              if (refs > 0 || o->state == ModelState::kLoading) {
+                if (!holders.empty()) holders += ", ";
+                holders += refs > 0 ? fmt::format("\"{}\" {} ({} handle(s))", o->model_key,
+                                                  FormatSize(o->bytes), refs)
+                                    : fmt::format("\"{}\" {} (loading)", o->model_key,
+                                                  FormatSize(o->bytes));
+              }
+            }
+            error = ResourceExhaustedError(fmt::format(
+                "cannot load model \"{}\" ({}): the memory budget is {} and {} is held by "
+                "requests in flight; retry when they finish, or raise [memory] budget",
+                e->model_key, FormatSize(incoming), FormatSize(budget),
+                holders.empty() ? std::string("memory of other owners") : holders),
+                ErrorReason::kBudgetExceeded);
             break;
           }
-        }
-        continue;
-      }
-      const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
-      const uint64_t budget = ledger_->budget_bytes();
-      bool fitted = false;
-      if (options_.refuse_over_budget && budget != 0) {
-        // Note [Refusing over budget]: close LRU idle victims until the load
-        // fits (O(victims), no scan); if it cannot fit while something is
-        // held or loading, reopen them and fail without evicting.
-        fitted = true;  // below: it fits, or every idle victim is evicted
-        const uint64_t charged = ledger_->charged_bytes();
-        std::vector<Entry*> claimed, held;
-        uint64_t freed = 0;
-        while (charged - std::min(charged, freed) + incoming > budget) {
-          Entry* victim = ClaimFitVictimLocked(&held);
-          if (victim == nullptr) break;
-          RemoveIdleLocked(victim);
-          claimed.push_back(victim);
-          freed += victim->bytes;
-        }
-        const bool fits = charged - std::min(charged, freed) + incoming <= budget;
-        if (!fits && (loading_count_ > 0 || HeldCountLocked() > 0)) {
-          for (Entry* victim : claimed) {
-            victim->pin.store(kOpen, std::memory_order_release);
-            AddIdleLocked(victim);
+          if (ask_reclaimer) {
+            for (Entry* victim : claimed) {
+              victim->pin.store(kOpen, std::memory_order_release);
+              AddIdleLocked(victim);
+            }
+            RelistLocked(&held);
+            reclaim_bytes = incoming;
+            break;
           }
+          for (Entry* victim : claimed) EvictLocked(victim, UnloadReason::kFit, &unloaded);
           RelistLocked(&held);
-          std::string holders;
-          for (const Entry* o : order_) {
-            const uint32_t refs = Count(o->pin.load());
-            if (refs > 0 || o->state == ModelState::kLoading) {
-              if (!holders.empty()) holders += ", ";
-              holders += refs > 0 ? fmt::format("\"{}\" {} ({} handle(s))", o->model_key,
-                                                FormatSize(o->bytes), refs)
-                                  : fmt::format("\"{}\" {} (loading)", o->model_key,
-                                                FormatSize(o->bytes));
-            }
-          }
-          error = ResourceExhaustedError(fmt::format(
-              "cannot load model \"{}\" ({}): the memory budget is {} and {} is held by "
-              "requests in flight; retry when they finish, or raise [memory] budget",
-              e->model_key, FormatSize(incoming), FormatSize(budget),
-              holders.empty() ? std::string("memory of other owners") : holders));
+        } else if (ask_reclaimer) {
+          reclaim_bytes = incoming;
           break;
         }
-        for (Entry* victim : claimed) EvictLocked(victim, UnloadReason::kFit, &unloaded);
-        RelistLocked(&held);
+        if (!fitted && options_.reclaimer == nullptr) EvictToFitLocked(incoming, &unloaded);
+        ClaimLocked(e, incoming);
+        break;
       }
-      if (!fitted) EvictToFitLocked(incoming, &unloaded);
-      ClaimLocked(e, incoming);
-      break;
     }
+    if (!unloaded.empty()) FinishUnloads(&unloaded);
+    if (reclaim_bytes > 0) {
+      options_.reclaimer->MakeRoom(reclaim_bytes);
+      reclaimed = true;
+      continue;  // the world changed: decide again
+    }
+    if (fit_after) options_.reclaimer->MakeRoom(0);
+    if (reused) return std::move(*reused);
+    if (!error.ok()) return error;
+    return LoadClaimed(e, /*pin=*/true);
   }
-  if (!unloaded.empty()) FinishUnloads(&unloaded);
-  if (reused) return std::move(*reused);
-  if (!error.ok()) return error;
-  return LoadClaimed(e, /*pin=*/true);
 }
 
 Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
@@ -1008,6 +1070,7 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
   std::vector<Unloaded> unloaded;
   Result<ArbiterHandle> out = InternalError("unreachable");
   bool published = false;
+  bool fit_after = false;
   size_t bytes = 0;
   {
     MutexLock l(&mu_);
@@ -1055,7 +1118,8 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
         // (never opened, so no fast acquire can have pinned it).
         EvictLocked(e, UnloadReason::kShutdown, &unloaded);
         out = UnavailableError(fmt::format("arbiter is shutting down; cannot acquire {}",
-                                           CapabilityName(e->capability)));
+                                           CapabilityName(e->capability)),
+                               ErrorReason::kShuttingDown);
       } else {
         published = true;
         // Open for fast acquires: e->backend is written (Note [Fast path]).
@@ -1069,14 +1133,25 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
         // The measured size may exceed the estimate: make room again. Not for
         // a preload (defect 7: preload never evicts); the next acquire's
         // evict-to-fit makes room.
-        if (pin) EvictToFitLocked(0, &unloaded);
+        if (pin && options_.reclaimer == nullptr) EvictToFitLocked(0, &unloaded);
+        fit_after = pin && options_.reclaimer != nullptr && ledger_->OverBudgetHint();
       }
     } else {
       RemoveRoleMemberLocked(e);
       e->charge.Release();
       e->state = ModelState::kFailed;
+      // Note [Typed error reasons]: a reason born inside the load (the
+      // weight cache's budget_exceeded, not_resident) is kept; any other
+      // failure is the model's own (load_failed).
       e->last_error =
           loaded.status().WithPrefix(fmt::format("model \"{}\" failed to load", e->model_key));
+      // Out of memory inside a load (the device pool, an allocation) is the
+      // budget's transient refusal too.
+      if (e->last_error.reason() == ErrorReason::kNone) {
+        e->last_error = e->last_error.WithReason(e->last_error.code() == StatusCode::kResourceExhausted
+                                                     ? ErrorReason::kBudgetExceeded
+                                                     : ErrorReason::kLoadFailed);
+      }
       e->load_failures++;
       load_failures_++;
       out = e->last_error;
@@ -1100,6 +1175,7 @@ Result<ArbiterHandle> MemoryArbiter::LoadClaimed(Entry* e, bool pin) {
     spdlog::error("arbiter: {}", out.status().message());
   }
   if (!unloaded.empty()) FinishUnloads(&unloaded);
+  if (fit_after) options_.reclaimer->MakeRoom(0);
   return out;
 }
 
@@ -1123,11 +1199,13 @@ Result<bool> MemoryArbiter::Unload(Capability capability, std::string_view model
       if (!changed_.WaitUntil(deadline) && RealNow() >= deadline) {
         if (e->state == ModelState::kLoaded && TryCloseLocked(e)) break;
         if (e->state == ModelState::kLoading) {
-          return DeadlineExceededError(fmt::format("{} is still loading; not unloaded", e->key));
+          return DeadlineExceededError(fmt::format("{} is still loading; not unloaded", e->key),
+                                       ErrorReason::kLoadInProgress);
         }
         if (e->state != ModelState::kLoaded) return false;
         return DeadlineExceededError(fmt::format("{} is held by {} handle(s); not unloaded",
-                                                 e->key, Count(e->pin.load())));
+                                                 e->key, Count(e->pin.load())),
+                                     ErrorReason::kModelHeld);
       }
     }
     EvictLocked(e, UnloadReason::kManual, &unloaded);
@@ -1158,14 +1236,30 @@ bool MemoryArbiter::Preload(Capability capability, std::string_view model_key) {
     const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
     if (incoming == 0 || ledger_->charged_bytes() + incoming > budget) return false;
     // Defect 7: a same-role conflict would need a swap; preload never evicts.
-    if (reg->reg.swap_same_role && !role_members_[Index(e->role)].empty()) return false;
+    if (e->swap_same_role && !role_members_[Index(e->role)].empty()) return false;
     ClaimLocked(e, incoming);
   }
   return LoadClaimed(e, /*pin=*/false).ok();
 }
 
 void MemoryArbiter::HandlePressure(const MemoryPressureEvent& event) {
-  std::vector<Unloaded> unloaded;
+  SetPressureLevel(event);
+  size_t n_unloaded = 0;
+  if (event.level == MemoryPressureLevel::kLow) {
+    n_unloaded = EvictIdleByPriority(1, UnloadReason::kPressure);
+  } else if (event.level == MemoryPressureLevel::kCritical) {
+    n_unloaded = EvictIdleByPriority(SIZE_MAX, UnloadReason::kPressure);
+  }
+  if (event.level != MemoryPressureLevel::kNominal && vision_cache_ != nullptr) {
+    vision_cache_->PurgeExpired();
+  }
+  if (event.level != MemoryPressureLevel::kNominal) {
+    spdlog::warn("arbiter: memory pressure {} from {}; unloaded {} idle model(s)",
+                 MemoryPressureLevelName(event.level), event.source, n_unloaded);
+  }
+}
+
+void MemoryArbiter::SetPressureLevel(const MemoryPressureEvent& event) {
   {
     MutexLock l(&mu_);
     level_ = event.level;
@@ -1174,26 +1268,7 @@ void MemoryArbiter::HandlePressure(const MemoryPressureEvent& event) {
     } else {
       gate_.fetch_and(~kGateCritical);
     }
-    std::vector<Entry*> held;
-    if (event.level == MemoryPressureLevel::kLow) {
-      // Lowest-priority role with an idle entry; text-target is never listed
-      // (defect 1) and held entries are set aside (defect 2).
-      for (auto& by_role : idle_by_role_) {
-        if (Entry* victim = ClaimLruLocked(&by_role, &held)) {
-          EvictLocked(victim, UnloadReason::kPressure, &unloaded);
-          break;
-        }
-      }
-    } else if (event.level == MemoryPressureLevel::kCritical) {
-      for (auto& by_role : idle_by_role_) {
-        while (Entry* victim = ClaimLruLocked(&by_role, &held)) {
-          EvictLocked(victim, UnloadReason::kPressure, &unloaded);
-        }
-      }
-    }
-    RelistLocked(&held);
   }
-  const size_t n_unloaded = unloaded.size();
   ArbiterEvent ev;
   ev.type = ArbiterEventType::kMemoryPressure;
   ev.level = event.level;
@@ -1201,15 +1276,72 @@ void MemoryArbiter::HandlePressure(const MemoryPressureEvent& event) {
   ev.free_bytes = event.free_bytes;
   ev.at_ms = clock_->NowMs();
   Emit(ev);
-  if (event.level != MemoryPressureLevel::kNominal && vision_cache_ != nullptr) {
-    vision_cache_->PurgeExpired();
+}
+
+size_t MemoryArbiter::EvictIdleByPriority(size_t max_entries, UnloadReason reason) {
+  std::vector<Unloaded> unloaded;
+  {
+    MutexLock l(&mu_);
+    if (shutting_down_) return 0;
+    // Lowest-priority role first; text-target is never listed (defect 1) and
+    // held entries are set aside (defect 2).
+    std::vector<Entry*> held;
+    for (auto& by_role : idle_by_role_) {
+      while (unloaded.size() < max_entries) {
+        Entry* victim = ClaimLruLocked(&by_role, &held);
+        if (victim == nullptr) break;
+        EvictLocked(victim, reason, &unloaded);
+      }
+      if (unloaded.size() >= max_entries) break;
+    }
+    RelistLocked(&held);
   }
-  // Unload before logging: the log line is not on the way to freed memory.
-  if (!unloaded.empty()) FinishUnloads(&unloaded);
-  if (event.level != MemoryPressureLevel::kNominal) {
-    spdlog::warn("arbiter: memory pressure {} from {}; unloaded {} idle model(s)",
-                 MemoryPressureLevelName(event.level), event.source, n_unloaded);
+  const size_t n = unloaded.size();
+  // Unload before any logging: the log line is not on the way to freed memory.
+  if (n > 0) FinishUnloads(&unloaded);
+  return n;
+}
+
+std::optional<ResidentEntryInfo> MemoryArbiter::NextFitVictim() const {
+  MutexLock l(&mu_);
+  // The order of LruKey (ClaimFitVictimLocked), read without closing.
+  const Entry* best = nullptr;
+  std::tuple<int64_t, int, int64_t> best_key{};
+  for (const Entry* e : order_) {
+    if (e->state != ModelState::kLoaded || e->role == ResidentRole::kTextTarget ||
+        Count(e->pin.load(std::memory_order_acquire)) > 0) {
+      continue;
+    }
+    const std::tuple<int64_t, int, int64_t> k{e->last_used.load(std::memory_order_acquire),
+                                              e->priority, e->loaded_at_ms};
+    if (best == nullptr || k < best_key) {
+      best = e;
+      best_key = k;
+    }
   }
+  if (best == nullptr) return std::nullopt;
+  return InfoLocked(*best);
+}
+
+std::optional<ResidentEntryInfo> MemoryArbiter::NextPressureVictim() const {
+  MutexLock l(&mu_);
+  const Entry* best = nullptr;
+  std::tuple<int, int64_t, int64_t> best_key{};
+  for (const Entry* e : order_) {
+    if (e->state != ModelState::kLoaded || e->role == ResidentRole::kTextTarget ||
+        Count(e->pin.load(std::memory_order_acquire)) > 0) {
+      continue;
+    }
+    // Role priority first, then least recently used (EvictIdleByPriority).
+    const std::tuple<int, int64_t, int64_t> k{
+        e->priority, e->last_used.load(std::memory_order_acquire), e->loaded_at_ms};
+    if (best == nullptr || k < best_key) {
+      best = e;
+      best_key = k;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return InfoLocked(*best);
 }
 
 size_t MemoryArbiter::ReapIdle() {
@@ -1405,12 +1537,15 @@ std::vector<ResidentEntryInfo> MemoryArbiter::ResidentSnapshot() const {
   MutexLock l(&mu_);
   std::vector<ResidentEntryInfo> out;
   for (const Entry* e : order_) {
-    if (e->state != ModelState::kLoaded) continue;
-    out.push_back(ResidentEntryInfo{e->key, e->capability, e->model_key, e->role, e->bytes,
-                                    static_cast<int>(Count(e->pin.load())), e->loaded_at_ms,
-                                    e->last_used.load()});
+    if (e->state == ModelState::kLoaded) out.push_back(InfoLocked(*e));
   }
   return out;
+}
+
+ResidentEntryInfo MemoryArbiter::InfoLocked(const Entry& e) const {
+  return ResidentEntryInfo{e.key,   e.capability, e.model_key, e.role, e.bytes,
+                           static_cast<int>(Count(e.pin.load())), e.loaded_at_ms,
+                           e.last_used.load()};
 }
 
 MemoryPressureLevel MemoryArbiter::CurrentPressureLevel() const {

@@ -23,6 +23,34 @@ std::string_view StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+std::string_view ErrorReasonName(ErrorReason reason) {
+  switch (reason) {
+    case ErrorReason::kNone: return "none";
+    case ErrorReason::kInvalidRequest: return "invalid_request";
+    case ErrorReason::kModelNotFound: return "model_not_found";
+    case ErrorReason::kWrongCapability: return "wrong_capability";
+    case ErrorReason::kModelBroken: return "model_broken";
+    case ErrorReason::kLoadFailed: return "load_failed";
+    case ErrorReason::kMemoryPressure: return "memory_pressure";
+    case ErrorReason::kBudgetExceeded: return "budget_exceeded";
+    case ErrorReason::kNotResident: return "not_resident";
+    case ErrorReason::kModelHeld: return "model_held";
+    case ErrorReason::kLoadInProgress: return "load_in_progress";
+    case ErrorReason::kAcquireTimeout: return "acquire_timeout";
+    case ErrorReason::kShuttingDown: return "shutting_down";
+    case ErrorReason::kTooManyStreams: return "too_many_streams";
+    case ErrorReason::kContextLengthExceeded: return "context_length_exceeded";
+    case ErrorReason::kEmptyPrompt: return "empty_prompt";
+    case ErrorReason::kInvalidTokenId: return "invalid_token_id";
+    case ErrorReason::kNoChatTemplate: return "no_chat_template";
+    case ErrorReason::kPinDoesNotFit: return "pin_does_not_fit";
+    case ErrorReason::kConversationNotFound: return "conversation_not_found";
+    case ErrorReason::kNoKvPrecache: return "no_kv_precache";
+    case ErrorReason::kCancelled: return "cancelled";
+  }
+  return "none";
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string s(StatusCodeName(code_));
@@ -36,11 +64,18 @@ Status Status::WithPrefix(std::string_view prefix) const {
   std::string m(prefix);
   m += ": ";
   m += message_;
-  return Status(code_, std::move(m));
+  return Status(code_, std::move(m), reason_);
+}
+
+Status Status::WithReason(ErrorReason reason) const {
+  if (ok()) return *this;
+  return Status(code_, message_, reason);
 }
 
 #define ARBITER_DEFINE_ERROR_(Fn, Code) \
-  Status Fn(std::string message) { return Status(StatusCode::Code, std::move(message)); }
+  Status Fn(std::string message, ErrorReason reason) {                \
+    return Status(StatusCode::Code, std::move(message), reason);     \
+  }
 ARBITER_DEFINE_ERROR_(CancelledError, kCancelled)
 ARBITER_DEFINE_ERROR_(InvalidArgumentError, kInvalidArgument)
 ARBITER_DEFINE_ERROR_(DeadlineExceededError, kDeadlineExceeded)

@@ -43,5 +43,20 @@ TEST(StatusTest, ReturnIfError) {
   EXPECT_EQ(f(true).code(), StatusCode::kDataLoss);
 }
 
+TEST(StatusTest, ReasonIsKeptByPrefixAndCompared) {
+  Status s = UnavailableError("refused", ErrorReason::kMemoryPressure);
+  EXPECT_EQ(s.reason(), ErrorReason::kMemoryPressure);
+  EXPECT_EQ(s.WithPrefix("model \"x\"").reason(), ErrorReason::kMemoryPressure);
+  EXPECT_EQ(s.WithPrefix("p").message(), "p: refused");
+  EXPECT_EQ(InternalError("x").reason(), ErrorReason::kNone);
+  EXPECT_EQ(OkStatus().reason(), ErrorReason::kNone);
+  EXPECT_EQ(OkStatus().WithReason(ErrorReason::kLoadFailed).reason(), ErrorReason::kNone);
+  EXPECT_EQ(InternalError("x").WithReason(ErrorReason::kLoadFailed).reason(),
+            ErrorReason::kLoadFailed);
+  EXPECT_NE(s, UnavailableError("refused"));
+  EXPECT_EQ(ErrorReasonName(ErrorReason::kMemoryPressure), "memory_pressure");
+  EXPECT_EQ(ErrorReasonName(ErrorReason::kBudgetExceeded), "budget_exceeded");
+}
+
 }  // namespace
 }  // namespace arbiter

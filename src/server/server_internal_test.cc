@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "arbiter/server/pressure.h"
+#include "arbiter/runtime/pressure.h"
 #include "server/internal/event_stream.h"
 #include "server/internal/metrics.h"
 

@@ -31,10 +31,11 @@
 //
 // Note [Charging weights]
 // Every device and host byte is a ledger charge taken with TryCharge before
-// the memory is used (ChargeRoom). When the ledger is full the cache asks
-// `reclaim` (the MemoryArbiter evicts idle models by role priority, and
-// their unload evicts their weights here), then evicts its own idle device
-// copies, and retries. Only if
+// the memory is used (ChargeRoom). When the ledger is full the cache asks its
+// `reclaimer` (the runtime's reclaim policy, which decides what goes first:
+// caches, idle models — whose unload evicts their weights here —, idle
+// device copies), then evicts its own idle device copies (what is left when
+// there is no policy), and retries. Only if
 // that fails and no other model is leased does it charge anyway — the
 // documented "single model larger than the whole budget" exception, which
 // the ledger counts as an over-commit and we log. A failed load releases its
@@ -128,13 +129,11 @@ Result<ResidencyMode> ParseResidencyMode(std::string_view name) {
 }
 
 Status NotResidentError(std::string_view key) {
-  return FailedPreconditionError(fmt::format("model '{}' {}", key, kNotResidentSuffix));
+  return FailedPreconditionError(fmt::format("model '{}' {}", key, kNotResidentSuffix),
+                                 ErrorReason::kNotResident);
 }
 
-bool IsNotResident(const Status& status) {
-  return status.code() == StatusCode::kFailedPrecondition &&
-         status.message().find(kNotResidentSuffix) != std::string::npos;
-}
+bool IsNotResident(const Status& status) { return status.reason() == ErrorReason::kNotResident; }
 
 std::string_view WeightLoadSourceName(WeightLoadSource source) {
   switch (source) {
@@ -425,7 +424,7 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
     const uint64_t shortfall = bytes > available ? bytes - available : 1;
     // Other owners first (the arbiter evicts idle models by role priority,
     // never a text target), then the cache's own idle device copies.
-    if (options_.reclaim && options_.reclaim(shortfall) > 0) continue;
+    if (options_.reclaimer != nullptr && options_.reclaimer->MakeRoom(shortfall) > 0) continue;
     if (EvictIdle(shortfall) > 0) continue;
     break;
   }
@@ -443,7 +442,8 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
           "cannot take {} for the {} of '{}': the memory budget is {} with {} charged, and the "
           "weights of {} are in use; retry when those requests finish, or raise [memory] budget",
           FormatSize(bytes), ChargeKindName(kind), e->model.key,
-          FormatSize(ledger->budget_bytes()), FormatSize(ledger->charged_bytes()), holders));
+          FormatSize(ledger->budget_bytes()), FormatSize(ledger->charged_bytes()), holders),
+          ErrorReason::kBudgetExceeded);
     }
   }
   spdlog::warn(
@@ -715,7 +715,8 @@ Result<ResidencyState> WeightCache::SetResidency(std::string_view key, Residency
             "weight pool (arena {}, scratch {}); unpin another model or raise [memory] "
             "device_arena",
             key, FormatSize(e->block_bytes), FormatSize(pinned), FormatSize(b->weight_pool),
-            FormatSize(pool_->limit_bytes()), FormatSize(max_scratch_)));
+            FormatSize(pool_->limit_bytes()), FormatSize(max_scratch_)),
+            ErrorReason::kPinDoesNotFit);
       }
     }
     e->busy = true;

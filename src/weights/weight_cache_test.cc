@@ -83,10 +83,11 @@ class WeightCacheTest : public ::testing::Test {
     o.wiggle = 0;
     o.fraction = fraction_;
     o.compaction_interval = compaction_interval;
-    o.reclaim = [this](uint64_t bytes) -> uint64_t {
+    reclaimer_ = std::make_unique<FunctionReclaimer>([this](size_t bytes) -> size_t {
       reclaim_calls_++;
       return reclaim_ ? reclaim_(bytes) : 0;
-    };
+    });
+    o.reclaimer = reclaimer_.get();
     Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(std::move(o));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     cache_ = std::move(c).value();
@@ -113,6 +114,7 @@ class WeightCacheTest : public ::testing::Test {
   std::unique_ptr<MemoryLedger> ledger_;
   std::unique_ptr<WeightCache> cache_;
   std::function<uint64_t(uint64_t)> reclaim_;
+  std::unique_ptr<FunctionReclaimer> reclaimer_;
   int reclaim_calls_ = 0;
   double fraction_ = 1.0;  // of the arena, for the on-demand budget
 };

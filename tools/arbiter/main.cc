@@ -52,9 +52,9 @@
 #include "arbiter/formats/inspect.h"
 #include "arbiter/kv/kv_bench.h"
 #include "arbiter/memory/system_memory.h"
-#include "arbiter/server/config.h"
-#include "arbiter/server/models.h"
-#include "arbiter/server/pressure.h"
+#include "arbiter/runtime/config.h"
+#include "arbiter/runtime/models.h"
+#include "arbiter/runtime/runtime.h"
 #include "arbiter/server/server.h"
 #include "arbiter/weights/weight_budget.h"
 
@@ -678,52 +678,12 @@ int RunServe(const ServeFlags& f) {
                    ? std::string(" (total RAM − 1.5 GiB headroom)")
                    : " (total RAM − " + config.headroom_text + " headroom)");
 
-  // [pressure]: the OS source (auto-probed) combined with the
-  // POST /admin/pressure bridge.
-  Result<ServePressure> pressure = MakeServePressure(config.pressure);
-  if (!pressure.ok()) return Fail(pressure.status().message());
-  if (!pressure->probe_notes.empty()) {
-    spdlog::info("pressure: skipped unavailable sources ({})", pressure->probe_notes);
-  }
-  spdlog::info("pressure source: {} + bridge (POST /admin/pressure)", pressure->os_source);
+  // Everything that runs: the Runtime (runtime/runtime.h) — pressure
+  // sources, ledger, KV tiers, weights, engines, arbiter, reclaim policy.
+  Result<std::unique_ptr<Runtime>> runtime = Runtime::Create(config);
+  if (!runtime.ok()) return Fail(runtime.status().message());
 
-  // One ledger for the arbiter's engines (KV, scratch) and the weight
-  // cache's device weights and host floors. The cache asks the arbiter to
-  // evict idle models when the ledger is full (reclaim); it must outlive the
-  // arbiter, whose engines compute from it.
-  MemoryLedger ledger(config.budget_bytes);
-  // The KV precache: constructed before the arbiter and destroyed after it,
-  // since freeing an engine saves its slots' conversations through it.
-  Result<std::unique_ptr<ServeKv>> kv = MakeServeKv(config, &ledger);
-  if (!kv.ok()) return Fail(kv.status().message());
-  std::atomic<MemoryArbiter*> reclaimer{nullptr};
-  // Room for weights: the prompt cache spills to disk first (its KV is
-  // restorable), then idle models are evicted.
-  PromptCache* prompt_cache = (*kv)->prompt_cache.get();
-  Result<std::unique_ptr<ServeWeights>> weights = MakeServeWeights(
-      config, &ledger, [&reclaimer, prompt_cache](uint64_t bytes) -> uint64_t {
-        uint64_t freed = prompt_cache != nullptr ? prompt_cache->Spill(bytes) : 0;
-        if (freed >= bytes) return freed;
-        MemoryArbiter* a = reclaimer.load();
-        return freed + (a != nullptr ? a->ReclaimIdle(bytes - freed) : 0);
-      });
-  if (!weights.ok()) return Fail(weights.status().message());
-  MemoryArbiter arbiter({.ledger = &ledger,
-                         .pressure_source = pressure->composite.get(),
-                         .refuse_over_budget = true});
-  reclaimer.store(&arbiter);
-  if (Status s = RegisterConfiguredModels(config, &arbiter, (*weights)->cache.get(), kv->get());
-      !s.ok()) {
-    return Fail(s.message());
-  }
-  if (Status s = arbiter.Start(); !s.ok()) {
-    return Fail(fmt::format("cannot start the memory arbiter: {}", s.message()));
-  }
-
-  int total_parallel = 0;
-  for (const ModelEntry& m : config.models) total_parallel += m.parallel;
-  Server server(config.server, &arbiter, total_parallel, pressure->bridge, pressure->os_source,
-                (*weights)->cache.get(), kv->get());
+  Server server(config.server, runtime->get());
   if (Status s = server.Bind(); !s.ok()) return Fail(s.message());
 
   const std::string url = fmt::format("http://{}:{}", config.server.host, server.port());
@@ -739,7 +699,7 @@ int RunServe(const ServeFlags& f) {
               "    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],"
               "\"max_tokens\":32}'\n",
               url.c_str(),
-              config.server.api_key.empty() ? "" : " -H 'Authorization: Bearer $ARBITER_API_KEY'",
+              config.server.api_key.empty() ? "" : " -H \"Authorization: Bearer $ARBITER_API_KEY\"",
               example_model.c_str());
   std::fflush(stdout);
 
@@ -775,10 +735,10 @@ int RunServe(const ServeFlags& f) {
   const unsigned char wake = 0;  // "0": exit without a signal
   (void)!write(g_signal_pipe[1], &wake, 1);
   signal_thread.join();
-  server.Stop();  // ends the KV maintenance thread before the engines go
-  // Frees every engine; each one's slots are saved to the KV directory.
-  arbiter.Shutdown();
-  reclaimer.store(nullptr);
+  server.Stop();
+  // Note [Runtime shutdown]: frees every engine (each one's slots are saved
+  // to the KV directory), spills the prompt cache, frees the weights.
+  (*runtime)->Shutdown();
   if (!run.ok()) return Fail(run.message());
   spdlog::info("stopped");
   return 0;

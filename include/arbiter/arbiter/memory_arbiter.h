@@ -80,6 +80,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/memory/memory_pressure.h"
+#include "arbiter/memory/reclaimer.h"
 
 namespace arbiter {
 
@@ -171,10 +172,13 @@ struct CapabilityRegistration {
   // Optional per-model idle TTL, same calling rules as role_for; an empty
   // result keeps idle_ttl_ms.
   std::function<std::optional<int64_t>(const std::string& model_key)> idle_ttl_for;
-  // The reference swaps out another resident entry of the same role before
-  // loading. false lets several keys of this capability coexist (the server
-  // uses it for several configured text models until roles are configurable).
+  // The seed swaps out another resident entry of the same role before
+  // loading (reason "swap"). false lets several keys of the role coexist
+  // within the budget.
   bool swap_same_role = true;
+  // Optional per-model swap_same_role (e.g. [[models]] same_role), same
+  // calling rules as role_for; an empty result keeps swap_same_role.
+  std::function<std::optional<bool>(const std::string& model_key)> swap_same_role_for;
   // Model keys known up front: listed by Stats() before their first acquire.
   std::vector<std::string> model_keys;
   // REQUIRED. Runs without a lock on the first acquirer's thread; may take
@@ -368,6 +372,11 @@ struct MemoryArbiterOptions {
   bool refuse_over_budget = false;
   // Real-time bound on a queued request's acquire.
   int64_t request_acquire_timeout_ms = 60000;
+  // Who gives memory back when a load needs room (the runtime's reclaim
+  // policy; Note [Reclaim through a Reclaimer] in memory_arbiter.cc). Null:
+  // the arbiter evicts idle entries to fit by itself. Must outlive the
+  // arbiter.
+  Reclaimer* reclaimer = nullptr;
 };
 
 class MemoryArbiter {
@@ -417,13 +426,14 @@ class MemoryArbiter {
   Result<bool> Unload(Capability capability, std::string_view model_key,
                       ArbiterDeadline deadline);
 
-  // Frees ledger room for another layer (the WeightCache's reclaim hook):
-  // evicts idle entries with reason "fit", least recently used first, until
-  // the ledger has `bytes` available or no idle victim is left (held and
-  // text-target entries are never victims). Unload callables run before it
-  // returns. Returns the bytes of the entries evicted (their own charges;
-  // whatever their unload frees elsewhere comes on top).
-  size_t ReclaimIdle(size_t bytes);
+  // Mechanism for a reclaim policy ("a charge needs room"): evicts idle
+  // entries with reason "fit", least recently used first, one at a time,
+  // until charged + `bytes` ≤ budget (bytes = 0: until within the budget)
+  // or no idle victim is left (held and text-target entries are never
+  // victims). Unload callables run before it returns. Returns the bytes of
+  // the entries evicted (their own charges; whatever their unload frees
+  // elsewhere comes on top); `evicted` (may be null) receives how many.
+  size_t ReclaimIdle(size_t bytes, size_t* evicted = nullptr);
 
   // Queues one run: acquire → run → capability_run event → release, on the
   // capability's worker thread, FIFO, one at a time per capability. The
@@ -447,8 +457,31 @@ class MemoryArbiter {
   // resident after the last handle is gone. Idempotent.
   void Shutdown();
 
-  // Applies a pressure event (what the subscription calls).
+  // Applies a pressure event (what the subscription calls): the seed's
+  // response for an arbiter used alone — SetPressureLevel, then low evicts
+  // the lowest-priority idle entry and critical every idle non-text-target
+  // one (EvictIdleByPriority), then purges the vision cache. The runtime
+  // does not subscribe the arbiter; its reclaim policy calls the mechanisms
+  // below in its own order (Note [Reclaim order] in
+  // runtime/reclaim_policy.h).
   void HandlePressure(const MemoryPressureEvent& event);
+
+  // Mechanisms for a reclaim policy. Each runs its unload callables (and
+  // their events) before returning; none is called under an arbiter lock.
+  //
+  // Records the pressure level — critical refuses new non-text acquires
+  // until the level drops — and emits the memory_pressure event. Evicts
+  // nothing.
+  void SetPressureLevel(const MemoryPressureEvent& event);
+  // Evicts up to `max_entries` idle (refcount 0) entries that are not text
+  // targets, lowest role priority first, least recently used within a role,
+  // with `reason`. Returns how many were evicted.
+  size_t EvictIdleByPriority(size_t max_entries, UnloadReason reason);
+  // The entry ReclaimIdle would evict next (least recently used idle entry
+  // that is not a text target), or nullopt.
+  std::optional<ResidentEntryInfo> NextFitVictim() const;
+  // The entry EvictIdleByPriority would evict next, or nullopt.
+  std::optional<ResidentEntryInfo> NextPressureVictim() const;
   // Unloads idle entries whose registration has an idle TTL that expired.
   // Returns how many.
   size_t ReapIdle();
@@ -509,6 +542,7 @@ class MemoryArbiter {
   // The same over every role: the global LRU idle entry (fit victim).
   Entry* ClaimFitVictimLocked(std::vector<Entry*>* held) REQUIRES(mu_);
   int HeldCountLocked() const REQUIRES(mu_);
+  ResidentEntryInfo InfoLocked(const Entry& e) const REQUIRES(mu_);
   void AddRoleMemberLocked(Entry* e) REQUIRES(mu_);
   void RemoveRoleMemberLocked(Entry* e) REQUIRES(mu_);
   int64_t StampMs() const { return clock_->CoarseNowMs(); }

@@ -72,41 +72,24 @@
 // is idempotent and safe to call before, during or after Run(). Not
 // async-signal-safe: call Stop() from a normal thread (e.g. one that
 // sigwait()s), not from a signal handler.
-// Lifetime: `arbiter` must outlive the Server.
+// Lifetime: the Runtime must outlive the Server.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
-#include "arbiter/memory/memory_pressure.h"
-#include "arbiter/server/config.h"
-#include "arbiter/server/kv_service.h"
-#include "arbiter/weights/weight_cache.h"
+#include "arbiter/runtime/config.h"
+#include "arbiter/runtime/runtime.h"
 
 namespace arbiter {
 
 class Server {
  public:
-  // Serves the models registered in `arbiter` (registrations must be
-  // complete before the Server is constructed). `settings.threads == 0`
-  // picks 8 + `total_parallel`. `pressure_bridge` (may be null: then POST
-  // /admin/pressure answers 503) receives POST /admin/pressure and must
-  // outlive the Server; `pressure_source` names the OS source for
-  // /admin/status.
-  // `weights` (may be null: no residency/compact routes, no weight fields)
-  // is the WeightCache the engines compute from; it must outlive the Server.
-  // Critical memory pressure demotes its idle device copies to their floors
-  // (WeightCache::EvictIdle).
-  // `kv` (may be null: no KV routes, generation without conversations) is
-  // the KV precache (server/kv_service.h); it must outlive the Server. With
-  // it, text generation runs through each model's KvPrecache, a maintenance
-  // thread sweeps and keeps alive, and memory pressure (low or critical)
-  // spills the prompt cache to disk.
-  Server(ServerSettings settings, MemoryArbiter* arbiter, int total_parallel = 1,
-         BridgePressureSource* pressure_bridge = nullptr, std::string pressure_source = "",
-         WeightCache* weights = nullptr, ServeKv* kv = nullptr);
+  // Serves `runtime`'s models and admin operations (HTTP only: every
+  // operation is the Runtime's). `settings.threads == 0` picks 8 + Σ
+  // parallel of the configured models. `runtime` must outlive the Server.
+  Server(ServerSettings settings, Runtime* runtime);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -41,9 +41,9 @@
 //   - Ledger: every device byte (kDeviceWeights) and host-floor byte
 //     (kHostFloor) is charged to the MemoryLedger with owner
 //     "weights::<key>", with TryCharge: when the ledger is full the cache
-//     first asks `reclaim` (the MemoryArbiter, wired by the server: it evicts
-//     idle models by role priority) to free the rest, then evicts its own
-//     idle device copies (LRU, text models' too); if it still does
+//     first asks its `reclaimer` (the runtime's reclaim policy) to free the
+//     rest, then evicts its own idle device copies (LRU, text models' too);
+//     if it still does
 //     not fit it fails with kResourceExhausted — unless nothing else holds a
 //     lease, when it charges anyway (the one over-budget exception, logged
 //     and counted by the ledger).
@@ -78,6 +78,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/memory/memory_ledger.h"
+#include "arbiter/memory/reclaimer.h"
 #include "arbiter/memory/memory_pool.h"
 #include "arbiter/weights/weight_budget.h"
 #include "arbiter/weights/weight_files.h"
@@ -134,10 +135,12 @@ struct WeightCacheOptions {
   double wiggle = kDefaultWeightWiggle;      // WeightBudget wiggle, [0, 1)
   // Compact automatically after every N-th load (0 = never).
   uint64_t compaction_interval = 0;
-  // Asked to free `bytes` of ledger room (the server wires it to the
-  // MemoryArbiter's idle eviction); returns the bytes it freed. Called
-  // outside the cache's lock; may call back into the cache (Evict).
-  std::function<uint64_t(uint64_t bytes)> reclaim;
+  // Asked for ledger room before the cache evicts its own idle device
+  // copies (the runtime's ReclaimPolicy: Note [Reclaim order] in
+  // runtime/reclaim_policy.h); null → only the cache's own idle copies.
+  // Called outside the cache's lock; may call back into the cache (Evict,
+  // EvictIdle). Must outlive the cache.
+  Reclaimer* reclaimer = nullptr;
 };
 
 // Where a load's bytes came from.

@@ -1,4 +1,4 @@
-#include "arbiter/server/config.h"
+#include "arbiter/runtime/config.h"
 
 #include <map>
 

@@ -1,4 +1,4 @@
-// arbiter/server/models.h — turning [[models]] entries into MemoryArbiter
+// arbiter/runtime/models.h — turning [[models]] entries into MemoryArbiter
 // registrations backed by the built-in Engine.
 //
 // Policy (docs/config.md "Model loading"): models load lazily, on the first
@@ -26,8 +26,8 @@
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/kv/precache.h"
-#include "arbiter/server/config.h"
-#include "arbiter/server/kv_service.h"
+#include "arbiter/runtime/config.h"
+#include "arbiter/runtime/kv_service.h"
 #include "arbiter/weights/weight_cache.h"
 #include "arbiter/weights/weight_store.h"
 
@@ -73,15 +73,15 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 
 // The registration of `capability` for every entry of that capability
 // (model key = entry name, per-model estimates of the engine bytes from
-// `estimated_bytes`; measured as two charges, kv_slot and scratch);
-// swap_same_role is off, so several
-// configured models of one capability may stay resident together (the
-// budget still evicts them LRU-first). Each entry's `role` and `idle_ttl_ms`
-// reach the arbiter through role_for / idle_ttl_for.
+// `estimated_bytes`; measured as two charges, kv_slot and scratch). Each
+// entry's `role`, `idle_ttl_ms` and `same_role` (default `same_role`: with
+// kCoexist several models of one role stay resident together, the budget
+// still evicting them LRU-first; with kSwap the seed's same-role swap) reach
+// the arbiter through role_for / idle_ttl_for / swap_same_role_for.
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
     const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
-    const ServeKv* kv = nullptr);
+    const ServeKv* kv = nullptr, SameRolePolicy same_role = SameRolePolicy::kCoexist);
 
 // Registers every model of `config` (see the policy above): its weights in
 // `cache` (Engine::WeightModelFor with the entry's residency; skipped for a
@@ -114,12 +114,12 @@ struct ServeWeights {
 // twice the budget; mapped lazily, so it costs RAM only as weights are
 // loaded, and the ledger's budget binds first), a
 // SharedWeightStore (shared_host_weights; its mode and prefix) or the
-// private store, and a WeightCache charging `ledger` whose reclaim hook is
-// `reclaim`. With a shared store, holder-free regions under the prefix of
+// private store, and a WeightCache charging `ledger` that asks `reclaimer`
+// (may be null) for room. With a shared store, holder-free regions under the prefix of
 // models not in `config` are swept (logged).
 // Errors: kInvalidArgument / kResourceExhausted from the device, store or
 // cache, naming the [memory] key.
 Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
-    const Config& config, MemoryLedger* ledger, std::function<uint64_t(uint64_t)> reclaim);
+    const Config& config, MemoryLedger* ledger, Reclaimer* reclaimer);
 
 }  // namespace arbiter

@@ -1,6 +1,6 @@
 // TOML configuration: defaults, file, environment. See config.h and
 // docs/config.md for every key and its default.
-#include "arbiter/server/config.h"
+#include "arbiter/runtime/config.h"
 
 #include <filesystem>
 #include <limits>
@@ -261,10 +261,17 @@ Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
   }
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "compaction_interval", p, 0, 1000000000,
                                     "an integer ≥ 0 (loads; 0 = never)", &w.compaction_interval));
+  if (t.get("same_role") != nullptr) {
+    std::string policy;
+    ARBITER_RETURN_IF_ERROR(ReadString(t, "same_role", p, &policy));
+    Result<SameRolePolicy> parsed = ParseSameRolePolicy(policy);
+    if (!parsed.ok()) return KeyError(p + "same_role", parsed.status().message());
+    c->same_role = *parsed;
+  }
   WarnUnknown(t,
               {"budget", "headroom", "device_arena", "weight_cache_fraction", "wiggle_fraction",
                "shared_host_weights", "shared_host_weights_mode", "shared_host_weights_prefix",
-               "mode", "compaction_interval"},
+               "mode", "compaction_interval", "same_role"},
               p, &c->warnings);
   return DeriveBudget(mem_total, p + "headroom", c);
 }
@@ -466,9 +473,16 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     if (!m.system_prompt.empty() && m.capability != Capability::kText) {
       return KeyError(p + "system_prompt", "set only on text models");
     }
+    if (t->get("same_role") != nullptr) {
+      std::string policy;
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "same_role", p, &policy));
+      Result<SameRolePolicy> parsed = ParseSameRolePolicy(policy);
+      if (!parsed.ok()) return KeyError(p + "same_role", parsed.status().message());
+      m.same_role = *parsed;
+    }
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
-                 "residency", "system_prompt"},
+                 "residency", "system_prompt", "same_role"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));
   }
@@ -509,6 +523,16 @@ Result<int64_t> ParseDurationMs(std::string_view text, std::string_view key) {
   if (unit == "m") return n * 60000;
   if (unit == "h") return n * 3600000;
   return bad();
+}
+
+std::string_view SameRolePolicyName(SameRolePolicy policy) {
+  return policy == SameRolePolicy::kSwap ? "swap" : "coexist";
+}
+
+Result<SameRolePolicy> ParseSameRolePolicy(std::string_view text) {
+  if (text == "coexist") return SameRolePolicy::kCoexist;
+  if (text == "swap") return SameRolePolicy::kSwap;
+  return InvalidArgumentError(fmt::format("\"coexist\" or \"swap\" (got \"{}\")", text));
 }
 
 uint64_t DefaultBudgetBytes(uint64_t mem_total_bytes) {

@@ -1,4 +1,4 @@
-// arbiter/server/kv_service.h — the KV precache of `arbiter serve`: the disk
+// arbiter/runtime/kv_service.h — the KV precache of `arbiter serve`: the disk
 // tier (KvStore under [kv] dir), the host tier (one PromptCache for every
 // model, charged to the ledger) and one KvPrecache per text model
 // (docs/config.md "[kv]", docs/http-api.md "KV precache").
@@ -20,7 +20,7 @@
 #include "arbiter/kv/precache.h"
 #include "arbiter/kv/prompt_cache.h"
 #include "arbiter/memory/memory_ledger.h"
-#include "arbiter/server/config.h"
+#include "arbiter/runtime/config.h"
 
 namespace arbiter {
 
@@ -53,12 +53,5 @@ Result<std::string> KvModelHash(const ModelEntry& entry);
 // the file-system error, naming [kv].dir).
 Result<std::unique_ptr<ServeKv>> MakeServeKv(const Config& config, MemoryLedger* ledger);
 
-// GET /admin/kv's body (docs/http-api.md): the directory and budgets, the
-// prompt cache's entries and counters, per text model its slots (owner
-// conversation, cached tokens, busy), open conversations, prewarmed
-// conversations and counters, and the KV files (model hash, name, class,
-// bytes, age; at most kKvStatusMaxFiles, oldest last, "files_total" = all).
-inline constexpr size_t kKvStatusMaxFiles = 1000;
-std::string KvStatusJson(const ServeKv& kv);
 
 }  // namespace arbiter

@@ -1,5 +1,5 @@
 // [pressure] → CompositePressureSource(OS source, bridge); see pressure.h.
-#include "arbiter/server/pressure.h"
+#include "arbiter/runtime/pressure.h"
 
 #include <utility>
 #include <vector>

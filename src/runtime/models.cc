@@ -1,6 +1,6 @@
 // [[models]] → MemoryArbiter registrations backed by the Engine; see models.h
 // for the lazy-load policy.
-#include "arbiter/server/models.h"
+#include "arbiter/runtime/models.h"
 
 #include <algorithm>
 #include <chrono>
@@ -38,8 +38,8 @@ Result<ModelFootprint> StartupCheck(const ModelEntry& entry) {
 // Load errors that name only a file ("model.safetensors: tensor ...") get
 // the model directory.
 Status NameTheModel(const ModelEntry& entry, const Status& st) {
-  if (st.ok() || st.message().find(entry.path) != std::string::npos) return st;
-  return Status(st.code(), fmt::format("{}: {}", entry.path, st.message()));
+  if (st.ok() || std::string_view(st.message()).starts_with(entry.path)) return st;
+  return st.WithPrefix(entry.path);
 }
 
 // The weight cache registration of `entry`. Fault injection for the
@@ -173,13 +173,12 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
     const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
-    const ServeKv* kv) {
+    const ServeKv* kv, SameRolePolicy same_role) {
   auto models = std::make_shared<std::map<std::string, ModelEntry>>();
   auto estimates = std::make_shared<std::map<std::string, size_t>>(estimated_bytes);
   CapabilityRegistration r;
   r.capability = capability;
-  // Several configured models of one capability stay resident together
-  // (budget permitting) until [[models]] roles are configurable.
+  // [memory] same_role, overridden per model.
   r.swap_same_role = false;
   // The entry's charges are the engine's KV slots (kv_slot) and activation
   // scratch (scratch); the weights are the WeightCache's charges.
@@ -202,6 +201,12 @@ CapabilityRegistration EngineCapabilityRegistration(
   r.idle_ttl_for = [models](const std::string& key) -> std::optional<int64_t> {
     auto it = models->find(key);
     return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
+  };
+  r.swap_same_role_for = [models, same_role](const std::string& key) -> std::optional<bool> {
+    auto it = models->find(key);
+    const SameRolePolicy p =
+        it != models->end() && it->second.same_role ? *it->second.same_role : same_role;
+    return p == SameRolePolicy::kSwap;
   };
   r.load = [models, cache, kv](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
@@ -237,7 +242,7 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
   }
   for (Capability cap : {Capability::kText, Capability::kEmbedding}) {
     CapabilityRegistration r =
-        EngineCapabilityRegistration(cap, config.models, estimates, cache, kv);
+        EngineCapabilityRegistration(cap, config.models, estimates, cache, kv, config.same_role);
     if (r.model_keys.empty()) continue;
     ARBITER_RETURN_IF_ERROR(arbiter->RegisterCapability(std::move(r)));
   }
@@ -278,7 +283,7 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
 }
 
 Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
-    const Config& config, MemoryLedger* ledger, std::function<uint64_t(uint64_t)> reclaim) {
+    const Config& config, MemoryLedger* ledger, Reclaimer* reclaimer) {
   const WeightSettings& w = config.weights;
   auto out = std::make_unique<ServeWeights>();
   // Default arena: twice the budget. On the cpu device the arena is address
@@ -326,7 +331,7 @@ Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
   o.fraction = w.weight_cache_fraction;
   o.wiggle = w.wiggle_fraction;
   o.compaction_interval = w.compaction_interval;
-  o.reclaim = std::move(reclaim);
+  o.reclaimer = reclaimer;
   Result<std::unique_ptr<WeightCache>> cache = WeightCache::Create(std::move(o));
   if (!cache.ok()) return cache.status().WithPrefix("[memory]");
   out->cache = std::move(cache).value();

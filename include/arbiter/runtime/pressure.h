@@ -1,4 +1,4 @@
-// arbiter/server/pressure.h — builds the MemoryPressureSource of `arbiter
+// arbiter/runtime/pressure.h — builds the MemoryPressureSource of `arbiter
 // serve` from the `[pressure]` config section (docs/config.md "[pressure]").
 //
 // The result is always a CompositePressureSource over
@@ -21,7 +21,7 @@
 
 #include "arbiter/base/status.h"
 #include "arbiter/memory/memory_pressure.h"
-#include "arbiter/server/config.h"
+#include "arbiter/runtime/config.h"
 
 namespace arbiter {
 

@@ -1,4 +1,4 @@
-// arbiter/server/config.h — the TOML configuration of `arbiter serve`.
+// arbiter/runtime/config.h — the TOML configuration of `arbiter serve`.
 //
 // Sources, lowest precedence first: built-in defaults < the TOML file <
 // environment (ARBITER_HOST, ARBITER_PORT, ARBITER_API_KEY, ARBITER_BUDGET,
@@ -13,7 +13,8 @@
 //             the weight runtime: device_arena (SIZE; default = 2 × budget),
 //             weight_cache_fraction, wiggle_fraction, shared_host_weights,
 //             shared_host_weights_mode ("0600"), mode ("self_managed" |
-//             "externally_managed"), compaction_interval
+//             "externally_managed"), compaction_interval,
+//             same_role ("coexist" | "swap")
 //   [pressure] source ("auto" | "meminfo" | "psi" | "cgroup" | "none"),
 //             interval_ms, low_fraction, critical_fraction, psi_window_ms,
 //             psi_low_stall_ms, psi_critical_stall_ms, psi_quiet_ms
@@ -25,7 +26,7 @@
 //             ResidentRoleName), idle_ttl (duration: "30s", "5m", "1h", or
 //             integer seconds), parallel, ctx, residency ("unpinned" |
 //             "pinned_system" | "pinned_device"), system_prompt (prefilled
-//             at load)
+//             at load), same_role ("coexist" | "swap"; default [memory]'s)
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -142,6 +143,20 @@ struct KvSettings {
   uint64_t disk_budget_bytes = 4ull << 30;
 };
 
+// `[memory] same_role` (and `[[models]] same_role`): what loading a model
+// does to the other resident models of its role (docs/config.md).
+//   kCoexist  they stay, budget permitting (the default: a deliberate
+//             departure from the seed, whose arbiter holds one model per
+//             role — several configured chat models should not evict each
+//             other on every alternate request while memory is free);
+//   kSwap     the seed's contract: the idle models of the role are unloaded
+//             first (reason "swap"); a held one is waited for (drained).
+enum class SameRolePolicy { kCoexist, kSwap };
+// "coexist" | "swap".
+std::string_view SameRolePolicyName(SameRolePolicy policy);
+// Errors: kInvalidArgument naming the accepted values.
+Result<SameRolePolicy> ParseSameRolePolicy(std::string_view text);
+
 struct ModelEntry {
   std::string name;                      // the "model" of requests
   std::string path;                      // model directory (absolute after load)
@@ -158,6 +173,8 @@ struct ModelEntry {
   // Text models: the stable prefix (a system message) prefilled at load on
   // the synthetic conversation "__system_prefix__"; "" = none.
   std::string system_prompt;
+  // Overrides [memory] same_role for this model; empty = the [memory] one.
+  std::optional<SameRolePolicy> same_role;
 };
 
 struct Config {
@@ -166,6 +183,7 @@ struct Config {
   uint64_t budget_bytes = 0;             // resolved [memory] budget
   std::string headroom_text;             // as written ("" = default 1536MiB)
   uint64_t headroom_bytes = kDefaultHeadroomBytes;  // [memory] headroom
+  SameRolePolicy same_role = SameRolePolicy::kCoexist;  // [memory] same_role
   PressureSettings pressure;
   WeightSettings weights;
   KvSettings kv;

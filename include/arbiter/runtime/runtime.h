@@ -1,0 +1,243 @@
+// arbiter/runtime/runtime.h — the running system: one owner for everything
+// `arbiter serve` (and `arbiter generate`) runs, and the typed operations the
+// HTTP server and the CLI call (ARCHITECTURE.md "Layers": runtime).
+//
+// Runtime::Create(config) builds, in this order: the pressure sources, the
+// MemoryLedger (the one byte budget), the KV tiers (disk store, host prompt
+// cache, one KvPrecache per text model), the ReclaimPolicy (Note [Reclaim
+// order] in reclaim_policy.cc), the device arena, host-floor store and
+// WeightCache, the MemoryArbiter with every configured model registered,
+// then starts the pressure subscription and the KV maintenance thread.
+// Nothing holds a pointer to something built after it except through the
+// ReclaimTargets the policy reads at call time, which are complete before
+// any model can load.
+//
+// Shutdown() tears it down in the reverse order, documented in Note
+// [Runtime shutdown] in runtime.cc: stop the pressure subscription and the
+// KV maintenance thread, shut the arbiter down (every engine is freed; its
+// slots' conversations are saved to the KV directory), spill the prompt
+// cache to disk, then free the weight cache, the store and the arena.
+//
+// Operations return typed results; errors carry a Status with a typed
+// reason (Note [Typed error reasons] in base/status.h): kModelNotFound,
+// kWrongCapability, kMemoryPressure, kBudgetExceeded, kNotResident,
+// kLoadFailed, kContextLengthExceeded, ... — the edge maps them to HTTP.
+//
+// Thread safety: thread-safe; every operation may be called from many
+// threads until Shutdown(). TextGeneration is thread-compatible (one owner).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/base/status.h"
+#include "arbiter/engine/chat_template.h"
+#include "arbiter/engine/engine.h"
+#include "arbiter/kv/conversation_registry.h"
+#include "arbiter/kv/kv_store.h"
+#include "arbiter/kv/precache.h"
+#include "arbiter/kv/prompt_cache.h"
+#include "arbiter/memory/memory_ledger.h"
+#include "arbiter/memory/memory_pool.h"
+#include "arbiter/runtime/config.h"
+#include "arbiter/runtime/reclaim_policy.h"
+#include "arbiter/weights/weight_cache.h"
+
+namespace arbiter {
+
+// ---- requests and results (native structs; the edge parses into them) ----
+
+// One chat or completion request.
+struct TextRequest {
+  std::string model;
+  bool chat = true;                    // true: `messages`; false: `prompt`
+  std::vector<ChatMessage> messages;   // chat: rendered with the model's template
+  std::string prompt;                  // completion text (prompt_is_ids false)
+  std::vector<int32_t> prompt_ids;     // completion token ids (prompt_is_ids true)
+  bool prompt_is_ids = false;
+  bool echo = false;                   // completion: prepend the prompt to the text
+  // Tokens to generate, ≥ 1. Empty: chat → what the context leaves;
+  // completion → 16 (OpenAI's default).
+  std::optional<int> max_tokens;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::string conversation_id;         // "" = none (the longest-prefix slot)
+  std::string cache_ttl;               // "" | "short" | "long" | "extended"
+};
+
+struct TextResult {
+  GenerationResult generation;
+  KvOutcome kv;                        // slot, source, restored tokens (slot -1: no precache)
+};
+
+// An admitted text generation: the model is pinned (its handle held), the
+// prompt rendered, tokenized and checked against the context. Run() once;
+// the model is released when Run returns (or when this is destroyed).
+class TextGeneration {
+ public:
+  virtual ~TextGeneration() = default;
+  virtual const std::string& model() const = 0;
+  // Prompt tokens, [n] (for usage before the run).
+  virtual int prompt_tokens() const = 0;
+  // Completion with echo: the prompt text to prepend; else "".
+  virtual const std::string& echo_text() const = 0;
+  // Generates; `on_text` receives each piece of text (return false to stop),
+  // `cancelled` is polled between tokens. Cancellation is not an error
+  // (finish_reason kCancelled). Errors: the engine's (kNotResident when
+  // externally managed weights were demoted since the acquire,
+  // kBudgetExceeded when reloading them cannot get room, kInvalidArgument).
+  virtual Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) = 0;
+};
+
+struct EmbedRequest {
+  std::string model;
+  std::vector<std::string> inputs;     // ≥ 1
+  std::optional<int> dimensions;       // must equal the model's hidden size when set
+};
+struct EmbedResult {
+  std::vector<std::vector<float>> vectors;  // [inputs, hidden_size], L2-normalized
+  int prompt_tokens = 0;
+};
+
+struct PrewarmSpec {
+  std::string model;
+  std::string conversation_id;         // non-empty
+  std::vector<ChatMessage> messages;   // the stable prefix, or
+  std::string prompt;                  // plain text when `messages` is empty
+  std::string cache_ttl;
+};
+struct PrewarmResult {
+  GenerationResult generation;         // slot, prompt_tokens, cached_tokens, timings
+};
+
+// ---- snapshots (stats are structs first; the edge serializes them) --------
+
+// One configured model: the arbiter's view and, with a weight cache, its
+// weights; ready is false for a failed model or, in externally-managed
+// mode, weights not on the device.
+struct ModelStatus {
+  ModelStats arbiter;
+  std::optional<WeightModelStats> weights;
+  bool ready = true;
+};
+
+struct RuntimeStatus {
+  ArbiterStats arbiter;
+  MemoryLedgerSnapshot ledger;
+  std::optional<WeightCacheStats> weights;  // its `pool` is the device arena
+  std::vector<ModelStatus> models;          // configuration order
+  std::string pressure_source;              // "cgroup" | "psi" | "meminfo" | "none"
+  std::optional<NextVictim> next_victim;    // the reclaim policy's next model
+};
+
+struct KvModelStatus {
+  std::string name;
+  std::string model_hash;
+  std::vector<KvSlotView> slots;
+  std::vector<ConversationHandle> conversations;
+  std::vector<KvPrewarmView> prewarmed;
+  int high_water = 0;
+  int recommended_parallel = 0;
+  KvPrecacheCounters counters;
+};
+
+struct KvPromptCacheStatus {
+  uint64_t bytes = 0;
+  uint64_t capacity_bytes = 0;
+  std::vector<PromptCacheEntryInfo> entries;
+  PromptCache::Counters counters;
+};
+
+inline constexpr size_t kKvStatusMaxFiles = 1000;
+struct KvStatus {
+  std::string dir;
+  uint64_t disk_bytes = 0;
+  KvSettings settings;
+  std::optional<KvPromptCacheStatus> prompt_cache;  // empty: [kv] prompt_cache = 0
+  std::vector<KvModelStatus> models;
+  std::vector<KvFileInfo> files;       // newest first, at most kKvStatusMaxFiles
+  size_t files_total = 0;
+  uint64_t files_swept = 0;            // by the maintenance thread since start
+};
+
+struct UnloadResult {
+  bool unloaded = false;               // false: it was not resident
+  ModelStatus model;
+};
+
+// ---- the runtime -----------------------------------------------------------
+
+class Runtime {
+ public:
+  // Builds and starts everything `config` describes (see the file comment).
+  // A broken model is not an error: it is registered, marked failed (its
+  // error in Status()) and the others serve. Errors: the config's resources
+  // cannot be created ([kv] dir, [memory] arena or shared store, an
+  // explicitly chosen pressure source), naming the key.
+  static Result<std::unique_ptr<Runtime>> Create(const Config& config);
+
+  virtual ~Runtime() = default;
+
+  // Note [Runtime shutdown]. Idempotent; operations after it fail with
+  // kShuttingDown. Blocks until loads in flight and held handles are done
+  // (bounded by the arbiter's shutdown timeout).
+  virtual void Shutdown() = 0;
+
+  virtual const Config& config() const = 0;
+
+  // Names and capabilities of the configured models, configuration order.
+  virtual std::vector<std::pair<std::string, Capability>> ModelNames() const = 0;
+
+  // Admits a text generation (see TextGeneration). Errors: kModelNotFound,
+  // kWrongCapability, the acquire's (kMemoryPressure, kBudgetExceeded,
+  // kLoadFailed, kNotResident, kAcquireTimeout, kShuttingDown),
+  // kNoChatTemplate, kEmptyPrompt, kContextLengthExceeded, kInvalidTokenId,
+  // kInvalidRequest (a bad cache_ttl or conversation id).
+  virtual Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) = 0;
+
+  // Embeds every input. Errors: as StartText's acquire, kInvalidRequest
+  // (dimensions), kContextLengthExceeded, kCancelled.
+  virtual Result<EmbedResult> Embed(const EmbedRequest& request, const CancelFn& cancelled) = 0;
+
+  virtual RuntimeStatus Status() const = 0;
+  // Errors: kNoKvPrecache when [kv] gave none (never with Create's runtime).
+  virtual Result<KvStatus> Kv() const = 0;
+
+  // ---- admin operations (docs/http-api.md "Admin") ----
+  // Loads (acquire + release: resident, unpinned). Errors: as StartText's acquire.
+  virtual Result<ModelStatus> LoadModel(const std::string& name) = 0;
+  // Unloads, waiting up to `timeout_ms` for holders. Errors: kModelNotFound,
+  // kModelHeld, kLoadInProgress.
+  virtual Result<UnloadResult> UnloadModel(const std::string& name, int64_t timeout_ms) = 0;
+  // Sets the weights' residency floor; returns the previous one and the
+  // model. Errors: kModelNotFound, kModelBroken, kPinDoesNotFit, others.
+  virtual Result<std::pair<ResidencyState, ModelStatus>> SetResidency(const std::string& name,
+                                                                      ResidencyState target) = 0;
+  // WeightCache::Compact. Errors: kModelNotFound for a name in `reload`.
+  virtual Result<CompactResult> Compact(const std::vector<std::string>& reload) = 0;
+  // A pressure level for testing and for control planes (the bridge source;
+  // the reclaim policy reacts on this thread). Returns the level in force.
+  virtual MemoryPressureLevel DispatchPressure(MemoryPressureLevel level,
+                                               std::optional<uint64_t> free_bytes) = 0;
+  // Prefills a conversation's stable prefix. Errors: kModelNotFound,
+  // kWrongCapability, kNoKvPrecache, the acquire's, kNoChatTemplate, the
+  // prompt checks, kCancelled (shutting down).
+  virtual Result<PrewarmResult> Prewarm(const PrewarmSpec& request) = 0;
+  // Persists and closes a conversation in `model` ("" = every text model).
+  // Returns the models that had it. Errors: kModelNotFound (unknown
+  // `model`), kConversationNotFound.
+  virtual Result<std::vector<std::string>> CloseConversation(const std::string& conversation_id,
+                                                             const std::string& model) = 0;
+
+  // Arbiter events (loads, unloads, evictions, pressure, runs).
+  virtual ArbiterEventSubscription OnEvent(ArbiterEventListener listener) = 0;
+  // The policy itself (tests observe its stages).
+  virtual ReclaimPolicy& reclaim_policy() = 0;
+};
+
+}  // namespace arbiter

@@ -1,0 +1,96 @@
+// The Runtime's implementation (arbiter/runtime/runtime.h): members in
+// construction order; runtime.cc builds, serves the admin and status
+// operations and runs the KV maintenance thread, text.cc the generation,
+// embedding and prewarm operations.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arbiter/base/mutex.h"
+#include "arbiter/runtime/kv_service.h"
+#include "arbiter/runtime/models.h"
+#include "arbiter/runtime/pressure.h"
+#include "arbiter/runtime/runtime.h"
+
+namespace arbiter::runtime_internal {
+
+class RuntimeImpl final : public Runtime {
+ public:
+  explicit RuntimeImpl(Config config);
+  ~RuntimeImpl() override;
+
+  // Builds everything (Runtime::Create's order); REQUIRES: called once.
+  arbiter::Status Build();
+
+  void Shutdown() override;
+  const Config& config() const override { return config_; }
+  std::vector<std::pair<std::string, Capability>> ModelNames() const override;
+  Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) override;
+  Result<EmbedResult> Embed(const EmbedRequest& request, const CancelFn& cancelled) override;
+  RuntimeStatus Status() const override;
+  Result<KvStatus> Kv() const override;
+  Result<ModelStatus> LoadModel(const std::string& name) override;
+  Result<UnloadResult> UnloadModel(const std::string& name, int64_t timeout_ms) override;
+  Result<std::pair<ResidencyState, ModelStatus>> SetResidency(const std::string& name,
+                                                              ResidencyState target) override;
+  Result<CompactResult> Compact(const std::vector<std::string>& reload) override;
+  MemoryPressureLevel DispatchPressure(MemoryPressureLevel level,
+                                       std::optional<uint64_t> free_bytes) override;
+  Result<PrewarmResult> Prewarm(const PrewarmSpec& request) override;
+  Result<std::vector<std::string>> CloseConversation(const std::string& conversation_id,
+                                                     const std::string& model) override;
+  ArbiterEventSubscription OnEvent(ArbiterEventListener listener) override;
+  ReclaimPolicy& reclaim_policy() override { return policy_; }
+
+  // ---- shared by runtime.cc and text.cc ----
+  // The capability of configured model `name`, or kModelNotFound.
+  Result<Capability> FindModel(const std::string& name) const;
+  // kWrongCapability unless `name` (configured) serves `want`.
+  arbiter::Status CheckCapability(const std::string& name, Capability have, Capability want) const;
+  // Pins the model (loading it); typed errors. Externally managed weights
+  // that are not on the device are refused before anything loads.
+  Result<ArbiterHandle> AcquireModel(const std::string& name, Capability capability);
+  // A handle on `name` when the arbiter reports it loaded; never loads it.
+  std::optional<ArbiterHandle> ResidentHandle(const std::string& name);
+  ModelStatus ModelStatusOf(const std::string& name) const;
+  KvPrecache* PrecacheFor(const std::string& name) const;
+  bool stopping() const { return stopping_.load(); }
+
+ private:
+  void KvMaintenanceLoop();
+  void KvEvictionPass();
+  void StopMaintenance();
+
+  const Config config_;
+  std::vector<std::pair<std::string, Capability>> names_;  // configuration order
+  std::atomic<bool> stopping_{false};
+
+  // Construction order = member order; destruction is Shutdown()'s order
+  // (Note [Runtime shutdown]) and then the reverse of this list.
+  std::optional<ServePressure> pressure_;
+  std::unique_ptr<MemoryLedger> ledger_;
+  std::unique_ptr<ServeKv> kv_;
+  ReclaimTargets targets_;
+  ReclaimPolicy policy_{&targets_};
+  std::unique_ptr<ServeWeights> weights_;
+  std::unique_ptr<MemoryArbiter> arbiter_;
+  MemoryPressureSubscription pressure_sub_;
+
+  // Note [KV maintenance] in runtime.cc.
+  Mutex kv_mu_;
+  CondVar kv_wake_{&kv_mu_};
+  bool kv_stop_ GUARDED_BY(kv_mu_) = false;
+  std::thread kv_thread_;
+  std::atomic<uint64_t> kv_files_swept_{0};
+
+  Mutex shutdown_mu_;
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace arbiter::runtime_internal

@@ -1,0 +1,398 @@
+// The Runtime (arbiter/runtime/runtime.h): construction, shutdown, status,
+// the admin operations and the KV maintenance thread. Text generation,
+// embeddings and prewarm are in text.cc.
+//
+// Note [Runtime shutdown]
+// Shutdown() runs once, in this order:
+//   1. stopping_ is set: new operations fail, running generations see their
+//      cancel (the server's CancelFn reads it too);
+//   2. the pressure subscription ends and the sources stop (no reclaim
+//      starts after this point), then the KV maintenance thread is joined
+//      (it may hold a model handle for a pass);
+//   3. MemoryArbiter::Shutdown(): waits (bounded) for loads in flight and
+//      held handles, then unloads every model — each engine's deleter saves
+//      the conversations its slots hold to the KV directory and evicts its
+//      device weights;
+//   4. the prompt cache spills to disk (ServeKv's destructor), after the
+//      arbiter, because engines detached in step 3 no longer read it;
+//   5. the weight cache, the host-floor store and the arena go (ServeWeights),
+//      then the ledger.
+// The reclaim policy's targets stay valid until step 5: nothing can ask for
+// room after step 3.
+#include "runtime/internal/runtime_impl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "arbiter/base/size.h"
+
+namespace arbiter {
+
+Result<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
+  auto rt = std::make_unique<runtime_internal::RuntimeImpl>(config);
+  ARBITER_RETURN_IF_ERROR(rt->Build());
+  return std::unique_ptr<Runtime>(std::move(rt));
+}
+
+namespace runtime_internal {
+
+RuntimeImpl::RuntimeImpl(Config config) : config_(std::move(config)) {
+  for (const ModelEntry& m : config_.models) names_.emplace_back(m.name, m.capability);
+}
+
+RuntimeImpl::~RuntimeImpl() { Shutdown(); }
+
+arbiter::Status RuntimeImpl::Build() {
+  // [pressure]: the OS source (auto-probed) combined with the bridge that
+  // DispatchPressure feeds.
+  Result<ServePressure> pressure = MakeServePressure(config_.pressure);
+  if (!pressure.ok()) return pressure.status();
+  pressure_.emplace(std::move(pressure).value());
+  if (!pressure_->probe_notes.empty()) {
+    spdlog::info("pressure: skipped unavailable sources ({})", pressure_->probe_notes);
+  }
+  spdlog::info("pressure source: {} + bridge (POST /admin/pressure)", pressure_->os_source);
+
+  // One ledger for the engines (KV slots, scratch), the weight cache (device
+  // weights, host floors) and the prompt cache.
+  ledger_ = std::make_unique<MemoryLedger>(config_.budget_bytes);
+  // The KV tiers: built before the arbiter and destroyed after it, since
+  // freeing an engine saves its slots' conversations through them.
+  ARBITER_ASSIGN_OR_RETURN(kv_, MakeServeKv(config_, ledger_.get()));
+  ARBITER_ASSIGN_OR_RETURN(weights_, MakeServeWeights(config_, ledger_.get(), &policy_));
+  MemoryArbiterOptions ao;
+  ao.ledger = ledger_.get();
+  ao.refuse_over_budget = true;
+  ao.reclaimer = &policy_;
+  arbiter_ = std::make_unique<MemoryArbiter>(ao);
+  // The policy's targets are complete before any model can load.
+  targets_.ledger = ledger_.get();
+  targets_.arbiter = arbiter_.get();
+  targets_.weights = weights_->cache.get();
+  targets_.prompt_cache = kv_->prompt_cache.get();
+  ARBITER_RETURN_IF_ERROR(
+      RegisterConfiguredModels(config_, arbiter_.get(), weights_->cache.get(), kv_.get()));
+  if (arbiter::Status s = arbiter_->Start(); !s.ok()) {
+    return s.WithPrefix("cannot start the memory arbiter");
+  }
+  // OS pressure goes to the reclaim policy (Note [Reclaim order]), never to
+  // the arbiter directly.
+  ARBITER_RETURN_IF_ERROR(pressure_->composite->Start().WithPrefix("[pressure]"));
+  pressure_sub_ = pressure_->composite->Subscribe(
+      [this](const MemoryPressureEvent& e) { policy_.OnPressure(e); });
+  kv_thread_ = std::thread([this] { KvMaintenanceLoop(); });
+  return OkStatus();
+}
+
+void RuntimeImpl::Shutdown() {
+  {
+    MutexLock l(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  stopping_.store(true);
+  pressure_sub_.Reset();
+  if (pressure_) pressure_->composite->Stop();
+  StopMaintenance();
+  if (arbiter_) arbiter_->Shutdown();  // frees every engine (KV saved)
+  kv_.reset();                         // spills the prompt cache
+  targets_.prompt_cache = nullptr;
+  weights_.reset();
+  targets_.weights = nullptr;
+}
+
+std::vector<std::pair<std::string, Capability>> RuntimeImpl::ModelNames() const { return names_; }
+
+Result<Capability> RuntimeImpl::FindModel(const std::string& name) const {
+  for (const auto& [n, cap] : names_) {
+    if (n == name) return cap;
+  }
+  return NotFoundError(fmt::format("model \"{}\" not found", name), ErrorReason::kModelNotFound);
+}
+
+arbiter::Status RuntimeImpl::CheckCapability(const std::string& name, Capability have,
+                                             Capability want) const {
+  if (have == want) return OkStatus();
+  return InvalidArgumentError(
+      fmt::format("model \"{}\" is a {} model; {}", name, CapabilityName(have),
+                  have == Capability::kEmbedding ? "use /v1/embeddings"
+                                                 : "use /v1/chat/completions or /v1/completions"),
+      ErrorReason::kWrongCapability);
+}
+
+Result<ArbiterHandle> RuntimeImpl::AcquireModel(const std::string& name, Capability capability) {
+  if (stopping()) {
+    return UnavailableError("the server is shutting down", ErrorReason::kShuttingDown);
+  }
+  WeightCache* cache = weights_->cache.get();
+  // Externally managed: the control plane decides residency; a model whose
+  // weights are not on the device is refused before anything loads.
+  if (cache->mode() == ResidencyMode::kExternallyManaged && cache->DeviceResident(name) == false) {
+    return NotResidentError(name);
+  }
+  Result<ArbiterHandle> h = arbiter_->Acquire(
+      capability, name, Deadline(std::chrono::seconds(config_.server.acquire_timeout_s)));
+  if (!h.ok()) return h.status();
+  if (h->backend<Engine>() == nullptr) {
+    return InternalError(fmt::format("model \"{}\" has no engine backend", name));
+  }
+  return h;
+}
+
+std::optional<ArbiterHandle> RuntimeImpl::ResidentHandle(const std::string& name) {
+  Result<Capability> cap = FindModel(name);
+  if (!cap.ok()) return std::nullopt;
+  for (const ModelStats& m : arbiter_->Stats().models) {
+    if (m.name != name || m.state != ModelState::kLoaded) continue;
+    auto h = arbiter_->Acquire(*cap, name, Deadline(std::chrono::seconds(1)));
+    if (h.ok() && h->backend<Engine>() != nullptr) return std::move(h).value();
+  }
+  return std::nullopt;
+}
+
+KvPrecache* RuntimeImpl::PrecacheFor(const std::string& name) const {
+  return kv_ != nullptr ? kv_->Find(name) : nullptr;
+}
+
+ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
+  ModelStatus out;
+  for (ModelStats& m : arbiter_->Stats().models) {
+    if (m.name == name) out.arbiter = std::move(m);
+  }
+  out.arbiter.name = name;
+  out.ready = out.arbiter.state != ModelState::kFailed;
+  if (weights_ != nullptr) {
+    const WeightCacheStats w = weights_->cache->Stats();
+    for (const WeightModelStats& wm : w.models) {
+      if (wm.key != name) continue;
+      out.weights = wm;
+      if (w.mode == ResidencyMode::kExternallyManaged && !wm.device_resident) out.ready = false;
+    }
+  }
+  return out;
+}
+
+RuntimeStatus RuntimeImpl::Status() const {
+  RuntimeStatus s;
+  s.arbiter = arbiter_->Stats();
+  s.ledger = ledger_->Snapshot();
+  std::optional<WeightCacheStats> w;
+  if (weights_ != nullptr) w = weights_->cache->Stats();
+  s.weights = w;
+  for (const ModelStats& m : s.arbiter.models) {
+    ModelStatus ms;
+    ms.arbiter = m;
+    ms.ready = m.state != ModelState::kFailed;
+    if (w) {
+      for (const WeightModelStats& wm : w->models) {
+        if (wm.key != m.name) continue;
+        ms.weights = wm;
+        if (w->mode == ResidencyMode::kExternallyManaged && !wm.device_resident) ms.ready = false;
+      }
+    }
+    s.models.push_back(std::move(ms));
+  }
+  s.pressure_source = pressure_ ? pressure_->os_source : "none";
+  s.next_victim = policy_.Next();
+  return s;
+}
+
+Result<KvStatus> RuntimeImpl::Kv() const {
+  if (kv_ == nullptr) {
+    return UnavailableError("this server has no KV precache", ErrorReason::kNoKvPrecache);
+  }
+  KvStatus out;
+  out.dir = kv_->dir;
+  out.disk_bytes = kv_->store->DiskBytes();
+  out.settings = kv_->settings;
+  if (kv_->prompt_cache != nullptr) {
+    KvPromptCacheStatus pc;
+    pc.entries = kv_->prompt_cache->Entries();
+    pc.counters = kv_->prompt_cache->counters();
+    pc.bytes = kv_->prompt_cache->bytes();
+    pc.capacity_bytes = kv_->prompt_cache->capacity();
+    out.prompt_cache = std::move(pc);
+  }
+  for (const auto& [name, pc] : kv_->precaches) {
+    KvModelStatus m;
+    m.name = name;
+    m.model_hash = pc->model_hash();
+    m.slots = pc->Slots();
+    m.conversations = pc->registry().OpenHandles(name);
+    m.prewarmed = pc->Prewarmed();
+    m.high_water = pc->registry().HighWater();
+    m.recommended_parallel =
+        ConversationRegistry::RecommendedParallel(m.high_water, static_cast<int>(m.slots.size()));
+    m.counters = pc->counters();
+    out.models.push_back(std::move(m));
+  }
+  out.files = kv_->store->List();
+  out.files_total = out.files.size();
+  std::sort(out.files.begin(), out.files.end(),
+            [](const KvFileInfo& a, const KvFileInfo& b) { return a.age_ms < b.age_ms; });
+  if (out.files.size() > kKvStatusMaxFiles) out.files.resize(kKvStatusMaxFiles);
+  out.files_swept = kv_files_swept_.load();
+  return out;
+}
+
+// ---- admin -----------------------------------------------------------------
+
+Result<ModelStatus> RuntimeImpl::LoadModel(const std::string& name) {
+  ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(name));
+  ARBITER_ASSIGN_OR_RETURN(ArbiterHandle h, AcquireModel(name, cap));
+  h.Release();  // loaded, unpinned: evictable like any idle model
+  return ModelStatusOf(name);
+}
+
+Result<UnloadResult> RuntimeImpl::UnloadModel(const std::string& name, int64_t timeout_ms) {
+  ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(name));
+  ARBITER_ASSIGN_OR_RETURN(bool unloaded,
+                           arbiter_->Unload(cap, name, Deadline(std::chrono::milliseconds(timeout_ms))));
+  UnloadResult r;
+  r.unloaded = unloaded;
+  r.model = ModelStatusOf(name);
+  return r;
+}
+
+Result<std::pair<ResidencyState, ModelStatus>> RuntimeImpl::SetResidency(const std::string& name,
+                                                                         ResidencyState target) {
+  ARBITER_RETURN_IF_ERROR(FindModel(name).status());
+  WeightCache* cache = weights_->cache.get();
+  if (!cache->Contains(name)) {
+    return FailedPreconditionError(
+        fmt::format("model \"{}\" has no weights registered (it failed its startup check; see "
+                    "/v1/models)",
+                    name),
+        ErrorReason::kModelBroken);
+  }
+  Result<ResidencyState> prev = cache->SetResidency(name, target);
+  if (!prev.ok()) {
+    arbiter::Status st = prev.status();
+    if (st.code() == StatusCode::kResourceExhausted && st.reason() == ErrorReason::kNone) {
+      st = st.WithReason(ErrorReason::kPinDoesNotFit);
+    }
+    spdlog::error("residency of model \"{}\" → {}: {}", name, ResidencyStateName(target),
+                  st.message());
+    return st;
+  }
+  return std::make_pair(*prev, ModelStatusOf(name));
+}
+
+Result<CompactResult> RuntimeImpl::Compact(const std::vector<std::string>& reload) {
+  WeightCache* cache = weights_->cache.get();
+  for (const std::string& name : reload) {
+    if (!cache->Contains(name)) {
+      return NotFoundError(fmt::format("model \"{}\" not found", name),
+                           ErrorReason::kModelNotFound);
+    }
+  }
+  return cache->Compact(reload);
+}
+
+MemoryPressureLevel RuntimeImpl::DispatchPressure(MemoryPressureLevel level,
+                                                  std::optional<uint64_t> free_bytes) {
+  spdlog::info("pressure bridge: {}{}", MemoryPressureLevelName(level),
+               free_bytes ? fmt::format(" ({} MiB free)", *free_bytes >> 20) : "");
+  // Synchronous: the composite and the reclaim policy react on this thread.
+  pressure_->bridge->Dispatch(level, free_bytes);
+  return arbiter_->CurrentPressureLevel();
+}
+
+Result<std::vector<std::string>> RuntimeImpl::CloseConversation(const std::string& id,
+                                                                const std::string& model) {
+  if (kv_ == nullptr) {
+    return UnavailableError("this server has no KV precache", ErrorReason::kNoKvPrecache);
+  }
+  if (!model.empty() && kv_->Find(model) == nullptr) {
+    return NotFoundError(fmt::format("model \"{}\" not found or has no KV precache", model),
+                         ErrorReason::kModelNotFound);
+  }
+  std::vector<std::string> closed;
+  for (const auto& [name, pc] : kv_->precaches) {
+    if (!model.empty() && name != model) continue;
+    std::optional<ArbiterHandle> h = ResidentHandle(name);
+    if (pc->Close(h ? h->backend<Engine>() : nullptr, id)) closed.push_back(name);
+  }
+  if (closed.empty()) {
+    return NotFoundError(fmt::format("conversation \"{}\" is not open", id),
+                         ErrorReason::kConversationNotFound);
+  }
+  return closed;
+}
+
+ArbiterEventSubscription RuntimeImpl::OnEvent(ArbiterEventListener listener) {
+  return arbiter_->OnEvent(std::move(listener));
+}
+
+// ---- KV maintenance ------------------------------------------------------------
+
+// Note [KV maintenance]
+// One thread per runtime. Every [kv] eviction_interval: the disk tier's
+// sweep (expired files, disk budget), the prompt cache's expired entries,
+// and each text model's idle conversations (persisted .long, closed). Every
+// [kv] keepalive_interval: each loaded text model's keep-alive. A model that
+// is not loaded is never loaded for this: its engine is taken only while the
+// arbiter reports it resident (a handle keeps it so during the pass).
+void RuntimeImpl::KvMaintenanceLoop() {
+  const int64_t evict_every = kv_->settings.eviction_interval_ms;
+  const int64_t keepalive_every = kv_->settings.keepalive_interval_ms;
+  auto next_evict = std::chrono::steady_clock::now() + std::chrono::milliseconds(evict_every);
+  auto next_keepalive =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(keepalive_every);
+  while (true) {
+    {
+      MutexLock l(&kv_mu_);
+      const auto until = std::min(next_evict, next_keepalive);
+      while (!kv_stop_ && std::chrono::steady_clock::now() < until) kv_wake_.WaitUntil(until);
+      if (kv_stop_) return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_evict) {
+      next_evict = now + std::chrono::milliseconds(evict_every);
+      KvEvictionPass();
+    }
+    if (now >= next_keepalive) {
+      next_keepalive = now + std::chrono::milliseconds(keepalive_every);
+      for (const auto& [name, pc] : kv_->precaches) {
+        std::optional<ArbiterHandle> h = ResidentHandle(name);
+        const int n = pc->KeepAlive(h ? h->backend<Engine>() : nullptr);
+        if (n > 0) {
+          spdlog::info("kv: model \"{}\": keep-alive re-warmed {} conversation(s)", name, n);
+        }
+      }
+    }
+  }
+}
+
+void RuntimeImpl::KvEvictionPass() {
+  const KvSweepResult swept = kv_->store->Sweep();
+  kv_files_swept_.fetch_add(static_cast<uint64_t>(swept.expired + swept.over_budget));
+  if (swept.expired + swept.over_budget > 0) {
+    spdlog::info("kv: swept {} expired and {} over-budget file(s) ({})", swept.expired,
+                 swept.over_budget, FormatSize(swept.bytes_freed));
+  }
+  if (kv_->prompt_cache != nullptr) kv_->prompt_cache->PurgeExpired();
+  for (const auto& [name, pc] : kv_->precaches) {
+    std::optional<ArbiterHandle> h = ResidentHandle(name);
+    const std::vector<std::string> ids = pc->EvictIdle(h ? h->backend<Engine>() : nullptr);
+    if (!ids.empty()) {
+      spdlog::info("kv: model \"{}\": closed {} idle conversation(s), KV saved", name, ids.size());
+    }
+  }
+}
+
+void RuntimeImpl::StopMaintenance() {
+  {
+    MutexLock l(&kv_mu_);
+    kv_stop_ = true;
+    kv_wake_.SignalAll();
+  }
+  if (kv_thread_.joinable()) kv_thread_.join();
+}
+
+}  // namespace runtime_internal
+}  // namespace arbiter

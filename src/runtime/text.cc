@@ -1,0 +1,208 @@
+// The Runtime's model operations (arbiter/runtime/runtime.h): text
+// generation (chat and completion share one path), embeddings, prewarm.
+//
+// A text request is admitted before anything is generated — model resolved,
+// pinned (loaded if needed), prompt rendered, tokenized and checked against
+// the context — so the edge can refuse it with a clean error before it
+// sends a streaming response's first byte.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/internal/runtime_impl.h"
+
+namespace arbiter::runtime_internal {
+namespace {
+
+// Default completion length for completions (OpenAI's default).
+constexpr int kDefaultCompletionTokens = 16;
+
+// kEmptyPrompt, kContextLengthExceeded or kInvalidTokenId unless `ids` is a
+// non-empty, in-vocabulary prompt leaving room for one generated token.
+Status CheckPrompt(const Engine& engine, const std::string& model,
+                   const std::vector<int32_t>& ids) {
+  if (ids.empty()) return InvalidArgumentError("the prompt is empty", ErrorReason::kEmptyPrompt);
+  if (static_cast<int>(ids.size()) > engine.n_ctx() - 1) {
+    return InvalidArgumentError(
+        fmt::format("the prompt is {} tokens; model \"{}\" has a context of {} tokens (shorten "
+                    "the prompt or raise [[models]] ctx)",
+                    ids.size(), model, engine.n_ctx()),
+        ErrorReason::kContextLengthExceeded);
+  }
+  const int vocab = engine.tokenizer().vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return InvalidArgumentError(
+          fmt::format("\"prompt[{}]\" is token id {}, outside the model's vocabulary [0, {})", i,
+                      ids[i], vocab),
+          ErrorReason::kInvalidTokenId);
+    }
+  }
+  return OkStatus();
+}
+
+Result<ChatTemplateKind> TemplateOf(const Engine& engine, const std::string& model,
+                                    std::string_view instead) {
+  Result<ChatTemplateKind> kind = engine.chat_template();
+  if (kind.ok()) return kind;
+  return InvalidArgumentError(fmt::format("model \"{}\" has no chat template ({}); {}", model,
+                                          kind.status().message(), instead),
+                              ErrorReason::kNoChatTemplate);
+}
+
+Result<TtlClass> TtlOf(const std::string& text) {
+  if (text.empty()) return TtlClass::kShort;
+  Result<TtlClass> t = ParseTtlClass(text);
+  if (!t.ok()) return t.status().WithReason(ErrorReason::kInvalidRequest);
+  return t;
+}
+
+class TextGenerationImpl final : public TextGeneration {
+ public:
+  TextGenerationImpl(ArbiterHandle handle, std::string model) 
+      : handle_(std::move(handle)), model_(std::move(model)) {
+    engine_ = handle_.backend<Engine>();
+  }
+
+  const std::string& model() const override { return model_; }
+  int prompt_tokens() const override { return static_cast<int>(request_.prompt_ids.size()); }
+  const std::string& echo_text() const override { return echo_; }
+
+  Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) override {
+    if (!handle_.valid()) {
+      return FailedPreconditionError("TextGeneration::Run called twice");
+    }
+    TextResult out;
+    Result<GenerationResult> r =
+        precache_ == nullptr
+            ? engine_->Generate(request_, on_text, cancelled)
+            : precache_->Generate(engine_, conversation_, ttl_, request_, on_text, cancelled,
+                                  &out.kv);
+    handle_.Release();
+    if (!r.ok()) return r.status();
+    out.generation = std::move(r).value();
+    return out;
+  }
+
+  Engine* engine_ = nullptr;
+  GenerationRequest request_;
+  std::string echo_;
+  KvPrecache* precache_ = nullptr;  // null: the engine picks the slot
+  std::string conversation_;
+  TtlClass ttl_ = TtlClass::kShort;
+
+ private:
+  ArbiterHandle handle_;
+  std::string model_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
+  ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(r.model));
+  ARBITER_RETURN_IF_ERROR(CheckCapability(r.model, cap, Capability::kText));
+  ARBITER_ASSIGN_OR_RETURN(TtlClass ttl, TtlOf(r.cache_ttl));
+  ARBITER_ASSIGN_OR_RETURN(ArbiterHandle handle, AcquireModel(r.model, Capability::kText));
+  auto job = std::make_unique<TextGenerationImpl>(std::move(handle), r.model);
+  Engine* engine = job->engine_;
+  GenerationRequest& g = job->request_;
+  if (r.chat) {
+    ARBITER_ASSIGN_OR_RETURN(ChatTemplateKind kind,
+                             TemplateOf(*engine, r.model, "use /v1/completions"));
+    // Message text never becomes control tokens (no template injection).
+    g.prompt_ids = EncodeChat(engine->tokenizer(), kind, r.messages, true);
+  } else {
+    g.prompt_ids = r.prompt_is_ids ? r.prompt_ids : engine->tokenizer().Encode(r.prompt, true);
+  }
+  ARBITER_RETURN_IF_ERROR(CheckPrompt(*engine, r.model, g.prompt_ids));
+  if (r.chat) {
+    const int room = engine->n_ctx() - static_cast<int>(g.prompt_ids.size());
+    g.max_tokens = std::min(r.max_tokens.value_or(room), std::max(room, 1));
+  } else {
+    // The engine stops at the context end (finish_reason "length").
+    g.max_tokens = r.max_tokens.value_or(kDefaultCompletionTokens);
+    if (r.echo) {
+      job->echo_ = r.prompt_is_ids ? engine->tokenizer().Decode(r.prompt_ids) : r.prompt;
+    }
+  }
+  g.sampling = r.sampling;
+  g.stop = std::move(r.stop);
+  job->precache_ = PrecacheFor(r.model);
+  job->conversation_ = std::move(r.conversation_id);
+  job->ttl_ = ttl;
+  return std::unique_ptr<TextGeneration>(std::move(job));
+}
+
+Result<EmbedResult> RuntimeImpl::Embed(const EmbedRequest& r, const CancelFn& cancelled) {
+  ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(r.model));
+  ARBITER_RETURN_IF_ERROR(CheckCapability(r.model, cap, Capability::kEmbedding));
+  ARBITER_ASSIGN_OR_RETURN(ArbiterHandle handle, AcquireModel(r.model, Capability::kEmbedding));
+  Engine* engine = handle.backend<Engine>();
+  if (r.dimensions && *r.dimensions != engine->config().hidden_size) {
+    return InvalidArgumentError(fmt::format("\"dimensions\" must be {} for model \"{}\" (got {})",
+                                            engine->config().hidden_size, r.model, *r.dimensions),
+                                ErrorReason::kInvalidRequest);
+  }
+  std::vector<std::vector<int32_t>> ids(r.inputs.size());
+  EmbedResult out;
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    ids[i] = engine->tokenizer().Encode(r.inputs[i], false);
+    if (ids[i].empty() || static_cast<int>(ids[i].size()) > engine->n_ctx()) {
+      return InvalidArgumentError(fmt::format("\"input[{}]\" is {} tokens; model \"{}\" accepts "
+                                              "1 to {}",
+                                              i, ids[i].size(), r.model, engine->n_ctx()),
+                                  ErrorReason::kContextLengthExceeded);
+    }
+    out.prompt_tokens += static_cast<int>(ids[i].size());
+  }
+  for (const auto& one : ids) {
+    Result<std::vector<float>> v = engine->Embed(one, cancelled);
+    if (!v.ok()) {
+      if (v.status().code() == StatusCode::kCancelled) {
+        return v.status().WithReason(ErrorReason::kCancelled);
+      }
+      return v.status();
+    }
+    out.vectors.push_back(std::move(v).value());
+  }
+  return out;
+}
+
+Result<PrewarmResult> RuntimeImpl::Prewarm(const PrewarmSpec& r) {
+  ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(r.model));
+  ARBITER_RETURN_IF_ERROR(CheckCapability(r.model, cap, Capability::kText));
+  KvPrecache* precache = PrecacheFor(r.model);
+  if (precache == nullptr) {
+    return UnavailableError(fmt::format("model \"{}\" has no KV precache (its files could not be "
+                                        "read at startup)",
+                                        r.model),
+                            ErrorReason::kNoKvPrecache);
+  }
+  ARBITER_ASSIGN_OR_RETURN(TtlClass ttl, TtlOf(r.cache_ttl));
+  ARBITER_ASSIGN_OR_RETURN(ArbiterHandle handle, AcquireModel(r.model, Capability::kText));
+  Engine* engine = handle.backend<Engine>();
+  std::vector<int32_t> ids;
+  if (!r.messages.empty()) {
+    ARBITER_ASSIGN_OR_RETURN(ChatTemplateKind kind,
+                             TemplateOf(*engine, r.model, "prewarm a \"prompt\" instead"));
+    // The stable prefix: the messages as a request would render them,
+    // without the generation prompt the real turn adds after them.
+    ids = EncodeChat(engine->tokenizer(), kind, r.messages, /*add_generation_prompt=*/false);
+  } else {
+    ids = engine->tokenizer().Encode(r.prompt, true);
+  }
+  ARBITER_RETURN_IF_ERROR(CheckPrompt(*engine, r.model, ids));
+  const CancelFn cancel = [this] { return stopping(); };
+  Result<GenerationResult> g = precache->Prewarm(engine, r.conversation_id, std::move(ids), ttl,
+                                                 cancel);
+  handle.Release();
+  if (!g.ok()) return g.status();
+  if (g->finish_reason == FinishReason::kCancelled) {
+    return CancelledError("prewarm cancelled: the server is stopping", ErrorReason::kCancelled);
+  }
+  PrewarmResult out;
+  out.generation = std::move(g).value();
+  return out;
+}
+
+}  // namespace arbiter::runtime_internal

@@ -1,0 +1,212 @@
+// Snapshot serializers (server/internal/status_json.h).
+#include "server/internal/status_json.h"
+
+#include <string>
+
+namespace arbiter::server_internal {
+namespace {
+
+using json = nlohmann::json;
+
+json WeightModelJson(const WeightModelStats& w) {
+  return json{{"residency", ResidencyStateName(w.residency)},
+              {"device_resident", w.device_resident},
+              {"host_resident", w.host_resident},
+              {"weight_bytes", w.weight_bytes},
+              {"device_bytes", w.device_bytes},
+              {"host_bytes", w.host_bytes},
+              {"weight_leases", w.leases},
+              {"weight_loads", w.loads},
+              {"weight_evicts", w.evicts},
+              {"weight_last_load_source", WeightLoadSourceName(w.last_load_source)},
+              {"weight_last_load_seconds", w.last_load_seconds},
+              {"floor_region", w.floor_region.empty() ? json(nullptr) : json(w.floor_region)}};
+}
+
+json WeightCacheJson(const WeightCacheStats& w) {
+  return json{{"mode", ResidencyModeName(w.mode)},
+              {"max_bytes", w.max_bytes},
+              {"resident_bytes", w.resident_bytes},
+              {"pinned_bytes", w.pinned_bytes},
+              {"host_bytes", w.host_bytes},
+              {"max_scratch_bytes", w.max_scratch_bytes},
+              {"weight_pool_bytes", w.budget.weight_pool},
+              {"scratch_ceiling_bytes", w.budget.scratch_ceiling},
+              {"pinned_over_commit", w.budget.pinned_over_commit},
+              {"loads", w.loads},
+              {"evicts", w.evicts},
+              {"compactions", w.compactions},
+              {"oversize_loads", w.oversize_loads},
+              {"load_seconds", w.load_seconds}};
+}
+
+json PoolJson(const MemoryPoolStats& p) {
+  return json{{"in_use_bytes", p.in_use_bytes},
+              {"limit_bytes", p.limit_bytes},
+              {"free_bytes", p.free_bytes},
+              {"peak_in_use_bytes", p.peak_in_use_bytes},
+              {"largest_free_block_bytes", p.largest_free_block_bytes},
+              {"fragmentation", p.fragmentation},
+              {"live_blocks", p.live_blocks},
+              {"free_blocks", p.free_blocks},
+              {"num_allocs", p.num_allocs},
+              {"num_frees", p.num_frees}};
+}
+
+}  // namespace
+
+json ModelStatusJson(const ModelStatus& model) {
+  const ModelStats& m = model.arbiter;
+  json item = {{"name", m.name},
+               {"capability", CapabilityName(m.capability)},
+               {"role", ResidentRoleName(m.role)},
+               {"state", ModelStateName(m.state)},
+               {"status", ModelStateName(m.state)},
+               {"resident", m.state == ModelState::kLoaded},
+               {"bytes", m.bytes},
+               {"bytes_measured", m.bytes_measured},
+               {"ref_count", m.refcount},
+               {"refcount", m.refcount},
+               {"loads", m.loads},
+               {"load_failures", m.load_failures},
+               {"evictions", m.evictions},
+               {"last_load_ms", m.last_load_ms}};
+  item["error"] = m.last_error.empty() ? json(nullptr) : json(m.last_error);
+  if (model.weights) item.update(WeightModelJson(*model.weights));
+  item["ready"] = model.ready;
+  return item;
+}
+
+json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
+  const ArbiterStats& s = st.arbiter;
+  json models = json::array();
+  for (const ModelStatus& m : st.models) models.push_back(ModelStatusJson(m));
+  json by_kind = json::object();
+  for (size_t k = 0; k < kChargeKindCount; ++k) {
+    by_kind[std::string(ChargeKindName(static_cast<ChargeKind>(k)))] = st.ledger.by_kind[k];
+  }
+  json j = {{"budget_bytes", s.budget_bytes},
+            {"charged_bytes", s.charged_bytes},
+            {"resident_bytes", s.resident_bytes},
+            {"loading_bytes", s.loading_bytes},
+            {"resident_models", s.resident_models},
+            {"pressure", MemoryPressureLevelName(s.pressure)},
+            {"pressure_source", st.pressure_source},
+            {"event_streams", event_streams},
+            {"loads", s.loads},
+            {"load_failures", s.load_failures},
+            {"evictions", s.evictions},
+            {"models", std::move(models)},
+            {"charged_by_kind", std::move(by_kind)},
+            {"over_budget_bytes", st.ledger.over_budget_bytes},
+            {"over_commits", st.ledger.over_commits}};
+  if (st.next_victim) {
+    const NextVictim& v = *st.next_victim;
+    j["next_victim"] = {{"model", v.model},
+                        {"capability", CapabilityName(v.capability)},
+                        {"role", ResidentRoleName(v.role)},
+                        {"bytes", v.bytes},
+                        {"reason", v.reason}};
+  } else {
+    j["next_victim"] = nullptr;
+  }
+  if (st.weights) {
+    j["weight_cache"] = WeightCacheJson(*st.weights);
+    j["pool"] = PoolJson(st.weights->pool);
+  }
+  return j;
+}
+
+json KvStatusJson(const KvStatus& kv) {
+  json j = {{"dir", kv.dir},
+            {"disk_bytes", kv.disk_bytes},
+            {"disk_budget_bytes", kv.settings.disk_budget_bytes},
+            {"ttl_ms",
+             {{"short", kv.settings.ttl_short_ms},
+              {"long", kv.settings.ttl_long_ms},
+              {"extended", kv.settings.ttl_extended_ms}}},
+            {"conversation_ttl_ms", kv.settings.conversation_ttl_ms}};
+  if (kv.prompt_cache) {
+    const KvPromptCacheStatus& pc = *kv.prompt_cache;
+    json entries = json::array();
+    for (const PromptCacheEntryInfo& e : pc.entries) {
+      entries.push_back({{"model", e.model_key},
+                         {"conversation_id", e.conversation_id},
+                         {"ttl_class", TtlClassName(e.ttl_class)},
+                         {"n_tokens", e.n_tokens},
+                         {"bytes", e.bytes},
+                         {"age_ms", e.age_ms}});
+    }
+    j["prompt_cache"] = {{"bytes", pc.bytes},
+                         {"capacity_bytes", pc.capacity_bytes},
+                         {"entries", std::move(entries)},
+                         {"puts", pc.counters.puts},
+                         {"hits", pc.counters.hits},
+                         {"misses", pc.counters.misses},
+                         {"spilled", pc.counters.spilled},
+                         {"expired", pc.counters.expired}};
+  } else {
+    j["prompt_cache"] = nullptr;
+  }
+  json models = json::array();
+  for (const KvModelStatus& m : kv.models) {
+    json slots = json::array();
+    for (const KvSlotView& v : m.slots) {
+      slots.push_back({{"index", v.index},
+                       {"conversation_id",
+                        v.conversation_id.empty() ? json(nullptr) : json(v.conversation_id)},
+                       {"n_tokens", v.n_tokens},
+                       {"busy", v.busy}});
+    }
+    json conversations = json::array();
+    for (const ConversationHandle& h : m.conversations) {
+      conversations.push_back({{"conversation_id", h.conversation_id},
+                               {"slot", h.slot_id},
+                               {"last_used_ms", h.last_used_ms},
+                               {"ttl_ms", h.ttl_ms}});
+    }
+    json prewarmed = json::array();
+    for (const KvPrewarmView& p : m.prewarmed) {
+      prewarmed.push_back({{"conversation_id", p.conversation_id},
+                           {"prefix_tokens", p.prefix_tokens},
+                           {"idle_ms", p.idle_ms}});
+    }
+    const KvPrecacheCounters& c = m.counters;
+    models.push_back({{"name", m.name},
+                      {"model_hash", m.model_hash},
+                      {"slots", std::move(slots)},
+                      {"conversations", std::move(conversations)},
+                      {"prewarmed", std::move(prewarmed)},
+                      {"high_water", m.high_water},
+                      {"recommended_parallel", m.recommended_parallel},
+                      {"counters",
+                       {{"requests", c.requests},
+                        {"prompt_tokens", c.prompt_tokens},
+                        {"cached_tokens", c.cached_tokens},
+                        {"copied_tokens", c.copied_tokens},
+                        {"slot_hits", c.slot_hits},
+                        {"prompt_cache_hits", c.prompt_cache_hits},
+                        {"disk_hits", c.disk_hits},
+                        {"restore_failures", c.restore_failures},
+                        {"stashes", c.stashes},
+                        {"persisted", c.persisted},
+                        {"prewarms", c.prewarms},
+                        {"prewarm_failures", c.prewarm_failures},
+                        {"keepalive_rewarms", c.keepalive_rewarms}}}});
+  }
+  j["models"] = std::move(models);
+  j["files_total"] = kv.files_total;
+  json fj = json::array();
+  for (const KvFileInfo& f : kv.files) {
+    fj.push_back({{"model_hash", f.model_hash},
+                  {"file", f.file_name},
+                  {"ttl_class", TtlClassName(f.ttl_class)},
+                  {"bytes", f.bytes},
+                  {"age_ms", f.age_ms}});
+  }
+  j["files"] = std::move(fj);
+  j["files_swept"] = kv.files_swept;
+  return j;
+}
+
+}  // namespace arbiter::server_internal
