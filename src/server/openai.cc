@@ -23,9 +23,7 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxStopStrings = 4;
 
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Deepest JSON nesting accepted in a request body. OpenAI requests nest ~6
 // levels (messages[i].content[j].text); tool schemas, which we ignore, a few
