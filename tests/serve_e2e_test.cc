@@ -29,6 +29,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -633,6 +634,61 @@ TEST_F(ServeE2E, SlowClientsAreCutOffAndOthersServed) {
   for (int fd : fds) close(fd);
   EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
   EXPECT_NE(got.find("request_timeout_s"), std::string::npos) << got;
+}
+
+// Runs `arbiter serve` on `config` and `state_dir` until it exits (it must,
+// within 60 s); returns its exit status and its log.
+std::pair<int, std::string> ServeUntilExit(const std::string& config, const std::string& state_dir,
+                                           const std::string& log) {
+  std::string error;
+  const pid_t p = ::arbiter::testing::SpawnServer(ARBITER_BINARY, config, state_dir, log, &error);
+  if (p <= 0) return {-1, error};
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  pid_t got = 0;
+  while (std::chrono::steady_clock::now() < deadline && (got = waitpid(p, &status, WNOHANG)) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (got != p) {
+    kill(p, SIGKILL);
+    waitpid(p, &status, 0);
+    return {-2, "still running after 60 s: " + ReadAll(log)};
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), ReadAll(log)};
+}
+
+TEST_F(ServeE2E, ASecondServeOnABusyPortOrStateDirIsRefusedAtStartup) {
+  // The same config (same port), another state directory: the kernel must
+  // not split connections between two servers.
+  auto [rc, log] = ServeUntilExit(dir_ + "/arbiter.toml", dir_ + "/state-b", dir_ + "/b.log");
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("is already in use"), std::string::npos) << log;
+  EXPECT_NE(log.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << log;
+  // The running server still answers every request.
+  for (int i = 0; i < 5; ++i) {
+    auto r = Client().Get("/v1/models");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  // Another port, the same state directory: refused (after the bounded wait).
+  const std::string other = dir_ + "/other.toml";
+  std::ofstream(other) << "[server]\nport = 0\n";
+  std::tie(rc, log) = ServeUntilExit(other, dir_ + "/state", dir_ + "/c.log");
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("is in use by another arbiter serve"), std::string::npos) << log;
+  // A host that is not an IP address says so.
+  const std::string bad_host = dir_ + "/badhost.toml";
+  std::ofstream(bad_host) << "[server]\nhost = \"not-an-ip\"\nport = 0\n";
+  std::tie(rc, log) = ServeUntilExit(bad_host, dir_ + "/state-d", dir_ + "/d.log");
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("host \"not-an-ip\" is not a valid IP address"), std::string::npos) << log;
+}
+
+TEST_F(ServeE2E, TheStartupHintExpandsTheApiKeyVariable) {
+  // Double quotes: a shell expands $ARBITER_API_KEY in the copied command.
+  const std::string log = ReadAll(log_path_);
+  EXPECT_NE(log.find("-H \"Authorization: Bearer $ARBITER_API_KEY\""), std::string::npos) << log;
+  EXPECT_EQ(log.find("'Authorization: Bearer $ARBITER_API_KEY'"), std::string::npos) << log;
 }
 
 TEST_F(ServeE2E, SigtermExitsCleanly) {

@@ -16,7 +16,12 @@
 //
 // Exit status: 0 on success (serve: after SIGINT/SIGTERM and a clean
 // shutdown), 1 on any error (message on stderr), 2 on bad usage.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -625,8 +630,103 @@ int WaitSignal() {
   }
 }
 
+// Refuses a host that is not an IP address and a port another socket holds
+// (even one bound with SO_REUSEPORT, which the kernel would otherwise let a
+// second server share, splitting connections between the two). A probe
+// socket bound without SO_REUSEPORT and closed again; the real listener binds
+// right after. Port 0 is always free.
+Status CheckListenAddress(const std::string& host, int port) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in6);
+  } else {
+    return InvalidArgumentError(fmt::format(
+        "host \"{}\" is not a valid IP address (--host, ARBITER_HOST or [server] host; e.g. "
+        "127.0.0.1 or ::1)",
+        host));
+  }
+  if (port == 0) return OkStatus();
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError(fmt::format("socket: {}", std::strerror(errno)));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0) return OkStatus();
+  const std::string where = addr.ss_family == AF_INET6 ? fmt::format("[{}]:{}", host, port)
+                                                       : fmt::format("{}:{}", host, port);
+  if (err == EADDRINUSE) {
+    return UnavailableError(fmt::format(
+        "address {} is already in use (another arbiter serve?); pick another with --port", where));
+  }
+  return UnavailableError(fmt::format("cannot bind {}: {}", where, std::strerror(err)));
+}
+
+// Holds <state dir>/serve.lock (flock) for the life of the process, so two
+// `arbiter serve` never share a state directory (their KV files and demo
+// models would collide). The kernel drops the lock when the process exits,
+// crash included. A previous holder that is shutting down is waited for, up
+// to 10 s. Returns the lock's fd (kept open) or an error naming the holder.
+Result<int> LockStateDir(const std::string& state_dir) {
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  if (ec) return UnavailableError(fmt::format("cannot create {}: {}", state_dir, ec.message()));
+  const std::string path = (fs::path(state_dir) / "serve.lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return UnavailableError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool told = false;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(fmt::format("cannot lock {}: {}", path, std::strerror(err)));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      char pid[32] = {};
+      (void)!::pread(fd, pid, sizeof(pid) - 1, 0);
+      ::close(fd);
+      return UnavailableError(fmt::format(
+          "state directory {} is in use by another arbiter serve (pid {}); stop it or pick "
+          "another with --state-dir",
+          state_dir, std::string(pid).substr(0, std::string(pid).find('\n'))));
+    }
+    if (!told) {
+      spdlog::info("state directory {} is locked by another arbiter serve; waiting up to 10 s",
+                   state_dir);
+      told = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  return fd;
+}
+
+// Many idle clients each hold a descriptor: use the hard limit.
+void RaiseFileLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      spdlog::warn("cannot raise the open-file limit: {}", std::strerror(errno));
+    }
+  }
+}
+
 int RunServe(const ServeFlags& f) {
   if (Status s = InstallShutdownSignals(); !s.ok()) return Fail(s.message());
+  RaiseFileLimit();
 
   uint64_t mem_total = 0;
   if (Result<SystemMemoryInfo> mem = ReadSystemMemory(); mem.ok()) {
@@ -662,6 +762,14 @@ int RunServe(const ServeFlags& f) {
     if (!dir.ok()) return Fail(dir.status().message());
     config.state_dir = *dir;
   }
+
+  // Before any slow start-up work (demo models, loads): the address and the
+  // state directory must be ours.
+  if (Status s = CheckListenAddress(config.server.host, config.server.port); !s.ok()) {
+    return Fail(s.message());
+  }
+  Result<int> state_lock = LockStateDir(config.state_dir);
+  if (!state_lock.ok()) return Fail(state_lock.status().message());
 
   if (f.config.empty()) {
     Result<std::vector<ModelEntry>> demo = EnsureDemoModels(config.state_dir);
