@@ -672,34 +672,34 @@ Status CheckListenAddress(const std::string& host, int port) {
   return UnavailableError(fmt::format("cannot bind {}: {}", where, std::strerror(err)));
 }
 
-// Holds <state dir>/serve.lock (flock) for the life of the process, so two
-// `arbiter serve` never share a state directory (their KV files and demo
-// models would collide). The kernel drops the lock when the process exits,
-// crash included. A previous holder that is shutting down is waited for, up
-// to 10 s. Returns the lock's fd (kept open) or an error naming the holder.
+// Holds a flock on the state directory itself for the life of the process,
+// so two `arbiter serve` never share a state directory (their KV files and
+// demo models would collide). No lock file is created; the kernel drops the
+// lock when the process exits, crash included. A previous holder that is
+// shutting down is waited for, up to 10 s. Returns the directory's fd (kept
+// open) or an error.
 Result<int> LockStateDir(const std::string& state_dir) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", state_dir, ec.message()));
-  const std::string path = (fs::path(state_dir) / "serve.lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return UnavailableError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  const int fd = ::open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return UnavailableError(fmt::format("cannot open {}: {}", state_dir, std::strerror(errno)));
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   bool told = false;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {
       const int err = errno;
       ::close(fd);
-      return UnavailableError(fmt::format("cannot lock {}: {}", path, std::strerror(err)));
+      return UnavailableError(fmt::format("cannot lock {}: {}", state_dir, std::strerror(err)));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      char pid[32] = {};
-      (void)!::pread(fd, pid, sizeof(pid) - 1, 0);
       ::close(fd);
       return UnavailableError(fmt::format(
-          "state directory {} is in use by another arbiter serve (pid {}); stop it or pick "
-          "another with --state-dir",
-          state_dir, std::string(pid).substr(0, std::string(pid).find('\n'))));
+          "state directory {} is in use by another arbiter serve; stop it or pick another with "
+          "--state-dir",
+          state_dir));
     }
     if (!told) {
       spdlog::info("state directory {} is locked by another arbiter serve; waiting up to 10 s",
@@ -708,8 +708,6 @@ Result<int> LockStateDir(const std::string& state_dir) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
   return fd;
 }
 
