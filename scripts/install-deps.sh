@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev
+  libcpp-httplib-dev libboost-dev nlohmann-json3-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libcli11-dev
   libssl-dev libxxhash-dev prometheus-cpp-dev
   libopenblas-dev libpcre2-dev
