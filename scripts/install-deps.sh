@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   python3 python3-numpy
   curl
+  wrk  # bench/http_transport/http_transport.py
 )
 if [[ "${1:-}" == "--with-fuzz" ]]; then
   packages+=(clang-16 libclang-rt-16-dev)

@@ -47,6 +47,8 @@
 // hard), and Run() returns.
 #include "server/internal/http/http_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -427,6 +429,27 @@ struct Server::Impl {
 };
 
 namespace {
+
+// Raises the soft RLIMIT_NOFILE (towards the hard one) so that
+// `max_connections` connections, as many being refused, and the process's
+// other files fit: Debian's default soft limit is 1024.
+void RaiseFileLimit(int max_connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(std::max(0, max_connections)) * 2 + 256;
+  if (lim.rlim_cur >= want) return;
+  const rlim_t before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+  if (lim.rlim_cur > before && ::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    spdlog::info("http: raised the open-file limit from {} to {} for max_connections = {}",
+                 before, lim.rlim_cur, max_connections);
+  }
+  if (lim.rlim_cur < want) {
+    spdlog::warn("http: the open-file limit ({}) is below what max_connections = {} needs ({}); "
+                 "connections beyond it wait in the listen queue",
+                 lim.rlim_cur, max_connections, want);
+  }
+}
 
 std::string Endpoint(const std::string& host, int port) {
   return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
@@ -1414,6 +1437,7 @@ Status Server::Bind() {
     return UnavailableError(fmt::format("cannot listen on {}: {}", where, ec.message()));
   }
   s.bound_port = s.acceptor.local_endpoint(ec).port();
+  RaiseFileLimit(o.max_connections);
   MutexLock l(&s.state_mu);
   s.state = Impl::State::kBound;
   return OkStatus();

@@ -62,8 +62,10 @@
 //   http::Server server(options);
 //   server.Route("GET", "/health", http::Dispatch::kInline,
 //                [](const http::Request&, http::Responder& r) {
-//                  r.Send({.status = 200, .content_type = "application/json",
-//                          .body = R"({"status":"ok"})"});
+//                  http::Response res;
+//                  res.content_type = "application/json";
+//                  res.body = R"({"status":"ok"})";
+//                  r.Send(std::move(res));
 //                });
 //   server.Route("POST", "/admin/models/{name}/load", http::Dispatch::kWorker,
 //                [&](const http::Request& req, http::Responder& r) {
@@ -209,7 +211,7 @@ struct ServerStats {
   int64_t open_connections = 0;      // accepted and not yet closed (the cap counts these)
   uint64_t accepted_total = 0;       // connections accepted, rejected ones included
   uint64_t rejected_total = 0;       // closed at once with 503: over max_connections
-  uint64_t requests_total = 0;       // responses started, transport errors included
+  uint64_t requests_total = 0;       // responses finished (logged), transport errors included
   uint64_t queue_full_total = 0;     // 503: the worker queue was full
   uint64_t timeouts_total = 0;       // 408s and idle/write-timeout closes
   int64_t workers_busy = 0;          // worker handlers running now
@@ -251,7 +253,9 @@ class Server {
   // server on the same port fails here). Errors: InvalidArgument "host \"x\"
   // is not a valid IP address"; Unavailable "address H:P is already in
   // use"; PermissionDenied for privileged ports; InvalidArgument when the
-  // address is not one of this machine's.
+  // address is not one of this machine's. Raises the process's soft
+  // RLIMIT_NOFILE (up to the hard limit) to fit 2 × max_connections + 256
+  // descriptors.
   Status Bind();
   // The bound port (the chosen one for port 0); -1 before Bind().
   int port() const;
