@@ -246,10 +246,11 @@ class WorkerPool {
     for (int i = 0; i < n_threads_; ++i) threads_.emplace_back([this] { Loop(); });
   }
 
-  // False when the queue is full or the pool is shut down.
+  // False when `queue_max` jobs already wait beyond the idle workers, or
+  // the pool is shut down.
   bool TrySubmit(Job job) EXCLUDES(mu_) {
     MutexLock l(&mu_);
-    if (stopped_ || static_cast<int>(queue_.size()) >= queue_max_) return false;
+    if (stopped_ || static_cast<int>(queue_.size()) >= queue_max_ + idle_) return false;
     queue_.push_back(std::move(job));
     queued_.store(static_cast<int64_t>(queue_.size()));
     wake_.Signal();
@@ -284,7 +285,9 @@ class WorkerPool {
       Job job;
       {
         MutexLock l(&mu_);
+        ++idle_;
         while (!stopped_ && queue_.empty()) wake_.Wait();
+        --idle_;
         if (queue_.empty()) return;  // stopped
         job = std::move(queue_.front());
         queue_.pop_front();
@@ -303,6 +306,7 @@ class WorkerPool {
   CondVar wake_{&mu_};
   std::deque<Job> queue_ GUARDED_BY(mu_);
   std::vector<std::thread> threads_ GUARDED_BY(mu_);
+  int idle_ GUARDED_BY(mu_) = 0;  // workers waiting for a job
   bool started_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
   std::atomic<int64_t> busy_{0};
@@ -905,7 +909,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(static_cast<std::uint32_t>(
         std::min<size_t>(s_->options.max_header_bytes, UINT32_MAX)));
     parser_->body_limit(s_->options.max_body_bytes);
-    continue_sent_ = false;
+    header_checked_ = false;
   }
 
   // Feeds the buffered bytes to the parser; dispatches a complete request,
@@ -924,17 +928,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (used == 0) break;
     }
     if (ec) return OnParseError(ec);
-    if (parser_->is_done()) return OnRequest();
-    if (parser_->is_header_done() && !continue_sent_) {
-      continue_sent_ = true;
+    if (parser_->is_header_done() && !header_checked_) {
+      header_checked_ = true;
       const auto& h = parser_->get();
+      // A request body's length must be known (RFC 9112 6.3): a
+      // Transfer-Encoding other than a final "chunked" cannot be framed.
+      if (h.find(bhttp::field::transfer_encoding) != h.end() && !parser_->chunked()) {
+        return RespondError(400, "malformed HTTP request: a Transfer-Encoding other than "
+                                 "chunked cannot be read");
+      }
       auto expect = h.find(bhttp::field::expect);
-      if (expect != h.end() && h.version() >= 11 &&
+      if (!parser_->is_done() && expect != h.end() && h.version() >= 11 &&
           IEquals(std::string_view(expect->value().data(), expect->value().size()),
                   "100-continue")) {
         SendInterim("HTTP/1.1 100 Continue\r\n\r\n");
       }
     }
+    if (parser_->is_done()) return OnRequest();
     const auto now = SteadyClock::now();
     ArmReadTimer(std::min(request_deadline_,
                           now + std::chrono::seconds(s_->options.read_timeout_s)));
@@ -1079,6 +1089,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       ex->Finish();
     };
     if (!s_->pool.TrySubmit(std::move(job))) {
+      if (s_->stopping.load()) return AnswerNow(s_->ErrorResponse(503, "the server is stopping"));
       s_->queue_full_total.fetch_add(1);
       return AnswerNow(s_->ErrorResponse(
           503, fmt::format("every worker is busy and {} requests are waiting "
@@ -1238,7 +1249,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;            // a write is pending
   bool interim_ = false;            // the pending write is a 100 Continue
   bool peer_eof_ = false;           // the peer closed or reset its side
-  bool continue_sent_ = false;      // this request's 100-continue is handled
+  bool header_checked_ = false;     // this request's header was checked (framing, 100-continue)
   bool rejected_ = false;           // over the cap: 503 then close
   bool logged_ = false;             // the current response was logged
   uint64_t read_seq_ = 0;           // the armed read timer's number

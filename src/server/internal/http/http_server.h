@@ -20,9 +20,9 @@
 //            therefore answered even while every worker is blocked;
 //   kWorker  its handler runs on one of `worker_threads` pool threads and may
 //            block for minutes (generation, model loads). When all workers
-//            are busy the request waits in a FIFO of at most
-//            `worker_queue_max` requests; beyond it the transport answers
-//            503 with Retry-After.
+//            are busy the request waits in a FIFO; when `worker_queue_max`
+//            requests already wait, the transport answers 503 with
+//            Retry-After (and runs nothing).
 // A worker never touches a socket: its Responder appends bytes to the
 // request's outbox and posts to the loop, which writes them. Streaming is
 // back-pressured: Write() blocks while more than `stream_buffer_bytes` are
@@ -41,8 +41,10 @@
 // Stop() also cancels every Responder.
 //
 // Limits (ServerOptions; transport errors get bodies from SetErrorBody):
-//   400  malformed request line, header or chunked framing; 431 a header
-//        block over max_header_bytes;
+//   400  malformed request line, header or chunked framing, ambiguous body
+//        framing (Content-Length with Transfer-Encoding, two lengths, a
+//        Transfer-Encoding other than chunked; the connection is closed);
+//        431 a header block over max_header_bytes;
 //   404  no route for the path; 405 (with Allow) a route for the path exists
 //        but not for the method;
 //   408  the request did not arrive whole within request_timeout_s of its
@@ -56,7 +58,8 @@
 // An idle keep-alive connection is closed after keep_alive_timeout_s (also
 // before its first request); a connection serves at most keep_alive_max
 // requests. `Expect: 100-continue` is answered before the body is read.
-// Requests on one connection are answered in order (pipelining).
+// Requests on one connection are answered in order (pipelining). HEAD is
+// not special: route it explicitly if needed (otherwise 405).
 //
 // Usage:
 //   http::Server server(options);

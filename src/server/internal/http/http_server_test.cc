@@ -2,6 +2,7 @@
 // 127.0.0.1, port 0. No assertion depends on timing beyond generous bounds:
 // states are awaited with a deadline (WaitFor), blocked handlers have fuses.
 #include "server/internal/http/http_server.h"
+#include "server/internal/http/fake_responder.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -408,6 +409,21 @@ TEST_F(HttpServerTest, MalformedUnknownAndWrongMethod) {
   }));
   std::lock_guard<std::mutex> l(mu);
   EXPECT_EQ(statuses, (std::vector<int>{400, 400, 404, 405}));
+}
+
+TEST_F(HttpServerTest, AmbiguousBodyFramingIsRefused) {
+  Start(Options());
+  for (const char* framing : {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+                              "Content-Length: 5\r\nContent-Length: 6\r\n",
+                              "Content-Length: -1\r\n", "Transfer-Encoding: gzip\r\n"}) {
+    Client c(port());
+    ASSERT_TRUE(c.Send(std::string("POST /echo HTTP/1.1\r\nHost: t\r\n") + framing +
+                       "\r\n0\r\n\r\n"));
+    auto r = c.Read();
+    ASSERT_TRUE(r) << framing;
+    EXPECT_EQ(r->status, 400) << framing;
+    EXPECT_TRUE(c.WaitClosed()) << framing;
+  }
 }
 
 TEST_F(HttpServerTest, PreRoutingAnswersBeforeTheHandler) {
@@ -910,6 +926,32 @@ TEST_F(HttpServerTest, HealthAnswersWithThousandsOfIdleAndHalfSentConnections) {
     EXPECT_EQ(r->status, 200);
   }
   EXPECT_EQ(server_->stats().workers_busy, 0);
+}
+
+// ---- the in-memory Responder for route tests ------------------------------------------
+
+TEST(FakeResponderTest, RecordsAnswersAndCancels) {
+  FakeResponder sent;
+  Response res = Text("hi", 201);
+  res.headers.emplace_back("X-Thing", "1");
+  sent.Send(res);
+  EXPECT_EQ(sent.status(), 201);
+  EXPECT_EQ(sent.body(), "hi");
+  EXPECT_EQ(sent.header("x-thing"), "1");
+  EXPECT_EQ(sent.answers(), 1);
+  EXPECT_FALSE(sent.streamed());
+
+  FakeResponder stream;
+  stream.CancelAfterWrites(2);
+  ASSERT_TRUE(stream.StartStream(200, "text/event-stream", {}));
+  EXPECT_TRUE(stream.Write("a"));
+  EXPECT_TRUE(stream.Write("b"));
+  EXPECT_TRUE(stream.cancelled());
+  EXPECT_FALSE(stream.Write("c"));
+  stream.End();
+  EXPECT_EQ(stream.chunks(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(stream.body(), "ab");
+  EXPECT_TRUE(stream.ended());
 }
 
 // ---- bind ------------------------------------------------------------------------------
