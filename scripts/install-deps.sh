@@ -7,13 +7,14 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev
+  libcpp-httplib-dev libboost-dev nlohmann-json3-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libcli11-dev
   libssl-dev libxxhash-dev prometheus-cpp-dev
   libopenblas-dev libpcre2-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   python3 python3-numpy
   curl
+  wrk  # bench/http_transport/http_transport.py
 )
 if [[ "${1:-}" == "--with-fuzz" ]]; then
   packages+=(clang-16 libclang-rt-16-dev)
