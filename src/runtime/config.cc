@@ -122,12 +122,16 @@ Status ParseServer(const toml::table& t, Config* c) {
                                     "an integer in 1..3600", &s.keep_alive_timeout_s));
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "acquire_timeout_s", p, 1, 86400, "a positive integer",
                                     &s.acquire_timeout_s));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_connections", p, 1, 1000000,
+                                    "an integer in 1..1000000", &s.max_connections));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "queue_max", p, 0, 1000000, "an integer in 0..1000000",
+                                    &s.queue_max));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "metrics_public", p, &s.metrics_public));
   WarnUnknown(t,
               {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
                "request_timeout_s", "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s",
-               "acquire_timeout_s", "preload", "metrics_public"},
+               "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max"},
               p, &c->warnings);
   return OkStatus();
 }

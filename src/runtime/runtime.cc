@@ -201,13 +201,12 @@ RuntimeStatus RuntimeImpl::Status() const {
   return s;
 }
 
-Result<KvStatus> RuntimeImpl::Kv() const {
+Result<KvStatus> RuntimeImpl::Kv(bool with_files) const {
   if (kv_ == nullptr) {
     return UnavailableError("this server has no KV precache", ErrorReason::kNoKvPrecache);
   }
   KvStatus out;
   out.dir = kv_->dir;
-  out.disk_bytes = kv_->store->DiskBytes();
   out.settings = kv_->settings;
   if (kv_->prompt_cache != nullptr) {
     KvPromptCacheStatus pc;
@@ -230,8 +229,14 @@ Result<KvStatus> RuntimeImpl::Kv() const {
     m.counters = pc->counters();
     out.models.push_back(std::move(m));
   }
-  out.files = kv_->store->List();
-  out.files_total = out.files.size();
+  if (with_files) {
+    out.files = kv_->store->List();
+    out.files_total = out.files.size();
+    out.disk_bytes = 0;
+    for (const KvFileInfo& f : out.files) out.disk_bytes += f.bytes;
+  } else {
+    out.disk_bytes = kv_->store->DiskBytes();
+  }
   std::sort(out.files.begin(), out.files.end(),
             [](const KvFileInfo& a, const KvFileInfo& b) { return a.age_ms < b.age_ms; });
   if (out.files.size() > kKvStatusMaxFiles) out.files.resize(kKvStatusMaxFiles);

@@ -6,9 +6,10 @@
 // Note [Cancellation]
 // Every generation gets a CancelFn, polled by the engine between tokens and
 // while waiting for a slot. It returns true when the server is stopping, or
-// the client is gone: for SSE, when a write fails or sink.is_writable()
-// (select + MSG_PEEK liveness check in httplib) says so; for non-streaming
-// requests, when the ConnectionProbe sees a hang-up on the request's socket.
+// the client is gone: the transport keeps reading the connection while the
+// handler runs and marks the Responder cancelled on EOF or a reset, for
+// streaming and non-streaming requests alike; a failed stream write cancels
+// too.
 #include <ctime>
 #include <memory>
 #include <string>
@@ -18,7 +19,6 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/server/openai.h"
-#include "server/internal/connection_probe.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
 
@@ -26,7 +26,6 @@ namespace arbiter::server_internal {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kJson = "application/json";
 
 int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -45,121 +44,112 @@ Usage UsageOf(const GenerationResult& g) {
 }
 
 // The text runner: one admitted generation answered as JSON.
-void RunNonStreaming(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
-                     TextJob& job) {
-  const ConnectionProbe probe =
-      ConnectionProbe::Find(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
-  CancelFn cancel = [&ctx, &probe] { return ctx.stopping.load() || probe.PeerGone(); };
+void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
+  CancelFn cancel = [&ctx, &out] { return Cancelled(ctx, out); };
   Result<TextResult> result = job.generation->Run([](std::string_view) { return true; }, cancel);
+  std::vector<std::pair<std::string, std::string>> headers;
   if (result.ok() && result->kv.slot >= 0) {
     const KvOutcome& kv = result->kv;
-    res.set_header("X-Arbiter-Kv-Slot", std::to_string(kv.slot));
-    res.set_header("X-Arbiter-Kv-Source", std::string(KvSourceName(kv.source)));
+    headers.emplace_back("X-Arbiter-Kv-Slot", std::to_string(kv.slot));
+    headers.emplace_back("X-Arbiter-Kv-Source", std::string(KvSourceName(kv.source)));
     if (kv.restored_tokens > 0) {
-      res.set_header("X-Arbiter-Kv-Restored", std::to_string(kv.restored_tokens));
+      headers.emplace_back("X-Arbiter-Kv-Restored", std::to_string(kv.restored_tokens));
     }
   }
-  if (!result.ok()) return SendStatus(res, result.status());
+  if (!result.ok()) return SendStatus(out, result.status());
   const GenerationResult& g = result->generation;
   if (g.finish_reason == FinishReason::kCancelled) {
-    spdlog::info("{} {}: client went away; generation stopped after {} tokens", req.method,
-                 req.path, g.output_ids.size());
-    return SendStatus(res, CancelledError("generation cancelled", ErrorReason::kCancelled));
+    spdlog::info("{} {}: client went away; generation stopped after {} tokens", job.id, job.model,
+                 g.output_ids.size());
+    return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
   }
   const std::string& echo = job.generation->echo_text();
-  res.set_content(job.chat ? ChatCompletionJson(job.id, job.created, job.model, g.text,
-                                                g.finish_reason, UsageOf(g))
-                           : CompletionJson(job.id, job.created, job.model, echo + g.text,
-                                            g.finish_reason, UsageOf(g)),
-                  kJson);
+  SendJson(out, 200,
+           job.chat ? ChatCompletionJson(job.id, job.created, job.model, g.text, g.finish_reason,
+                                         UsageOf(g))
+                    : CompletionJson(job.id, job.created, job.model, echo + g.text,
+                                     g.finish_reason, UsageOf(g)),
+           std::move(headers));
 }
 
 // The text runner: one admitted generation as SSE chunks, ending in
 // `data: [DONE]`; errors after the headers are reported in-band.
-void RunStreaming(ServerContext& ctx, httplib::Response& res, std::shared_ptr<TextJob> job) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [&ctx, job](size_t /*offset*/, httplib::DataSink& sink) {
-        bool client_ok = true;
-        auto send = [&](const std::string& payload) {
-          if (!client_ok) return false;
-          const std::string frame = SseData(payload);
-          if (!sink.write(frame.data(), frame.size())) client_ok = false;
-          return client_ok;
-        };
-        const std::string assistant = "assistant";
-        const std::string empty;
-        const std::string& echo = job->generation->echo_text();
-        if (job->chat) {
-          send(ChatChunkJson(job->id, job->created, job->model, &assistant, &empty, nullptr,
-                             job->include_usage));
-        } else if (!echo.empty()) {
-          send(CompletionChunkJson(job->id, job->created, job->model, echo, nullptr,
-                                   job->include_usage));
-        }
-        TextCallback on_text = [&](std::string_view delta) {
-          const std::string text(delta);
-          return send(job->chat ? ChatChunkJson(job->id, job->created, job->model, nullptr, &text,
-                                                nullptr, job->include_usage)
-                                : CompletionChunkJson(job->id, job->created, job->model, text,
-                                                      nullptr, job->include_usage));
-        };
-        CancelFn cancel = [&] { return !client_ok || ctx.stopping.load() || !sink.is_writable(); };
-        Result<TextResult> result = job->generation->Run(on_text, cancel);
-        if (!client_ok) {
-          spdlog::info("stream {}: client went away; generation stopped", job->id);
-          return false;  // closes the connection
-        }
-        if (!result.ok()) {
-          // Headers are gone; report in-band, then end the stream.
-          const Status& st = result.status();
-          spdlog::error("stream {}: generation failed: {}", job->id, st.ToString());
-          send(ErrorJson(st.message(), kServerErrorType, "generation_failed"));
-        } else if (result->generation.finish_reason == FinishReason::kCancelled) {
-          spdlog::info("stream {}: cancelled after {} tokens ({})", job->id,
-                       result->generation.output_ids.size(),
-                       ctx.stopping.load() ? "server stopping" : "client went away");
-          return false;
-        } else {
-          const GenerationResult& g = result->generation;
-          const FinishReason fr = g.finish_reason;
-          send(job->chat ? ChatChunkJson(job->id, job->created, job->model, nullptr, nullptr, &fr,
-                                         job->include_usage)
-                         : CompletionChunkJson(job->id, job->created, job->model, "", &fr,
-                                               job->include_usage));
-          if (job->include_usage) {
-            send(UsageChunkJson(job->id, job->created, job->model,
-                                job->chat ? "chat.completion.chunk" : "text_completion",
-                                UsageOf(g)));
-          }
-        }
-        const std::string done = "data: [DONE]\n\n";
-        if (!client_ok || !sink.write(done.data(), done.size())) return false;
-        sink.done();
-        return true;
-      });
+void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
+  if (!out.StartStream(200, "text/event-stream",
+                       {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+    return;  // the client is gone already
+  }
+  bool client_ok = true;
+  auto send = [&](const std::string& payload) {
+    if (client_ok && !out.Write(SseData(payload))) client_ok = false;
+    return client_ok;
+  };
+  const std::string assistant = "assistant";
+  const std::string empty;
+  const std::string& echo = job.generation->echo_text();
+  if (job.chat) {
+    send(ChatChunkJson(job.id, job.created, job.model, &assistant, &empty, nullptr,
+                       job.include_usage));
+  } else if (!echo.empty()) {
+    send(CompletionChunkJson(job.id, job.created, job.model, echo, nullptr, job.include_usage));
+  }
+  TextCallback on_text = [&](std::string_view delta) {
+    const std::string text(delta);
+    return send(job.chat ? ChatChunkJson(job.id, job.created, job.model, nullptr, &text, nullptr,
+                                         job.include_usage)
+                         : CompletionChunkJson(job.id, job.created, job.model, text, nullptr,
+                                               job.include_usage));
+  };
+  CancelFn cancel = [&] { return !client_ok || Cancelled(ctx, out); };
+  Result<TextResult> result = job.generation->Run(on_text, cancel);
+  if (!client_ok) {
+    spdlog::info("stream {}: client went away; generation stopped", job.id);
+    return;
+  }
+  if (!result.ok()) {
+    // Headers are gone; report in-band, then end the stream.
+    const Status& st = result.status();
+    spdlog::error("stream {}: generation failed: {}", job.id, st.ToString());
+    send(ErrorJson(st.message(), kServerErrorType, "generation_failed"));
+  } else if (result->generation.finish_reason == FinishReason::kCancelled) {
+    spdlog::info("stream {}: cancelled after {} tokens ({})", job.id,
+                 result->generation.output_ids.size(),
+                 ctx.stopping.load() ? "server stopping" : "client went away");
+    return;
+  } else {
+    const GenerationResult& g = result->generation;
+    const FinishReason fr = g.finish_reason;
+    send(job.chat ? ChatChunkJson(job.id, job.created, job.model, nullptr, nullptr, &fr,
+                                  job.include_usage)
+                  : CompletionChunkJson(job.id, job.created, job.model, "", &fr,
+                                        job.include_usage));
+    if (job.include_usage) {
+      send(UsageChunkJson(job.id, job.created, job.model,
+                          job.chat ? "chat.completion.chunk" : "text_completion", UsageOf(g)));
+    }
+  }
+  if (client_ok && out.Write("data: [DONE]\n\n")) out.End();
 }
 
 // Admits `request` and answers it (chat or completion, streaming or not).
-void RunText(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
-             TextRequest request, bool stream, bool include_usage) {
-  auto job = std::make_shared<TextJob>();
-  job->chat = request.chat;
-  job->model = request.model;
+void RunText(ServerContext& ctx, http::Responder& out, TextRequest request, bool stream,
+             bool include_usage) {
+  TextJob job;
+  job.chat = request.chat;
+  job.model = request.model;
   Result<std::unique_ptr<TextGeneration>> admitted = ctx.runtime->StartText(std::move(request));
-  if (!admitted.ok()) return SendStatus(res, admitted.status());
-  job->generation = std::move(admitted).value();
-  job->id = NewCompletionId(job->chat ? "chatcmpl" : "cmpl");
-  job->created = UnixNow();
-  job->include_usage = include_usage;
-  if (stream) return RunStreaming(ctx, res, std::move(job));
-  RunNonStreaming(ctx, req, res, *job);
+  if (!admitted.ok()) return SendStatus(out, admitted.status());
+  job.generation = std::move(admitted).value();
+  job.id = NewCompletionId(job.chat ? "chatcmpl" : "cmpl");
+  job.created = UnixNow();
+  job.include_usage = include_usage;
+  if (stream) return RunStreaming(ctx, out, job);
+  RunNonStreaming(ctx, out, job);
 }
 
-void HandleChat(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void HandleChat(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   Result<ChatRequest> parsed = ParseChatRequest(req.body);
-  if (!parsed.ok()) return SendStatus(res, parsed.status().WithReason(ErrorReason::kInvalidRequest));
+  if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   ChatRequest& r = *parsed;
   TextRequest t;
   t.model = std::move(r.model);
@@ -170,12 +160,12 @@ void HandleChat(ServerContext& ctx, const httplib::Request& req, httplib::Respon
   t.stop = std::move(r.stop);
   t.conversation_id = std::move(r.cache.conversation_id);
   t.cache_ttl = std::move(r.cache.cache_ttl);
-  RunText(ctx, req, res, std::move(t), r.stream, r.include_usage);
+  RunText(ctx, out, std::move(t), r.stream, r.include_usage);
 }
 
-void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void HandleCompletion(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   Result<CompletionRequest> parsed = ParseCompletionRequest(req.body);
-  if (!parsed.ok()) return SendStatus(res, parsed.status().WithReason(ErrorReason::kInvalidRequest));
+  if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   CompletionRequest& r = *parsed;
   TextRequest t;
   t.model = std::move(r.model);
@@ -189,25 +179,23 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
   t.stop = std::move(r.stop);
   t.conversation_id = std::move(r.cache.conversation_id);
   t.cache_ttl = std::move(r.cache.cache_ttl);
-  RunText(ctx, req, res, std::move(t), r.stream, r.include_usage);
+  RunText(ctx, out, std::move(t), r.stream, r.include_usage);
 }
 
-void HandleEmbeddings(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void HandleEmbeddings(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   Result<EmbeddingRequest> parsed = ParseEmbeddingRequest(req.body);
-  if (!parsed.ok()) return SendStatus(res, parsed.status().WithReason(ErrorReason::kInvalidRequest));
+  if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   EmbedRequest e;
   e.model = parsed->model;
   e.inputs = std::move(parsed->input);
   e.dimensions = parsed->dimensions;
-  const ConnectionProbe probe =
-      ConnectionProbe::Find(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
-  CancelFn cancel = [&ctx, &probe] { return ctx.stopping.load() || probe.PeerGone(); };
+  CancelFn cancel = [&ctx, &out] { return Cancelled(ctx, out); };
   Result<EmbedResult> r = ctx.runtime->Embed(e, cancel);
-  if (!r.ok()) return SendStatus(res, r.status());
-  res.set_content(EmbeddingsJson(e.model, r->vectors, parsed->base64, r->prompt_tokens), kJson);
+  if (!r.ok()) return SendStatus(out, r.status());
+  SendJson(out, 200, EmbeddingsJson(e.model, r->vectors, parsed->base64, r->prompt_tokens));
 }
 
-void HandleModels(ServerContext& ctx, httplib::Response& res) {
+void HandleModels(ServerContext& ctx, http::Responder& out) {
   RuntimeStatus s = ctx.runtime->Status();
   json data = json::array();
   for (const ModelStatus& ms : s.models) {
@@ -221,23 +209,26 @@ void HandleModels(ServerContext& ctx, httplib::Response& res) {
     if (m.state == ModelState::kFailed) item["error"] = m.last_error;
     data.push_back(std::move(item));
   }
-  res.set_content(json{{"object", "list"}, {"data", std::move(data)}}.dump(), kJson);
+  SendJson(out, 200, json{{"object", "list"}, {"data", std::move(data)}}.dump());
 }
 
 }  // namespace
 
-void AddOpenAIRoutes(httplib::Server& http, ServerContext& ctx) {
-  http.Get("/v1/models",
-           [&ctx](const httplib::Request&, httplib::Response& res) { HandleModels(ctx, res); });
-  http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    HandleChat(ctx, req, res);
-  });
-  http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(ctx, req, res);
-  });
-  http.Post("/v1/embeddings", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    HandleEmbeddings(ctx, req, res);
-  });
+std::vector<Route> OpenAIRoutes(ServerContext& ctx) {
+  using http::Dispatch;
+  using http::Request;
+  using http::Responder;
+  return {
+      // A snapshot: answered on the event loop even while workers are busy.
+      {"GET", "/v1/models", Dispatch::kInline,
+       [&ctx](const Request&, Responder& out) { HandleModels(ctx, out); }},
+      {"POST", "/v1/chat/completions", Dispatch::kWorker,
+       [&ctx](const Request& req, Responder& out) { HandleChat(ctx, req, out); }},
+      {"POST", "/v1/completions", Dispatch::kWorker,
+       [&ctx](const Request& req, Responder& out) { HandleCompletion(ctx, req, out); }},
+      {"POST", "/v1/embeddings", Dispatch::kWorker,
+       [&ctx](const Request& req, Responder& out) { HandleEmbeddings(ctx, req, out); }},
+  };
 }
 
 }  // namespace arbiter::server_internal

@@ -7,7 +7,7 @@
 //
 //   [server]  host, port, api_key, max_body_bytes, threads, read_timeout_s,
 //             request_timeout_s, write_timeout_s, keep_alive_max, keep_alive_timeout_s,
-//             acquire_timeout_s, preload, metrics_public
+//             acquire_timeout_s, preload, metrics_public, max_connections, queue_max
 //   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal),
 //             headroom (SIZE; budget = MemTotal − headroom when budget is unset),
 //             the weight runtime: device_arena (SIZE; default = 2 × budget),
@@ -63,6 +63,8 @@ struct ServerSettings {
   std::string api_key;                   // empty = no auth
   size_t max_body_bytes = 8u << 20;      // request bodies above → 413
   int threads = 0;                       // HTTP worker threads; 0 = 8 + Σ parallel
+  int max_connections = 1024;            // open connections beyond → immediate 503 and close
+  int queue_max = 256;                   // requests waiting for a worker beyond → 503
   int read_timeout_s = 30;               // per read of request bytes
   int request_timeout_s = 60;            // to send one whole request (headers + body) → 408
   int write_timeout_s = 30;

@@ -205,8 +205,10 @@ class Runtime {
   virtual Result<EmbedResult> Embed(const EmbedRequest& request, const CancelFn& cancelled) = 0;
 
   virtual RuntimeStatus Status() const = 0;
-  // Errors: kNoKvPrecache when [kv] gave none (never with Create's runtime).
-  virtual Result<KvStatus> Kv() const = 0;
+  // The KV tiers; without `with_files` the file list stays empty (the
+  // directory is scanned once, for disk_bytes). Errors: kNoKvPrecache when
+  // [kv] gave none (never with Create's runtime).
+  virtual Result<KvStatus> Kv(bool with_files = true) const = 0;
 
   // ---- admin operations (docs/http-api.md "Admin") ----
   // Loads (acquire + release: resident, unpinned). Errors: as StartText's acquire.

@@ -1,5 +1,6 @@
 // arbiter/server/server.h — the HTTP server: OpenAI-compatible API plus
-// health and admin status, over cpp-httplib (docs/http-api.md).
+// health and admin status, over arbiter's event-driven HTTP/1.1 transport
+// (src/server/internal/http/http_server.h; docs/http-api.md).
 //
 // Routes:
 //   GET  /health                  open (no auth): {"status":"ok"}
@@ -50,8 +51,12 @@
 // Limits and policy (ARCHITECTURE.md "External interfaces", STYLE.md rule
 // 11): binds loopback by default; bodies over max_body_bytes → 413; read and
 // write timeouts, and request_timeout_s for a whole request (408, slowloris
-// guard); JSON nesting ≤ 128; keep-alive caps; a fixed worker pool (threads; default 8 +
-// Σ parallel). With an API key configured, /v1/*, /admin/* and /metrics require
+// guard); JSON nesting ≤ 128; keep-alive caps; at most max_connections open
+// connections (beyond: an immediate 503); one event loop owns every socket, so
+// idle or half-sent connections cost no thread, and /health, /metrics,
+// /admin/status and /v1/models are answered on it even while every worker is
+// busy; a fixed worker pool (threads; default 8 + Σ parallel) runs the rest,
+// with at most queue_max requests waiting (503 beyond). With an API key configured, /v1/*, /admin/* and /metrics require
 // `Authorization: Bearer KEY` (401 otherwise). Errors are OpenAI-shaped
 // {"error":{"message","type","code"}}: 400 bad input, 401, 404 unknown model
 // or route, 408, 409 (unload of a held model), 413, 503 + Retry-After when
@@ -62,11 +67,10 @@
 // 503 (no Retry-After, code "model_load_failed") when the model failed to
 // load, 500 only for bugs.
 //
-// Cancellation: a streaming client that disconnects stops its generation at
-// the next token (the SSE write or the liveness check fails). For
-// non-streaming requests the server finds the connection's socket (Linux
-// /proc/self/fd; httplib 0.11 does not expose it to handlers) and polls it
-// for hang-up between tokens. Stop() also cancels every generation.
+// Cancellation: a client that disconnects stops its generation at the next
+// token, streaming or not (the transport keeps reading the connection while
+// the handler runs and sees the hang-up). Stop() also cancels every
+// generation.
 //
 // Thread safety: Start/Run/Stop may be called from different threads; Stop()
 // is idempotent and safe to call before, during or after Run(). Not

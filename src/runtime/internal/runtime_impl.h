@@ -34,7 +34,7 @@ class RuntimeImpl final : public Runtime {
   Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) override;
   Result<EmbedResult> Embed(const EmbedRequest& request, const CancelFn& cancelled) override;
   RuntimeStatus Status() const override;
-  Result<KvStatus> Kv() const override;
+  Result<KvStatus> Kv(bool with_files = true) const override;
   Result<ModelStatus> LoadModel(const std::string& name) override;
   Result<UnloadResult> UnloadModel(const std::string& name, int64_t timeout_ms) override;
   Result<std::pair<ResidencyState, ModelStatus>> SetResidency(const std::string& name,

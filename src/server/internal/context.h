@@ -1,20 +1,22 @@
-// What every route of the server shares (server.cc builds it; the route
-// files register their handlers on it). HTTP only: everything below the
-// routes is the Runtime's.
+// What every route of the server shares, and the route table. server.cc
+// builds the context and registers the routes on the transport
+// (internal/http/http_server.h); route tests call the handlers in process
+// with an http::FakeResponder. HTTP only: everything below the routes is the
+// Runtime's.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <set>
 #include <string>
-
-#include <httplib.h>
+#include <vector>
 
 #include "arbiter/base/mutex.h"
 #include "arbiter/base/status.h"
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/runtime.h"
 #include "server/internal/event_stream.h"
+#include "server/internal/http/http_server.h"
 #include "server/internal/metrics.h"
 
 namespace arbiter::server_internal {
@@ -22,7 +24,7 @@ namespace arbiter::server_internal {
 struct ServerContext {
   ServerSettings settings;
   Runtime* runtime = nullptr;
-  int threads = 0;                 // HTTP worker threads
+  int threads = 0;                 // worker threads
   int64_t started_at = 0;          // unix seconds (the "created" of /v1/models)
   std::atomic<bool> stopping{false};
   // Shared with the event listener, which may run after the subscription is
@@ -33,14 +35,31 @@ struct ServerContext {
   std::set<std::shared_ptr<EventQueue>> streams GUARDED_BY(streams_mu);
 };
 
-// Writes the OpenAI-shaped error body {"error":{"message","type","code"}}.
-void SendError(httplib::Response& res, int status, std::string_view message,
-               std::string_view type, std::string_view code, int retry_after_s = 0);
-// Writes the error `status` maps to through the one table (errors.h).
-void SendStatus(httplib::Response& res, const Status& status);
+// One route: method, pattern ("/admin/models/{name}/load"), where it runs
+// (inline on the event loop: never blocks; worker: may block) and handler.
+struct Route {
+  std::string method;
+  std::string pattern;
+  http::Dispatch dispatch = http::Dispatch::kWorker;
+  http::Handler handler;
+};
 
-// The route groups (routes_openai.cc, routes_admin.cc).
-void AddOpenAIRoutes(httplib::Server& http, ServerContext& ctx);
-void AddAdminRoutes(httplib::Server& http, ServerContext& ctx);
+// A JSON response.
+void SendJson(http::Responder& out, int status, std::string body,
+              std::vector<std::pair<std::string, std::string>> headers = {});
+// The OpenAI-shaped error body {"error":{"message","type","code"}}.
+void SendError(http::Responder& out, int status, std::string_view message, std::string_view type,
+               std::string_view code, int retry_after_s = 0);
+// The error `status` maps to through the one table (errors.h).
+void SendStatus(http::Responder& out, const Status& status);
+// Cancellation of a handler: the client went away or the server stops.
+inline bool Cancelled(const ServerContext& ctx, const http::Responder& out) {
+  return ctx.stopping.load() || out.cancelled();
+}
+
+// The route groups (routes_openai.cc, routes_admin.cc). The context must
+// outlive the routes.
+std::vector<Route> OpenAIRoutes(ServerContext& ctx);
+std::vector<Route> AdminRoutes(ServerContext& ctx);
 
 }  // namespace arbiter::server_internal
