@@ -3,6 +3,7 @@ set(ENGINE_COMPUTE_SOURCES
   bench.cc
   weights_bench.cc
   engine.cc
+  model_files.cc
   kv_snapshot.cc
   sampler.cc
   internal/model_weights.cc
