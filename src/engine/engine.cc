@@ -969,7 +969,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> f
   const std::string& model_dir = files->dir();
   ARBITER_RETURN_IF_ERROR(CheckRegistered(options, model_dir));
   if (engine_internal::ModelFilesAccess::tokenizer(*files) == nullptr) {
-    return FailedPreconditionError(model_dir + ": opened without its tokenizer; use OpenModelFiles");
+    return FailedPreconditionError(model_dir +
+                                   ": opened without its tokenizer; use OpenModelFiles");
   }
   try {
     const std::shared_ptr<const engine_internal::ComputeLayout>& layout =

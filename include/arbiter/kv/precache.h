@@ -4,7 +4,8 @@
 //
 // Implements the KV precache issue (points 2–5) over
 // reference/seed-arbiter-and-precache.md Part 2 §2.2–§2.4 (seed
-// 001_abe7ad9154ed4078.txt), with its defects fixed:
+// 001_abe7ad9154ed4078.txt), with its defects fixed (the numbered list in
+// docs/kv-precache.md, "Defects of the reference, fixed"):
 //
 // Slots. The engine is the one slot scheduler (Engine::ReserveSlot; Note
 // [Slot choice] and Note [Slot waits] in src/engine/engine.cc): the
@@ -26,14 +27,14 @@
 //      spilled to the disk tier) — the slot keeps the tokens, so the longest
 //      common prefix with the new prompt is still reused;
 //   2. the request's conversation C (if any) is restored into s only when
-//      the slot's state is colder (defect 3): "warmth" is the number of
-//      prompt tokens a state can serve (its longest common prefix with the
-//      prompt). C's prompt-cache entry is taken when it is warmer than the
-//      slot; otherwise, when C has no in-RAM state at all, C's file in the
-//      KvStore is mapped, validated and restored in place (KvStore::
-//      LoadMapped: one copy, file → slot) — a corrupt, truncated or foreign
-//      file is removed and costs a cold prefill with a warning, never an
-//      error;
+//      the slot's state is colder (docs/kv-precache.md, fixed defect 3):
+//      "warmth" is the number of prompt tokens a state can serve (its
+//      longest common prefix with the prompt). C's prompt-cache entry is
+//      taken when it is warmer than the slot; otherwise, when C has no
+//      in-RAM state at all, C's file in the KvStore is mapped, validated and
+//      restored in place (KvStore::LoadMapped: one copy, file → slot) — a
+//      corrupt, truncated or foreign file is removed and costs a cold
+//      prefill with a warning, never an error;
 //   3. the engine runs the request on s, within the same reservation; it
 //      copies a longer prefix from another free slot itself (Note [Prefix
 //      copy between slots] in src/engine/internal/engine_impl.h).
@@ -49,12 +50,12 @@
 //
 // Prewarm (§2.3): prefills a conversation's stable prefix on its slot
 // (max_tokens 1, greedy) and records {prefix tokens, touched} for it — per
-// conversation, not per slot (defect 5). Best-effort: a failure is
-// returned, never retried. KeepAlive re-warms every prewarmed conversation
-// untouched for ≥ kKeepAliveStaleFraction × ttl_short (the server calls it
-// every [kv] keepalive_interval, which config validation keeps below
-// 0.2 × ttl_short, so the re-warm lands before the short TTL runs out —
-// defect 1).
+// conversation, not per slot (docs/kv-precache.md, fixed defect 5).
+// Best-effort: a failure is returned, never retried. KeepAlive re-warms
+// every prewarmed conversation untouched for ≥ kKeepAliveStaleFraction ×
+// ttl_short (the server calls it every [kv] keepalive_interval, which config
+// validation keeps below 0.2 × ttl_short, so the re-warm lands before the
+// short TTL runs out — docs/kv-precache.md, fixed defect 1).
 //
 // Thread safety: thread-safe. One internal mutex for the owner table and
 // the conversations; slow work (engine calls, file IO) runs outside it
@@ -111,7 +112,8 @@ std::string_view KvSourceName(KvSource source);
 struct KvOutcome {
   int slot = -1;
   KvSource source = KvSource::kNone;
-  int restored_tokens = 0;      // tokens a restore put into the slot (defect 6)
+  // Tokens a restore put into the slot (docs/kv-precache.md, fixed defect 6).
+  int restored_tokens = 0;
   bool stashed = false;         // another conversation's KV moved to the host tier
   std::string warning;          // a corrupt / foreign file fell back to a cold prefill
 };
