@@ -3,6 +3,7 @@ set(ENGINE_COMPUTE_SOURCES
   bench.cc
   weights_bench.cc
   engine.cc
+  model_files.cc
   kv_snapshot.cc
   sampler.cc
   internal/model_weights.cc
@@ -15,6 +16,7 @@ set(ENGINE_COMPUTE_TESTS
   engine_test.cc
   engine_slots_test.cc
   engine_weights_test.cc
+  model_files_test.cc
   kv_snapshot_test.cc
   reference_test.cc
   sampler_test.cc

@@ -1,31 +1,59 @@
-// engine/engine.cc — Engine::Load and the generation loop.
+// engine/engine.cc — Engine::Load, the slot scheduler and the generation loop.
 //
-// Generation (one call, one leased slot; see internal/engine_impl.h):
-//   1. validate the request; lease the pinned slot (request.slot ≥ 0) or the
-//      free slot with the longest common prefix; in the same pass under the
-//      lock, find another free slot holding a longer prefix of the prompt
-//      and copy the K/V rows of the difference from it (Note [Prefix copy
-//      between slots]); then take the WeightLease;
+// Generation (one call on one reserved slot; see internal/engine_impl.h):
+//   1. validate the request; hold the slot (the caller's SlotReservation, or
+//      one reserved now: the pinned slot, or the one Note [Slot choice]
+//      picks); cut the slot's tokens to their common prefix with the
+//      prompt; find another free slot holding a longer prefix and copy the
+//      K/V rows of the difference from it (Note [Prefix copy between
+//      slots]); then take the WeightLease;
 //   2. prefill prompt[cached, n) in prefill_batch chunks → logits of the last
 //      prompt token (cached = own prefix + copied rows ≤ n − 1);
-//   3. loop: poll `cancelled`; sample; EOS (unless ignore_eos) → stop; append
-//      the token's bytes (special tokens render as nothing) to a TextStream,
-//      which holds back partial UTF-8 and possible stop-string prefixes;
-//      a stop string → stop; send the released delta (callback false →
-//      cancelled); max_tokens reached → length; context full → length;
-//      otherwise decode the token (one sgemv step) for the next logits.
+//   3. loop: check the cancellation; sample; EOS (unless ignore_eos) → stop;
+//      append the token's bytes (special tokens render as nothing) to a
+//      TextStream, which holds back partial UTF-8 and possible stop-string
+//      prefixes; a stop string → stop; send the released delta (callback
+//      false → cancelled); max_tokens reached → length; context full →
+//      length; otherwise decode the token (one sgemv step) for the next
+//      logits.
 //   4. flush the TextStream (unless stopped by a stop string or cancelled).
 // The sampled token that ends generation (EOS, or the last one) is never fed
 // back, so the slot's cached tokens are exactly the prompt plus the fed
 // outputs.
 //
-// Weights (reference/seed-runtime-weights.md §3): the engine computes from a
-// WeightCache's buffers. Load plans the compute layout (model_weights.h),
-// makes a private cache over a cpu arena of exactly that layout unless the
-// caller passed one, and acquires the weights once so they are resident (and
-// a broken tensor fails Load). Every call then holds a WeightLease for its
-// duration (engine_impl.h), except SaveSlot / RestoreSlot / ClearSlot, which
-// touch only a slot's KV buffers and work while the weights are not resident.
+// Note [Slot choice]. The engine is the only place that decides which slot
+// a call runs on (KvPrecache asks it through ReserveSlot; STYLE rule 15).
+// PickSlotLocked, under mu_, over the slots that are not busy and not being
+// read as a copy source:
+//   - pinned (slot ≥ 0): exactly that slot;
+//   - unpinned: skip slots a pinned caller waits for (it reserved them: the
+//     prefix it came for must not be overwritten, and unpinned traffic must
+//     not starve it); take the longest common prefix between the slot's
+//     tokens and the request's prompt; ties: a slot nobody owns
+//     (SlotReservation::set_owned: KvPrecache marks a conversation's slot,
+//     so taking an unowned one first saves a stash of that conversation's
+//     KV), then the least recently filled (last_used; 0 = never or emptied),
+//     then the lowest index.
+// The owned flag lives in the engine rather than coming with each request:
+// the choice is re-made on every wake-up of a waiting caller, and only the
+// engine's table is current then (a flag passed in would be as old as the
+// call). Which conversation owns a slot, and its TTL class, stay KV policy
+// in KvPrecache; the engine keeps only the bit the choice needs.
+//
+// Note [Slot waits]. When PickSlotLocked finds nothing, the caller waits on
+// slot_freed_ (signalled by every release, every end of a copy and every
+// pinned waiter that gives up) until a slot fits, its deadline passes
+// (kDeadlineExceeded; std::chrono::steady_clock, real time: a simulated
+// Clock must not stall a wait) or it is cancelled (kCancelled). A
+// CancelToken wakes it through a callback registered for the wait (taking
+// mu_ then signalling, so the wake-up cannot fall between the waiter's check
+// and its sleep); nothing is polled. A Cancellation that carries a CancelFn
+// predicate cannot wake anybody, so such a caller also wakes every
+// Cancellation::kCancelPollMs to call it (outside mu_: it may call back into
+// the engine). The callback is registered outside mu_ (it may run at once)
+// and unregistered outside mu_ (unregistering waits for a running callback,
+// which takes mu_). A pinned caller that has to wait counts itself in its
+// slot's pinned_waiters until it gets the slot or gives up.
 #include "arbiter/engine/engine.h"
 
 #include <cblas.h>
@@ -35,11 +63,11 @@
 #include <new>
 
 #include "arbiter/base/clock.h"
-#include "arbiter/base/hash.h"
 #include "arbiter/engine/sampler.h"
 #include "arbiter/formats/safetensors.h"
 #include "arbiter/weights/weight_files.h"
 #include "engine/internal/engine_impl.h"
+#include "engine/internal/model_files_internal.h"
 #include "engine/internal/model_weights.h"
 #include "engine/internal/text_stream.h"
 
@@ -54,10 +82,48 @@ std::string_view FinishReasonName(FinishReason r) {
   return "stop";
 }
 
+// ---------------------------------------------------------------------------
+// SlotReservation and Engine's helpers for implementations
+
+SlotReservation::SlotReservation(SlotReservation&& other) noexcept
+    : engine_(std::exchange(other.engine_, nullptr)),
+      slot_(std::exchange(other.slot_, -1)),
+      owned_(other.owned_),
+      touched_(other.touched_),
+      tokens_(std::move(other.tokens_)) {}
+
+SlotReservation& SlotReservation::operator=(SlotReservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    engine_ = std::exchange(other.engine_, nullptr);
+    slot_ = std::exchange(other.slot_, -1);
+    owned_ = other.owned_;
+    touched_ = other.touched_;
+    tokens_ = std::move(other.tokens_);
+  }
+  return *this;
+}
+
+void SlotReservation::Release() {
+  if (engine_ == nullptr) return;
+  Engine* engine = std::exchange(engine_, nullptr);
+  const int slot = std::exchange(slot_, -1);
+  engine->ReleaseReserved(slot, std::move(tokens_), owned_, touched_);
+  tokens_.clear();
+  touched_ = false;
+}
+
+SlotReservation Engine::MakeReservation(int slot, std::vector<int32_t> tokens, bool owned) {
+  SlotReservation r;
+  r.engine_ = this;
+  r.slot_ = slot;
+  r.owned_ = owned;
+  r.tokens_ = std::move(tokens);
+  return r;
+}
+
 namespace engine_internal {
 namespace {
-
-constexpr int kSlotWaitPollMs = 50;  // how often a waiting caller polls its CancelFn
 
 // End-of-turn / end-of-text specials that end generation when the tokenizer
 // has them, in addition to config.json's eos_token_id.
@@ -68,7 +134,7 @@ double MsSince(int64_t start_ns) {
   return static_cast<double>(Clock::Real()->NowNs() - start_ns) / 1e6;
 }
 
-size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   size_t n = std::min(a.size(), b.size()), i = 0;
   while (i < n && a[i] == b[i]) ++i;
   return i;
@@ -95,29 +161,17 @@ Status CheckWeightLease(const WeightLease& lease, const ComputeLayout& layout,
 }
 
 // ---------------------------------------------------------------------------
-// SlotLease
-
-SlotLease::SlotLease(EngineImpl* engine, int index, std::vector<int32_t> cached_prefix)
-    : engine_(engine), index_(index), fed_(std::move(cached_prefix)) {}
-
-SlotLease::SlotLease(SlotLease&& o) noexcept
-    : engine_(std::exchange(o.engine_, nullptr)), index_(o.index_), fed_(std::move(o.fed_)) {}
-
-SlotLease::~SlotLease() {
-  if (engine_ != nullptr) engine_->ReleaseSlot(index_, std::move(fed_));
-}
-
-SlotState& SlotLease::state() { return *engine_->slot_states_[index_]; }
-
-// ---------------------------------------------------------------------------
 // EngineImpl
 
-EngineImpl::EngineImpl(std::unique_ptr<Tokenizer> tokenizer,
-                       std::shared_ptr<const ComputeLayout> layout,
-                       std::unique_ptr<Decoder> decoder, WeightSource weights,
-                       const EngineOptions& options, int n_ctx)
-    : weights_(std::move(weights)), tokenizer_(std::move(tokenizer)), layout_(std::move(layout)),
-      decoder_(std::move(decoder)), options_(options), n_ctx_(n_ctx) {
+EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<Decoder> decoder,
+                       WeightSource weights, const EngineOptions& options, int n_ctx)
+    : weights_(std::move(weights)),
+      files_(std::move(files)),
+      tokenizer_(ModelFilesAccess::tokenizer(*files_)),
+      layout_(ModelFilesAccess::layout(*files_)),
+      decoder_(std::move(decoder)),
+      options_(options),
+      n_ctx_(n_ctx) {
   const ModelDims& d = decoder_->dims();
   const int batch = std::min(options.prefill_batch, n_ctx);
   for (int i = 0; i < options.n_slots; ++i) {
@@ -190,80 +244,154 @@ Status EngineImpl::CheckIds(const std::vector<int32_t>& ids, int limit, const ch
   return OkStatus();
 }
 
-std::optional<SlotLease> EngineImpl::AcquireSlot(const SlotWant& want,
-                                                 const CancelFn& cancelled) {
-  const std::vector<int32_t>* prompt = want.prompt;
-  // Longest prefix a copy may bring: at least one prompt token is computed.
-  const size_t copy_cap = want.copy != nullptr ? prompt->size() - 1 : 0;
-  bool reserved = false;  // counted in slots_[want.pinned].pinned_waiters
+// ---------------------------------------------------------------------------
+// The slot scheduler (Note [Slot choice], Note [Slot waits])
+
+int EngineImpl::PickSlotLocked(int pinned, std::span<const int32_t> prompt) const {
+  int chosen = -1;
+  size_t best_lcp = 0;
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const SlotMeta& m = slots_[i];
+    if (m.busy || m.readers > 0) continue;
+    if (pinned >= 0) {
+      if (i == pinned) return i;
+      continue;
+    }
+    if (m.pinned_waiters > 0) continue;
+    const size_t lcp = CommonPrefix(m.tokens, prompt);
+    bool better = chosen < 0 || lcp > best_lcp;
+    if (!better && lcp == best_lcp) {
+      const SlotMeta& c = slots_[chosen];
+      better = (!m.owned && c.owned) || (m.owned == c.owned && m.last_used < c.last_used);
+    }
+    if (better) {
+      chosen = i;
+      best_lcp = lcp;
+    }
+  }
+  return chosen;
+}
+
+Result<SlotReservation> EngineImpl::Reserve(int pinned, std::span<const int32_t> prompt,
+                                            std::chrono::steady_clock::time_point deadline,
+                                            const Cancellation& cancel, const std::string& what) {
+  enum class GiveUp { kNo, kCancelled, kDeadline };
+  // Registered before the first sleep; wakes this waiter when the token
+  // fires. Declared before every lock so it is unregistered outside mu_.
+  CancelRegistration wake;
+  bool armed = !cancel.token().can_be_cancelled();  // nothing to register
+  bool reserved = false;  // counted in slots_[pinned].pinned_waiters
   while (true) {
+    GiveUp give_up = GiveUp::kNo;
     {
       MutexLock l(&mu_);
-      int chosen = -1;
-      size_t best_lcp = 0;
-      int src = -1;
-      size_t src_lcp = 0;
-      for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
-        const SlotMeta& m = slots_[i];
-        if (m.busy) continue;
-        const bool pinned_here = want.pinned == i;
-        if (want.pinned >= 0 && !pinned_here && want.copy == nullptr) continue;
-        const size_t lcp = prompt != nullptr ? CommonPrefix(m.tokens, *prompt) : 0;
-        const bool leasable =
-            m.readers == 0 && (want.pinned >= 0 ? pinned_here : m.pinned_waiters == 0);
-        if (leasable && (chosen < 0 || lcp > best_lcp ||
-                         (lcp == best_lcp && m.last_used < slots_[chosen].last_used))) {
-          chosen = i;
-          best_lcp = lcp;
-        }
-        if (want.copy != nullptr && std::min(lcp, copy_cap) > src_lcp) {
-          src = i;
-          src_lcp = std::min(lcp, copy_cap);
-        }
-      }
+      const int chosen = PickSlotLocked(pinned, prompt);
       if (chosen >= 0) {
         SlotMeta& m = slots_[chosen];
         if (reserved) --m.pinned_waiters;
         m.busy = true;
-        if (want.touch) m.last_used = ++use_counter_;
-        if (prompt != nullptr) m.tokens.resize(best_lcp);  // the rest will be overwritten
-        std::vector<int32_t> prefix = std::move(m.tokens);
+        std::vector<int32_t> tokens = std::move(m.tokens);
         m.tokens.clear();
-        // src_lcp is the longest capped prefix among all non-busy slots; copy
-        // when it beats the chosen slot's own (a tie gains nothing).
-        if (src >= 0 && src != chosen && src_lcp > std::min(best_lcp, copy_cap)) {
-          ++slots_[src].readers;
-          *want.copy = CopySource{src, src_lcp};
-        }
-        return SlotLease(this, chosen, std::move(prefix));
+        return MakeReservation(chosen, std::move(tokens), m.owned);
       }
-      if (want.pinned >= 0 && !reserved) {
-        ++slots_[want.pinned].pinned_waiters;
+      if (pinned >= 0 && !reserved) {
+        ++slots_[pinned].pinned_waiters;
         reserved = true;
       }
-      slot_freed_.WaitUntil(std::chrono::steady_clock::now() +
-                            std::chrono::milliseconds(kSlotWaitPollMs));
-    }
-    // The caller's CancelFn runs outside the lock (it may be slow, or call
-    // back into the engine).
-    if (cancelled && cancelled()) {
-      if (reserved) {
-        MutexLock l(&mu_);
-        --slots_[want.pinned].pinned_waiters;
-        slot_freed_.SignalAll();  // unpinned waiters may take it now
+      const auto now = std::chrono::steady_clock::now();
+      if (cancel.token().cancelled()) {
+        give_up = GiveUp::kCancelled;
+      } else if (now >= deadline) {
+        give_up = GiveUp::kDeadline;
+      } else if (armed) {
+        ++wait_stats_.sleeps;
+        ++wait_stats_.waiting;
+        if (cancel.polls()) {
+          const auto step = now + std::chrono::milliseconds(Cancellation::kCancelPollMs);
+          slot_freed_.WaitUntil(std::min(deadline, step));
+        } else if (deadline == kNoDeadline) {
+          slot_freed_.Wait();
+        } else {
+          slot_freed_.WaitUntil(deadline);
+        }
+        --wait_stats_.waiting;
+        ++wait_stats_.wakeups;
       }
-      return std::nullopt;
     }
+    if (give_up == GiveUp::kNo && !armed) {
+      // First time it has to wait: register the wake-up outside mu_ (the
+      // callback runs at once when the token has already fired) and look
+      // again before sleeping.
+      wake = cancel.token().OnCancel([this] {
+        MutexLock l(&mu_);
+        slot_freed_.SignalAll();
+      });
+      armed = true;
+      continue;
+    }
+    // A predicate is called outside the lock (it may be slow, or call back
+    // into the engine).
+    if (give_up == GiveUp::kNo && cancel.polls() && cancel.cancelled()) {
+      give_up = GiveUp::kCancelled;
+    }
+    if (give_up == GiveUp::kNo) continue;
+    if (reserved) {
+      MutexLock l(&mu_);
+      --slots_[pinned].pinned_waiters;
+      slot_freed_.SignalAll();  // unpinned waiters may take it now
+    }
+    const std::string which = pinned >= 0 ? "slot " + std::to_string(pinned) : "a free slot";
+    if (give_up == GiveUp::kCancelled) {
+      return CancelledError(what + ": cancelled while waiting for " + which);
+    }
+    return DeadlineExceededError(what + ": the deadline passed while waiting for " + which +
+                                 " (all " + std::to_string(n_slots()) +
+                                 " slots busy); retry later or raise parallel");
   }
 }
 
-void EngineImpl::ReleaseSlot(int index, std::vector<int32_t> fed) {
+Result<SlotReservation> EngineImpl::ReserveSlot(const SlotRequest& request,
+                                                std::chrono::steady_clock::time_point deadline,
+                                                const Cancellation& cancel) {
+  if (request.slot < -1 || request.slot >= n_slots()) {
+    return InvalidArgumentError("ReserveSlot: slot " + std::to_string(request.slot) +
+                                " is outside [-1, " + std::to_string(n_slots()) +
+                                "): -1 for any free slot, else one of this engine's " +
+                                std::to_string(n_slots()) + " slots");
+  }
+  return Reserve(request.slot, request.prompt, deadline, cancel, "ReserveSlot");
+}
+
+void EngineImpl::ReleaseReserved(int slot, std::vector<int32_t> tokens, bool owned, bool filled) {
   MutexLock l(&mu_);
-  SlotMeta& m = slots_[index];
-  m.tokens = std::move(fed);
+  SlotMeta& m = slots_[slot];
+  m.tokens = std::move(tokens);
   m.busy = false;
-  if (m.tokens.empty()) m.last_used = 0;
+  m.owned = owned;
+  if (m.tokens.empty()) {
+    m.last_used = 0;
+  } else if (filled) {
+    m.last_used = ++use_counter_;
+  }
   slot_freed_.SignalAll();
+}
+
+EngineImpl::CopySource EngineImpl::BeginCopy(int self, const std::vector<int32_t>& prompt,
+                                             size_t own) {
+  // Longest prefix a copy may bring: at least one prompt token is computed.
+  const size_t cap = prompt.size() - 1;
+  CopySource best;
+  MutexLock l(&mu_);
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const SlotMeta& m = slots_[i];
+    if (i == self || m.busy) continue;
+    const size_t lcp = std::min(CommonPrefix(m.tokens, prompt), cap);
+    if (lcp > best.n_tokens) best = CopySource{i, lcp};
+  }
+  // A tie with the own prefix gains nothing.
+  if (best.index < 0 || best.n_tokens <= own) return CopySource{};
+  ++slots_[best.index].readers;
+  return best;
 }
 
 void EngineImpl::EndCopy(int index) {
@@ -271,11 +399,26 @@ void EngineImpl::EndCopy(int index) {
   if (--slots_[index].readers == 0) slot_freed_.SignalAll();
 }
 
+SlotWaitStats EngineImpl::slot_wait_stats() const {
+  MutexLock l(&mu_);
+  return wait_stats_;
+}
+
 Status EngineImpl::CheckSlot(int slot, const char* what) const {
   if (slot < 0 || slot >= n_slots()) {
     return InvalidArgumentError(std::string(what) + ": slot " + std::to_string(slot) +
                                 " is outside [0, " + std::to_string(n_slots()) +
                                 "); this engine has " + std::to_string(n_slots()) + " slots");
+  }
+  return OkStatus();
+}
+
+Status EngineImpl::CheckHeld(const SlotReservation& r, const char* what) const {
+  if (!Holds(r)) {
+    return FailedPreconditionError(
+        std::string(what) + ": the slot reservation is " +
+        (r.held() ? "another engine's" : "empty (released or moved from)") +
+        "; reserve a slot of this engine with ReserveSlot first");
   }
   return OkStatus();
 }
@@ -327,6 +470,7 @@ std::vector<SlotInfo> EngineImpl::Slots() const {
     out[i].busy = m.busy;
     out[i].n_tokens = static_cast<int>(m.tokens.size());  // empty while busy
     out[i].last_used = m.last_used;
+    out[i].owned = m.owned;
   }
   return out;
 }
@@ -334,18 +478,16 @@ std::vector<SlotInfo> EngineImpl::Slots() const {
 std::vector<int32_t> EngineImpl::SlotTokens(int slot) const {
   if (slot < 0 || slot >= n_slots()) return {};
   MutexLock l(&mu_);
-  return slots_[slot].tokens;  // empty while busy (the lease holds them)
+  return slots_[slot].tokens;  // empty while busy (the reservation holds them)
 }
 
-Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
-  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "SaveSlot"));
-  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = false}, cancelled);
-  if (!lease) {
-    return CancelledError("SaveSlot(" + std::to_string(slot) +
-                          "): cancelled while waiting for the slot");
-  }
+// ---------------------------------------------------------------------------
+// Slot contents
+
+Result<KvSnapshot> EngineImpl::SaveSlot(const SlotReservation& r) {
+  ARBITER_RETURN_IF_ERROR(CheckHeld(r, "SaveSlot"));
   const ModelDims& d = decoder_->dims();
-  const std::vector<int32_t>& tokens = lease->fed();
+  const std::vector<int32_t>& tokens = r.tokens();
   KvSnapshot snapshot;
   snapshot.n_layers = static_cast<uint32_t>(d.n_layers);
   snapshot.kv_dim = static_cast<uint32_t>(d.kv_dim);
@@ -354,27 +496,30 @@ Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const CancelFn& cancelled) {
     // Not zeroed (KvBufferAllocator): ReadRows overwrites every value.
     snapshot.kv.resize(size_t{2} * d.n_layers * d.kv_dim * tokens.size());
   } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError("SaveSlot(" + std::to_string(slot) + "): no memory for " +
+    return ResourceExhaustedError("SaveSlot(" + std::to_string(r.slot()) + "): no memory for " +
                                   std::to_string(tokens.size()) + " tokens of K/V (" +
                                   std::to_string(size_t{2} * d.n_layers * d.kv_dim *
                                                  tokens.size() * sizeof(float)) +
                                   " bytes)");
   }
-  lease->state().kv.ReadRows(static_cast<int>(tokens.size()), snapshot.kv.data());
+  state(r).kv.ReadRows(static_cast<int>(tokens.size()), snapshot.kv.data());
   return snapshot;
 }
 
-Status EngineImpl::VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
-                             const CancelFn& cancelled) {
-  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "VisitSlot"));
-  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = false}, cancelled);
-  if (!lease) {
-    return CancelledError("VisitSlot(" + std::to_string(slot) +
-                          "): cancelled while waiting for the slot");
-  }
+Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const Cancellation& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "SaveSlot"));
+  ARBITER_ASSIGN_OR_RETURN(
+      SlotReservation r,
+      Reserve(slot, {}, kNoDeadline, cancelled, "SaveSlot(" + std::to_string(slot) + ")"));
+  return SaveSlot(r);
+}
+
+Status EngineImpl::VisitSlot(const SlotReservation& r,
+                             const std::function<Status(const KvRowsView&)>& visit) {
+  ARBITER_RETURN_IF_ERROR(CheckHeld(r, "VisitSlot"));
   const ModelDims& d = decoder_->dims();
-  const std::vector<int32_t>& tokens = lease->fed();
-  const KvCache& kv = lease->state().kv;
+  const std::vector<int32_t>& tokens = r.tokens();
+  const KvCache& kv = state(r).kv;
   KvRowsView rows;
   rows.n_layers = static_cast<uint32_t>(d.n_layers);
   rows.kv_dim = static_cast<uint32_t>(d.kv_dim);
@@ -387,50 +532,69 @@ Status EngineImpl::VisitSlot(int slot, const std::function<Status(const KvRowsVi
   return visit(rows);
 }
 
+Status EngineImpl::VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
+                             const Cancellation& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "VisitSlot"));
+  ARBITER_ASSIGN_OR_RETURN(
+      SlotReservation r,
+      Reserve(slot, {}, kNoDeadline, cancelled, "VisitSlot(" + std::to_string(slot) + ")"));
+  return VisitSlot(r, visit);
+}
+
+Result<int> EngineImpl::RestoreSlot(SlotReservation& r, const KvSnapshotView& snapshot) {
+  ARBITER_RETURN_IF_ERROR(CheckHeld(r, "RestoreSlot"));
+  ARBITER_RETURN_IF_ERROR(CheckSnapshot(snapshot, r.slot()));
+  std::vector<int32_t> tokens;
+  try {
+    // Before writing: on failure the slot is untouched.
+    tokens.assign(snapshot.tokens, snapshot.tokens + snapshot.n_tokens);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("RestoreSlot(" + std::to_string(r.slot()) +
+                                  "): no memory for " + std::to_string(snapshot.n_tokens) +
+                                  " token ids");
+  }
+  const int n = static_cast<int>(tokens.size());
+  state(r).kv.WriteRows(n, snapshot.kv);
+  HeldTokens(r) = std::move(tokens);
+  MarkFilled(r);
+  return n;
+}
+
 Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshot& snapshot,
-                                    const CancelFn& cancelled) {
+                                    const Cancellation& cancelled) {
   return RestoreSlot(slot, snapshot.View(), cancelled);
 }
 
 Result<int> EngineImpl::RestoreSlot(int slot, const KvSnapshotView& snapshot,
-                                    const CancelFn& cancelled) {
+                                    const Cancellation& cancelled) {
   ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "RestoreSlot"));
+  // Validated before waiting: a bad snapshot never costs a wait.
   ARBITER_RETURN_IF_ERROR(CheckSnapshot(snapshot, slot));
-  std::vector<int32_t> tokens;
-  try {
-    // Before the lease: on failure the slot is untouched.
-    tokens.assign(snapshot.tokens, snapshot.tokens + snapshot.n_tokens);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError("RestoreSlot(" + std::to_string(slot) + "): no memory for " +
-                                  std::to_string(snapshot.n_tokens) + " token ids");
-  }
-  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = true}, cancelled);
-  if (!lease) {
-    return CancelledError("RestoreSlot(" + std::to_string(slot) +
-                          "): cancelled while waiting for the slot");
-  }
-  const int n = static_cast<int>(tokens.size());
-  lease->state().kv.WriteRows(n, snapshot.kv);
-  lease->fed() = std::move(tokens);
-  return n;
+  ARBITER_ASSIGN_OR_RETURN(
+      SlotReservation r,
+      Reserve(slot, {}, kNoDeadline, cancelled, "RestoreSlot(" + std::to_string(slot) + ")"));
+  return RestoreSlot(r, snapshot);
 }
 
-Status EngineImpl::ClearSlot(int slot, const CancelFn& cancelled) {
-  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "ClearSlot"));
-  std::optional<SlotLease> lease = AcquireSlot({.pinned = slot, .touch = false}, cancelled);
-  if (!lease) {
-    return CancelledError("ClearSlot(" + std::to_string(slot) +
-                          "): cancelled while waiting for the slot");
-  }
-  lease->fed().clear();  // released empty: counts as never used
+Status EngineImpl::ClearSlot(SlotReservation& r) {
+  ARBITER_RETURN_IF_ERROR(CheckHeld(r, "ClearSlot"));
+  HeldTokens(r).clear();  // released empty: counts as never used
   return OkStatus();
 }
 
-Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
-                                              const TextCallback& on_text,
-                                              const CancelFn& cancelled) {
-  const std::vector<int32_t>& prompt = request.prompt_ids;
-  ARBITER_RETURN_IF_ERROR(CheckIds(prompt, n_ctx_ - 1, "prompt"));
+Status EngineImpl::ClearSlot(int slot, const Cancellation& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckSlot(slot, "ClearSlot"));
+  ARBITER_ASSIGN_OR_RETURN(
+      SlotReservation r,
+      Reserve(slot, {}, kNoDeadline, cancelled, "ClearSlot(" + std::to_string(slot) + ")"));
+  return ClearSlot(r);
+}
+
+// ---------------------------------------------------------------------------
+// Compute
+
+Status EngineImpl::CheckRequest(const GenerationRequest& request) const {
+  ARBITER_RETURN_IF_ERROR(CheckIds(request.prompt_ids, n_ctx_ - 1, "prompt"));
   if (request.max_tokens < 1) {
     return InvalidArgumentError("max_tokens " + std::to_string(request.max_tokens) +
                                 " must be ≥ 1");
@@ -446,23 +610,49 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
                                 "): -1 for any free slot, else one of this engine's " +
                                 std::to_string(n_slots()) + " slots");
   }
+  return OkStatus();
+}
 
-  GenerationResult result;
-  result.prompt_tokens = static_cast<int>(prompt.size());
-  CopySource copy;
-  std::optional<SlotLease> lease =
-      AcquireSlot({.prompt = &prompt, .pinned = request.slot, .copy = &copy}, cancelled);
-  if (!lease) {
+Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
+                                              const TextCallback& on_text,
+                                              const Cancellation& cancelled) {
+  ARBITER_RETURN_IF_ERROR(CheckRequest(request));
+  Result<SlotReservation> r =
+      Reserve(request.slot, request.prompt_ids, kNoDeadline, cancelled, "Generate");
+  if (!r.ok()) {
+    if (r.status().code() != StatusCode::kCancelled) return r.status();
+    GenerationResult result;
+    result.prompt_tokens = static_cast<int>(request.prompt_ids.size());
     result.finish_reason = FinishReason::kCancelled;
     return result;
   }
-  result.slot = lease->index();
-  SlotState& st = lease->state();
-  std::vector<int32_t>& fed = lease->fed();  // a prefix of the prompt
+  return Generate(*r, request, on_text, cancelled);
+}
+
+Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
+                                              const GenerationRequest& request,
+                                              const TextCallback& on_text,
+                                              const Cancellation& cancel) {
+  ARBITER_RETURN_IF_ERROR(CheckHeld(r, "Generate"));
+  ARBITER_RETURN_IF_ERROR(CheckRequest(request));
+  if (request.slot >= 0 && request.slot != r.slot()) {
+    return InvalidArgumentError("request slot " + std::to_string(request.slot) +
+                                " differs from the reserved slot " + std::to_string(r.slot()) +
+                                "; leave it -1 when generating within a reservation");
+  }
+  const std::vector<int32_t>& prompt = request.prompt_ids;
+  GenerationResult result;
+  result.prompt_tokens = static_cast<int>(prompt.size());
+  result.slot = r.slot();
+  SlotState& st = state(r);
+  std::vector<int32_t>& fed = HeldTokens(r);
+  fed.resize(CommonPrefix(fed, prompt));  // the rest will be overwritten
+  MarkFilled(r);
   size_t cached = std::min(fed.size(), prompt.size() - 1);
+  const CopySource copy = BeginCopy(r.slot(), prompt, cached);
   if (copy.index >= 0) {
     // Note [Prefix copy between slots]: rows [cached, copy.n_tokens) from the
-    // source, which no lease can take until EndCopy. copy.n_tokens > cached,
+    // source, which no reservation can take until EndCopy. copy.n_tokens > cached,
     // so fed (the own prefix) is exactly prompt[0, cached).
     st.kv.CopyRowsFrom(slot_states_[copy.index]->kv, static_cast<int>(cached),
                        static_cast<int>(copy.n_tokens));
@@ -493,7 +683,7 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
   t0 = Clock::Real()->NowNs();
   bool flush = true;
   while (true) {
-    if (cancelled && cancelled()) {
+    if (cancel.cancelled()) {
       result.finish_reason = FinishReason::kCancelled;
       flush = false;
       break;
@@ -535,18 +725,19 @@ Result<GenerationResult> EngineImpl::Generate(const GenerationRequest& request,
 }
 
 Result<std::vector<float>> EngineImpl::Embed(const std::vector<int32_t>& ids,
-                                             const CancelFn& cancelled) {
+                                             const Cancellation& cancelled) {
   ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
-  std::optional<SlotLease> lease = AcquireSlot({.prompt = &ids}, cancelled);
-  if (!lease) return CancelledError("embedding cancelled while waiting for a free slot");
+  ARBITER_ASSIGN_OR_RETURN(SlotReservation r,
+                           Reserve(-1, ids, kNoDeadline, cancelled, "Embed"));
+  MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  SlotState& st = lease->state();
+  SlotState& st = state(r);
   const int hidden = decoder_->dims().hidden;
   std::vector<double> sum(hidden, 0.0);
-  lease->fed().clear();
+  HeldTokens(r).clear();
   decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
                     ForwardOutputs{.hidden_sum = sum.data()});
-  lease->fed() = ids;
+  HeldTokens(r) = ids;
   double norm = 0;
   for (double v : sum) norm += v * v;  // the mean's 1/n cancels in the L2 normalization
   norm = std::sqrt(norm);
@@ -560,9 +751,11 @@ Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>&
   if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
-  std::optional<SlotLease> lease = AcquireSlot({.prompt = &ids}, nullptr);
+  ARBITER_ASSIGN_OR_RETURN(SlotReservation r,
+                           Reserve(-1, ids, kNoDeadline, nullptr, "ComputeLogits"));
+  MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  SlotState& st = lease->state();
+  SlotState& st = state(r);
   std::vector<float> out;
   try {
     out.resize(ids.size() * static_cast<size_t>(decoder_->dims().vocab));
@@ -570,10 +763,10 @@ Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>&
     return ResourceExhaustedError("ComputeLogits: no memory for " + std::to_string(ids.size()) +
                                   " × " + std::to_string(decoder_->dims().vocab) + " logits");
   }
-  lease->fed().clear();
+  HeldTokens(r).clear();
   decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
                     ForwardOutputs{.all_logits = out.data()});
-  lease->fed() = ids;
+  HeldTokens(r) = ids;
   return out;
 }
 
@@ -587,25 +780,45 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
   if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
-  std::optional<SlotLease> lease = AcquireSlot({.prompt = &ids}, nullptr);
+  ARBITER_ASSIGN_OR_RETURN(SlotReservation r,
+                           Reserve(-1, ids, kNoDeadline, nullptr, "ComputeLogits"));
+  MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  SlotState& st = lease->state();
+  SlotState& st = state(r);
   std::vector<float> logits(decoder_->dims().vocab);
-  lease->fed().clear();
+  HeldTokens(r).clear();
   decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), n_prefill, 0,
                     ForwardOutputs{.last_logits = logits.data()});
   for (size_t i = n_prefill; i < ids.size(); ++i) {
     decoder_->Forward(weights.w, st.kv, st.scratch, &ids[i], 1, static_cast<int>(i),
                       ForwardOutputs{.last_logits = logits.data()});
   }
-  lease->fed() = ids;
+  HeldTokens(r) = ids;
   return logits;
 }
 
 }  // namespace engine_internal
 
 // ---------------------------------------------------------------------------
-// Engine::Load and WeightModelFor
+// Engine::Load, WeightModelFor, Footprint
+//
+// Note [One parse per load]. A model's files are opened and planned once per
+// load: OpenModelFiles parses config.json and tokenizer.json, reads the
+// safetensors headers, plans the compute layout and takes a token of every
+// weight file (size and mtime). Footprint, WeightModelFor and Load all work
+// from that one ModelFiles and read nothing themselves. The only later read
+// is of weight bytes, by the registration's fill, whenever the WeightCache
+// loads them (the first Acquire, a reload after eviction, a host floor):
+// the fill opens the safetensors files, and before converting anything
+// checks that their token still equals the one the ModelFiles took — the
+// token that went into the registration's digest. A file replaced or
+// rewritten since (between the footprint estimate and the load, or any time
+// later) therefore fails the fill with kFailedPrecondition naming the
+// directory, instead of loading bytes the digest (which names a shared
+// host floor) does not describe; reopening the model (a new ModelFiles, a
+// new registration) picks the new files up. The fill also re-checks every
+// tensor's presence and shape (FillComputeLayout), which catches a change
+// the token misses (one keeping size and mtime).
 
 namespace {
 
@@ -624,8 +837,15 @@ Status CheckOptions(const EngineOptions& options) {
   return OkStatus();
 }
 
-std::string DirPrefix(const std::string& model_dir) {
-  return model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+// kFailedPrecondition when options.weight_cache does not hold weight_key.
+Status CheckRegistered(const EngineOptions& options, const std::string& model_dir) {
+  if (options.weight_cache != nullptr && !options.weight_cache->Contains(options.weight_key)) {
+    return FailedPreconditionError(
+        "engine options: weight_key '" + options.weight_key +
+        "' is not registered in the weight cache; register Engine::WeightModelFor(\"" +
+        model_dir + "\", \"" + options.weight_key + "\", ...) first");
+  }
+  return OkStatus();
 }
 
 // Tokens per slot: options.n_ctx clamped to the model's context.
@@ -633,33 +853,28 @@ int ClampedContext(const EngineOptions& options, const ModelConfig& config) {
   return std::max(2, std::min(options.n_ctx, config.max_position_embeddings));
 }
 
-// XXH3-64 over the WeightsFileToken of every file (8 bytes each, little
-// endian, in st.files() order); never 0.
-uint64_t FilesToken(const SafetensorsModel& st) {
-  std::string bytes;
-  for (const std::string& f : st.files()) {
-    const uint64_t t = WeightsFileToken(f);
-    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
-  }
-  const uint64_t h = Xxh3_64(bytes.data(), bytes.size());
-  return h == 0 ? 1 : h;
-}
-
-// The registration of `layout` (planned from `st`, the files of `model_dir`).
-WeightModel MakeWeightModel(const std::string& model_dir, const std::string& key,
-                            std::shared_ptr<const engine_internal::ComputeLayout> layout,
-                            const SafetensorsModel& st, ResidencyState residency,
-                            uint64_t scratch_bytes) {
+// The registration of `files`' layout (Note [One parse per load]).
+WeightModel MakeWeightModel(const ModelFiles& files, const std::string& key,
+                            ResidencyState residency, uint64_t scratch_bytes) {
+  std::shared_ptr<const engine_internal::ComputeLayout> layout =
+      engine_internal::ModelFilesAccess::layout(files);
   WeightModel m;
   m.key = key;
   m.specs = layout->buffers;
-  m.digest = WeightsDigest(key, m.specs, FilesToken(st));
-  m.fill = [model_dir, layout](const std::vector<void*>& arrays) -> Status {
+  m.digest = files.WeightsDigestFor(key);
+  m.fill = [dir = files.dir(), token = files.files_token(),
+            layout](const std::vector<void*>& arrays) -> Status {
     try {
-      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel files, SafetensorsModel::Open(model_dir));
-      return engine_internal::FillComputeLayout(*layout, files, model_dir, arrays);
+      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
+      if (engine_internal::FilesToken(st.files()) != token) {
+        return FailedPreconditionError(
+            dir + ": the weight files changed since the model was opened (their size or mtime "
+                  "differs from the token in the weights digest); reload the model to plan "
+                  "and register the new files");
+      }
+      return engine_internal::FillComputeLayout(*layout, st, dir, arrays);
     } catch (const std::bad_alloc&) {
-      return ResourceExhaustedError(model_dir + ": out of memory converting weights to f32");
+      return ResourceExhaustedError(dir + ": out of memory converting weights to f32");
     }
   };
   m.residency = residency;
@@ -667,16 +882,15 @@ WeightModel MakeWeightModel(const std::string& model_dir, const std::string& key
   return m;
 }
 
-// A private cache holding exactly `layout`: a cpu arena of the laid-out
-// buffers (each at a 64-byte boundary, as the cache places them) plus one
-// alignment unit, no ledger, the whole arena for weights.
-Result<engine_internal::WeightSource> MakePrivateWeights(
-    const std::string& model_dir, std::shared_ptr<const engine_internal::ComputeLayout> layout,
-    const SafetensorsModel& st) {
+// A private cache holding exactly `files`' layout: a cpu arena of the
+// laid-out buffers (each at a 64-byte boundary, as the cache places them)
+// plus one alignment unit, no ledger, the whole arena for weights.
+Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files) {
+  const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
   constexpr uint64_t kAlign = 64;
   uint64_t arena = kAlign;
-  for (size_t i = 0; i < layout->buffers.size(); ++i) {
-    arena += (layout->buffer_floats(i) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    arena += (layout.buffer_floats(i) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
   }
   engine_internal::WeightSource src;
   ARBITER_ASSIGN_OR_RETURN(src.owned_device, CpuDeviceBackend::Create(arena));
@@ -691,69 +905,82 @@ Result<engine_internal::WeightSource> MakePrivateWeights(
   // scratch_bytes 0: this arena holds weights only (the engine's scratch is
   // its own memory), so no room is reserved for it in the budget.
   ARBITER_RETURN_IF_ERROR(src.cache->Register(
-      MakeWeightModel(model_dir, src.key, std::move(layout), st, ResidencyState::kUnpinned, 0)));
+      MakeWeightModel(files, src.key, ResidencyState::kUnpinned, 0)));
   return src;
+}
+
+// One slot's activation scratch under `options` (n_ctx clamped).
+uint64_t ScratchBytesPerSlot(const ModelFiles& files, const EngineOptions& options) {
+  const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
+  const int n_ctx = ClampedContext(options, layout.config);
+  return engine_internal::ForwardScratch::BytesFor(
+      layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx);
 }
 
 }  // namespace
 
 Status Engine::Validate(const std::string& model_dir) {
-  const std::string dir = DirPrefix(model_dir);
-  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
-  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                           Tokenizer::Load(dir + "tokenizer.json"));
-  ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-  return engine_internal::ValidateModelWeights(config, st, model_dir);
+  return OpenModelFiles(model_dir).status();
+}
+
+Result<WeightModel> Engine::WeightModelFor(const ModelFiles& files, const std::string& key,
+                                           const EngineOptions& options,
+                                           ResidencyState residency) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  return MakeWeightModel(files, key, residency, ScratchBytesPerSlot(files, options));
 }
 
 Result<WeightModel> Engine::WeightModelFor(const std::string& model_dir, const std::string& key,
                                            const EngineOptions& options,
                                            ResidencyState residency) {
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
-  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(DirPrefix(model_dir) + "config.json"));
-  try {
-    ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-    ARBITER_ASSIGN_OR_RETURN(engine_internal::ComputeLayout layout,
-                             engine_internal::PlanComputeLayout(config, st, model_dir));
-    const int n_ctx = ClampedContext(options, config);
-    const uint64_t scratch = engine_internal::ForwardScratch::BytesFor(
-        layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx);
-    return MakeWeightModel(
-        model_dir, key,
-        std::make_shared<const engine_internal::ComputeLayout>(std::move(layout)), st, residency,
-        scratch);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError(model_dir + ": out of memory reading the weight headers");
-  }
+  ARBITER_ASSIGN_OR_RETURN(
+      std::shared_ptr<const ModelFiles> files,
+      engine_internal::ModelFilesAccess::Open(model_dir, /*with_tokenizer=*/false));
+  return WeightModelFor(*files, key, options, residency);
+}
+
+Result<EngineFootprint> Engine::Footprint(const ModelFiles& files, const EngineOptions& options) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
+  const size_t n_ctx = static_cast<size_t>(ClampedContext(options, layout.config));
+  const size_t n_slots = static_cast<size_t>(options.n_slots);
+  EngineFootprint f;
+  // KvCache: [n_layers, 2, n_ctx, kv_dim] f32 per slot.
+  f.kv_bytes = n_slots * static_cast<size_t>(layout.dims.n_layers) * 2 * n_ctx *
+               static_cast<size_t>(layout.dims.kv_dim) * sizeof(float);
+  f.scratch_bytes = n_slots * ScratchBytesPerSlot(files, options);
+  f.weight_bytes = layout.bytes();
+  return f;
 }
 
 Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
                                              const EngineOptions& options) {
+  // The cheap checks first, before any file is read.
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
-  if (options.weight_cache != nullptr && !options.weight_cache->Contains(options.weight_key)) {
-    return FailedPreconditionError(
-        "engine options: weight_key '" + options.weight_key +
-        "' is not registered in the weight cache; register Engine::WeightModelFor(\"" +
-        model_dir + "\", \"" + options.weight_key + "\", ...) first");
+  ARBITER_RETURN_IF_ERROR(CheckRegistered(options, model_dir));
+  ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFiles> files, OpenModelFiles(model_dir));
+  return Load(std::move(files), options);
+}
+
+Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> files,
+                                             const EngineOptions& options) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  const std::string& model_dir = files->dir();
+  ARBITER_RETURN_IF_ERROR(CheckRegistered(options, model_dir));
+  if (engine_internal::ModelFilesAccess::tokenizer(*files) == nullptr) {
+    return FailedPreconditionError(model_dir +
+                                   ": opened without its tokenizer; use OpenModelFiles");
   }
-  const std::string dir = DirPrefix(model_dir);
-  ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
-  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                           Tokenizer::Load(dir + "tokenizer.json"));
   try {
-    std::shared_ptr<const engine_internal::ComputeLayout> layout;
+    const std::shared_ptr<const engine_internal::ComputeLayout>& layout =
+        engine_internal::ModelFilesAccess::layout(*files);
     engine_internal::WeightSource weights;
-    {
-      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-      ARBITER_ASSIGN_OR_RETURN(engine_internal::ComputeLayout planned,
-                               engine_internal::PlanComputeLayout(config, st, model_dir));
-      layout = std::make_shared<const engine_internal::ComputeLayout>(std::move(planned));
-      if (options.weight_cache == nullptr) {
-        ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(model_dir, layout, st));
-      } else {
-        weights.cache = options.weight_cache;
-        weights.key = options.weight_key;
-      }
+    if (options.weight_cache == nullptr) {
+      ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(*files));
+    } else {
+      weights.cache = options.weight_cache;
+      weights.key = options.weight_key;
     }
     {
       // Resident now; a conversion error surfaces here. Released at once:
@@ -773,13 +1000,12 @@ Result<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir,
         }
       }
     }
-    const int n_ctx = ClampedContext(options, config);
+    const int n_ctx = ClampedContext(options, layout->config);
     const int n_threads = options.n_threads > 0 ? options.n_threads : openblas_get_num_threads();
     auto decoder = std::make_unique<engine_internal::Decoder>(layout->config, layout->has_lm_head,
                                                               n_ctx, n_threads);
     return std::unique_ptr<Engine>(std::make_unique<engine_internal::EngineImpl>(
-        std::move(tokenizer), std::move(layout), std::move(decoder), std::move(weights), options,
-        n_ctx));
+        std::move(files), std::move(decoder), std::move(weights), options, n_ctx));
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError(model_dir + ": out of memory allocating weights or KV cache (n_ctx " +
                                   std::to_string(options.n_ctx) + ", n_slots " +

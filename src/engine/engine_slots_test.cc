@@ -1,7 +1,10 @@
 // The slot-level KV API of the engine on the `tiny` preset: pinned slots
 // (GenerationRequest::slot), Slots / SlotTokens, SaveSlot / RestoreSlot /
-// ClearSlot, and the prefix copy between slots (engine_impl.h, Note [Prefix
-// copy between slots]). Every "same output" check compares greedy tokens with
+// ClearSlot, the prefix copy between slots (engine_impl.h, Note [Prefix
+// copy between slots]), and the slot scheduler: ReserveSlot and calls
+// within a SlotReservation, the choice (Note [Slot choice]) and the waits
+// (Note [Slot waits]: a release or a cancel wakes a waiter without polling;
+// a deadline ends the wait). Every "same output" check compares greedy tokens with
 // a cold run on a fresh engine. No test asserts wall-clock time: a slot is
 // held busy by a call whose CancelFn blocks on a gate, and waits on engine
 // state are bounded by a 30 s fuse that turns a hang into a failure.
@@ -18,9 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "arbiter/base/cancel.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/kv_snapshot.h"
 #include "arbiter/engine/model_maker.h"
+#include "engine/internal/engine_impl.h"
 #include "engine/internal/test_model.h"
 
 namespace arbiter {
@@ -764,6 +769,264 @@ TEST_F(EngineSlotsTest, ConcurrentCopiesFromOneSourceWhileItIsSaved) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(e->SlotTokens(0), system);
   std::printf("[ copies ] %d of 16 generations copied the system prefix\n", copies.load());
+}
+
+// ---------------------------------------------------------------------------
+// The slot scheduler: ReserveSlot and calls within a SlotReservation.
+
+engine_internal::SlotWaitStats WaitStats(const Engine& e) {
+  return dynamic_cast<const engine_internal::EngineImpl&>(e).slot_wait_stats();
+}
+
+std::chrono::steady_clock::time_point InAnHour() {
+  return std::chrono::steady_clock::now() + std::chrono::hours(1);
+}
+
+// Several steps on one slot without a second wait; the reservation's tokens
+// follow them and are published on release; misuse is refused.
+TEST_F(EngineSlotsTest, StepsRunWithinAReservationAndArePublishedOnRelease) {
+  auto e = LoadEngine(/*n_slots=*/2);
+  ASSERT_NE(e, nullptr);
+  const auto prompt = Ids(*e, "The quick brown fox jumps over the lazy dog");
+  Result<SlotReservation> r = e->ReserveSlot({.slot = 1}, kNoDeadline, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->held());
+  EXPECT_EQ(r->slot(), 1);
+  EXPECT_TRUE(r->tokens().empty());
+  EXPECT_FALSE(r->owned());
+  EXPECT_TRUE(e->Slots()[1].busy);
+  EXPECT_FALSE(e->Slots()[0].busy);
+
+  Result<GenerationResult> g = e->Generate(*r, Greedy(prompt, 5), nullptr, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->slot, 1);
+  EXPECT_EQ(g->output_ids, Cold(prompt, 5));
+  std::vector<int32_t> held = prompt;
+  held.insert(held.end(), g->output_ids.begin(), g->output_ids.end() - 1);
+  EXPECT_EQ(r->tokens(), held);
+  EXPECT_TRUE(e->SlotTokens(1).empty());  // busy: in flux for everybody else
+  Result<KvSnapshot> saved = e->SaveSlot(*r);
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(saved->tokens, held);
+  ASSERT_TRUE(e->ClearSlot(*r).ok());
+  EXPECT_TRUE(r->tokens().empty());
+  Result<int> restored = e->RestoreSlot(*r, saved->View());
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ(*restored, static_cast<int>(held.size()));
+  bool visited = false;
+  ASSERT_TRUE(e->VisitSlot(*r, [&](const KvRowsView& rows) {
+                 visited = rows.n_tokens == held.size();
+                 return OkStatus();
+               }).ok());
+  EXPECT_TRUE(visited);
+  // A second turn within the same reservation reuses the slot's prefix.
+  Result<GenerationResult> again =
+      e->Generate(*r, Greedy(Concat(held, Ids(*e, " again")), 2, /*slot=*/1), nullptr, nullptr);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->cached_tokens, static_cast<int>(held.size()));
+  EXPECT_EQ(e->Generate(*r, Greedy(prompt, 2, /*slot=*/0), nullptr, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
+  r->set_owned(true);
+  const std::vector<int32_t> published = r->tokens();
+  r->Release();
+  EXPECT_FALSE(r->held());
+  EXPECT_EQ(r->slot(), -1);
+  std::vector<SlotInfo> slots = e->Slots();
+  EXPECT_FALSE(slots[1].busy);
+  EXPECT_TRUE(slots[1].owned);
+  EXPECT_GT(slots[1].last_used, 0u);
+  EXPECT_EQ(e->SlotTokens(1), published);
+
+  // Misuse: a released reservation, another engine's, a slot out of range.
+  EXPECT_EQ(e->SaveSlot(*r).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e->Generate(*r, Greedy(prompt, 2), nullptr, nullptr).status().code(),
+            StatusCode::kFailedPrecondition);
+  auto other = LoadEngine(/*n_slots=*/1);
+  ASSERT_NE(other, nullptr);
+  Result<SlotReservation> foreign = other->ReserveSlot({.slot = 0}, kNoDeadline, nullptr);
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(e->ClearSlot(*foreign).code(), StatusCode::kFailedPrecondition);
+  for (int bad : {-2, 2}) {
+    Result<SlotReservation> out = e->ReserveSlot({.slot = bad}, kNoDeadline, nullptr);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // Moving a reservation moves the hold; the moved-from one releases nothing.
+  Result<SlotReservation> a = e->ReserveSlot({.slot = 0}, kNoDeadline, nullptr);
+  ASSERT_TRUE(a.ok());
+  SlotReservation b = std::move(*a);
+  EXPECT_FALSE(a->held());
+  a->Release();
+  EXPECT_TRUE(e->Slots()[0].busy);
+  b = SlotReservation();  // releases slot 0
+  EXPECT_FALSE(e->Slots()[0].busy);
+}
+
+// Note [Slot choice]: longest prefix; ties: an unowned slot before an owned
+// one, whatever their age; then the least recently used.
+TEST_F(EngineSlotsTest, UnpinnedTieTakesAnUnownedSlotBeforeTheLeastRecentlyUsed) {
+  auto e = LoadEngine(/*n_slots=*/3);
+  ASSERT_NE(e, nullptr);
+  const std::vector<int32_t> base = Ids(*e, "Shared opening words");
+  // Fill slots 0, 1, 2 in that order (slot 2 most recent); own 0 and 2.
+  for (int s : {0, 1, 2}) {
+    Result<SlotReservation> r = e->ReserveSlot({.slot = s}, kNoDeadline, nullptr);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(
+        e->Generate(*r, Greedy(Concat(base, Ids(*e, " variant " + std::to_string(s))), 1),
+                    nullptr, nullptr)
+            .ok());
+    r->set_owned(s != 1);
+  }
+  const std::vector<int32_t> probe = Concat(base, Ids(*e, " something else"));
+  std::vector<size_t> lcp;
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<int32_t> t = e->SlotTokens(s);
+    size_t n = 0;
+    while (n < t.size() && n < probe.size() && t[n] == probe[n]) ++n;
+    lcp.push_back(n);
+  }
+  ASSERT_EQ(lcp[0], lcp[1]);
+  ASSERT_EQ(lcp[1], lcp[2]);  // a three-way tie on the prefix
+  std::vector<SlotInfo> slots = e->Slots();
+  ASSERT_LT(slots[0].last_used, slots[1].last_used);  // LRU alone would say slot 0
+  {
+    Result<SlotReservation> r = e->ReserveSlot({.prompt = probe}, kNoDeadline, nullptr);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->slot(), 1);  // the one nobody owns
+    EXPECT_FALSE(r->owned());
+    r->set_owned(true);
+  }
+  // Every slot owned now: the least recently used of the tie.
+  Result<SlotReservation> r = e->ReserveSlot({.prompt = probe}, kNoDeadline, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->slot(), 0);
+  EXPECT_TRUE(r->owned());
+  // The longest prefix still beats ownership.
+  r->Release();
+  const std::vector<int32_t> two = e->SlotTokens(2);
+  Result<SlotReservation> longest = e->ReserveSlot({.prompt = two}, kNoDeadline, nullptr);
+  ASSERT_TRUE(longest.ok());
+  EXPECT_EQ(longest->slot(), 2);
+}
+
+// Note [Slot waits]: a waiter with a token (no predicate) sleeps until a
+// release wakes it; nothing polls meanwhile.
+TEST_F(EngineSlotsTest, AWaiterWakesOnReleaseWithoutPolling) {
+  auto e = LoadEngine(/*n_slots=*/1);
+  ASSERT_NE(e, nullptr);
+  Result<SlotReservation> held = e->ReserveSlot({.slot = 0}, kNoDeadline, nullptr);
+  ASSERT_TRUE(held.ok());
+  CancelSource never;
+  Result<SlotReservation> got{InternalError("not run")};
+  std::thread waiter([&] {
+    got = e->ReserveSlot({.prompt = Ids(*e, "anything")}, InAnHour(), never.token());
+  });
+  ASSERT_TRUE(Eventually([&] { return WaitStats(*e).waiting == 1; }));
+  // Room for a poller to show itself: one polling every
+  // Cancellation::kCancelPollMs would wake about six times here.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const engine_internal::SlotWaitStats during = WaitStats(*e);
+  EXPECT_EQ(during.waiting, 1);
+  EXPECT_LE(during.wakeups, 1u);  // one spurious wake-up allowed
+  held->Release();
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->slot(), 0);
+  const engine_internal::SlotWaitStats after = WaitStats(*e);
+  EXPECT_EQ(after.waiting, 0);
+  EXPECT_LE(after.wakeups, during.wakeups + 2);
+}
+
+// A cancel from another thread wakes a waiter whose deadline is an hour
+// away; the pinned waiter's claim on its slot goes with it.
+TEST_F(EngineSlotsTest, ACancelFromAnotherThreadWakesAWaiterWithAnHourLongDeadline) {
+  auto e = LoadEngine(/*n_slots=*/2);
+  ASSERT_NE(e, nullptr);
+  Result<SlotReservation> held = e->ReserveSlot({.slot = 0}, kNoDeadline, nullptr);
+  ASSERT_TRUE(held.ok());
+  CancelSource source;
+  Result<SlotReservation> got{InternalError("not run")};
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    got = e->ReserveSlot({.slot = 0}, InAnHour(), source.token());
+    returned = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return WaitStats(*e).waiting == 1; }));
+  EXPECT_FALSE(returned);
+  source.Cancel();
+  // Generous bound (the fuse): the point is that it returns at all, long
+  // before its deadline, with nobody releasing the slot.
+  ASSERT_TRUE(Eventually([&] { return returned.load(); }));
+  waiter.join();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kCancelled);
+  EXPECT_NE(got.status().message().find("slot 0"), std::string::npos) << got.status().message();
+  EXPECT_LE(WaitStats(*e).wakeups, 2u);
+  EXPECT_TRUE(e->Slots()[0].busy);
+  // The cancelled waiter left no claim: once free, slot 0 goes to an
+  // unpinned caller again.
+  held->Release();
+  Result<SlotReservation> a = e->ReserveSlot({}, kNoDeadline, nullptr);
+  Result<SlotReservation> b = e->ReserveSlot({}, kNoDeadline, nullptr);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->slot(), b->slot());
+
+  // Already cancelled and the slot busy: no wait at all.
+  CancelSource done;
+  done.Cancel();
+  Result<SlotReservation> c = e->ReserveSlot({}, InAnHour(), done.token());
+  EXPECT_EQ(c.status().code(), StatusCode::kCancelled);
+  // Generate through the token: cancelled while waiting (no slot, no output).
+  Result<GenerationResult> g = e->Generate(Greedy(Ids(*e, "late"), 2), nullptr, done.token());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(g->slot, -1);
+}
+
+TEST_F(EngineSlotsTest, ADeadlineEndsTheWaitWithDeadlineExceeded) {
+  auto e = LoadEngine(/*n_slots=*/1);
+  ASSERT_NE(e, nullptr);
+  {
+    // Only when it has to wait: a free slot is taken even past the deadline.
+    Result<SlotReservation> past =
+        e->ReserveSlot({}, std::chrono::steady_clock::now() - std::chrono::seconds(1), nullptr);
+    ASSERT_TRUE(past.ok()) << past.status().ToString();
+  }
+  Result<SlotReservation> held = e->ReserveSlot({.slot = 0}, kNoDeadline, nullptr);
+  ASSERT_TRUE(held.ok());
+  for (int slot : {-1, 0}) {
+    Result<SlotReservation> late = e->ReserveSlot(
+        {.slot = slot}, std::chrono::steady_clock::now() + std::chrono::milliseconds(30), nullptr);
+    ASSERT_FALSE(late.ok());
+    EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded) << late.status().ToString();
+  }
+  // A predicate-only Cancellation still meets its deadline.
+  Result<SlotReservation> polled =
+      e->ReserveSlot({}, std::chrono::steady_clock::now() + std::chrono::milliseconds(30),
+                     [] { return false; });
+  EXPECT_EQ(polled.status().code(), StatusCode::kDeadlineExceeded);
+  held->Release();
+  EXPECT_TRUE(e->ReserveSlot({.slot = 0}, kNoDeadline, nullptr).ok());
+}
+
+// Token-based cancellation during decode: checked before every sampled
+// token, like a CancelFn.
+TEST_F(EngineSlotsTest, ATokenCancelsDuringDecode) {
+  auto e = LoadEngine(/*n_slots=*/1);
+  ASSERT_NE(e, nullptr);
+  CancelSource source;
+  int deltas = 0;
+  Result<GenerationResult> g = e->Generate(
+      Greedy(Ids(*e, "tell me a long story about a fox"), 64),
+      [&](std::string_view) {
+        if (++deltas == 1) source.Cancel();
+        return true;
+      },
+      source.token());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(g->output_ids.size(), 64u);
+  EXPECT_EQ(g->slot, 0);
 }
 
 }  // namespace

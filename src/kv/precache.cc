@@ -1,24 +1,31 @@
 // The KV precache of one text model (arbiter/kv/precache.h).
 //
-// Locking: mu_ guards the slot table (busy flag, owner), the per-conversation
-// state and the counters. A request marks its slot busy under mu_ (TakeSlot)
-// and then works on it without mu_: engine calls (SaveSlot, RestoreSlot,
-// Generate) and file IO never run under mu_. Only Slots() calls the engine
-// under mu_ (Engine::Slots, a short lock of the engine's own): the lock order
-// is KvPrecache::mu_ → the engine's mutex, and the engine never calls back.
+// Slots: the engine chooses and waits (Engine::ReserveSlot; Note [Slot
+// choice] and Note [Slot waits] in src/engine/engine.cc). A request
+// reserves its slot — pinned to its conversation's, or, anonymous, the one
+// the engine picks by longest prefix — and holds that SlotReservation
+// through every step: the stash of the previous owner (SaveSlot), the
+// restore of its conversation (RestoreSlot) and the generation (Generate),
+// none of which waits again. Ownership is KV policy and stays here: slots_
+// says which conversation's KV each slot holds and with which TTL class;
+// the engine gets only the bit its tie-break needs
+// (SlotReservation::set_owned: prefer a slot nobody owns, nothing to stash).
+//
+// Locking: mu_ guards the owner table, the per-conversation state and the
+// counters. Ownership of a slot changes only while a reservation of it is
+// held. Engine calls and file IO never run under mu_, except Slots(), which
+// calls Engine::Slots (a short lock of the engine's own): the lock order is
+// KvPrecache::mu_ → the engine's mutex, and the engine never calls back.
 #include "arbiter/kv/precache.h"
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
 namespace arbiter {
 namespace {
-
-constexpr int kSlotWaitPollMs = 50;  // how often a waiting request polls its CancelFn
 
 size_t CommonPrefix(const int32_t* a, size_t a_size, const std::vector<int32_t>& b) {
   const size_t n = std::min(a_size, b.size());
@@ -28,6 +35,13 @@ size_t CommonPrefix(const int32_t* a, size_t a_size, const std::vector<int32_t>&
 }
 size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return CommonPrefix(a.data(), a.size(), b);
+}
+
+// A reservation of `slot` that waits as long as it takes (the precache's
+// own maintenance: persisting, detaching). Errors: kInvalidArgument for a
+// slot the engine does not have.
+Result<SlotReservation> HoldSlot(Engine* engine, int slot) {
+  return engine->ReserveSlot(SlotRequest{.slot = slot}, kNoDeadline, nullptr);
 }
 
 }  // namespace
@@ -70,80 +84,34 @@ void KvPrecache::AttachEngine(Engine* engine) {
 }
 
 void KvPrecache::DetachEngine(Engine* engine) {
-  std::vector<std::pair<int, std::pair<std::string, TtlClass>>> owned;
   {
     MutexLock l(&mu_);
     if (engine_ != engine || engine == nullptr) return;
-    // Hold every slot: running requests finish first.
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      while (slots_[i].busy) slot_freed_.Wait();
-      slots_[i].busy = true;
-    }
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (!slots_[i].owner.empty()) {
-        owned.push_back({static_cast<int>(i), {slots_[i].owner, slots_[i].owner_ttl}});
-      }
+  }
+  // Hold every slot: running requests finish first. Reserved in index
+  // order, one at a time; no request holds one slot while waiting for
+  // another, so this cannot deadlock.
+  const int n = std::min(n_slots_, engine->n_slots());
+  std::vector<SlotReservation> held;
+  for (int i = 0; i < n; ++i) {
+    Result<SlotReservation> r = HoldSlot(engine, i);
+    if (r.ok()) held.push_back(std::move(*r));
+  }
+  std::vector<std::pair<const SlotReservation*, std::pair<std::string, TtlClass>>> owned;
+  {
+    MutexLock l(&mu_);
+    for (const SlotReservation& r : held) {
+      const SlotEntry& s = slots_[r.slot()];
+      if (!s.owner.empty()) owned.push_back({&r, {s.owner, s.owner_ttl}});
     }
   }
-  for (const auto& [slot, who] : owned) PersistSlot(engine, slot, who.first, who.second);
-  MutexLock l(&mu_);
-  for (SlotEntry& s : slots_) {
-    s.busy = false;
-    s.owner.clear();
+  for (const auto& [r, who] : owned) PersistSlot(engine, *r, who.first, who.second);
+  {
+    MutexLock l(&mu_);
+    for (SlotEntry& s : slots_) s.owner.clear();
+    engine_ = nullptr;
   }
-  engine_ = nullptr;
-  slot_freed_.SignalAll();
-}
-
-int KvPrecache::TakeSlot(Engine* engine, int pinned, const std::vector<int32_t>& prompt,
-                         const CancelFn& cancelled) {
-  // The free slots' cached tokens, read once per wait round outside mu_ for
-  // an unpinned request (the engine's lock is not taken under mu_ here).
-  while (true) {
-    std::vector<std::vector<int32_t>> tokens;
-    if (pinned < 0) {
-      tokens.resize(static_cast<size_t>(n_slots_));
-      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = engine->SlotTokens(static_cast<int>(i));
-    }
-    {
-      MutexLock l(&mu_);
-      AttachLocked(engine);
-      int chosen = -1;
-      if (pinned >= 0) {
-        if (!slots_[pinned].busy) chosen = pinned;
-      } else {
-        // Longest match; ties: a slot no conversation owns (nothing to
-        // stash), then the least recently used.
-        std::tuple<size_t, bool, uint64_t> best{};
-        for (int i = 0; i < n_slots_; ++i) {
-          const SlotEntry& s = slots_[i];
-          if (s.busy) continue;
-          const std::tuple<size_t, bool, uint64_t> rank{CommonPrefix(tokens[i], prompt),
-                                                        s.owner.empty(), ~s.last_used};
-          if (chosen < 0 || rank > best) {
-            chosen = i;
-            best = rank;
-          }
-        }
-      }
-      if (chosen >= 0) {
-        slots_[chosen].busy = true;
-        slots_[chosen].last_used = ++use_counter_;
-        return chosen;
-      }
-      slot_freed_.WaitUntil(std::chrono::steady_clock::now() +
-                            std::chrono::milliseconds(kSlotWaitPollMs));
-    }
-    if (cancelled && cancelled()) return -1;
-  }
-}
-
-void KvPrecache::GiveSlot(int slot, const std::string& owner, TtlClass ttl) {
-  MutexLock l(&mu_);
-  slots_[slot].busy = false;
-  slots_[slot].owner = owner;
-  slots_[slot].owner_ttl = ttl;
-  slot_freed_.SignalAll();
+  // `held` is released here, before the caller destroys the engine.
 }
 
 bool KvPrecache::PersistSnapshot(const std::string& conversation, TtlClass ttl,
@@ -160,22 +128,19 @@ bool KvPrecache::PersistSnapshot(const std::string& conversation, TtlClass ttl,
   return true;
 }
 
-bool KvPrecache::PersistSlot(Engine* engine, int slot, const std::string& conversation,
-                             TtlClass ttl) {
+bool KvPrecache::PersistSlot(Engine* engine, const SlotReservation& slot,
+                             const std::string& conversation, TtlClass ttl) {
   if (options_.store == nullptr) return false;
   // Written from the slot's rows in place: no snapshot copy.
   bool empty = false;
-  Status st = engine->VisitSlot(
-      slot,
-      [&](const KvRowsView& rows) -> Status {
-        empty = rows.n_tokens == 0;
-        if (empty) return OkStatus();
-        return options_.store->Save(conversation, ttl, options_.model_hash, rows).status();
-      },
-      nullptr);
+  Status st = engine->VisitSlot(slot, [&](const KvRowsView& rows) -> Status {
+    empty = rows.n_tokens == 0;
+    if (empty) return OkStatus();
+    return options_.store->Save(conversation, ttl, options_.model_hash, rows).status();
+  });
   if (!st.ok()) {
     spdlog::warn("kv: model \"{}\": could not save conversation \"{}\" from slot {}: {}",
-                 options_.model_key, conversation, slot, st.message());
+                 options_.model_key, conversation, slot.slot(), st.message());
     return false;
   }
   if (empty) return false;
@@ -184,22 +149,23 @@ bool KvPrecache::PersistSlot(Engine* engine, int slot, const std::string& conver
   return true;
 }
 
-void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conversation,
-                             const std::vector<int32_t>& prompt, KvOutcome* outcome) {
+void KvPrecache::PrepareSlot(Engine* engine, SlotReservation& slot,
+                             const std::string& conversation, const std::vector<int32_t>& prompt,
+                             KvOutcome* outcome) {
   std::string owner;
   TtlClass owner_ttl = TtlClass::kShort;
   {
     MutexLock l(&mu_);
-    owner = slots_[slot].owner;
-    owner_ttl = slots_[slot].owner_ttl;
+    owner = slots_[slot.slot()].owner;
+    owner_ttl = slots_[slot.slot()].owner_ttl;
   }
-  const std::vector<int32_t> held = engine->SlotTokens(slot);
+  const std::vector<int32_t>& held = slot.tokens();
   const size_t slot_lcp = CommonPrefix(held, prompt);
   outcome->source = slot_lcp > 0 ? KvSource::kSlot : KvSource::kNone;
 
   // 1. Another conversation's KV leaves the slot for the host tier (or disk).
   if (!owner.empty() && owner != conversation && !held.empty()) {
-    Result<KvSnapshot> snap = engine->SaveSlot(slot, nullptr);
+    Result<KvSnapshot> snap = engine->SaveSlot(slot);
     if (snap.ok()) {
       snap->model_hash = options_.model_hash;
       if (options_.prompt_cache != nullptr) {
@@ -213,15 +179,17 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
       ++counters_.stashes;
     } else {
       spdlog::warn("kv: model \"{}\": could not move conversation \"{}\" out of slot {}: {}",
-                   options_.model_key, owner, slot, snap.status().message());
+                   options_.model_key, owner, slot.slot(), snap.status().message());
     }
+    slot.set_owned(false);
     MutexLock l(&mu_);
-    slots_[slot].owner.clear();
+    slots_[slot.slot()].owner.clear();
   }
   if (conversation.empty() || owner == conversation) return;
 
   // 2. The conversation's own state, only when it is warmer than the slot's
-  //    (defect 3): the host tier first; disk only when it has no RAM state.
+  //    (docs/kv-precache.md, fixed defect 3): the host tier first; disk only
+  //    when it has no RAM state.
   //    A file is mapped and restored in place (one copy: file → slot).
   std::optional<KvSnapshot> snap;
   std::optional<MappedKvFile> file;
@@ -248,7 +216,7 @@ void KvPrecache::PrepareSlot(Engine* engine, int slot, const std::string& conver
   if (!snap && !file) return;
   const KvSnapshotView view = snap ? snap->View() : file->view();
   if (CommonPrefix(view.tokens, view.n_tokens, prompt) <= slot_lcp) return;
-  Result<int> restored = engine->RestoreSlot(slot, view, nullptr);
+  Result<int> restored = engine->RestoreSlot(slot, view);
   if (!restored.ok()) {
     outcome->warning = fmt::format("saved KV of conversation \"{}\" could not be restored ({}); "
                                    "the prompt is prefilled cold",
@@ -276,15 +244,17 @@ void KvPrecache::Touch(const std::string& conversation, std::optional<TtlClass> 
 Result<GenerationResult> KvPrecache::Generate(Engine* engine, std::string_view conversation_id,
                                               TtlClass ttl, GenerationRequest request,
                                               const TextCallback& on_text,
-                                              const CancelFn& cancelled, KvOutcome* outcome) {
+                                              const Cancellation& cancelled, KvOutcome* outcome,
+                                              std::chrono::steady_clock::time_point deadline) {
   return Run(engine, conversation_id, ttl, std::move(request), on_text, cancelled, outcome,
-             /*use=*/true);
+             /*use=*/true, deadline);
 }
 
 Result<GenerationResult> KvPrecache::Run(Engine* engine, std::string_view conversation_id,
                                          TtlClass ttl, GenerationRequest request,
-                                         const TextCallback& on_text, const CancelFn& cancelled,
-                                         KvOutcome* outcome, bool use) {
+                                         const TextCallback& on_text,
+                                         const Cancellation& cancelled, KvOutcome* outcome,
+                                         bool use, std::chrono::steady_clock::time_point deadline) {
   KvOutcome local;
   KvOutcome* out = outcome != nullptr ? outcome : &local;
   *out = KvOutcome{};
@@ -298,18 +268,40 @@ Result<GenerationResult> KvPrecache::Run(Engine* engine, std::string_view conver
     pinned = h.slot_id;
     Touch(conversation, ttl, use);
   }
-  const int slot = TakeSlot(engine, pinned, request.prompt_ids, cancelled);
-  if (slot < 0) {
+  {
+    MutexLock l(&mu_);
+    AttachLocked(engine);
+  }
+  if (pinned >= engine->n_slots()) {
+    return FailedPreconditionError("kv: model \"" + options_.model_key + "\": conversation slot " +
+                                   std::to_string(pinned) + " but the engine has " +
+                                   std::to_string(engine->n_slots()) +
+                                   " slots; the precache's n_slots must equal [[models]] parallel");
+  }
+  // The engine chooses the slot (pinned: the conversation's) and waits for
+  // it (Note [Slot choice], Note [Slot waits] in src/engine/engine.cc).
+  Result<SlotReservation> reserved = engine->ReserveSlot(
+      SlotRequest{.slot = pinned, .prompt = request.prompt_ids}, deadline, cancelled);
+  if (!reserved.ok()) {
+    if (reserved.status().code() != StatusCode::kCancelled) return reserved.status();
     GenerationResult r;
     r.prompt_tokens = static_cast<int>(request.prompt_ids.size());
     r.finish_reason = FinishReason::kCancelled;
     return r;
   }
-  out->slot = slot;
+  SlotReservation& slot = *reserved;
+  out->slot = slot.slot();
   PrepareSlot(engine, slot, conversation, request.prompt_ids, out);
-  request.slot = slot;
-  Result<GenerationResult> result = engine->Generate(request, on_text, cancelled);
-  GiveSlot(slot, conversation, ttl);
+  request.slot = -1;  // runs within the reservation
+  Result<GenerationResult> result = engine->Generate(slot, request, on_text, cancelled);
+  {
+    // The conversation (none: an anonymous prefix) owns the slot from now on.
+    MutexLock l(&mu_);
+    slots_[slot.slot()].owner = conversation;
+    slots_[slot.slot()].owner_ttl = ttl;
+  }
+  slot.set_owned(!conversation.empty());
+  slot.Release();
   if (result.ok()) {
     if (result->cached_tokens == 0) out->source = KvSource::kNone;
     MutexLock l(&mu_);
@@ -324,13 +316,13 @@ Result<GenerationResult> KvPrecache::Run(Engine* engine, std::string_view conver
 
 Result<GenerationResult> KvPrecache::Prewarm(Engine* engine, std::string_view conversation_id,
                                              std::vector<int32_t> prefix_ids, TtlClass ttl,
-                                             const CancelFn& cancelled) {
+                                             const Cancellation& cancelled) {
   return PrewarmImpl(engine, conversation_id, std::move(prefix_ids), ttl, cancelled, /*use=*/true);
 }
 
 Result<GenerationResult> KvPrecache::PrewarmImpl(Engine* engine, std::string_view conversation_id,
                                                  std::vector<int32_t> prefix_ids, TtlClass ttl,
-                                                 const CancelFn& cancelled, bool use) {
+                                                 const Cancellation& cancelled, bool use) {
   if (conversation_id.empty()) return InvalidArgumentError("prewarm: the conversation id is empty");
   if (prefix_ids.empty()) return InvalidArgumentError("prewarm: the prefix is empty");
   GenerationRequest req;
@@ -339,7 +331,8 @@ Result<GenerationResult> KvPrecache::PrewarmImpl(Engine* engine, std::string_vie
   req.sampling.temperature = 0.0f;
   req.ignore_eos = true;
   Result<GenerationResult> r =
-      Run(engine, conversation_id, ttl, std::move(req), nullptr, cancelled, nullptr, use);
+      Run(engine, conversation_id, ttl, std::move(req), nullptr, cancelled, nullptr, use,
+          kNoDeadline);
   MutexLock l(&mu_);
   if (!r.ok() || r->finish_reason == FinishReason::kCancelled) {
     ++counters_.prewarm_failures;
@@ -378,10 +371,14 @@ int KvPrecache::KeepAlive(Engine* engine) {
   for (Due& d : due) {
     std::optional<ConversationHandle> h = registry_.Get(options_.model_key, d.conversation);
     bool slot_is_ours = false;
-    if (h) {
+    if (h && engine != nullptr) {
+      // Busy is the engine's (a snapshot: the re-warm waits if it changed).
+      const std::vector<SlotInfo> info = engine->Slots();
+      const bool busy =
+          h->slot_id < static_cast<int>(info.size()) && info[h->slot_id].busy;
       MutexLock l(&mu_);
       const SlotEntry& s = slots_[h->slot_id];
-      slot_is_ours = engine != nullptr && !s.busy && (s.owner.empty() || s.owner == d.conversation);
+      slot_is_ours = !busy && (s.owner.empty() || s.owner == d.conversation);
     }
     if (slot_is_ours) {
       Result<GenerationResult> r =
@@ -425,7 +422,9 @@ bool KvPrecache::PersistAndForget(Engine* engine, const std::string& conversatio
     }
   }
   bool had_state = false;
-  if (owned_slot >= 0 && TakeSlot(engine, owned_slot, {}, nullptr) == owned_slot) {
+  Result<SlotReservation> slot =
+      owned_slot >= 0 ? HoldSlot(engine, owned_slot) : Result<SlotReservation>(SlotReservation());
+  if (slot.ok() && slot->held()) {
     bool still_ours = false;
     {
       MutexLock l(&mu_);
@@ -433,13 +432,13 @@ bool KvPrecache::PersistAndForget(Engine* engine, const std::string& conversatio
     }
     if (still_ours) {
       had_state = true;
-      PersistSlot(engine, owned_slot, conversation, cls);
+      PersistSlot(engine, *slot, conversation, cls);
+      // The slot keeps its tokens (an anonymous cached prefix from now on).
+      slot->set_owned(false);
+      MutexLock l(&mu_);
+      slots_[owned_slot].owner.clear();
     }
-    // The slot keeps its tokens (an anonymous cached prefix from now on).
-    MutexLock l(&mu_);
-    if (still_ours) slots_[owned_slot].owner.clear();
-    slots_[owned_slot].busy = false;
-    slot_freed_.SignalAll();
+    slot->Release();
   }
   if (options_.prompt_cache != nullptr) {
     if (std::optional<KvSnapshot> snap =
@@ -496,7 +495,7 @@ std::vector<KvSlotView> KvPrecache::Slots() const {
     KvSlotView v;
     v.index = static_cast<int>(i);
     v.conversation_id = slots_[i].owner;
-    v.busy = slots_[i].busy || (i < info.size() && info[i].busy);
+    v.busy = i < info.size() && info[i].busy;
     v.n_tokens = i < info.size() ? info[i].n_tokens : 0;
     out.push_back(std::move(v));
   }

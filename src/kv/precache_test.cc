@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -453,6 +455,62 @@ TEST_F(PrecacheTest, ConcurrentConversationsGetTheColdOutputs) {
     const std::string conv = "conv-" + std::to_string(t);
     EXPECT_TRUE(store_->Contains(kHash, conv)) << conv;
   }
+}
+
+// The engine chooses and waits (Engine::ReserveSlot): the precache marks
+// the slots conversations own, so the engine's tie-break can prefer the
+// others; a request waiting for a held slot ends at its deadline or at a
+// cancel from another thread (no polling: the token wakes it).
+TEST_F(PrecacheTest, TheEngineWaitsForTheSlotAndKnowsWhichSlotsAreOwned) {
+  std::unique_ptr<Engine> e = LoadEngine(2);
+  std::unique_ptr<KvPrecache> pc = MakePrecache(2, nullptr);
+  KvOutcome out;
+  ASSERT_TRUE(Run(*pc, e.get(), "owner", Ids(20, 40), &out).ok());
+  const int owned = out.slot;
+  ASSERT_TRUE(Run(*pc, e.get(), "", Ids(20, 41), &out).ok());
+  const int anonymous = out.slot;
+  ASSERT_NE(owned, anonymous);
+  EXPECT_TRUE(e->Slots()[owned].owned);
+  EXPECT_FALSE(e->Slots()[anonymous].owned);
+  // A tie on the prefix (none matches): the slot nobody owns, although it
+  // is the more recently used one; nothing is stashed.
+  ASSERT_TRUE(Run(*pc, e.get(), "", Ids(20, 42), &out).ok());
+  EXPECT_EQ(out.slot, anonymous);
+  EXPECT_FALSE(out.stashed);
+  EXPECT_TRUE(pc->Close(e.get(), "owner"));
+  EXPECT_FALSE(e->Slots()[owned].owned);
+
+  // Both slots held: a request waits for one until its deadline…
+  Result<SlotReservation> h0 = e->ReserveSlot({.slot = 0}, kNoDeadline, nullptr);
+  Result<SlotReservation> h1 = e->ReserveSlot({.slot = 1}, kNoDeadline, nullptr);
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  Result<GenerationResult> late =
+      pc->Generate(e.get(), "", TtlClass::kShort, Greedy(Ids(10, 43)), nullptr, nullptr, &out,
+                   std::chrono::steady_clock::now() + std::chrono::milliseconds(30));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded);
+  // …or until it is cancelled from another thread, its deadline an hour away.
+  CancelSource source;
+  std::atomic<bool> returned{false};
+  Result<GenerationResult> cancelled{InternalError("not run")};
+  std::thread waiter([&] {
+    cancelled = pc->Generate(e.get(), "c", TtlClass::kShort, Greedy(Ids(10, 44)), nullptr,
+                             source.token(), &out,
+                             std::chrono::steady_clock::now() + std::chrono::hours(1));
+    returned = true;
+  });
+  // Whether it is already asleep or not yet waiting, the cancel ends it:
+  // the token is looked at before every sleep and wakes a sleeping waiter
+  // (engine_slots_test covers the wake-up itself).
+  source.Cancel();
+  waiter.join();
+  EXPECT_TRUE(returned);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->finish_reason, FinishReason::kCancelled);
+  EXPECT_TRUE(cancelled->output_ids.empty());
+  h0->Release();
+  h1->Release();
+  ASSERT_TRUE(Run(*pc, e.get(), "c", Ids(10, 44), &out).ok());
 }
 
 }  // namespace

@@ -29,17 +29,31 @@ ServeKv::~ServeKv() {
   }
 }
 
-Result<std::string> KvModelHash(const ModelEntry& entry) {
-  EngineOptions options;
-  options.n_ctx = entry.ctx;
-  ARBITER_ASSIGN_OR_RETURN(WeightModel weights,
-                           Engine::WeightModelFor(entry.path, "kv", options));
+namespace {
+
+// The model hash from the model's WeightsDigest under the key "kv".
+std::string KvModelHashOfDigest(uint64_t kv_weights_digest) {
   ModelHashInputs in;
-  in.target = fmt::format("{:016x}", weights.digest);
+  in.target = fmt::format("{:016x}", kv_weights_digest);
   in.cache_type_k = "f32";
   in.cache_type_v = "f32";
   in.extra = "arbiter-kv-v1";
   return ModelHash(in);
+}
+
+}  // namespace
+
+Result<std::string> KvModelHash(const ModelEntry& entry) {
+  EngineOptions options;
+  options.n_ctx = entry.ctx;
+  // Headers only (not tokenizer.json): the digest is all it needs.
+  ARBITER_ASSIGN_OR_RETURN(WeightModel weights,
+                           Engine::WeightModelFor(entry.path, "kv", options));
+  return KvModelHashOfDigest(weights.digest);
+}
+
+Result<std::string> KvModelHash(const ModelFiles& files) {
+  return KvModelHashOfDigest(files.WeightsDigestFor("kv"));
 }
 
 Result<std::unique_ptr<ServeKv>> MakeServeKv(const Config& config, MemoryLedger* ledger) {

@@ -25,14 +25,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The startup check: EstimateModelFootprint, plus Engine::Validate
-// (tokenizer.json parses, every tensor the architecture needs is present with
-// its shape; headers only), so a broken model shows in the startup log and
-// /v1/models as failed rather than only on the first request.
-Result<ModelFootprint> StartupCheck(const ModelEntry& entry) {
-  ARBITER_ASSIGN_OR_RETURN(ModelFootprint bytes, EstimateModelFootprint(entry));
-  ARBITER_RETURN_IF_ERROR(Engine::Validate(entry.path).WithPrefix(entry.path));
-  return bytes;
+// The entry's files, opened once per load or startup check (Note [One parse
+// per load] in src/engine/engine.cc): config.json and tokenizer.json parse,
+// every tensor the architecture needs is present with its shape (headers
+// only), so a broken model shows in the startup log and /v1/models as
+// failed rather than only on the first request.
+Result<std::shared_ptr<const ModelFiles>> OpenEntryFiles(const ModelEntry& entry) {
+  std::error_code ec;
+  if (!fs::is_directory(entry.path, ec)) {
+    return NotFoundError(fmt::format("model directory {} does not exist or is not a directory",
+                                     entry.path));
+  }
+  Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(entry.path);
+  if (!files.ok()) return files.status().WithPrefix(entry.path);
+  return files;
 }
 
 // Load errors that name only a file ("model.safetensors: tensor ...") get
@@ -46,9 +52,10 @@ Status NameTheModel(const ModelEntry& entry, const Status& st) {
 // multi-process tests: ARBITER_TEST_FLOOR_FILL_DELAY_MS=N makes every fill
 // (materializing a host floor or loading from the file) sleep N ms first, so
 // a test can kill a process while it holds a half-filled shared region.
-Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, WeightCache* cache) {
+Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, const ModelFiles& files,
+                                        WeightCache* cache) {
   Result<WeightModel> weights = Engine::WeightModelFor(
-      entry.path, entry.name, EngineOptionsFor(entry, cache), entry.residency);
+      files, entry.name, EngineOptionsFor(entry, cache), entry.residency);
   if (!weights.ok()) return weights;
   // Text targets keep their weights longest (the arbiter never evicts them
   // for room either).
@@ -106,47 +113,34 @@ EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
   return options;
 }
 
-Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry) {
-  std::error_code ec;
-  if (!fs::is_directory(entry.path, ec)) {
-    return NotFoundError(fmt::format("model directory {} does not exist or is not a directory",
-                                     entry.path));
-  }
-  const std::string config_path = (fs::path(entry.path) / "config.json").string();
-  ARBITER_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(config_path));
-  const std::string tokenizer_path = (fs::path(entry.path) / "tokenizer.json").string();
-  if (!fs::is_regular_file(tokenizer_path, ec)) {
-    return NotFoundError(fmt::format("{} is missing", tokenizer_path));
-  }
-  // The compute layout and one slot's scratch, from the headers.
-  ARBITER_ASSIGN_OR_RETURN(WeightModel weights,
-                           Engine::WeightModelFor(entry.path, entry.name,
-                                                  EngineOptionsFor(entry, nullptr)));
+Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry, const ModelFiles& files) {
+  ARBITER_ASSIGN_OR_RETURN(EngineFootprint bytes,
+                           Engine::Footprint(files, EngineOptionsFor(entry, nullptr)));
   ModelFootprint f;
-  for (const WeightSpec& spec : weights.specs) f.weight_bytes += WeightSpecBytes(spec);
-  const size_t ctx = static_cast<size_t>(std::min(entry.ctx, cfg.max_position_embeddings));
-  const size_t kv_heads =
-      cfg.num_key_value_heads > 0 ? cfg.num_key_value_heads : cfg.num_attention_heads;
-  const size_t head_dim = cfg.head_dim > 0 ? cfg.head_dim
-                                           : cfg.hidden_size / std::max(1, cfg.num_attention_heads);
-  const size_t kv_bytes = static_cast<size_t>(entry.parallel) * cfg.num_hidden_layers * 2 * ctx *
-                          kv_heads * head_dim * sizeof(float);
-  f.engine_bytes = kv_bytes + static_cast<size_t>(entry.parallel) * weights.scratch_bytes;
+  f.engine_bytes = bytes.engine_bytes();
+  f.weight_bytes = bytes.weight_bytes;
   return f;
+}
+
+Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry) {
+  ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFiles> files, OpenEntryFiles(entry));
+  return EstimateModelFootprint(entry, *files);
 }
 
 Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache,
                                       KvPrecache* precache) {
-  // The cheap check first: its errors are clearer than a load's, and a
-  // model fixed on disk since startup loads on the next request.
-  ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry).status());
+  // One parse per load: the files are opened once, here, and the estimate,
+  // the registration and the engine all use them. A model fixed on disk
+  // since startup loads on the next request.
+  ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFiles> files, OpenEntryFiles(entry));
+  ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry, *files).status());
   if (cache != nullptr && !cache->Contains(entry.name)) {
-    Result<WeightModel> weights = WeightModelForEntry(entry, cache);
+    Result<WeightModel> weights = WeightModelForEntry(entry, *files, cache);
     if (!weights.ok()) return NameTheModel(entry, weights.status());
     Status st = cache->Register(std::move(weights).value());
     if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
   }
-  Result<std::unique_ptr<Engine>> loaded = Engine::Load(entry.path, EngineOptionsFor(entry, cache));
+  Result<std::unique_ptr<Engine>> loaded = Engine::Load(files, EngineOptionsFor(entry, cache));
   if (!loaded.ok()) return NameTheModel(entry, loaded.status());
   std::unique_ptr<Engine> engine = std::move(loaded).value();
   const size_t bytes = engine->kv_bytes();
@@ -221,9 +215,11 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
   std::vector<std::string> broken;
   std::map<std::string, size_t> estimates;
   for (const ModelEntry& m : config.models) {
-    Result<ModelFootprint> estimate = StartupCheck(m);
+    Result<std::shared_ptr<const ModelFiles>> files = OpenEntryFiles(m);
+    Result<ModelFootprint> estimate =
+        files.ok() ? EstimateModelFootprint(m, **files) : Result<ModelFootprint>(files.status());
     if (estimate.ok() && cache != nullptr) {
-      Result<WeightModel> weights = WeightModelForEntry(m, cache);
+      Result<WeightModel> weights = WeightModelForEntry(m, **files, cache);
       Status st = weights.ok() ? cache->Register(std::move(weights).value()) : weights.status();
       if (!st.ok()) estimate = st;
     }

@@ -8,17 +8,22 @@
 // lm_head. Prefill runs the prompt in batches through cblas_sgemm; decode
 // uses cblas_sgemv (OpenBLAS).
 //
-// KV cache: per slot [n_layers, 2, n_ctx, n_kv_heads × head_dim] f32. A
-// request either takes the free slot that already holds the longest prefix
-// of its prompt, or names one ("pinned"; GenerationRequest::slot). Before
-// prefill, a longer prefix held by another free slot is copied in instead of
-// recomputed, so a common system prefix is computed once per engine. A slot's
-// cached prefix can be saved into a KvSnapshot, restored from one, or
-// cleared (SaveSlot / RestoreSlot / ClearSlot).
+// KV cache: per slot [n_layers, 2, n_ctx, n_kv_heads × head_dim] f32. The
+// engine is the one place that chooses a slot and waits for one (Note [Slot
+// choice] and Note [Slot waits] in src/engine/engine.cc): ReserveSlot holds
+// a slot for its caller — the one it names ("pinned"), or the free slot
+// whose cached tokens share the longest common prefix with its prompt —
+// and Generate / SaveSlot / VisitSlot / RestoreSlot / ClearSlot then run
+// within that SlotReservation without waiting again. The calls that take a
+// slot index or GenerationRequest::slot reserve one themselves for their
+// duration. Before prefill, a longer prefix held by another free slot is
+// copied in instead of recomputed, so a common system prefix is computed
+// once per engine.
 //
 // Thread safety: thread-safe. Every method may be called from many threads;
-// up to n_slots calls that take a slot run at once, the rest block until a
-// slot (their pinned one, if any) frees, or their `cancelled` returns true.
+// up to n_slots reservations are held at once, the rest block until a slot
+// (their pinned one, if any) frees, their deadline passes, or they are
+// cancelled (a CancelToken wakes them at once; a CancelFn is polled).
 //
 // Example: compute a system prefix once, keep it, start a conversation from it.
 //   GenerationRequest req;  req.prompt_ids = system_ids;  req.slot = 0;  req.max_tokens = 1;
@@ -28,18 +33,31 @@
 //   req.slot = 1;  req.max_tokens = 256;
 //   engine->Generate(req, on_text, cancelled);  // copies the prefix from slot 0:
 //                                               // copied_tokens = system_ids.size()
+//
+// Example: several steps on one slot without letting it go (what KvPrecache
+// does: stash the previous owner, restore a conversation, generate).
+//   Result<SlotReservation> r = engine->ReserveSlot({.slot = 1}, deadline, token);
+//   if (!r.ok()) return r.status();                      // kCancelled, kDeadlineExceeded
+//   Result<KvSnapshot> old = engine->SaveSlot(*r);       // no second wait
+//   engine->RestoreSlot(*r, conversation.View());
+//   engine->Generate(*r, req, on_text, token);
+//   r->set_owned(true);                                  // released when r goes
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "arbiter/base/cancel.h"
 #include "arbiter/base/status.h"
 #include "arbiter/engine/chat_template.h"
 #include "arbiter/engine/kv_snapshot.h"
+#include "arbiter/engine/model_files.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/weights/weight_cache.h"
@@ -79,10 +97,10 @@ struct GenerationRequest {
   int max_tokens = 256;               // ≥ 1; also bounded by n_ctx
   std::vector<std::string> stop;      // stop strings (not included in text)
   bool ignore_eos = false;
-  // -1: the free slot whose cached tokens share the longest common prefix
-  // with the prompt (ties: least recently used; a free slot a pinned call is
-  // waiting for is left to it). 0..n_slots-1: exactly that slot ("pinned");
-  // waits for it, polling `cancelled`. Out of range → kInvalidArgument.
+  // -1: the engine picks the slot (Note [Slot choice]: longest common
+  // prefix with the prompt). 0..n_slots-1: exactly that slot ("pinned");
+  // waits for it (Note [Slot waits]). Out of range → kInvalidArgument.
+  // Generate within a SlotReservation: -1 or the reservation's slot.
   int slot = -1;
 };
 
@@ -112,7 +130,8 @@ struct GenerationResult {
 // One slot as seen by Engine::Slots(), taken under the engine's lock.
 struct SlotInfo {
   int index = 0;
-  // Held by a call (Generate, Embed, ComputeLogits, SaveSlot, RestoreSlot,
+  // Held by a SlotReservation (ReserveSlot, or a call that reserves for
+  // itself: Generate, Embed, ComputeLogits, SaveSlot, VisitSlot, RestoreSlot,
   // ClearSlot). A free slot may at the same moment be read as another slot's
   // copy source; it is not busy then (its content does not change), but a
   // call pinned to it waits for the copy (a memcpy) to end.
@@ -120,57 +139,150 @@ struct SlotInfo {
   // Tokens whose K/V the slot holds; 0 while busy (its content is in flux).
   int n_tokens = 0;
   // When the slot was last filled by Generate, Embed, ComputeLogits or
-  // RestoreSlot: a counter, not a time (larger is more recent); 0 for a slot
-  // never used or emptied (ClearSlot, or a call that failed before computing
-  // on an empty slot). SaveSlot leaves it unchanged.
+  // RestoreSlot: a counter, not a time (larger is more recent), set when
+  // the reservation that filled it is released; 0 for a slot never used or
+  // emptied (ClearSlot, or a call that failed before computing on an empty
+  // slot). SaveSlot and VisitSlot leave it unchanged.
   uint64_t last_used = 0;
+  // The last holder marked the content as someone's (SlotReservation::
+  // set_owned; KvPrecache: a conversation's KV). On a prefix tie an
+  // unpinned reservation takes an unowned slot first (Note [Slot choice]).
+  bool owned = false;
 };
 
 // Receives each new piece of text (complete UTF-8 sequences only; text that
 // might begin a stop string is held back until resolved). Return false to
 // stop generation (finish reason kCancelled).
 using TextCallback = std::function<bool(std::string_view delta)>;
-// Polled between tokens and while waiting for a slot (every 50 ms; never under
-// the engine's lock, so it may call back into the engine); true → cancel.
-using CancelFn = std::function<bool()>;
+// No deadline: wait until a slot frees or the call is cancelled.
+inline constexpr std::chrono::steady_clock::time_point kNoDeadline =
+    std::chrono::steady_clock::time_point::max();
+
+// What ReserveSlot asks for.
+struct SlotRequest {
+  // 0..n_slots-1: exactly that slot ("pinned"); -1: the engine picks.
+  int slot = -1;
+  // The tokens the holder will run, [n_tokens] (may be empty): an unpinned
+  // request takes the free slot sharing the longest common prefix with
+  // them. Read only during the call.
+  std::span<const int32_t> prompt;
+};
+
+class Engine;
+
+// Exclusive use of one slot of one engine (STYLE rule 7: a move-only RAII
+// handle). While held, nobody else computes in, saves, restores or chooses
+// the slot, and the holder's calls that take the reservation run without
+// waiting. The destructor (or Release()) frees it: the slot's cached tokens
+// become tokens(), its owned flag owned(), and waiters are woken.
+// REQUIRES: released before its engine is destroyed.
+// Thread safety: thread-compatible (one owner; the engine calls that take
+// it must not run concurrently on the same reservation).
+class SlotReservation {
+ public:
+  SlotReservation() = default;  // holds nothing
+  SlotReservation(SlotReservation&& other) noexcept;
+  SlotReservation& operator=(SlotReservation&& other) noexcept;
+  SlotReservation(const SlotReservation&) = delete;
+  SlotReservation& operator=(const SlotReservation&) = delete;
+  ~SlotReservation() { Release(); }
+
+  bool held() const { return engine_ != nullptr; }
+  // The slot index; -1 when nothing is held.
+  int slot() const { return slot_; }
+  // The tokens whose K/V the slot holds now, positions [0, n); kept up to
+  // date by the calls run within the reservation.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Whether the content is someone's (see SlotInfo::owned); starts as the
+  // slot's flag at reservation and is published on release.
+  bool owned() const { return owned_; }
+  void set_owned(bool owned) { owned_ = owned; }
+  // Frees the slot now; no-op when nothing is held.
+  void Release();
+
+ private:
+  friend class Engine;
+  Engine* engine_ = nullptr;
+  int slot_ = -1;
+  bool owned_ = false;
+  bool touched_ = false;  // filled by a call (updates last_used on release)
+  std::vector<int32_t> tokens_;
+};
+
+// What a model costs in memory under some EngineOptions, in bytes
+// (Engine::Footprint; a loaded engine reports the same numbers as kv_bytes()
+// − scratch_bytes(), scratch_bytes() and weight_bytes()).
+struct EngineFootprint {
+  size_t kv_bytes = 0;       // every slot's KV cache: n_slots × [n_layers, 2, n_ctx, kv_dim] f32
+  size_t scratch_bytes = 0;  // every slot's activation scratch
+  size_t weight_bytes = 0;   // the f32 compute layout (held by the WeightCache, not the engine)
+  // What the engine itself holds: kv_bytes + scratch_bytes.
+  size_t engine_bytes() const { return kv_bytes + scratch_bytes; }
+};
 
 class Engine {
  public:
   virtual ~Engine() = default;
 
-  // Loads config.json, tokenizer.json and the safetensors weights of
-  // `model_dir`. Errors name the file and the field or tensor (kDataLoss,
-  // kNotFound, kUnimplemented). With options.weight_cache set:
+  // --- Loading. A load opens and plans the model's files once
+  // (OpenModelFiles, arbiter/engine/model_files.h) and passes the ModelFiles
+  // to Footprint, WeightModelFor and Load; the path-based overloads open
+  // them themselves (a parse per call).
+
+  // Builds an engine over `files` (no file is read again: the tokenizer and
+  // the compute plan come from `files`; the weights come through the
+  // WeightCache's fill, which opens the safetensors files and checks they
+  // did not change since `files` was opened — Note [One parse per load] in
+  // src/engine/engine.cc). The engine keeps `files` alive.
+  // Errors: kInvalidArgument for options it refuses (n_ctx < 2, n_slots <
+  // 1, prefill_batch < 1, n_threads < 0). With options.weight_cache set:
   // kFailedPrecondition when options.weight_key is not registered in it
   // (Load never registers it), or is registered with another model's layout;
   // the cache's Acquire errors as is (NotResidentError in externally-managed
   // mode when the model is not device-resident, kResourceExhausted, a fill
   // error prefixed "weights of '<key>': "). In private mode a conversion
-  // error comes prefixed "weights of 'engine': ".
-  // Everything Load checks except the weight conversion: config.json and
-  // tokenizer.json parse, the safetensors headers are valid, and every
-  // tensor the architecture needs is present with the expected shape. Reads
-  // only headers (cheap for any model size). Errors as Load.
-  static Status Validate(const std::string& model_dir);
-
+  // error comes prefixed "weights of 'engine': "; kResourceExhausted when
+  // the KV caches cannot be allocated. REQUIRES: files non-null.
+  static Result<std::unique_ptr<Engine>> Load(std::shared_ptr<const ModelFiles> files,
+                                              const EngineOptions& options);
+  // OpenModelFiles(model_dir), then Load(files, options). Errors: those of
+  // OpenModelFiles, then of Load.
   static Result<std::unique_ptr<Engine>> Load(const std::string& model_dir,
                                               const EngineOptions& options);
 
-  // The weight cache registration of `model_dir` under `key`: the compute
+  // Everything Load checks except the weight conversion: config.json and
+  // tokenizer.json parse, the safetensors headers are valid, and every
+  // tensor the architecture needs is present with the expected shape. Reads
+  // only headers (cheap for any model size). = OpenModelFiles(model_dir)
+  // .status().
+  static Status Validate(const std::string& model_dir);
+
+  // The weight cache registration of `files` under `key`: the compute
   // layout the forward pass reads (f32 buffers in order: embed_tokens, per
   // layer attn_norm, wqkv [q;k;v rows], bqkv (attention_bias), q_norm and
   // k_norm (qk_norm), wo, ffn_norm, w_gate_up [gate;up rows], w_down, then
-  // the final norm and lm_head unless tied), its WeightsDigest (key, layout,
-  // a token of every safetensors file), a fill that converts the
-  // safetensors tensors into those buffers (opening the files when called),
-  // `residency`, and scratch_bytes = one slot's activation scratch for
-  // `options` (n_ctx, prefill_batch). Reads config.json and the safetensors
-  // headers only (not tokenizer.json).
-  // Errors: as Validate, minus the tokenizer's; kInvalidArgument for
-  // options Load would refuse.
+  // the final norm and lm_head unless tied), its digest
+  // files.WeightsDigestFor(key) (key, layout, a token of every safetensors
+  // file), a fill that converts the safetensors tensors into those buffers
+  // (opening the files when called; kFailedPrecondition when a file's token
+  // no longer matches the one in the digest), `residency`, and
+  // scratch_bytes = one slot's activation scratch for `options` (n_ctx,
+  // prefill_batch). Reads nothing.
+  // Errors: kInvalidArgument for options Load would refuse.
+  static Result<WeightModel> WeightModelFor(const ModelFiles& files, const std::string& key,
+                                            const EngineOptions& options,
+                                            ResidencyState residency = ResidencyState::kUnpinned);
+  // The same from a directory: reads config.json and the safetensors
+  // headers (not tokenizer.json). Errors: as OpenModelFiles, minus the
+  // tokenizer's; kInvalidArgument for options Load would refuse.
   static Result<WeightModel> WeightModelFor(const std::string& model_dir, const std::string& key,
                                             const EngineOptions& options,
                                             ResidencyState residency = ResidencyState::kUnpinned);
+
+  // What Load(files, options) will hold (engine bytes) and register (weight
+  // bytes), without allocating anything; n_ctx is clamped as Load clamps it.
+  // Errors: kInvalidArgument for options Load would refuse.
+  static Result<EngineFootprint> Footprint(const ModelFiles& files, const EngineOptions& options);
 
   virtual const ModelConfig& config() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
@@ -186,8 +298,8 @@ class Engine {
   // The scratch part of kv_bytes(): every slot's activation buffers.
   virtual size_t scratch_bytes() const = 0;
 
-  // Slot indices are [0, n_slots()). The slot methods below never take a
-  // WeightLease: they touch only the slot's KV buffers and work while the
+  // --- Slots. Indices are [0, n_slots()). The slot methods below never take
+  // a WeightLease: they touch only the slot's KV buffers and work while the
   // weights are not resident (externally-managed cache, evicted copy).
 
   // A snapshot of every slot, [n_slots] in index order. Never blocks on a
@@ -195,56 +307,87 @@ class Engine {
   virtual std::vector<SlotInfo> Slots() const = 0;
 
   // The token ids whose K/V free slot `slot` holds, [n_tokens]; empty when
-  // the slot is busy (its content is in flux), empty, or out of range.
+  // the slot is busy (its content is in flux; a holder reads
+  // SlotReservation::tokens()), empty, or out of range.
   virtual std::vector<int32_t> SlotTokens(int slot) const = 0;
+
+  // Reserves a slot: `request.slot` when pinned, else the one Note [Slot
+  // choice] (src/engine/engine.cc) picks for `request.prompt` — the longest
+  // common prefix among free slots; ties: an unowned slot, then the least
+  // recently used; never a free slot a pinned caller is waiting for, nor one
+  // being read as a copy source. When nothing fits it blocks on a condition
+  // variable until a slot frees, `deadline` (std::chrono::steady_clock, real
+  // time) passes, or `cancel` fires — a CancelToken wakes it at once; a
+  // predicate-only Cancellation is polled every Cancellation::kCancelPollMs
+  // (Note [Slot waits]). Cancellation and the deadline are looked at only
+  // when the call has to wait: a free slot is taken even if both have
+  // passed. A pinned waiter keeps its slot from unpinned callers until it
+  // gets it or gives up.
+  // Errors: kInvalidArgument for request.slot outside [-1, n_slots);
+  // kCancelled; kDeadlineExceeded. On error nothing is held.
+  virtual Result<SlotReservation> ReserveSlot(const SlotRequest& request,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              const Cancellation& cancel) = 0;
+
+  // The calls below that take a SlotReservation run on its slot without
+  // waiting. Each returns kFailedPrecondition when `slot` is not held or
+  // belongs to another engine (nothing is touched then).
 
   // Copies the slot's cached prefix out: tokens [n] and, for every layer, K
   // and V rows [0, n) in KvSnapshot's layout ([n_layers, 2, n, kv_dim] f32);
   // model_hash is left empty. n may be 0 (an empty snapshot with n_layers
-  // and kv_dim set). The slot keeps its content. Waits for the slot like a
-  // pinned Generate. Errors: kInvalidArgument for a slot out of range;
-  // kCancelled when `cancelled` fired while waiting; kResourceExhausted when
-  // the snapshot (n · n_layers · 2 · kv_dim · 4 bytes) cannot be allocated.
-  virtual Result<KvSnapshot> SaveSlot(int slot, const CancelFn& cancelled) = 0;
+  // and kv_dim set). The slot keeps its content. Errors:
+  // kResourceExhausted when the snapshot (n · n_layers · 2 · kv_dim · 4
+  // bytes) cannot be allocated.
+  virtual Result<KvSnapshot> SaveSlot(const SlotReservation& slot) = 0;
+  // Reserves `slot` (pinned, no deadline), then SaveSlot. Errors: also
+  // kInvalidArgument for a slot out of range; kCancelled when `cancelled`
+  // fired while waiting.
+  virtual Result<KvSnapshot> SaveSlot(int slot, const Cancellation& cancelled) = 0;
 
   // Calls `visit` with the slot's cached prefix viewed in place (tokens and,
-  // per layer, K and V rows [0, n) in the slot's KV cache — no copy), while
-  // holding the slot; returns what `visit` returns. How a slot is saved to a
-  // file without a snapshot (kv_file.h WriteKvFile of a KvRowsView). Waits
-  // for the slot like SaveSlot; the slot keeps its content. Errors:
-  // kInvalidArgument for a slot out of range; kCancelled as SaveSlot.
-  // `visit` runs on the calling thread and must not call into this engine.
+  // per layer, K and V rows [0, n) in the slot's KV cache — no copy);
+  // returns what `visit` returns. How a slot is saved to a file without a
+  // snapshot (kv_file.h WriteKvFile of a KvRowsView). The slot keeps its
+  // content. `visit` runs on the calling thread and must not call into this
+  // engine.
+  virtual Status VisitSlot(const SlotReservation& slot,
+                           const std::function<Status(const KvRowsView&)>& visit) = 0;
+  // Reserves `slot` like SaveSlot(int, …), then VisitSlot. Errors as it.
   virtual Status VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
-                           const CancelFn& cancelled) = 0;
+                           const Cancellation& cancelled) = 0;
 
   // Replaces the slot's content with `snapshot` (K/V rows [0, n) of every
   // layer and the tokens; model_hash is not checked); returns the number of
-  // tokens restored, n = snapshot.n_tokens(). A later Generate whose prompt
+  // tokens restored, n = snapshot.n_tokens. A later Generate whose prompt
   // extends those tokens reuses them (cached_tokens up to n, at most
   // prompt − 1), whether pinned to this slot or not. The snapshot must come
   // from this model (same weights): the engine can only check its shape.
-  // Validates before waiting or touching anything: n_layers and kv_dim equal
-  // to the model's, kv.size() == n_layers · 2 · n · kv_dim, n ≤ n_ctx − 1,
-  // every token id in [0, vocab_size); a violation is kInvalidArgument naming
-  // the field and both values, and the slot keeps its old content. Also
-  // kInvalidArgument for a slot out of range; kCancelled as SaveSlot.
-  // `snapshot` is only read, and may be freed when the call returns.
+  // Validates before touching anything: n_layers and kv_dim equal to the
+  // model's, kv_floats == n_layers · 2 · n · kv_dim, n ≤ n_ctx − 1, every
+  // token id in [0, vocab_size); a violation is kInvalidArgument naming the
+  // field and both values, and the slot keeps its old content. REQUIRES:
+  // `snapshot`'s memory stays valid until the call returns (e.g. a mapped
+  // KV file: a restore from disk copies each byte once).
+  virtual Result<int> RestoreSlot(SlotReservation& slot, const KvSnapshotView& snapshot) = 0;
+  // Validates, then reserves `slot` (pinned, no deadline) and restores.
+  // Errors: as above; kInvalidArgument for a slot out of range; kCancelled
+  // as SaveSlot. `snapshot` is only read, and may be freed when the call
+  // returns.
   virtual Result<int> RestoreSlot(int slot, const KvSnapshot& snapshot,
-                                  const CancelFn& cancelled) = 0;
-  // The same from arrays read in place (e.g. a mapped KV file, so a restore
-  // from disk copies each byte once): the same checks (kv_floats for
-  // kv.size()), errors and effects. REQUIRES: `view`'s memory stays valid
-  // until the call returns.
+                                  const Cancellation& cancelled) = 0;
   virtual Result<int> RestoreSlot(int slot, const KvSnapshotView& view,
-                                  const CancelFn& cancelled) = 0;
+                                  const Cancellation& cancelled) = 0;
 
   // Empties the slot's cached tokens (the K/V bytes are not zeroed, only
   // forgotten) and marks it as never used, so an unpinned request with no
-  // prefix match takes it first. Waits for the slot like a pinned Generate.
-  // Errors: kInvalidArgument for a slot out of range; kCancelled as SaveSlot.
-  virtual Status ClearSlot(int slot, const CancelFn& cancelled) = 0;
+  // prefix match takes it first.
+  virtual Status ClearSlot(SlotReservation& slot) = 0;
+  // Reserves `slot` like SaveSlot(int, …), then ClearSlot. Errors as it.
+  virtual Status ClearSlot(int slot, const Cancellation& cancelled) = 0;
 
-  // Generate, Embed and ComputeLogits first take a slot, then a WeightLease
+  // --- Compute. Generate, Embed and ComputeLogits hold a slot (their
+  // reservation, or one they reserve themselves), then take a WeightLease
   // on the model's weights for the whole call. A weight-acquire error is
   // returned as is: NotResidentError (kFailedPrecondition; externally-managed
   // cache, model not device-resident), kResourceExhausted (the cache cannot
@@ -252,36 +395,65 @@ class Engine {
   // (the file changed or broke since Load), prefixed "weights of '<key>': ".
   // Nothing is computed and the slot's cached prefix is kept.
   //
-  // Runs one generation. kInvalidArgument for an empty prompt or a prompt
-  // that does not fit n_ctx (message gives both numbers), a token id outside
-  // [0, vocab_size), max_tokens < 1, or bad sampling params; kFailedPrecondition
-  // for a model without an lm_head; kInvalidArgument for request.slot outside
-  // [-1, n_slots). Reuses the longest common prefix of the slot's cached
-  // tokens; then, if another free slot holds a longer prefix of the prompt,
-  // copies the K/V rows of the difference from it (copied_tokens) instead of
-  // computing them. cached_tokens counts both; at least one prompt token is
-  // always computed (cached_tokens ≤ prompt − 1). The copy needs no weights
-  // and happens before the WeightLease is taken, so after a weight error the
-  // slot holds the copied prefix. Cancellation (CancelFn true, or TextCallback
-  // false) is not an error: the result has finish_reason kCancelled, with no
-  // output when it happened while waiting for a slot. `on_text` and
-  // `cancelled` may be empty and are called on the calling thread.
+  // Runs one generation on the reserved slot. kInvalidArgument for an empty
+  // prompt or a prompt that does not fit n_ctx (message gives both
+  // numbers), a token id outside [0, vocab_size), max_tokens < 1, or bad
+  // sampling params; kFailedPrecondition for a model without an lm_head;
+  // kInvalidArgument for request.slot other than -1 and slot.slot().
+  // Reuses the longest common prefix of the slot's cached tokens; then, if
+  // another free slot holds a longer prefix of the prompt, copies the K/V
+  // rows of the difference from it (copied_tokens; Note [Prefix copy between
+  // slots]) instead of computing them. cached_tokens counts both; at least
+  // one prompt token is always computed (cached_tokens ≤ prompt − 1). The
+  // copy needs no weights and happens before the WeightLease is taken, so
+  // after a weight error the slot holds the copied prefix. Cancellation
+  // (`cancel` fired, checked before every sampled token, or TextCallback
+  // false) is not an error: the result has finish_reason kCancelled.
+  // `on_text` and `cancel`'s predicate may be empty and are called on the
+  // calling thread.
+  virtual Result<GenerationResult> Generate(SlotReservation& slot,
+                                            const GenerationRequest& request,
+                                            const TextCallback& on_text,
+                                            const Cancellation& cancel) = 0;
+  // Validates `request`, reserves request.slot (pinned) or the slot Note
+  // [Slot choice] picks for its prompt (no deadline), then Generate on it.
+  // Errors: as above, and kInvalidArgument for request.slot outside [-1,
+  // n_slots). Cancelled while waiting for the slot: finish_reason
+  // kCancelled, no output, result.slot -1.
   virtual Result<GenerationResult> Generate(const GenerationRequest& request,
                                             const TextCallback& on_text,
-                                            const CancelFn& cancelled) = 0;
+                                            const Cancellation& cancelled) = 0;
 
   // Mean of the final (normed) hidden states over `ids`, L2-normalized.
-  // Returns [hidden_size]. Uses (and blocks for) a slot like Generate.
+  // Returns [hidden_size]. Reserves a slot like Generate.
   // kInvalidArgument for empty ids, ids longer than n_ctx or out of vocab;
   // kCancelled when `cancelled` fired while waiting for a slot.
   virtual Result<std::vector<float>> Embed(const std::vector<int32_t>& ids,
-                                           const CancelFn& cancelled) = 0;
+                                           const Cancellation& cancelled) = 0;
 
   // For tests and the numerical reference: logits for every position of
   // `ids` from an empty KV state. Returns [n_tokens, vocab_size] row-major.
-  // Uses (and blocks for) a slot. kInvalidArgument as for Embed;
-  // kFailedPrecondition for a model without an lm_head.
+  // Reserves a slot (waits as long as it takes). kInvalidArgument as for
+  // Embed; kFailedPrecondition for a model without an lm_head.
   virtual Result<std::vector<float>> ComputeLogits(const std::vector<int32_t>& ids) = 0;
+
+ protected:
+  // For implementations: a reservation of `slot` by this engine holding
+  // `tokens` (the slot's cached tokens) and `owned` (its flag).
+  SlotReservation MakeReservation(int slot, std::vector<int32_t> tokens, bool owned);
+  // True when `r` is held and was made by this engine.
+  bool Holds(const SlotReservation& r) const { return r.engine_ == this; }
+  // The holder's view of the slot's cached tokens (see tokens()).
+  static std::vector<int32_t>& HeldTokens(SlotReservation& r) { return r.tokens_; }
+  // Records that a call filled the slot (its last_used advances on release).
+  static void MarkFilled(SlotReservation& r) { r.touched_ = true; }
+
+ private:
+  friend class SlotReservation;
+  // Frees `slot`, publishing the holder's `tokens`, `owned` flag and whether
+  // it was `filled`. Called once per reservation, by its Release().
+  virtual void ReleaseReserved(int slot, std::vector<int32_t> tokens, bool owned,
+                               bool filled) = 0;
 };
 
 }  // namespace arbiter

@@ -4,15 +4,22 @@
 //
 // Implements the KV precache issue (points 2–5) over
 // reference/seed-arbiter-and-precache.md Part 2 §2.2–§2.4 (seed
-// 001_abe7ad9154ed4078.txt), with its defects fixed:
+// 001_abe7ad9154ed4078.txt), with its defects fixed (the numbered list in
+// docs/kv-precache.md, "Defects of the reference, fixed"):
 //
-// Slots. A request with a conversation id is pinned to the slot the
+// Slots. The engine is the one slot scheduler (Engine::ReserveSlot; Note
+// [Slot choice] and Note [Slot waits] in src/engine/engine.cc): the
+// precache asks it for a SlotReservation and holds it for the whole
+// request. A request with a conversation id is pinned to the slot the
 // ConversationRegistry gives that conversation (the lowest-loaded one at
-// open); every turn of it runs on that slot. A request without one takes
-// the free slot whose cached tokens share the longest common prefix with
-// its prompt (ties: least recently used). One request runs on a slot at a
-// time (reference: "generation on the same slot is serialized"): a request
-// waits for its slot, polling its CancelFn.
+// open); every turn of it runs on that slot. A request without one gets the
+// free slot whose cached tokens share the longest common prefix with its
+// prompt (ties: a slot no conversation owns — nothing to stash — then the
+// least recently used; the precache marks owned slots with
+// SlotReservation::set_owned). One request runs on a slot at a time
+// (reference: "generation on the same slot is serialized"): a request waits
+// for its slot on the engine's condition variable until the slot frees,
+// its deadline passes or it is cancelled (a CancelToken wakes it at once).
 //
 // Tiers. Before a request runs on slot s:
 //   1. if s holds another conversation D's KV (D "owns" s), D's KV moves to
@@ -20,17 +27,19 @@
 //      spilled to the disk tier) — the slot keeps the tokens, so the longest
 //      common prefix with the new prompt is still reused;
 //   2. the request's conversation C (if any) is restored into s only when
-//      the slot's state is colder (defect 3): "warmth" is the number of
-//      prompt tokens a state can serve (its longest common prefix with the
-//      prompt). C's prompt-cache entry is taken when it is warmer than the
-//      slot; otherwise, when C has no in-RAM state at all, C's file in the
-//      KvStore is mapped, validated and restored in place (KvStore::
-//      LoadMapped: one copy, file → slot) — a corrupt, truncated or foreign
-//      file is removed and costs a cold prefill with a warning, never an
-//      error;
-//   3. the engine runs the request pinned to s; it copies a longer prefix
-//      from another free slot itself (Engine: prefix copy between slots).
-// Afterwards C owns s.
+//      the slot's state is colder (docs/kv-precache.md, fixed defect 3):
+//      "warmth" is the number of prompt tokens a state can serve (its
+//      longest common prefix with the prompt). C's prompt-cache entry is
+//      taken when it is warmer than the slot; otherwise, when C has no
+//      in-RAM state at all, C's file in the KvStore is mapped, validated and
+//      restored in place (KvStore::LoadMapped: one copy, file → slot) — a
+//      corrupt, truncated or foreign file is removed and costs a cold
+//      prefill with a warning, never an error;
+//   3. the engine runs the request on s, within the same reservation; it
+//      copies a longer prefix from another free slot itself (Note [Prefix
+//      copy between slots] in src/engine/internal/engine_impl.h).
+// Afterwards C owns s. Steps 1–3 run while the reservation is held, so no
+// other request can take s between the tier moves and the generation.
 //
 // Persisting (the disk tier, "<kv dir>/<model hash>/<safe id>.<class>.bin"):
 // on Close (the conversation's class), on idle eviction (EvictIdle: .long),
@@ -41,25 +50,28 @@
 //
 // Prewarm (§2.3): prefills a conversation's stable prefix on its slot
 // (max_tokens 1, greedy) and records {prefix tokens, touched} for it — per
-// conversation, not per slot (defect 5). Best-effort: a failure is
-// returned, never retried. KeepAlive re-warms every prewarmed conversation
-// untouched for ≥ kKeepAliveStaleFraction × ttl_short (the server calls it
-// every [kv] keepalive_interval, which config validation keeps below
-// 0.2 × ttl_short, so the re-warm lands before the short TTL runs out —
-// defect 1).
+// conversation, not per slot (docs/kv-precache.md, fixed defect 5).
+// Best-effort: a failure is returned, never retried. KeepAlive re-warms
+// every prewarmed conversation untouched for ≥ kKeepAliveStaleFraction ×
+// ttl_short (the server calls it every [kv] keepalive_interval, which config
+// validation keeps below 0.2 × ttl_short, so the re-warm lands before the
+// short TTL runs out — docs/kv-precache.md, fixed defect 1).
 //
-// Thread safety: thread-safe. One internal mutex for the slot table; slow
-// work (engine calls, file IO) runs outside it while the slot is held.
+// Thread safety: thread-safe. One internal mutex for the owner table and
+// the conversations; slow work (engine calls, file IO) runs outside it
+// while the slot is held (a SlotReservation).
 // Lifetime: `store`, `prompt_cache` and `clock` must outlive it;
 // an attached engine must be detached (DetachEngine) before it is destroyed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "arbiter/base/cancel.h"
 #include "arbiter/base/clock.h"
 #include "arbiter/base/mutex.h"
 #include "arbiter/base/status.h"
@@ -100,7 +112,8 @@ std::string_view KvSourceName(KvSource source);
 struct KvOutcome {
   int slot = -1;
   KvSource source = KvSource::kNone;
-  int restored_tokens = 0;      // tokens a restore put into the slot (defect 6)
+  // Tokens a restore put into the slot (docs/kv-precache.md, fixed defect 6).
+  int restored_tokens = 0;
   bool stashed = false;         // another conversation's KV moved to the host tier
   std::string warning;          // a corrupt / foreign file fell back to a cold prefill
 };
@@ -147,6 +160,7 @@ class KvPrecache {
 
   // A new engine instance serves the model: its slots start empty, and
   // nobody owns them. Calling it again with the attached engine is a no-op.
+  // REQUIRES: engine->n_slots() == options.n_slots.
   void AttachEngine(Engine* engine) EXCLUDES(mu_);
   // The engine is about to be destroyed: every slot a conversation owns is
   // saved to the disk tier (the conversation's class), then the slot table
@@ -159,13 +173,18 @@ class KvPrecache {
   // moving KV between the tiers as the file comment says. `ttl` is the
   // class the conversation's KV is saved with from now on. The result's
   // cached_tokens counts every prompt token not computed (restored, kept or
-  // copied). `outcome` (may be null) receives what happened.
-  // Errors: the engine's; kInvalidArgument for a conversation id the
-  // registry refuses. A failed restore is not an error (outcome->warning).
-  Result<GenerationResult> Generate(Engine* engine, std::string_view conversation_id, TtlClass ttl,
-                                    GenerationRequest request, const TextCallback& on_text,
-                                    const CancelFn& cancelled, KvOutcome* outcome = nullptr)
-      EXCLUDES(mu_);
+  // copied). `outcome` (may be null) receives what happened. Waiting for the
+  // slot ends at `deadline` (steady clock) or when `cancelled` fires (a
+  // CancelToken wakes the wait; a CancelFn is polled, see Cancellation);
+  // cancelled while waiting → finish_reason kCancelled, no output, slot -1.
+  // Errors: the engine's (ReserveSlot's kDeadlineExceeded included);
+  // kInvalidArgument for a conversation id the registry refuses;
+  // kFailedPrecondition when the engine has fewer slots than n_slots. A
+  // failed restore is not an error (outcome->warning).
+  Result<GenerationResult> Generate(
+      Engine* engine, std::string_view conversation_id, TtlClass ttl, GenerationRequest request,
+      const TextCallback& on_text, const Cancellation& cancelled, KvOutcome* outcome = nullptr,
+      std::chrono::steady_clock::time_point deadline = kNoDeadline) EXCLUDES(mu_);
 
   // Prefills `prefix_ids` on the conversation's slot (max_tokens 1, greedy)
   // and records it for the keep-alive. Returns the request's result
@@ -173,7 +192,7 @@ class KvPrecache {
   // kInvalidArgument for an empty conversation id or prefix.
   Result<GenerationResult> Prewarm(Engine* engine, std::string_view conversation_id,
                                    std::vector<int32_t> prefix_ids, TtlClass ttl,
-                                   const CancelFn& cancelled) EXCLUDES(mu_);
+                                   const Cancellation& cancelled) EXCLUDES(mu_);
 
   // Re-warms every prewarmed conversation untouched for ≥
   // kKeepAliveStaleFraction × ttl_short (and used within conversation_ttl_ms,
@@ -208,10 +227,10 @@ class KvPrecache {
   KvPrecacheCounters counters() const EXCLUDES(mu_);
 
  private:
+  // Which conversation's KV a slot holds (KV policy; whether it is busy,
+  // and which slot a request gets, are the engine's).
   struct SlotEntry {
-    bool busy = false;
-    uint64_t last_used = 0;
-    std::string owner;          // conversation whose KV the slot holds
+    std::string owner;          // conversation whose KV the slot holds; "" = none
     TtlClass owner_ttl = TtlClass::kShort;
   };
   struct ConversationState {
@@ -221,17 +240,12 @@ class KvPrecache {
     int64_t used_ms = 0;     // last request or explicit prewarm
   };
 
-  // Waits for and marks busy the slot to use (pinned: `pinned`; else the
-  // best match for `prompt`); -1 when cancelled.
-  int TakeSlot(Engine* engine, int pinned, const std::vector<int32_t>& prompt,
-               const CancelFn& cancelled) EXCLUDES(mu_);
-  void GiveSlot(int slot, const std::string& owner, TtlClass ttl) EXCLUDES(mu_);
   // Steps 1–2 of the file comment for a held slot.
-  void PrepareSlot(Engine* engine, int slot, const std::string& conversation,
+  void PrepareSlot(Engine* engine, SlotReservation& slot, const std::string& conversation,
                    const std::vector<int32_t>& prompt, KvOutcome* outcome) EXCLUDES(mu_);
   // Saves the held slot's KV to disk as `conversation` (class `ttl`).
-  bool PersistSlot(Engine* engine, int slot, const std::string& conversation, TtlClass ttl)
-      EXCLUDES(mu_);
+  bool PersistSlot(Engine* engine, const SlotReservation& slot, const std::string& conversation,
+                   TtlClass ttl) EXCLUDES(mu_);
   bool PersistSnapshot(const std::string& conversation, TtlClass ttl, const KvSnapshot& snapshot)
       EXCLUDES(mu_);
   // Moves a closed conversation's in-RAM KV (its slot, else its prompt-cache
@@ -245,11 +259,11 @@ class KvPrecache {
   // do not count as use of the conversation.
   Result<GenerationResult> Run(Engine* engine, std::string_view conversation_id, TtlClass ttl,
                                GenerationRequest request, const TextCallback& on_text,
-                               const CancelFn& cancelled, KvOutcome* outcome, bool use)
-      EXCLUDES(mu_);
+                               const Cancellation& cancelled, KvOutcome* outcome, bool use,
+                               std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);
   Result<GenerationResult> PrewarmImpl(Engine* engine, std::string_view conversation_id,
                                        std::vector<int32_t> prefix_ids, TtlClass ttl,
-                                       const CancelFn& cancelled, bool use) EXCLUDES(mu_);
+                                       const Cancellation& cancelled, bool use) EXCLUDES(mu_);
   // Attaches `engine` when it is not the attached one (a reload).
   void AttachLocked(Engine* engine) REQUIRES(mu_);
 
@@ -258,10 +272,8 @@ class KvPrecache {
   ConversationRegistry registry_;
   const int n_slots_;  // slots_.size(), fixed
   mutable Mutex mu_;
-  CondVar slot_freed_{&mu_};
   Engine* engine_ GUARDED_BY(mu_) = nullptr;
   std::vector<SlotEntry> slots_ GUARDED_BY(mu_);
-  uint64_t use_counter_ GUARDED_BY(mu_) = 0;
   std::map<std::string, ConversationState, std::less<>> conversations_ GUARDED_BY(mu_);
   KvPrecacheCounters counters_ GUARDED_BY(mu_);
 };

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "arbiter/base/status.h"
+#include "arbiter/engine/model_files.h"
 #include "arbiter/kv/kv_store.h"
 #include "arbiter/kv/precache.h"
 #include "arbiter/kv/prompt_cache.h"
@@ -44,6 +45,9 @@ struct ServeKv {
 // context size.
 // Errors: those of Engine::WeightModelFor (the model's files).
 Result<std::string> KvModelHash(const ModelEntry& entry);
+// The same from files already opened for a load (no file is read again).
+// Never fails.
+Result<std::string> KvModelHash(const ModelFiles& files);
 
 // Builds the KV precache for `config`: the directory ([kv] dir, else
 // <state dir>/kv, created 0700), the store, the prompt cache (charged to

@@ -47,16 +47,22 @@ struct ModelFootprint {
 // in `cache` under the entry's name (null: a private cache).
 EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache);
 
-// The cheap check (startup also parses tokenizer.json): config.json parses,
-// tokenizer.json exists, the safetensors headers are valid. Reads headers
-// only.
-// Errors: those of the format readers (kNotFound, kDataLoss, kUnimplemented),
-// naming the file.
+// The footprint of `entry` (ctx, parallel) from its opened files
+// (Engine::Footprint). Reads nothing. Errors: kInvalidArgument for a ctx or
+// parallel the engine refuses.
+Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry, const ModelFiles& files);
+// The cheap check: opens the entry's files (OpenModelFiles: config.json and
+// tokenizer.json parse, the safetensors headers are valid and hold every
+// tensor the architecture needs; headers only), then the footprint.
+// Errors: kNotFound for a missing directory; those of OpenModelFiles
+// (kNotFound, kDataLoss, kUnimplemented), naming the file.
 Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry);
 
 // Loads one model's engine (Engine::Load with n_ctx = ctx, n_slots =
 // parallel) over `cache`, registering the model's weights there first if
-// they are not yet (a model fixed on disk since startup). Load errors name
+// they are not yet (a model fixed on disk since startup). The model's files
+// are opened once for the estimate, the registration and the load (Note
+// [One parse per load] in src/engine/engine.cc). Load errors name
 // the model directory. The backend is a std::shared_ptr<Engine>
 // (ArbiterHandle::backend<Engine>()); its measured size is kv_bytes(),
 // charged as two parts (kv_slot: the KV caches; scratch); when

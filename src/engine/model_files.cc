@@ -1,0 +1,66 @@
+// engine/model_files.cc — OpenModelFiles (arbiter/engine/model_files.h).
+#include "arbiter/engine/model_files.h"
+
+#include <new>
+
+#include "arbiter/base/hash.h"
+#include "arbiter/formats/safetensors.h"
+#include "engine/internal/model_files_internal.h"
+#include "engine/internal/model_weights.h"
+
+namespace arbiter {
+
+ModelFiles::~ModelFiles() = default;
+
+const ModelConfig& ModelFiles::config() const { return layout_->config; }
+
+const std::vector<WeightSpec>& ModelFiles::weight_specs() const { return layout_->buffers; }
+
+size_t ModelFiles::weight_bytes() const { return layout_->bytes(); }
+
+uint64_t ModelFiles::WeightsDigestFor(std::string_view key) const {
+  return WeightsDigest(key, layout_->buffers, files_token_);
+}
+
+Result<std::shared_ptr<const ModelFiles>> OpenModelFiles(const std::string& model_dir) {
+  return engine_internal::ModelFilesAccess::Open(model_dir, /*with_tokenizer=*/true);
+}
+
+namespace engine_internal {
+
+uint64_t FilesToken(const std::vector<std::string>& paths) {
+  std::string bytes;
+  for (const std::string& f : paths) {
+    const uint64_t t = WeightsFileToken(f);
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  }
+  const uint64_t h = Xxh3_64(bytes.data(), bytes.size());
+  return h == 0 ? 1 : h;
+}
+
+Result<std::shared_ptr<const ModelFiles>> ModelFilesAccess::Open(const std::string& model_dir,
+                                                                 bool with_tokenizer) {
+  const std::string dir =
+      model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+  try {
+    ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
+    std::shared_ptr<ModelFiles> files(new ModelFiles());
+    files->dir_ = model_dir;
+    if (with_tokenizer) {
+      ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                               Tokenizer::Load(dir + "tokenizer.json"));
+      files->tokenizer_ = std::move(tokenizer);
+    }
+    ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+    ARBITER_ASSIGN_OR_RETURN(ComputeLayout layout, PlanComputeLayout(config, st, model_dir));
+    files->layout_ = std::make_shared<const ComputeLayout>(std::move(layout));
+    files->weight_files_ = st.files();
+    files->files_token_ = FilesToken(st.files());
+    return std::shared_ptr<const ModelFiles>(std::move(files));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(model_dir + ": out of memory reading the model's headers");
+  }
+}
+
+}  // namespace engine_internal
+}  // namespace arbiter
