@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "arbiter/arbiter/memory_arbiter.h"
-#include "arbiter/engine/bpe_trainer.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/safetensors.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 namespace arbiter {
 namespace {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 #include "engine/internal/test_model.h"
 
 namespace arbiter {

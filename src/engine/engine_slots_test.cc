@@ -20,7 +20,7 @@
 
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/kv_snapshot.h"
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 #include "engine/internal/test_model.h"
 
 namespace arbiter {

@@ -10,7 +10,7 @@
 
 #include <filesystem>
 
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {

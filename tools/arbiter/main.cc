@@ -46,7 +46,6 @@
 #include "arbiter/base/size.h"
 #include "arbiter/engine/bench.h"
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/model_maker.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/engine/weights_bench.h"
 #include "arbiter/formats/inspect.h"
@@ -57,6 +56,7 @@
 #include "arbiter/server/pressure.h"
 #include "arbiter/server/server.h"
 #include "arbiter/weights/weight_budget.h"
+#include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {

@@ -1,4 +1,4 @@
-// arbiter/engine/bpe_trainer.h — trains a byte-level BPE tokenizer and
+// tools/model_maker/bpe_trainer.h — trains a byte-level BPE tokenizer and
 // writes it as a Hugging Face tokenizer.json.
 //
 // Algorithm (the classic one of GPT-2 / HF BpeTrainer):
