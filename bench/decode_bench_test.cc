@@ -1,26 +1,26 @@
-// The bench library on `tiny` (shape of the result only; no speed asserted).
+// bench/decode_bench_test.cc — RunDecodeBench (`arbiter bench decode`) on
+// `tiny` (shape of the result only; no speed asserted).
 // Set ARBITER_BENCH_DEMO_CHAT=1 to also run the real benchmark on demo-chat
 // with 1 and 2 threads and print the report (used for docs/BENCHMARKS.md);
 // ARBITER_BENCH_MODEL_DIR=DIR keeps the generated model in DIR for reuse;
 // ARBITER_BENCH_{THREADS,PROMPT,GEN,REPS} override the run shape (profiling).
-#include "arbiter/engine/bench.h"
+#include "bench/decode_bench.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include <unistd.h>
-
 #include "arbiter/engine/engine.h"
-#include "tools/model_maker/model_maker.h"
 #include "engine/internal/test_model.h"
+#include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {
 
-TEST(BenchTest, RunsOnTinyModel) {
+TEST(DecodeBenchTest, RunsOnTinyModel) {
   const std::string dir = engine_internal::MakeTempDir("arbiter_bench_");
   ASSERT_TRUE(MakeModel("tiny", dir, 3).ok());
   Result<DecodeBenchResult> r = RunDecodeBench(dir, 1, 32, 8, 1);
@@ -38,7 +38,28 @@ TEST(BenchTest, RunsOnTinyModel) {
   EXPECT_EQ(RunDecodeBench(dir, 0).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(BenchTest, DemoChat) {
+// Scripts parse the prefill and decode lines: their format is fixed.
+TEST(DecodeBenchTest, TextReportKeepsTheParsedLines) {
+  DecodeBenchResult r;
+  r.model_dir = "/m";
+  r.n_threads = 2;
+  r.prompt_tokens = 512;
+  r.gen_tokens = 128;
+  r.repetitions = 3;
+  r.prefill_ms = 1234.56;
+  r.prefill_tok_s = 414.73;
+  r.decode_ms = 9876.54;
+  r.decode_tok_s = 12.957;
+  const std::string text = FormatDecodeBench(r);
+  EXPECT_NE(text.find("\nprefill         512 tokens: 1234.6 ms, 414.7 tok/s (best of 3)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\ndecode          128 tokens: 9876.5 ms, 12.96 tok/s (best of 3)\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(DecodeBenchTest, DemoChat) {
   const char* env = std::getenv("ARBITER_BENCH_DEMO_CHAT");
   if (env == nullptr || std::string(env) != "1") GTEST_SKIP() << "set ARBITER_BENCH_DEMO_CHAT=1";
   const char* dir_env = std::getenv("ARBITER_BENCH_MODEL_DIR");
@@ -52,7 +73,8 @@ TEST(BenchTest, DemoChat) {
     return v != nullptr ? std::atoi(v) : fallback;
   };
   std::vector<int> thread_counts = {1, 2};
-  if (env_int("ARBITER_BENCH_THREADS", 0) > 0) thread_counts = {env_int("ARBITER_BENCH_THREADS", 1)};
+  if (env_int("ARBITER_BENCH_THREADS", 0) > 0)
+    thread_counts = {env_int("ARBITER_BENCH_THREADS", 1)};
   // Numerical check at the real shape (bf16 weights, Qwen3, tied, 8 layers).
   {
     EngineOptions o;
@@ -60,8 +82,10 @@ TEST(BenchTest, DemoChat) {
     o.prefill_batch = 16;
     Result<std::unique_ptr<Engine>> e = Engine::Load(dir, o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
-    std::vector<int32_t> ids = (*e)->tokenizer().Encode("The licensee may copy and distribute "
-                                                        "verbatim copies of the Program.", false);
+    std::vector<int32_t> ids = (*e)->tokenizer().Encode(
+        "The licensee may copy and distribute "
+        "verbatim copies of the Program.",
+        false);
     Result<std::vector<float>> got = (*e)->ComputeLogits(ids);
     ASSERT_TRUE(got.ok());
     Result<std::vector<double>> ref =
