@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "arbiter/engine/engine.h"
@@ -124,6 +125,30 @@ std::string FormatDecodeBench(const DecodeBenchResult& r) {
                 r.roofline_tok_s, r.roofline_fraction * 100, r.read_bytes_per_s / 1e9, r.n_threads,
                 r.read_roofline_tok_s, r.read_roofline_fraction * 100);
   return buf;
+}
+
+std::string FormatDecodeBenchJson(const DecodeBenchResult& r) {
+  const nlohmann::json j = {{"model_dir", r.model_dir},
+                            {"blas_core", r.blas_core},
+                            {"n_threads", r.n_threads},
+                            {"prompt_tokens", r.prompt_tokens},
+                            {"gen_tokens", r.gen_tokens},
+                            {"repetitions", r.repetitions},
+                            {"load_ms", r.load_ms},
+                            {"prefill_ms", r.prefill_ms},
+                            {"prefill_tok_s", r.prefill_tok_s},
+                            {"decode_ms", r.decode_ms},
+                            {"decode_tok_s", r.decode_tok_s},
+                            {"weight_bytes", r.weight_bytes},
+                            {"weight_bytes_per_token", r.weight_bytes_per_token},
+                            {"kv_bytes_per_token", r.kv_bytes_per_token},
+                            {"memcpy_bytes_per_s", r.memcpy_bytes_per_s},
+                            {"roofline_tok_s", r.roofline_tok_s},
+                            {"roofline_fraction", r.roofline_fraction},
+                            {"read_bytes_per_s", r.read_bytes_per_s},
+                            {"read_roofline_tok_s", r.read_roofline_tok_s},
+                            {"read_roofline_fraction", r.read_roofline_fraction}};
+  return j.dump(2) + "\n";
 }
 
 }  // namespace arbiter

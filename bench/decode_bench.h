@@ -69,4 +69,9 @@ Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_thr
 // keep their format.
 std::string FormatDecodeBench(const DecodeBenchResult& r);
 
+// The same figures as one JSON object (`arbiter bench decode --json`): every
+// DecodeBenchResult field under its own name (e.g. "prefill_tok_s",
+// "decode_ms", "roofline_fraction"), with a trailing newline.
+std::string FormatDecodeBenchJson(const DecodeBenchResult& r);
+
 }  // namespace arbiter

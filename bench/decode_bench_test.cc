@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "arbiter/engine/engine.h"
@@ -35,6 +36,9 @@ TEST(DecodeBenchTest, RunsOnTinyModel) {
   EXPECT_NEAR(r->roofline_tok_s * r->weight_bytes_per_token, r->memcpy_bytes_per_s,
               r->memcpy_bytes_per_s * 1e-9);
   EXPECT_FALSE(FormatDecodeBench(*r).empty());
+  const nlohmann::json j = nlohmann::json::parse(FormatDecodeBenchJson(*r));
+  EXPECT_EQ(j.at("prompt_tokens"), 32);
+  EXPECT_EQ(j.at("decode_tok_s"), r->decode_tok_s);
   EXPECT_EQ(RunDecodeBench(dir, 0).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -57,6 +61,57 @@ TEST(DecodeBenchTest, TextReportKeepsTheParsedLines) {
   EXPECT_NE(text.find("\ndecode          128 tokens: 9876.5 ms, 12.96 tok/s (best of 3)\n"),
             std::string::npos)
       << text;
+}
+
+// --json carries every figure of the text report under the result's field
+// names.
+TEST(DecodeBenchTest, JsonHasTheTextReportsFigures) {
+  DecodeBenchResult r;
+  r.model_dir = "/m";
+  r.blas_core = "Zen";
+  r.n_threads = 2;
+  r.prompt_tokens = 512;
+  r.gen_tokens = 128;
+  r.repetitions = 3;
+  r.load_ms = 80;
+  r.prefill_ms = 1234.5;
+  r.prefill_tok_s = 414.7;
+  r.decode_ms = 9876.5;
+  r.decode_tok_s = 12.96;
+  r.weight_bytes = 213500000;
+  r.weight_bytes_per_token = 213400000;
+  r.kv_bytes_per_token = 1.5e6;
+  r.memcpy_bytes_per_s = 10e9;
+  r.roofline_tok_s = 46.9;
+  r.roofline_fraction = 0.28;
+  r.read_bytes_per_s = 20e9;
+  r.read_roofline_tok_s = 93.7;
+  r.read_roofline_fraction = 0.14;
+  const std::string text = FormatDecodeBenchJson(r);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j.at("model_dir"), "/m");
+  EXPECT_EQ(j.at("blas_core"), "Zen");
+  EXPECT_EQ(j.at("n_threads"), 2);
+  EXPECT_EQ(j.at("repetitions"), 3);
+  EXPECT_EQ(j.at("load_ms"), 80.0);
+  EXPECT_EQ(j.at("prompt_tokens"), 512);
+  EXPECT_EQ(j.at("prefill_ms"), 1234.5);
+  EXPECT_EQ(j.at("prefill_tok_s"), 414.7);
+  EXPECT_EQ(j.at("gen_tokens"), 128);
+  EXPECT_EQ(j.at("decode_ms"), 9876.5);
+  EXPECT_EQ(j.at("decode_tok_s"), 12.96);
+  EXPECT_EQ(j.at("weight_bytes"), 213500000u);
+  EXPECT_EQ(j.at("weight_bytes_per_token"), 213400000u);
+  EXPECT_EQ(j.at("kv_bytes_per_token"), 1.5e6);
+  EXPECT_EQ(j.at("memcpy_bytes_per_s"), 10e9);
+  EXPECT_EQ(j.at("roofline_tok_s"), 46.9);
+  EXPECT_EQ(j.at("roofline_fraction"), 0.28);
+  EXPECT_EQ(j.at("read_bytes_per_s"), 20e9);
+  EXPECT_EQ(j.at("read_roofline_tok_s"), 93.7);
+  EXPECT_EQ(j.at("read_roofline_fraction"), 0.14);
+  EXPECT_EQ(j.size(), 20u);
 }
 
 TEST(DecodeBenchTest, DemoChat) {

@@ -30,11 +30,12 @@ struct DecodeFlags {
   int prompt_tokens = 512;
   int gen_tokens = 128;
   int repetitions = 3;
+  bool json = false;
 };
 
 int RunDecode(const DecodeFlags& f) {
   // The engine's private weight cache logs each load at info level on
-  // spdlog's stdout sink; keep stdout to the report.
+  // spdlog's stdout sink; keep stdout to the report (--json is parsed).
   spdlog::set_level(spdlog::level::warn);
   const int threads = f.threads > 0
                           ? f.threads
@@ -42,7 +43,7 @@ int RunDecode(const DecodeFlags& f) {
   Result<DecodeBenchResult> r =
       RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions);
   if (!r.ok()) return Fail("decode", r.status());
-  std::cout << FormatDecodeBench(*r);
+  std::cout << (f.json ? FormatDecodeBenchJson(*r) : FormatDecodeBench(*r));
   return 0;
 }
 
@@ -102,6 +103,7 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       ->check(CLI::PositiveNumber);
   c.decode->add_option("--repetitions", d.repetitions, "Repetitions, best kept (default 3)")
       ->check(CLI::PositiveNumber);
+  c.decode->add_flag("--json", d.json, "Print the result as JSON");
 
   c.arbiter = bench->add_subcommand(
       "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");

@@ -2,15 +2,15 @@
 // flags, and running the scenario of bench/ (arbiter_bench) each one names.
 //
 //   arbiter bench decode --model DIR [--threads N] [--prompt-tokens N]
-//                        [--gen-tokens N] [--repetitions N]
+//                        [--gen-tokens N] [--repetitions N] [--json]
 //   arbiter bench arbiter [--iterations N] [--json]
 //   arbiter bench weights --model DIR [--model2 DIR] [--repetitions N]
 //                         [--workers N] [--gen-tokens N] [--threads N] [--json]
 //   arbiter bench kv --model DIR [--prefix-tokens N] [--turn-tokens N]
 //                    [--repetitions N] [--threads N] [--only SCENARIO] [--json]
 //
-// Each prints its scenario's text report (Format*Bench) or, where it has
-// --json, one JSON object (Format*BenchJson) on stdout; docs/BENCHMARKS.md describes
+// Each prints its scenario's text report (Format*Bench) or, with --json, one
+// JSON object (Format*BenchJson) on stdout; docs/BENCHMARKS.md describes
 // them. Exit status: 0, or 1 with "arbiter: bench <name> failed: …" on
 // stderr.
 //
