@@ -23,8 +23,7 @@
 // ByteLevel(add_prefix_space=false, use_regex=false)], decoder ByteLevel.
 // Both arbiter's Tokenizer and HF `tokenizers` load it.
 //
-// Performance: ~250 KB of text and 3,700 merges take well under a second on
-// one core.
+// Its speed on the default corpus is in docs/BENCHMARKS.md "Tools".
 //
 // Thread safety: pure functions (no shared state).
 #pragma once
