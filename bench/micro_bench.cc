@@ -1,5 +1,6 @@
 // bench/micro_bench.cc — Google Benchmark micro-benchmarks for the readers,
-// the tokenizer and the MemoryArbiter's acquire/release. Not part of `make test`; run `build/bench/micro_bench`.
+// the tokenizer, the BPE trainer and the MemoryArbiter's acquire/release.
+// Not part of `make test`; run `build/bench/micro_bench`.
 //
 // Each throughput figure is reported next to the limit measured in the same
 // run: `BM_Memcpy` copies the same number of bytes, so conversion speed reads
@@ -13,9 +14,9 @@
 #include <vector>
 
 #include "arbiter/arbiter/memory_arbiter.h"
-#include "arbiter/engine/bpe_trainer.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/safetensors.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 namespace arbiter {
 namespace {
@@ -58,6 +59,31 @@ void BM_ConvertF16(benchmark::State& state) { ConvertBench(state, DType::kF16); 
 BENCHMARK(BM_ConvertBF16)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvertF16)->Unit(benchmark::kMillisecond);
 
+// Trains the byte-level BPE on the license corpus (3700 merges, the
+// demo-chat size), as `arbiter make-model` does once per call. Reports input
+// bytes per second (docs/BENCHMARKS.md "Tools").
+void BM_TrainBpe(benchmark::State& state) {
+  auto corpus = DefaultTrainingCorpus();
+  if (!corpus.ok()) {
+    state.SkipWithError(corpus.status().ToString().c_str());
+    return;
+  }
+  BpeTrainerOptions options;
+  options.num_merges = 3700;
+  size_t merges = 0;
+  for (auto _ : state) {
+    auto trained = TrainBpe(*corpus, options);
+    if (!trained.ok()) {
+      state.SkipWithError(trained.status().ToString().c_str());
+      return;
+    }
+    merges = trained->merges.size();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(corpus->size()));
+  state.counters["merges"] = static_cast<double>(merges);
+}
+BENCHMARK(BM_TrainBpe)->Unit(benchmark::kMillisecond);
+
 // Encodes the license corpus with a tokenizer trained on it (3700 merges,
 // the demo-chat size). Reports input bytes per second and tokens.
 void BM_TokenizerEncode(benchmark::State& state) {
@@ -89,7 +115,6 @@ void BM_TokenizerEncode(benchmark::State& state) {
 }
 BENCHMARK(BM_TokenizerEncode)->Unit(benchmark::kMillisecond);
 
-
 // MemoryArbiter: Acquire + Release of a resident handle (the lock-free fast
 // path, Note [Fast path]); `arbiter bench arbiter` reports percentiles and
 // the other scenarios. Run with --benchmark_filter=Arbiter; ->Threads(2) has
@@ -106,8 +131,8 @@ void BM_ArbiterAcquireRelease(benchmark::State& state) {
     return a;
   }();
   for (auto _ : state) {
-    Result<ArbiterHandle> h = arbiter->Acquire(Capability::kText, "demo-chat",
-                                               ArbiterDeadline::max());
+    Result<ArbiterHandle> h =
+        arbiter->Acquire(Capability::kText, "demo-chat", ArbiterDeadline::max());
     benchmark::DoNotOptimize(h->backend<int>());
   }
 }

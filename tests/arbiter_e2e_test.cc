@@ -40,9 +40,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "arbiter/engine/model_maker.h"
 #include "server_process.h"
 #include "arbiter/runtime/models.h"
+#include "tools/model_maker/model_maker.h"
 
 extern char** environ;
 

@@ -1,10 +1,11 @@
 // End-to-end: the `arbiter` CLI's offline commands (make-model, inspect,
-// generate, bench arbiter, bench weights) as child processes, on good and broken model
-// directories.
+// generate, bench decode, bench arbiter, bench weights) as child processes,
+// on good and broken model directories.
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,37 @@ TEST_F(CliTest, UnknownPresetFailsListingPresets) {
   EXPECT_FALSE(fs::exists(*dir_ / "nope" / "config.json"));
 }
 
+
+// Smoke test of `arbiter bench decode` at a tiny shape: the text report keeps
+// the prefill and decode lines scripts parse, and --json carries the same
+// figures. No timing is asserted.
+TEST_F(CliTest, BenchDecodeTextAndJson) {
+  const std::string args = "bench decode --model " + (*dir_ / "tiny").string() +
+                           " --threads 1 --prompt-tokens 16 --gen-tokens 4 --repetitions 1";
+  RunResult r = RunArbiter(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::regex prefill(
+      R"(\nprefill +16 tokens: [0-9]+\.[0-9] ms, [0-9]+\.[0-9] tok/s \(best of 1\)\n)");
+  const std::regex decode(
+      R"(\ndecode +4 tokens: [0-9]+\.[0-9] ms, [0-9]+\.[0-9]{2} tok/s \(best of 1\)\n)");
+  EXPECT_TRUE(std::regex_search(r.output, prefill)) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, decode)) << r.output;
+
+  RunResult j = RunArbiter(args + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  nlohmann::json doc = nlohmann::json::parse(j.output, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << j.output;
+  EXPECT_EQ(doc["n_threads"], 1);
+  EXPECT_EQ(doc["prompt_tokens"], 16);
+  EXPECT_EQ(doc["gen_tokens"], 4);
+  EXPECT_EQ(doc["repetitions"], 1);
+  for (const char* k : {"load_ms", "prefill_ms", "prefill_tok_s", "decode_ms", "decode_tok_s",
+                        "weight_bytes", "weight_bytes_per_token", "kv_bytes_per_token",
+                        "memcpy_bytes_per_s", "roofline_tok_s", "roofline_fraction",
+                        "read_bytes_per_s", "read_roofline_tok_s", "read_roofline_fraction"}) {
+    EXPECT_GT(doc[k].get<double>(), 0) << k;
+  }
+}
 
 // Smoke test of `arbiter bench arbiter` (no timings are asserted: benchmarks
 // are not part of `make test`).

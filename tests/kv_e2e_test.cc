@@ -37,8 +37,8 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/engine/chat_template.h"
-#include "arbiter/engine/model_maker.h"
 #include "arbiter/engine/tokenizer.h"
+#include "tools/model_maker/model_maker.h"
 #include "server_process.h"
 
 namespace arbiter {

@@ -37,7 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/base/file.h"
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 #include "server_process.h"
 
 extern char** environ;

@@ -34,8 +34,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "arbiter/engine/model_maker.h"
 #include "arbiter/runtime/models.h"
+#include "tools/model_maker/model_maker.h"
 #include "server_process.h"
 
 namespace arbiter {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "arbiter/engine/bpe_trainer.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 #include <gtest/gtest.h>
 

@@ -24,8 +24,8 @@
 #include "arbiter/base/cancel.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/kv_snapshot.h"
-#include "arbiter/engine/model_maker.h"
 #include "engine/internal/engine_impl.h"
+#include "tools/model_maker/model_maker.h"
 #include "engine/internal/test_model.h"
 
 namespace arbiter {

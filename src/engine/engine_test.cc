@@ -2,6 +2,7 @@
 // stop strings, cancellation, slot contention, embeddings. No test asserts
 // wall-clock speed; waits are bounded by the engine's own 50 ms polling.
 #include "arbiter/engine/engine.h"
+#include "tools/model_maker/model_maker.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "arbiter/engine/model_maker.h"
 #include "engine/internal/engine_impl.h"
 #include "engine/internal/test_model.h"
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/model_maker.h"
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/weights/weight_cache.h"
+#include "tools/model_maker/model_maker.h"
 #include "engine/internal/engine_impl.h"
 #include "engine/internal/forward.h"
 #include "engine/internal/test_model.h"

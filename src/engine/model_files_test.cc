@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/weights/weight_cache.h"
 #include "engine/internal/test_model.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 #include "engine/internal/engine_impl.h"
 #include "engine/internal/test_model.h"
 

@@ -1,4 +1,5 @@
 #include "arbiter/engine/tokenizer.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +7,6 @@
 #include <random>
 #include <thread>
 
-#include "arbiter/engine/bpe_trainer.h"
 #include "engine/internal/byte_level.h"
 #include "engine/internal/pcre2_regex.h"
 

@@ -4,6 +4,7 @@
 // colder), prewarm and per-conversation keep-alive (defects 1 and 5),
 // idle eviction, engine detach/attach (a model eviction or restart).
 #include "arbiter/kv/precache.h"
+#include "tools/model_maker/model_maker.h"
 
 #include <stdlib.h>
 
@@ -15,7 +16,6 @@
 
 #include <gtest/gtest.h>
 
-#include "arbiter/engine/model_maker.h"
 
 namespace arbiter {
 namespace {

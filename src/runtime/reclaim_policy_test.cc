@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 #include "arbiter/runtime/runtime.h"
 
 namespace arbiter {

@@ -5,12 +5,7 @@
 //   arbiter make-model --preset NAME --out DIR [--seed N]
 //   arbiter inspect PATH [--json]
 //   arbiter generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]
-//   arbiter bench decode --model DIR [--threads N]
-//   arbiter bench arbiter [--iterations N] [--json]
-//   arbiter bench weights --model DIR [--model2 DIR] [--repetitions N] [--workers N]
-//                         [--gen-tokens N] [--threads N] [--json]
-//   arbiter bench kv --model DIR [--prefix-tokens N] [--turn-tokens N] [--repetitions N]
-//                    [--threads N] [--only SCENARIO] [--json]
+//   arbiter bench decode|arbiter|weights|kv ...  (tools/arbiter/bench_commands.h)
 //   arbiter budget --arena SIZE [--fraction F] [--wiggle W] [--max-scratch SIZE]
 //                  [--pinned SIZE] [--json]
 //
@@ -46,22 +41,19 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "arbiter/arbiter/arbiter_bench.h"
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/size.h"
-#include "arbiter/engine/bench.h"
 #include "arbiter/engine/engine.h"
-#include "arbiter/engine/model_maker.h"
 #include "arbiter/engine/tokenizer.h"
-#include "arbiter/engine/weights_bench.h"
 #include "arbiter/formats/inspect.h"
-#include "arbiter/kv/kv_bench.h"
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/models.h"
 #include "arbiter/runtime/runtime.h"
 #include "arbiter/server/server.h"
 #include "arbiter/weights/weight_budget.h"
+#include "tools/arbiter/bench_commands.h"
+#include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {
@@ -230,271 +222,6 @@ int RunGenerate(const GenerateFlags& f) {
                            "tokens in {:.1f} ms ({:.1f} tok/s)\n",
                            t.prefill_tokens, t.prefill_ms, prefill_tok_s, t.decode_tokens,
                            t.decode_ms, decode_tok_s);
-  return 0;
-}
-
-// ---- bench ------------------------------------------------------------------
-
-struct BenchFlags {
-  std::string model;
-  int threads = 0;
-  int prompt_tokens = 512;
-  int gen_tokens = 128;
-  int repetitions = 3;
-};
-
-int RunBenchDecode(const BenchFlags& f) {
-  spdlog::set_level(spdlog::level::warn);  // as RunGenerate: stdout is the report
-  const int threads =
-      f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Result<DecodeBenchResult> r =
-      RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions);
-  if (!r.ok()) return Fail(fmt::format("bench decode failed: {}", r.status().message()));
-  std::cout << FormatDecodeBench(*r);
-  return 0;
-}
-
-int RunBenchArbiter(int iterations, bool json) {
-  Result<ArbiterBenchResult> r = RunArbiterBench(iterations);
-  if (!r.ok()) return Fail(fmt::format("bench arbiter failed: {}", r.status().message()));
-  if (!json) {
-    std::cout << FormatArbiterBench(*r);
-    return 0;
-  }
-  nlohmann::json j;
-  j["iterations"] = r->iterations;
-  j["timer"] = r->timer;
-  j["timer_overhead_ns"] = r->timer_overhead_ns;
-  j["scenarios"] = nlohmann::json::array();
-  for (const ArbiterBenchScenario& s : r->scenarios) {
-    j["scenarios"].push_back({{"name", s.name},
-                              {"description", s.description},
-                              {"samples", s.samples},
-                              {"p50_ns", s.p50_ns},
-                              {"p99_ns", s.p99_ns},
-                              {"mean_ns", s.mean_ns},
-                              {"reference_p50_ns", s.reference_p50_ns},
-                              {"reference_p99_ns", s.reference_p99_ns},
-                              {"target_p50_ns", s.target_p50_ns},
-                              {"target_p99_ns", s.target_p99_ns},
-                              {"is_limit", s.is_limit},
-                              {"note", s.note}});
-  }
-  std::cout << j.dump(2) << "\n";
-  return 0;
-}
-
-nlohmann::json StatJson(const BenchStat& s) {
-  return {{"samples", s.samples}, {"p50", s.p50}, {"min", s.min}, {"max", s.max}};
-}
-
-int RunBenchWeights(const WeightsBenchOptions& options, bool json) {
-  Result<WeightsBenchResult> r = RunWeightsBench(options);
-  if (!r.ok()) return Fail(fmt::format("bench weights failed: {}", r.status().message()));
-  if (!json) {
-    std::cout << FormatWeightsBench(*r);
-    return 0;
-  }
-  const FloorLoadResult& a = r->floor_load;
-  const FileLoadResult& b = r->file_load;
-  const AlternationResult& c = r->alternation;
-  const PssResult& d = r->pss;
-  nlohmann::json j;
-  j["model_dir"] = r->model_dir;
-  j["model2_dir"] = r->model2_dir;
-  j["model2_is_copy"] = r->model2_is_copy;
-  j["repetitions"] = r->repetitions;
-  j["workers"] = r->workers;
-  j["threads"] = r->threads;
-  j["loadavg_start"] = r->loadavg_start;
-  j["loadavg_end"] = r->loadavg_end;
-  j["floor_load"] = {{"weight_bytes", a.weight_bytes},
-                     {"acquire_seconds", StatJson(a.acquire_seconds)},
-                     {"transfer_seconds", StatJson(a.transfer_seconds)},
-                     {"evict_seconds", StatJson(a.evict_seconds)},
-                     {"load_gb_s", a.load_gb_s},
-                     {"memcpy_gb_s", a.memcpy_gb_s},
-                     {"ratio", a.ratio},
-                     {"memcpy_huge_gb_s", a.memcpy_huge_gb_s},
-                     {"memcpy_huge_discarded_gb_s", a.memcpy_huge_discarded_gb_s},
-                     {"memcpy_fresh_gb_s", a.memcpy_fresh_gb_s},
-                     {"base_pages_acquire_seconds", StatJson(a.base_pages_acquire_seconds)},
-                     {"base_pages_evict_seconds", StatJson(a.base_pages_evict_seconds)},
-                     {"base_pages_load_gb_s", a.base_pages_load_gb_s}};
-  auto file_case = [](const FileLoadCase& k) {
-    return nlohmann::json{{"resident_after_drop", k.resident_after_drop},
-                          {"acquire_seconds", StatJson(k.acquire_seconds)},
-                          {"file_gb_s", k.file_gb_s},
-                          {"f32_gb_s", k.f32_gb_s},
-                          {"read_seconds", StatJson(k.read_seconds)},
-                          {"read_gb_s", k.read_gb_s},
-                          {"ratio_vs_read", k.ratio_vs_read},
-                          {"ratio_vs_memcpy", k.ratio_vs_memcpy}};
-  };
-  j["file_load"] = {{"file_bytes", b.file_bytes},
-                    {"f32_bytes", b.f32_bytes},
-                    {"warm", file_case(b.warm)},
-                    {"cold", file_case(b.cold)},
-                    {"note", b.note}};
-  nlohmann::json cases = nlohmann::json::array();
-  for (const AlternationCase& k : c.cases) {
-    cases.push_back({{"name", k.name},
-                     {"residency", k.residency},
-                     {"swapping", k.swapping},
-                     {"requests", k.requests},
-                     {"loads", k.loads},
-                     {"total_seconds", k.total_seconds},
-                     {"ttft_seconds", StatJson(k.ttft_seconds)},
-                     {"swap_load_seconds", StatJson(k.swap_load_seconds)}});
-  }
-  j["alternation"] = {{"rounds", c.rounds},
-                      {"prompt_tokens", c.prompt_tokens},
-                      {"gen_tokens", c.gen_tokens},
-                      {"on_demand_budget", c.on_demand_budget},
-                      {"model_bytes", c.model_bytes},
-                      {"cases", cases}};
-  auto pss_case = [](const PssCase& k) {
-    return nlohmann::json{{"workers", k.workers},
-                          {"filled_here", k.filled_here},
-                          {"sum_pss_bytes", k.sum_pss_bytes},
-                          {"sum_floor_pss_bytes", k.sum_floor_pss_bytes},
-                          {"sum_floor_rss_bytes", k.sum_floor_rss_bytes},
-                          {"materialize_seconds", StatJson(k.materialize_seconds)}};
-  };
-  j["worker_pss"] = {{"floor_bytes", d.floor_bytes},
-                     {"shared", pss_case(d.shared)},
-                     {"private", pss_case(d.private_store)},
-                     {"floor_ratio", d.floor_ratio},
-                     {"total_ratio", d.total_ratio},
-                     {"shared_vs_copy", d.shared_vs_copy},
-                     {"private_vs_copy", d.private_vs_copy},
-                     {"leftover_regions", d.leftover_regions}};
-  std::cout << j.dump(2) << "\n";
-  return 0;
-}
-
-nlohmann::json KvStatJson(const KvBenchStat& s) {
-  return {{"samples", s.samples}, {"best", s.best}, {"p50", s.p50},
-          {"p99", s.p99},         {"max", s.max},   {"mean", s.mean}};
-}
-
-nlohmann::json KvQaRoundJson(const KvQaRound& x) {
-  return {{"round", x.round},
-          {"turns", x.turns},
-          {"ttft_mean_ms", x.ttft_mean_ms},
-          {"prompt_tokens_mean", x.prompt_tokens_mean},
-          {"computed_tokens", x.computed_tokens},
-          {"cached_tokens", x.cached_tokens},
-          {"from_slot", x.from_slot},
-          {"from_prompt_cache", x.from_prompt_cache},
-          {"from_disk", x.from_disk},
-          {"from_none", x.from_none}};
-}
-
-int RunBenchKv(const KvBenchOptions& options, bool json) {
-  // The engine's private weight cache logs each load at info level on
-  // stdout; keep stdout to the report (--json is parsed).
-  spdlog::set_level(spdlog::level::warn);
-  Result<KvBenchResult> r = RunKvBench(options);
-  if (!r.ok()) return Fail(fmt::format("bench kv failed: {}", r.status().message()));
-  if (!json) {
-    std::cout << FormatKvBench(*r);
-    return 0;
-  }
-  nlohmann::json j;
-  j["model_dir"] = r->model_dir;
-  j["model_hash"] = r->model_hash;
-  j["n_slots"] = r->n_slots;
-  j["n_ctx"] = r->n_ctx;
-  j["threads"] = r->threads;
-  j["prefix_tokens"] = r->prefix_tokens;
-  j["turn_tokens"] = r->turn_tokens;
-  j["repetitions"] = r->repetitions;
-  j["n_layers"] = r->n_layers;
-  j["kv_dim"] = r->kv_dim;
-  j["kv_bytes_per_token"] = r->kv_bytes_per_token;
-  j["loadavg_start"] = r->loadavg_start;
-  j["loadavg_end"] = r->loadavg_end;
-  j["seconds"] = r->seconds;
-  j["ttft"] = nlohmann::json::array();
-  for (const KvTtftCase& k : r->ttft) {
-    nlohmann::json c = {{"name", k.name},
-                        {"source", k.source},
-                        {"ttft_ms", KvStatJson(k.ttft_ms)},
-                        {"prefill_ms", KvStatJson(k.prefill_ms)},
-                        {"overhead_ms", KvStatJson(k.overhead_ms)},
-                        {"ratio_best", k.ratio_best},
-                        {"ratio_p50", k.ratio_p50},
-                        {"prompt_tokens", k.prompt_tokens},
-                        {"cached_tokens", k.cached_tokens},
-                        {"computed_tokens", k.computed_tokens},
-                        {"restored_tokens", k.restored_tokens},
-                        {"stashed", k.stashed}};
-    if (k.name == "prewarm") {
-      c["prewarm_ms"] = KvStatJson(k.prewarm_ms);
-      c["prewarm_computed_tokens"] = k.prewarm_computed_tokens;
-    }
-    j["ttft"].push_back(std::move(c));
-  }
-  const KvSaveRestoreResult& s = r->save_restore;
-  j["save_restore"] = {{"n_tokens", s.n_tokens},
-                       {"snapshot_bytes", s.snapshot_bytes},
-                       {"file_bytes", s.file_bytes},
-                       {"save_slot_ms", KvStatJson(s.save_slot_ms)},
-                       {"write_file_ms", KvStatJson(s.write_file_ms)},
-                       {"save_total_ms", KvStatJson(s.save_total_ms)},
-                       {"rewrite_file_ms", KvStatJson(s.rewrite_file_ms)},
-                       {"resave_total_ms", KvStatJson(s.resave_total_ms)},
-                       {"save_direct_ms", KvStatJson(s.save_direct_ms)},
-                       {"read_file_ms", KvStatJson(s.read_file_ms)},
-                       {"restore_slot_ms", KvStatJson(s.restore_slot_ms)},
-                       {"file_to_slot_ms", KvStatJson(s.file_to_slot_ms)},
-                       {"file_to_slot_copy_ms", KvStatJson(s.file_to_slot_copy_ms)},
-                       {"write_nofsync_ms", KvStatJson(s.write_nofsync_ms)},
-                       {"fsync_ms", KvStatJson(s.fsync_ms)},
-                       {"memcpy_gb_s", KvStatJson(s.memcpy_gb_s)},
-                       {"save_slot_gb_s", s.save_slot_gb_s},
-                       {"write_file_gb_s", s.write_file_gb_s},
-                       {"read_file_gb_s", s.read_file_gb_s},
-                       {"restore_slot_gb_s", s.restore_slot_gb_s},
-                       {"file_to_slot_gb_s", s.file_to_slot_gb_s},
-                       {"restore_slot_vs_memcpy", s.restore_slot_vs_memcpy},
-                       {"file_to_slot_vs_memcpy", s.file_to_slot_vs_memcpy},
-                       {"ref_bytes", s.ref_bytes},
-                       {"ref_save_ms", s.ref_save_ms},
-                       {"ref_load_ms", s.ref_load_ms},
-                       {"ref_save_gb_s", s.ref_save_gb_s},
-                       {"ref_load_gb_s", s.ref_load_gb_s},
-                       {"target_file_to_slot_gb_s", s.target_file_to_slot_gb_s},
-                       {"target_save_total_ms", s.target_save_total_ms},
-                       {"file_to_slot_target_met", s.file_to_slot_target_met},
-                       {"save_target_met", s.save_target_met},
-                       {"resave_target_met", s.resave_target_met},
-                       {"save_direct_target_met", s.save_direct_target_met}};
-  j["shared_prefix"] = nlohmann::json::array();
-  for (const KvSharedPrefixCase& k : r->shared_prefix) {
-    j["shared_prefix"].push_back({{"prefix_tokens", k.prefix_tokens},
-                                  {"requests", k.requests},
-                                  {"ttft_ms", KvStatJson(k.ttft_ms)},
-                                  {"first_ttft_ms", k.first_ttft_ms},
-                                  {"prompt_tokens", k.prompt_tokens},
-                                  {"cached_tokens", k.cached_tokens},
-                                  {"computed_tokens", k.computed_tokens},
-                                  {"copied_tokens", k.copied_tokens},
-                                  {"hit_fraction", k.hit_fraction}});
-  }
-  j["qa"] = nlohmann::json::array();
-  for (const KvQaCase& q : r->qa) {
-    nlohmann::json rounds = nlohmann::json::array();
-    for (const KvQaRound& x : q.rounds) rounds.push_back(KvQaRoundJson(x));
-    j["qa"].push_back({{"name", q.name},
-                       {"prompt_cache_bytes", q.prompt_cache_bytes},
-                       {"stashes", q.stashes},
-                       {"spilled", q.spilled},
-                       {"rounds", std::move(rounds)},
-                       {"total", KvQaRoundJson(q.total)}});
-  }
-  std::cout << j.dump(2) << "\n";
   return 0;
 }
 
@@ -924,85 +651,7 @@ int main(int argc, char** argv) {
   gen_cmd->add_flag("--json", gen.json,
                     "Print {prompt_ids, output_ids, text, finish_reason, timings} as JSON");
 
-  BenchFlags bench;
-  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
-  bench_cmd->require_subcommand(1);
-  CLI::App* decode_cmd = bench_cmd->add_subcommand(
-      "decode", "Decode/prefill throughput against the memory-bandwidth roofline");
-  decode_cmd->add_option("--model", bench.model, "Model directory")->required();
-  decode_cmd->add_option("--threads", bench.threads,
-                         "BLAS threads (default: all hardware threads)")
-      ->check(CLI::NonNegativeNumber);
-  decode_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "Prompt length (default 512)")
-      ->check(CLI::PositiveNumber);
-  decode_cmd->add_option("--gen-tokens", bench.gen_tokens, "Decode steps (default 128)")
-      ->check(CLI::PositiveNumber);
-  decode_cmd->add_option("--repetitions", bench.repetitions, "Repetitions, best kept (default 3)")
-      ->check(CLI::PositiveNumber);
-
-  int arb_iterations = 100000;
-  bool arb_json = false;
-  CLI::App* arb_cmd = bench_cmd->add_subcommand(
-      "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");
-  arb_cmd->add_option("--iterations", arb_iterations,
-                      "Timed operations per scenario (default 100000)")
-      ->check(CLI::PositiveNumber);
-  arb_cmd->add_flag("--json", arb_json, "Print the result as JSON");
-
-  WeightsBenchOptions wb;
-  bool wb_json = false;
-  CLI::App* wb_cmd = bench_cmd->add_subcommand(
-      "weights",
-      "Weight runtime on a real model, each figure against a limit measured in the same run: "
-      "(a) on-demand load from the host floor vs memcpy, (b) load from the file (page cache "
-      "warm and cold) vs read() and memcpy, (c) two models alternating under a budget that "
-      "holds one (floors vs file reloads, vs both fitting), (d) summed PSS of N worker "
-      "processes with shared vs private floors. See docs/BENCHMARKS.md. Drops the model "
-      "files from the page cache and forks; run it on a quiet machine");
-  wb_cmd->add_option("--model", wb.model_dir, "Model directory (e.g. preset demo-chat)")
-      ->required();
-  wb_cmd->add_option("--model2", wb.model2_dir,
-                     "Second model for (c), same architecture or not (default: a byte copy of "
-                     "--model in a temp dir, removed afterwards)");
-  wb_cmd->add_option("--repetitions", wb.repetitions,
-                     "Repetitions of (a) and of each (b) case; rounds A,B of (c) (default 10)")
-      ->check(CLI::PositiveNumber);
-  wb_cmd->add_option("--workers", wb.workers, "Worker processes of (d) (default 3)")
-      ->check(CLI::PositiveNumber);
-  wb_cmd->add_option("--gen-tokens", wb.gen_tokens, "Tokens per request in (c) (default 4)")
-      ->check(CLI::PositiveNumber);
-  wb_cmd->add_option("--threads", wb.threads, "Engine and OpenBLAS threads in (c) (default 1)")
-      ->check(CLI::PositiveNumber);
-  wb_cmd->add_flag("--json", wb_json, "Print the result as JSON");
-
-  KvBenchOptions kvb;
-  bool kvb_json = false;
-  CLI::App* kvb_cmd = bench_cmd->add_subcommand(
-      "kv",
-      "KV precache on a real model, each figure against an ideal or a limit measured in the "
-      "same run: TTFT of one turn over a stable prefix (cold, after prewarm, from the host "
-      "prompt cache, restored from disk) vs prefilling only the turn; slot save/restore and KV "
-      "file write/read vs memcpy and llama.cpp's figures; a shared-prefix workload; multi-round "
-      "QA with more users than slots. See docs/BENCHMARKS.md. Writes KV files under $TMPDIR "
-      "(removed afterwards)");
-  kvb_cmd->add_option("--model", kvb.model_dir, "Model directory (e.g. preset demo-chat)")
-      ->required();
-  kvb_cmd->add_option("--prefix-tokens", kvb.prefix_tokens,
-                      "Stable prefix of the TTFT and save/restore scenarios (default 2000)")
-      ->check(CLI::PositiveNumber);
-  kvb_cmd->add_option("--turn-tokens", kvb.turn_tokens,
-                      "User turn / question length (default 32)")
-      ->check(CLI::PositiveNumber);
-  kvb_cmd->add_option("--repetitions", kvb.repetitions,
-                      "Repetitions of the TTFT and save/restore cases: best and p50 (default 5)")
-      ->check(CLI::PositiveNumber);
-  kvb_cmd->add_option("--threads", kvb.threads,
-                      "OpenBLAS and engine threads (default 0: OpenBLAS's default)")
-      ->check(CLI::NonNegativeNumber);
-  kvb_cmd->add_option("--only", kvb.only,
-                      "Run one scenario: ttft, save_restore, shared_prefix or qa (default: all)")
-      ->check(CLI::IsMember({"ttft", "save_restore", "shared_prefix", "qa"}));
-  kvb_cmd->add_flag("--json", kvb_json, "Print the result as JSON");
+  BenchCommands bench(&app);
 
   BudgetFlags budget;
   CLI::App* budget_cmd = app.add_subcommand(
@@ -1043,10 +692,7 @@ int main(int argc, char** argv) {
     }
     return RunGenerate(gen);
   }
-  if (decode_cmd->parsed()) return RunBenchDecode(bench);
-  if (arb_cmd->parsed()) return RunBenchArbiter(arb_iterations, arb_json);
-  if (wb_cmd->parsed()) return RunBenchWeights(wb, wb_json);
-  if (kvb_cmd->parsed()) return RunBenchKv(kvb, kvb_json);
+  if (bench.parsed()) return bench.Run();
   if (budget_cmd->parsed()) return RunBudget(budget);
   return 2;
 }

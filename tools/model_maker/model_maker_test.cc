@@ -1,4 +1,4 @@
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// kv/kv_bench.cc — `arbiter bench kv`: see kv_bench.h for the scenarios,
+// bench/kv_bench.cc — `arbiter bench kv`: see kv_bench.h for the scenarios,
 // their ideals and limits, and the method.
 //
 // Every case that goes through the precache starts from a clean state
@@ -13,7 +13,7 @@
 // case set up (tokens cached / restored / copied / computed, the tier the
 // outcome names): a benchmark that silently measured a cold prefill as a
 // restore would be worse than none.
-#include "arbiter/kv/kv_bench.h"
+#include "bench/kv_bench.h"
 
 #include <cblas.h>
 #include <fcntl.h>
@@ -24,22 +24,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <optional>
+#include <nlohmann/json.hpp>
 #include <random>
 
-#include "arbiter/engine/bench.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/kv/cache_key.h"
 #include "arbiter/kv/kv_file.h"
 #include "arbiter/kv/kv_store.h"
 #include "arbiter/kv/precache.h"
 #include "arbiter/kv/prompt_cache.h"
+#include "bench/memory_bandwidth.h"
 
 namespace arbiter {
 namespace {
@@ -49,34 +46,6 @@ namespace fs = std::filesystem;
 constexpr const char* kModelKey = "bench";
 constexpr int kMaxDisplacers = 64;  // prompt_cache case: tries to land on the slot
 constexpr int kCtxSlack = 8;        // n_ctx beyond the longest shape
-
-double NowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double GbS(uint64_t bytes, double ms) {
-  return ms > 0 ? static_cast<double>(bytes) / (ms / 1e3) / 1e9 : 0;
-}
-
-KvBenchStat Summarize(std::vector<double> v) {
-  KvBenchStat s;
-  s.samples = v.size();
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.best = v.front();
-  s.max = v.back();
-  s.p50 = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  // Nearest rank: the smallest value with ≥ 99 % of the samples at or below it.
-  const size_t rank = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(n)));
-  s.p99 = v[std::max<size_t>(rank, 1) - 1];
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(n);
-  return s;
-}
 
 // `n` pseudo-random ids in [0, vocab) from `seed`; the first one is
 // seed mod vocab, so sequences from consecutive seeds differ at position 0.
@@ -297,11 +266,11 @@ Status KvBench::Fresh(uint64_t capacity) {
 
 Result<GenerationResult> KvBench::Run(const std::string& conversation, std::vector<int32_t> prompt,
                                       int max_tokens, KvOutcome* outcome, double* wall_ms) {
-  const double t0 = NowMs();
+  const double t0 = NowSeconds();
   Result<GenerationResult> g =
       tiers_.precache->Generate(engine_.get(), conversation, TtlClass::kShort,
                                 Greedy(std::move(prompt), max_tokens), nullptr, nullptr, outcome);
-  if (wall_ms != nullptr) *wall_ms = NowMs() - t0;
+  if (wall_ms != nullptr) *wall_ms = MsSince(t0);
   return g;
 }
 
@@ -313,9 +282,9 @@ Result<TtftSample> KvBench::Ideal(int rep) {
   ARBITER_RETURN_IF_ERROR(engine_->RestoreSlot(0, prefix_snapshot_, nullptr).status());
   TtftSample t;
   const GenerationRequest req = Greedy(Concat(prefix_, Turn(rep)), 1, 0);
-  const double t0 = NowMs();
+  const double t0 = NowSeconds();
   ARBITER_ASSIGN_OR_RETURN(t.g, engine_->Generate(req, nullptr, nullptr));
-  t.ttft_ms = NowMs() - t0;
+  t.ttft_ms = MsSince(t0);
   t.prefill_ms = t.g.timings.prefill_ms;
   if (t.g.cached_tokens != o_.prefix_tokens || t.g.copied_tokens != 0) {
     return Unexpected("ideal", t.g, nullptr, fmt::format("cached {}, copied 0", o_.prefix_tokens));
@@ -339,11 +308,11 @@ Result<TtftSample> KvBench::Prewarmed(int rep) {
   ARBITER_RETURN_IF_ERROR(Fresh(uint64_t{1} << 40));
   const std::string conversation = fmt::format("prewarm-{}", rep);
   TtftSample t;
-  const double t0 = NowMs();
+  const double t0 = NowSeconds();
   ARBITER_ASSIGN_OR_RETURN(
       GenerationResult w,
       tiers_.precache->Prewarm(engine_.get(), conversation, prefix_, TtlClass::kShort, nullptr));
-  t.prewarm_ms = NowMs() - t0;
+  t.prewarm_ms = MsSince(t0);
   t.prewarm_computed = w.timings.prefill_tokens;
   if (w.cached_tokens != 0) return Unexpected("prewarm (the Prewarm call)", w, nullptr, "cached 0");
   ARBITER_ASSIGN_OR_RETURN(
@@ -470,7 +439,7 @@ Status KvBench::RunTtft(KvBenchResult* r) {
   }
   const KvTtftCase& ideal = r->ttft[0];
   for (KvTtftCase& k : r->ttft) {
-    k.ratio_best = ideal.ttft_ms.best > 0 ? k.ttft_ms.best / ideal.ttft_ms.best : 0;
+    k.ratio_best = ideal.ttft_ms.min > 0 ? k.ttft_ms.min / ideal.ttft_ms.min : 0;
     k.ratio_p50 = ideal.ttft_ms.p50 > 0 ? k.ttft_ms.p50 / ideal.ttft_ms.p50 : 0;
   }
   tiers_.Reset();
@@ -483,7 +452,7 @@ Status KvBench::RunTtft(KvBenchResult* r) {
 // (no fsync); then the fsync of the file alone. Removes the file.
 Status WriteThenFsync(const std::string& path, const std::vector<uint8_t>& data, double* write_ms,
                       double* fsync_ms) {
-  const double t0 = NowMs();
+  const double t0 = NowSeconds();
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return InternalError(fmt::format("kv bench: create {}: {}", path, strerror(errno)));
   size_t done = 0;
@@ -499,12 +468,12 @@ Status WriteThenFsync(const std::string& path, const std::vector<uint8_t>& data,
     done += static_cast<size_t>(w);
   }
   ::close(fd);
-  *write_ms = NowMs() - t0;
+  *write_ms = MsSince(t0);
   fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return InternalError(fmt::format("kv bench: open {}: {}", path, strerror(errno)));
-  const double t1 = NowMs();
+  const double t1 = NowSeconds();
   const int rc = ::fsync(fd);
-  *fsync_ms = NowMs() - t1;
+  *fsync_ms = MsSince(t1);
   ::close(fd);
   ::unlink(path.c_str());
   if (rc != 0) return InternalError(fmt::format("kv bench: fsync {}: {}", path, strerror(errno)));
@@ -514,8 +483,7 @@ Status WriteThenFsync(const std::string& path, const std::vector<uint8_t>& data,
 Status KvBench::RunSaveRestore(KvBenchResult* r) {
   KvSaveRestoreResult& s = r->save_restore;
   std::vector<double> save_slot, write_file, save_total, rewrite_file, resave_total, save_direct,
-      read_file,
-      restore_slot, file_to_slot, file_to_slot_copy, write_nofsync, fsync, memcpy_gb_s;
+      read_file, restore_slot, file_to_slot, file_to_slot_copy, write_nofsync, fsync, memcpy_gb_s;
   std::vector<uint8_t> raw;  // the context write's bytes (file size, arbitrary content)
   for (int rep = 0; rep < o_.repetitions; ++rep) {
     for (int slot = 0; slot < o_.n_slots; ++slot) {
@@ -523,9 +491,9 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
     }
     ARBITER_RETURN_IF_ERROR(engine_->RestoreSlot(0, prefix_snapshot_, nullptr).status());
 
-    double t0 = NowMs();
+    double t0 = NowSeconds();
     ARBITER_ASSIGN_OR_RETURN(KvSnapshot snap, engine_->SaveSlot(0, nullptr));
-    save_slot.push_back(NowMs() - t0);
+    save_slot.push_back(MsSince(t0));
     if (snap.tokens != prefix_ || snap.kv != prefix_snapshot_.kv) {
       return InternalError("kv bench: SaveSlot(0) did not return the prefix's KV");
     }
@@ -534,13 +502,13 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
     // A conversation saved for the first time, then saved again.
     const std::string id = fmt::format("save-{}", rep);
     const std::string path = store_->PathFor(hash_, id, TtlClass::kShort);
-    t0 = NowMs();
+    t0 = NowSeconds();
     ARBITER_ASSIGN_OR_RETURN(uint64_t written, store_->Save(id, TtlClass::kShort, snap));
-    write_file.push_back(NowMs() - t0);
+    write_file.push_back(MsSince(t0));
     save_total.push_back(save_slot.back() + write_file.back());
-    t0 = NowMs();
+    t0 = NowSeconds();
     ARBITER_ASSIGN_OR_RETURN(written, store_->Save(id, TtlClass::kShort, snap));
-    rewrite_file.push_back(NowMs() - t0);
+    rewrite_file.push_back(MsSince(t0));
     resave_total.push_back(save_slot.back() + rewrite_file.back());
     std::error_code ec;
     const uint64_t on_disk = fs::file_size(path, ec);
@@ -555,7 +523,7 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
     // The slot straight to a new file, as KvPrecache persists a slot.
     const std::string direct_id = fmt::format("direct-{}", rep);
     uint64_t direct_written = 0;
-    t0 = NowMs();
+    t0 = NowSeconds();
     ARBITER_RETURN_IF_ERROR(engine_->VisitSlot(
         0,
         [&](const KvRowsView& rows) -> Status {
@@ -564,27 +532,27 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
           return OkStatus();
         },
         nullptr));
-    save_direct.push_back(NowMs() - t0);
+    save_direct.push_back(MsSince(t0));
     if (direct_written != written) {
-      return InternalError(fmt::format(
-          "kv bench: the slot's rows made a {}-byte file, the snapshot a {}-byte one",
-          direct_written, written));
+      return InternalError(
+          fmt::format("kv bench: the slot's rows made a {}-byte file, the snapshot a {}-byte one",
+                      direct_written, written));
     }
     store_->Remove(hash_, direct_id);
     s.n_tokens = static_cast<int>(snap.n_tokens());
 
     {
-      t0 = NowMs();
+      t0 = NowSeconds();
       ARBITER_ASSIGN_OR_RETURN(KvSnapshot read, ReadKvFile(path, hash_));
-      read_file.push_back(NowMs() - t0);
+      read_file.push_back(MsSince(t0));
       if (read.tokens != snap.tokens || read.kv != snap.kv) {
         return InternalError("kv bench: ReadKvFile returned other K/V than was saved");
       }
     }
 
-    t0 = NowMs();
+    t0 = NowSeconds();
     ARBITER_ASSIGN_OR_RETURN(int restored, engine_->RestoreSlot(1, snap, nullptr));
-    restore_slot.push_back(NowMs() - t0);
+    restore_slot.push_back(MsSince(t0));
     if (restored != s.n_tokens) {
       return InternalError(
           fmt::format("kv bench: RestoreSlot restored {} of {} tokens", restored, s.n_tokens));
@@ -592,24 +560,24 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
 
     // The disk tier's restore, as KvPrecache does it: mapped, one copy.
     ARBITER_RETURN_IF_ERROR(engine_->ClearSlot(1, nullptr));
-    t0 = NowMs();
+    t0 = NowSeconds();
     {
       ARBITER_ASSIGN_OR_RETURN(KvMappedLoadResult loaded, store_->LoadMapped(hash_, id));
       ARBITER_ASSIGN_OR_RETURN(restored, engine_->RestoreSlot(1, loaded.file.view(), nullptr));
     }  // unmapped, as at the end of a request's restore
-    file_to_slot.push_back(NowMs() - t0);
+    file_to_slot.push_back(MsSince(t0));
     if (restored != s.n_tokens || engine_->SlotTokens(1) != prefix_) {
       return InternalError(
           fmt::format("kv bench: file → slot restored {} of {} tokens", restored, s.n_tokens));
     }
     // Context: through a KvSnapshot (the copying reader, KvStore::Load).
     ARBITER_RETURN_IF_ERROR(engine_->ClearSlot(1, nullptr));
-    t0 = NowMs();
+    t0 = NowSeconds();
     {
       ARBITER_ASSIGN_OR_RETURN(KvLoadResult loaded, store_->Load(hash_, id));
       ARBITER_ASSIGN_OR_RETURN(restored, engine_->RestoreSlot(1, loaded.snapshot, nullptr));
     }  // the snapshot is freed
-    file_to_slot_copy.push_back(NowMs() - t0);
+    file_to_slot_copy.push_back(MsSince(t0));
     if (restored != s.n_tokens || engine_->SlotTokens(1) != prefix_) {
       return InternalError(fmt::format("kv bench: file → snapshot → slot restored {} of {} tokens",
                                        restored, s.n_tokens));
@@ -644,15 +612,15 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
   s.write_nofsync_ms = Summarize(write_nofsync);
   s.fsync_ms = Summarize(fsync);
   s.memcpy_gb_s = Summarize(memcpy_gb_s);
-  s.save_slot_gb_s = GbS(s.snapshot_bytes, s.save_slot_ms.p50);
-  s.write_file_gb_s = GbS(s.file_bytes, s.write_file_ms.p50);
-  s.read_file_gb_s = GbS(s.file_bytes, s.read_file_ms.p50);
-  s.restore_slot_gb_s = GbS(s.snapshot_bytes, s.restore_slot_ms.p50);
-  s.file_to_slot_gb_s = GbS(s.file_bytes, s.file_to_slot_ms.p50);
+  s.save_slot_gb_s = GbPerSecond(s.snapshot_bytes, s.save_slot_ms.p50 / 1e3);
+  s.write_file_gb_s = GbPerSecond(s.file_bytes, s.write_file_ms.p50 / 1e3);
+  s.read_file_gb_s = GbPerSecond(s.file_bytes, s.read_file_ms.p50 / 1e3);
+  s.restore_slot_gb_s = GbPerSecond(s.snapshot_bytes, s.restore_slot_ms.p50 / 1e3);
+  s.file_to_slot_gb_s = GbPerSecond(s.file_bytes, s.file_to_slot_ms.p50 / 1e3);
   s.restore_slot_vs_memcpy = s.memcpy_gb_s.p50 > 0 ? s.restore_slot_gb_s / s.memcpy_gb_s.p50 : 0;
   s.file_to_slot_vs_memcpy = s.memcpy_gb_s.p50 > 0 ? s.file_to_slot_gb_s / s.memcpy_gb_s.p50 : 0;
-  s.ref_save_gb_s = GbS(static_cast<uint64_t>(s.ref_bytes), s.ref_save_ms);
-  s.ref_load_gb_s = GbS(static_cast<uint64_t>(s.ref_bytes), s.ref_load_ms);
+  s.ref_save_gb_s = GbPerSecond(s.ref_bytes, s.ref_save_ms / 1e3);
+  s.ref_load_gb_s = GbPerSecond(s.ref_bytes, s.ref_load_ms / 1e3);
   s.target_save_total_ms = 2.0 * s.ref_save_ms * static_cast<double>(s.file_bytes) / s.ref_bytes;
   s.file_to_slot_target_met = s.file_to_slot_gb_s >= s.target_file_to_slot_gb_s;
   s.save_target_met = s.save_total_ms.p50 <= s.target_save_total_ms;
@@ -831,7 +799,7 @@ Result<KvBenchResult> RunKvBench(const KvBenchOptions& options) {
   r.turn_tokens = options.turn_tokens;
   r.repetitions = options.repetitions;
   r.loadavg_start = LoadAverage1();
-  const double t0 = NowMs();
+  const double t0 = NowSeconds();
   KvBench bench(options);
   ARBITER_RETURN_IF_ERROR(bench.Setup(&r));
   const std::string& only = options.only;
@@ -841,7 +809,7 @@ Result<KvBenchResult> RunKvBench(const KvBenchOptions& options) {
     ARBITER_RETURN_IF_ERROR(bench.RunSharedPrefix(&r));
   }
   if (only.empty() || only == "qa") ARBITER_RETURN_IF_ERROR(bench.RunQa(&r));
-  r.seconds = (NowMs() - t0) / 1e3;
+  r.seconds = NowSeconds() - t0;
   r.loadavg_end = LoadAverage1();
   return r;
 }
@@ -879,7 +847,7 @@ std::string FormatKvBench(const KvBenchResult& r) {
       line(fmt::format(
           "  {:<13} {:<13} {:>8} {:>7} {:>8} {:>8.1f} {:>8.1f} {:>10.2f} {:>10.2f} {:>10.2f}",
           k.name, k.name == "ideal" ? "(engine)" : k.source, k.computed_tokens, k.cached_tokens,
-          k.restored_tokens, k.ttft_ms.best, k.ttft_ms.p50, k.ratio_best, k.ratio_p50,
+          k.restored_tokens, k.ttft_ms.min, k.ttft_ms.p50, k.ratio_best, k.ratio_p50,
           k.overhead_ms.p50));
     }
     line("  (overhead50: p50 of TTFT − the engine's prefill time: slot, stash, restore, sample)");
@@ -888,7 +856,7 @@ std::string FormatKvBench(const KvBenchResult& r) {
         line(fmt::format(
             "  (the Prewarm call itself: {} tokens computed, best {:.1f} ms, p50 {:.1f} "
             "ms — before the turn, not in its TTFT)",
-            k.prewarm_computed_tokens, k.prewarm_ms.best, k.prewarm_ms.p50));
+            k.prewarm_computed_tokens, k.prewarm_ms.min, k.prewarm_ms.p50));
       }
       if (k.name == "prompt_cache" && k.stashed) {
         line("  (prompt_cache: the displacer's KV, turn-sized, is stashed first, inside the TTFT)");
@@ -903,27 +871,27 @@ std::string FormatKvBench(const KvBenchResult& r) {
     line(fmt::format("Save and restore: {} tokens; snapshot {} B ({:.2f} MB), file {} B",
                      s.n_tokens, s.snapshot_bytes, s.snapshot_bytes / 1e6, s.file_bytes));
     line(fmt::format("  {:<50} {:>9} {:>9} {:>11}", "step", "best ms", "p50 ms", "GB/s (p50)"));
-    auto row = [&](const char* name, const KvBenchStat& st, double gb_s) {
-      line(fmt::format("  {:<50} {:>9.2f} {:>9.2f} {:>11}", name, st.best, st.p50,
+    auto row = [&](const char* name, const SampleSummary& st, double gb_s) {
+      line(fmt::format("  {:<50} {:>9.2f} {:>9.2f} {:>11}", name, st.min, st.p50,
                        gb_s > 0 ? fmt::format("{:.2f}", gb_s) : std::string("")));
     };
     row("SaveSlot (slot → snapshot)", s.save_slot_ms, s.save_slot_gb_s);
     row("KvStore::Save, new file (write, fsync, rename)", s.write_file_ms, s.write_file_gb_s);
     row("save total (SaveSlot + KvStore::Save)", s.save_total_ms,
-        GbS(s.file_bytes, s.save_total_ms.p50));
+        GbPerSecond(s.file_bytes, s.save_total_ms.p50 / 1e3));
     row("KvStore::Save over the previous file", s.rewrite_file_ms,
-        GbS(s.file_bytes, s.rewrite_file_ms.p50));
+        GbPerSecond(s.file_bytes, s.rewrite_file_ms.p50 / 1e3));
     row("re-save total (SaveSlot + Save over)", s.resave_total_ms,
-        GbS(s.file_bytes, s.resave_total_ms.p50));
+        GbPerSecond(s.file_bytes, s.resave_total_ms.p50 / 1e3));
     row("slot → file (VisitSlot + KvStore::Save, no copy)", s.save_direct_ms,
-        GbS(s.file_bytes, s.save_direct_ms.p50));
+        GbPerSecond(s.file_bytes, s.save_direct_ms.p50 / 1e3));
     row("ReadKvFile (page cache warm, validated)", s.read_file_ms, s.read_file_gb_s);
     row("RestoreSlot (snapshot → slot)", s.restore_slot_ms, s.restore_slot_gb_s);
     row("file → slot (LoadMapped + RestoreSlot + unmap)", s.file_to_slot_ms, s.file_to_slot_gb_s);
     row("context: file → snapshot → slot (Load + Restore)", s.file_to_slot_copy_ms,
-        GbS(s.file_bytes, s.file_to_slot_copy_ms.p50));
+        GbPerSecond(s.file_bytes, s.file_to_slot_copy_ms.p50 / 1e3));
     row("context: write() of the file's bytes, no fsync", s.write_nofsync_ms,
-        GbS(s.file_bytes, s.write_nofsync_ms.p50));
+        GbPerSecond(s.file_bytes, s.write_nofsync_ms.p50 / 1e3));
     row("context: fsync of that file", s.fsync_ms, 0);
     line(fmt::format("  context: memcpy, 1 thread, {:.2f} MB: best {:.2f} GB/s, p50 {:.2f} GB/s",
                      s.snapshot_bytes / 1e6, s.memcpy_gb_s.max, s.memcpy_gb_s.p50));
@@ -943,9 +911,10 @@ std::string FormatKvBench(const KvBenchResult& r) {
                     s.save_total_ms.p50, s.save_target_met ? "met" : "MISSED"));
     line(fmt::format("  same bound, re-save over the previous file: {:.1f} ms p50 — {}",
                      s.resave_total_ms.p50, s.resave_target_met ? "met" : "MISSED"));
-    line(fmt::format("  same bound, slot → file without a snapshot (what KvPrecache does): "
-                     "{:.1f} ms p50 — {}",
-                     s.save_direct_ms.p50, s.save_direct_target_met ? "met" : "MISSED"));
+    line(
+        fmt::format("  same bound, slot → file without a snapshot (what KvPrecache does): "
+                    "{:.1f} ms p50 — {}",
+                    s.save_direct_ms.p50, s.save_direct_target_met ? "met" : "MISSED"));
     line(
         fmt::format("  raw ms vs llama.cpp (our bytes are {:.2f}× theirs): save {:.1f} vs {:.1f} "
                     "ms, load {:.1f} vs {:.1f} ms",
@@ -991,6 +960,129 @@ std::string FormatKvBench(const KvBenchResult& r) {
     }
   }
   return o;
+}
+
+// ---- JSON ---------------------------------------------------------------------
+
+namespace {
+
+// {samples, best, p50, p99, max, mean}: the keys `arbiter bench kv --json`
+// has always had (scripts and docs/BENCHMARKS.md read them); best = min.
+nlohmann::json SummaryJson(const SampleSummary& s) {
+  return {{"samples", s.samples}, {"best", s.min}, {"p50", s.p50},
+          {"p99", s.p99},         {"max", s.max},  {"mean", s.mean}};
+}
+
+nlohmann::json QaRoundJson(const KvQaRound& x) {
+  return {{"round", x.round},
+          {"turns", x.turns},
+          {"ttft_mean_ms", x.ttft_mean_ms},
+          {"prompt_tokens_mean", x.prompt_tokens_mean},
+          {"computed_tokens", x.computed_tokens},
+          {"cached_tokens", x.cached_tokens},
+          {"from_slot", x.from_slot},
+          {"from_prompt_cache", x.from_prompt_cache},
+          {"from_disk", x.from_disk},
+          {"from_none", x.from_none}};
+}
+
+}  // namespace
+
+std::string FormatKvBenchJson(const KvBenchResult& r) {
+  nlohmann::json j;
+  j["model_dir"] = r.model_dir;
+  j["model_hash"] = r.model_hash;
+  j["n_slots"] = r.n_slots;
+  j["n_ctx"] = r.n_ctx;
+  j["threads"] = r.threads;
+  j["prefix_tokens"] = r.prefix_tokens;
+  j["turn_tokens"] = r.turn_tokens;
+  j["repetitions"] = r.repetitions;
+  j["n_layers"] = r.n_layers;
+  j["kv_dim"] = r.kv_dim;
+  j["kv_bytes_per_token"] = r.kv_bytes_per_token;
+  j["loadavg_start"] = r.loadavg_start;
+  j["loadavg_end"] = r.loadavg_end;
+  j["seconds"] = r.seconds;
+  j["ttft"] = nlohmann::json::array();
+  for (const KvTtftCase& k : r.ttft) {
+    nlohmann::json c = {{"name", k.name},
+                        {"source", k.source},
+                        {"ttft_ms", SummaryJson(k.ttft_ms)},
+                        {"prefill_ms", SummaryJson(k.prefill_ms)},
+                        {"overhead_ms", SummaryJson(k.overhead_ms)},
+                        {"ratio_best", k.ratio_best},
+                        {"ratio_p50", k.ratio_p50},
+                        {"prompt_tokens", k.prompt_tokens},
+                        {"cached_tokens", k.cached_tokens},
+                        {"computed_tokens", k.computed_tokens},
+                        {"restored_tokens", k.restored_tokens},
+                        {"stashed", k.stashed}};
+    if (k.name == "prewarm") {
+      c["prewarm_ms"] = SummaryJson(k.prewarm_ms);
+      c["prewarm_computed_tokens"] = k.prewarm_computed_tokens;
+    }
+    j["ttft"].push_back(std::move(c));
+  }
+  const KvSaveRestoreResult& s = r.save_restore;
+  j["save_restore"] = {{"n_tokens", s.n_tokens},
+                       {"snapshot_bytes", s.snapshot_bytes},
+                       {"file_bytes", s.file_bytes},
+                       {"save_slot_ms", SummaryJson(s.save_slot_ms)},
+                       {"write_file_ms", SummaryJson(s.write_file_ms)},
+                       {"save_total_ms", SummaryJson(s.save_total_ms)},
+                       {"rewrite_file_ms", SummaryJson(s.rewrite_file_ms)},
+                       {"resave_total_ms", SummaryJson(s.resave_total_ms)},
+                       {"save_direct_ms", SummaryJson(s.save_direct_ms)},
+                       {"read_file_ms", SummaryJson(s.read_file_ms)},
+                       {"restore_slot_ms", SummaryJson(s.restore_slot_ms)},
+                       {"file_to_slot_ms", SummaryJson(s.file_to_slot_ms)},
+                       {"file_to_slot_copy_ms", SummaryJson(s.file_to_slot_copy_ms)},
+                       {"write_nofsync_ms", SummaryJson(s.write_nofsync_ms)},
+                       {"fsync_ms", SummaryJson(s.fsync_ms)},
+                       {"memcpy_gb_s", SummaryJson(s.memcpy_gb_s)},
+                       {"save_slot_gb_s", s.save_slot_gb_s},
+                       {"write_file_gb_s", s.write_file_gb_s},
+                       {"read_file_gb_s", s.read_file_gb_s},
+                       {"restore_slot_gb_s", s.restore_slot_gb_s},
+                       {"file_to_slot_gb_s", s.file_to_slot_gb_s},
+                       {"restore_slot_vs_memcpy", s.restore_slot_vs_memcpy},
+                       {"file_to_slot_vs_memcpy", s.file_to_slot_vs_memcpy},
+                       {"ref_bytes", s.ref_bytes},
+                       {"ref_save_ms", s.ref_save_ms},
+                       {"ref_load_ms", s.ref_load_ms},
+                       {"ref_save_gb_s", s.ref_save_gb_s},
+                       {"ref_load_gb_s", s.ref_load_gb_s},
+                       {"target_file_to_slot_gb_s", s.target_file_to_slot_gb_s},
+                       {"target_save_total_ms", s.target_save_total_ms},
+                       {"file_to_slot_target_met", s.file_to_slot_target_met},
+                       {"save_target_met", s.save_target_met},
+                       {"resave_target_met", s.resave_target_met},
+                       {"save_direct_target_met", s.save_direct_target_met}};
+  j["shared_prefix"] = nlohmann::json::array();
+  for (const KvSharedPrefixCase& k : r.shared_prefix) {
+    j["shared_prefix"].push_back({{"prefix_tokens", k.prefix_tokens},
+                                  {"requests", k.requests},
+                                  {"ttft_ms", SummaryJson(k.ttft_ms)},
+                                  {"first_ttft_ms", k.first_ttft_ms},
+                                  {"prompt_tokens", k.prompt_tokens},
+                                  {"cached_tokens", k.cached_tokens},
+                                  {"computed_tokens", k.computed_tokens},
+                                  {"copied_tokens", k.copied_tokens},
+                                  {"hit_fraction", k.hit_fraction}});
+  }
+  j["qa"] = nlohmann::json::array();
+  for (const KvQaCase& q : r.qa) {
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const KvQaRound& x : q.rounds) rounds.push_back(QaRoundJson(x));
+    j["qa"].push_back({{"name", q.name},
+                       {"prompt_cache_bytes", q.prompt_cache_bytes},
+                       {"stashes", q.stashes},
+                       {"spilled", q.spilled},
+                       {"rounds", std::move(rounds)},
+                       {"total", QaRoundJson(q.total)}});
+  }
+  return j.dump(2) + "\n";
 }
 
 }  // namespace arbiter

@@ -1,8 +1,10 @@
-// arbiter/arbiter/arbiter_bench.h — latency of the MemoryArbiter's hot
-// operations against the reference numbers and our targets
-// (`arbiter bench arbiter`, issue 3 point 9, docs/BENCHMARKS.md "MemoryArbiter").
+// bench/arbiter_bench.h — latency of the MemoryArbiter's hot operations
+// against the reference numbers and our targets (`arbiter bench arbiter`;
+// docs/BENCHMARKS.md "MemoryArbiter" has the method, the references, the
+// targets and the results).
 //
-// Scenarios (each reports p50 / p99 in ns over per-operation samples):
+// Scenarios (each reports p50 / p99 / mean in ns over per-operation samples,
+// a SampleSummary of bench/bench_stats.h):
 //   limit_timer             an empty timed region (subtracted from every sample)
 //   limit_mutex             uncontended std::mutex lock + unlock
 //   limit_atomic            uncontended atomic fetch_add + fetch_sub pair
@@ -22,12 +24,14 @@
 //   pressure_rss_drop       Dispatch(low) → /proc/self/statm shows the
 //                           victim's 64 MiB (touched, mmap'ed) returned; no
 //                           target
-// Timing: rdtsc (x86, constant TSC) calibrated against steady_clock in the same
-// run, else steady_clock; the median cost of an empty timed region is
-// subtracted from every sample. This KVM guest's TSC advances in ~10 ns steps,
-// so the ns-scale scenarios (acquire_release_*, limit_mutex, limit_atomic)
-// time batches of 8 consecutive operations and a sample is the batch mean. spdlog is set to warn while the bench runs
-// (the arbiter logs loads and unloads at info) and restored afterwards.
+// Timing: rdtsc (x86, constant TSC) calibrated against NowSeconds() in the
+// same run, else NowSeconds(); the median cost of an empty timed region is
+// subtracted from every sample. A virtual machine's TSC may advance in steps
+// of several ns (docs/BENCHMARKS.md "MemoryArbiter"), so the ns-scale
+// scenarios (acquire_release_*, limit_mutex, limit_atomic) time batches of 8
+// consecutive operations and a sample is the batch mean. spdlog is set to
+// err while the bench runs (the arbiter logs loads and unloads at info) and
+// restored afterwards.
 //
 // Thread safety: not thread-safe; run one bench at a time on a quiet machine.
 #pragma once
@@ -37,29 +41,27 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "bench/bench_stats.h"
 
 namespace arbiter {
 
 struct ArbiterBenchScenario {
   std::string name;         // e.g. "acquire_release_1t"
   std::string description;  // one line
-  size_t samples = 0;
-  double p50_ns = 0;
-  double p99_ns = 0;
-  double mean_ns = 0;
+  SampleSummary ns;         // per operation, timer overhead subtracted
   // Reference (TypeScript implementation, same machine class); 0 = none.
   double reference_p50_ns = 0;
   double reference_p99_ns = 0;
   // Our targets; 0 = none.
   double target_p50_ns = 0;
   double target_p99_ns = 0;
-  bool is_limit = false;    // a same-run limit for context, not an arbiter op
-  std::string note;         // e.g. "evictions 1000/1000"
+  bool is_limit = false;  // a same-run limit for context, not an arbiter op
+  std::string note;       // e.g. "evictions 1000/1000"
 };
 
 struct ArbiterBenchResult {
   int iterations = 0;
-  std::string timer;         // "rdtsc" or "steady_clock"
+  std::string timer;  // "rdtsc" or "steady_clock"
   double timer_overhead_ns = 0;
   std::vector<ArbiterBenchScenario> scenarios;
 };
@@ -72,5 +74,10 @@ Result<ArbiterBenchResult> RunArbiterBench(int iterations);
 
 // A human-readable table: scenario, p50, p99, reference, target, met?
 std::string FormatArbiterBench(const ArbiterBenchResult& result);
+
+// The result as one JSON object (`arbiter bench arbiter --json`), with a
+// trailing newline; a scenario's summary is flat: samples, p50_ns, p99_ns,
+// mean_ns.
+std::string FormatArbiterBenchJson(const ArbiterBenchResult& result);
 
 }  // namespace arbiter

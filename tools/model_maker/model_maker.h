@@ -1,4 +1,4 @@
-// arbiter/engine/model_maker.h — `arbiter make-model`: deterministic demo
+// tools/model_maker/model_maker.h — `arbiter make-model`: deterministic demo
 // and test models in Hugging Face layout.
 //
 // Writes <out_dir>/{config.json, model.safetensors, tokenizer.json,

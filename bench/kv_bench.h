@@ -1,16 +1,14 @@
-// arbiter/kv/kv_bench.h — the KV precache measured on a real model
-// (`arbiter bench kv`, docs/BENCHMARKS.md "KV precache"), each figure next
-// to an ideal or a limit measured in the same run.
+// bench/kv_bench.h — the KV precache measured on a real model
+// (`arbiter bench kv`, docs/BENCHMARKS.md "KV precache (`arbiter bench
+// kv`)"), each figure next to an ideal or a limit measured in the same run.
 //
-// Implements the benchmark of the KV precache issue (point 8) and the
-// methods 1, 2 and 4 of reference/peers.md "Benchmark methods to reproduce
-// at small scale". Everything runs in one process on one Engine of
-// `n_slots` slots with a real KvPrecache, PromptCache (no ledger) and
-// KvStore (a temp dir, removed afterwards). Token ids are deterministic
-// pseudo-random ids in [0, vocab) (every prompt is reproducible; no
-// tokenizer involved). Times are steady_clock wall times in ms; GB = 1e9 B;
-// "best" is the minimum and "p50" the median over the repetitions; p99 is
-// the nearest-rank percentile.
+// Everything runs in one process on one Engine of `n_slots` slots with a
+// real KvPrecache, PromptCache (no ledger) and KvStore (a temp dir, removed
+// afterwards). Token ids are deterministic pseudo-random ids in [0, vocab)
+// (every prompt is reproducible; no tokenizer involved). Times are wall
+// times in ms (NowSeconds, bench/bench_stats.h); GB = 1e9 B; "best" is the
+// minimum and "p50" the median over the repetitions; p99 is the
+// nearest-rank percentile (SampleSummary).
 //
 // Scenarios:
 //
@@ -59,41 +57,41 @@
 //                   request (KvPrecache restores the same way)
 //   and as context in the same run: the restore through a KvSnapshot
 //   (KvStore::Load + RestoreSlot + free: two copies); write() of as many
-//   bytes without fsync
-//   (+ close), then the fsync of that file alone; memcpy bandwidth
-//   (MeasureMemcpyBandwidth, snapshot bytes, 1 thread, best of 5) next to
-//   each repetition. GB/s use the file's bytes for file operations and the
-//   snapshot's (tokens + K/V) for slot operations.
-//   Reference (the issue, llama.cpp on this machine class): a 2000-token
+//   bytes without fsync (+ close), then the fsync of that file alone;
+//   memcpy bandwidth (MeasureMemcpyBandwidth, snapshot bytes, 1 thread,
+//   best of 5) next to each repetition. GB/s use the file's bytes for file
+//   operations and the snapshot's (tokens + K/V) for slot operations.
+//   Reference (llama.cpp on this machine class, the figures the KV precache
+//   is judged against; docs/BENCHMARKS.md "KV precache"): a 2000-token
 //   16 MB state saved in 7.4 ms and loaded in 3.8 ms, no fsync. Targets:
 //   file_to_slot ≥ 4 GB/s; save_slot + write_file (with fsync) ≤ 2 × 7.4 ms
 //   × our file bytes / 16e6 B (our K/V is f32, so about twice their bytes);
 //   the same bound is also checked for save_slot + rewrite_file. Judged on
 //   the p50.
 //
-//   Shared prefix (peers.md 1) — for each length in shared_prefix_tokens:
-//   shared_requests requests without a conversation id, one at a time, each
-//   that shared prefix + a suffix of U[suffix_min, suffix_max] tokens,
-//   generating U[output_min, output_max] tokens (fixed seed). TTFT = wall −
-//   the engine's decode_ms (decode_ms starts at the first sample, so this
-//   is slot + prefill; the first sample itself, µs, is left out). Reports
+//   Shared prefix — for each length in shared_prefix_tokens: shared_requests
+//   requests without a conversation id, one at a time, each that shared
+//   prefix + a suffix of U[suffix_min, suffix_max] tokens, generating
+//   U[output_min, output_max] tokens (fixed seed). TTFT = wall − the
+//   engine's decode_ms (decode_ms starts at the first sample, so this is
+//   slot + prefill; the first sample itself, µs, is left out). Reports
 //   p50/p99 TTFT, the first (cold) request's TTFT, hit fraction = Σ cached
 //   / Σ prompt tokens, and prompt tokens computed.
 //
-//   Multi-round QA (peers.md 2) — qa_users conversations × qa_rounds
-//   rounds on n_slots slots, round-robin (user 0..n−1 in every round). A
-//   user's first prompt is its own context of qa_context_tokens plus a
-//   question of turn_tokens; every later round appends the previous answer
-//   (qa_answer_tokens generated, greedy) and a new question. TTFT as in the
-//   shared-prefix case. Two host-tier sizes: one PromptCache that holds
-//   every user's final KV ("host_holds_all"), one that holds two of them
+//   Multi-round QA — qa_users conversations × qa_rounds rounds on n_slots
+//   slots, round-robin (user 0..n−1 in every round). A user's first prompt
+//   is its own context of qa_context_tokens plus a question of turn_tokens;
+//   every later round appends the previous answer (qa_answer_tokens
+//   generated, greedy) and a new question. TTFT as in the shared-prefix
+//   case. Two host-tier sizes: one PromptCache that holds every user's
+//   final KV ("host_holds_all"), one that holds two of them
 //   ("host_holds_2"; LRU under a cyclic order then sends every return to
 //   disk). Reports per round the mean TTFT and how many turns each tier
 //   served (KvOutcome::source: slot / prompt_cache / disk / none).
 //
-// Errors: kInvalidArgument for a missing model_dir, an unknown `only`, non-positive sizes or
-// shapes that do not fit the model's context; the errors of Engine::Load,
-// KvStore::Open and the calls above; kInternal when a scenario does not
+// Errors: kInvalidArgument for a missing model_dir, an unknown `only`,
+// non-positive sizes or shapes that do not fit the model's context; the
+// errors of Engine::Load, KvStore::Open and the calls above; kInternal when a scenario does not
 // behave as set up (the message names the case, what was expected and what
 // happened); kUnavailable when the temp dir cannot be made.
 //
@@ -108,6 +106,7 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "bench/bench_stats.h"
 
 namespace arbiter {
 
@@ -120,14 +119,14 @@ struct KvBenchOptions {
   // which the engine follows.
   int threads = 0;
   int n_slots = 2;
-  // Shared prefix (peers.md 1).
+  // Shared prefix.
   std::vector<int> shared_prefix_tokens = {512, 1024, 2048};
   int shared_requests = 20;  // per prefix length
   int shared_suffix_min = 32;
   int shared_suffix_max = 128;
   int shared_output_min = 8;
   int shared_output_max = 16;
-  // Multi-round QA (peers.md 2).
+  // Multi-round QA.
   int qa_users = 6;
   int qa_rounds = 4;
   int qa_context_tokens = 512;
@@ -140,26 +139,16 @@ struct KvBenchOptions {
   std::string work_dir;
 };
 
-// Milliseconds (or GB/s) over the samples of one figure.
-struct KvBenchStat {
-  size_t samples = 0;
-  double best = 0;  // minimum
-  double p50 = 0;   // median
-  double p99 = 0;   // nearest rank
-  double max = 0;
-  double mean = 0;
-};
-
 // One case of the TTFT scenario.
 struct KvTtftCase {
-  std::string name;        // "ideal" | "cold" | "prewarm" | "prompt_cache" | "disk"
-  std::string source;      // KvSourceName of the outcome ("" for ideal: no precache)
-  KvBenchStat ttft_ms;     // wall of the Generate call
-  KvBenchStat prefill_ms;  // the engine's timings.prefill_ms
+  std::string name;          // "ideal" | "cold" | "prewarm" | "prompt_cache" | "disk"
+  std::string source;        // KvSourceName of the outcome ("" for ideal: no precache)
+  SampleSummary ttft_ms;     // wall of the Generate call
+  SampleSummary prefill_ms;  // the engine's timings.prefill_ms
   // ttft − prefill_ms of each repetition: what the case adds around the
   // compute (slot wait, stash, restore, the sample), free of the prefill's
   // own run-to-run spread.
-  KvBenchStat overhead_ms;
+  SampleSummary overhead_ms;
   double ratio_best = 0;  // ttft best / ideal ttft best
   double ratio_p50 = 0;   // ttft p50 / ideal ttft p50
   // Of every repetition (checked equal).
@@ -169,7 +158,7 @@ struct KvTtftCase {
   int restored_tokens = 0;  // KvOutcome::restored_tokens
   bool stashed = false;     // another conversation's KV left the slot first
   // prewarm only: the Prewarm call itself (not part of the TTFT).
-  KvBenchStat prewarm_ms;
+  SampleSummary prewarm_ms;
   int prewarm_computed_tokens = 0;
 };
 
@@ -177,24 +166,24 @@ struct KvSaveRestoreResult {
   int n_tokens = 0;
   uint64_t snapshot_bytes = 0;  // KvSnapshot::MemoryBytes (tokens + K/V)
   uint64_t file_bytes = 0;      // KvFileBytes = what KvStore::Save wrote
-  KvBenchStat save_slot_ms;
-  KvBenchStat write_file_ms;    // KvStore::Save of a new conversation, fsync included
-  KvBenchStat save_total_ms;    // save_slot + write_file, per repetition
-  KvBenchStat rewrite_file_ms;  // KvStore::Save over the conversation's previous file
-  KvBenchStat resave_total_ms;  // save_slot + rewrite_file, per repetition
+  SampleSummary save_slot_ms;
+  SampleSummary write_file_ms;    // KvStore::Save of a new conversation, fsync included
+  SampleSummary save_total_ms;    // save_slot + write_file, per repetition
+  SampleSummary rewrite_file_ms;  // KvStore::Save over the conversation's previous file
+  SampleSummary resave_total_ms;  // save_slot + rewrite_file, per repetition
   // Slot → file with no snapshot (Engine::VisitSlot + KvStore::Save of the
   // rows in place; what KvPrecache does when it persists a slot), new file.
-  KvBenchStat save_direct_ms;
-  KvBenchStat read_file_ms;     // ReadKvFile, page cache warm
-  KvBenchStat restore_slot_ms;
-  KvBenchStat file_to_slot_ms;       // KvStore::LoadMapped + RestoreSlot(view) + unmap
-  KvBenchStat file_to_slot_copy_ms;  // context: KvStore::Load + RestoreSlot + free
+  SampleSummary save_direct_ms;
+  SampleSummary read_file_ms;  // ReadKvFile, page cache warm
+  SampleSummary restore_slot_ms;
+  SampleSummary file_to_slot_ms;       // KvStore::LoadMapped + RestoreSlot(view) + unmap
+  SampleSummary file_to_slot_copy_ms;  // context: KvStore::Load + RestoreSlot + free
   // Context, same byte count as the file.
-  KvBenchStat write_nofsync_ms;  // write() + close, no fsync
-  KvBenchStat fsync_ms;          // fsync of that file afterwards
+  SampleSummary write_nofsync_ms;  // write() + close, no fsync
+  SampleSummary fsync_ms;          // fsync of that file afterwards
   // MeasureMemcpyBandwidth(snapshot_bytes, 1) per repetition, GB/s (here
-  // `best` is the slowest sample and `max` the fastest).
-  KvBenchStat memcpy_gb_s;
+  // `min` is the slowest sample and `max` the fastest).
+  SampleSummary memcpy_gb_s;
   // GB/s from the p50s.
   double save_slot_gb_s = 0;
   double write_file_gb_s = 0;
@@ -212,15 +201,15 @@ struct KvSaveRestoreResult {
   double target_file_to_slot_gb_s = 4.0;
   double target_save_total_ms = 0;  // 2 × ref_save_ms × file_bytes / ref_bytes
   bool file_to_slot_target_met = false;
-  bool save_target_met = false;    // save_total p50 ≤ target_save_total_ms
+  bool save_target_met = false;         // save_total p50 ≤ target_save_total_ms
   bool save_direct_target_met = false;  // save_direct p50 ≤ target_save_total_ms
-  bool resave_target_met = false;  // resave_total p50 ≤ target_save_total_ms
+  bool resave_target_met = false;       // resave_total p50 ≤ target_save_total_ms
 };
 
 struct KvSharedPrefixCase {
   int prefix_tokens = 0;
   int requests = 0;
-  KvBenchStat ttft_ms;           // every request
+  SampleSummary ttft_ms;         // every request
   double first_ttft_ms = 0;      // the first request (nothing cached yet)
   uint64_t prompt_tokens = 0;    // Σ
   uint64_t cached_tokens = 0;    // Σ
@@ -278,5 +267,10 @@ Result<KvBenchResult> RunKvBench(const KvBenchOptions& options);
 // A human-readable report: one table per scenario with its ideal / limits
 // and ratios.
 std::string FormatKvBench(const KvBenchResult& result);
+
+// The result as one JSON object (`arbiter bench kv --json`), with a trailing
+// newline. A SampleSummary is {samples, best, p50, p99, max, mean} ("best"
+// = min: the key scripts and docs/BENCHMARKS.md read).
+std::string FormatKvBenchJson(const KvBenchResult& result);
 
 }  // namespace arbiter

@@ -1,4 +1,4 @@
-// engine/weights_bench.cc — `arbiter bench weights`: see weights_bench.h for
+// bench/weights_bench.cc — `arbiter bench weights`: see weights_bench.h for
 // the scenarios, their limits and the method.
 //
 // Every scenario builds its own WeightCache over its own cpu arena, sized
@@ -8,7 +8,7 @@
 // measured in the same process between the scenarios, on buffers of the same
 // byte count, so a busy neighbour slows both sides of a ratio alike (it does
 // not make the ratio exact: see the caveats in docs/BENCHMARKS.md).
-#include "arbiter/engine/weights_bench.h"
+#include "bench/weights_bench.h"
 
 #include <cblas.h>
 #include <fcntl.h>
@@ -23,16 +23,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
-#include "arbiter/engine/bench.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/safetensors.h"
 #include "arbiter/memory/device_backend.h"
@@ -49,26 +48,6 @@ constexpr size_t kReadChunk = 8u << 20;  // sequential read(), bytes per call
 constexpr int kPromptTokens = 8;         // (c)
 constexpr int kMinLimitReps = 5;         // memcpy limits: at least this many samples
 constexpr int kChildWaitSeconds = 600;   // (d): a child that takes longer is killed
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double GbS(uint64_t bytes, double seconds) {
-  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
-}
-
-BenchStat Summarize(std::vector<double> v) {
-  BenchStat s;
-  s.samples = v.size();
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.p50 = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
 
 // The bytes the weight cache lays `specs` out in (its block size).
 uint64_t LayoutBytes(const std::vector<WeightSpec>& specs) {
@@ -157,7 +136,7 @@ Result<double> MemcpyGbS(size_t bytes, int reps, Dst dst_kind) {
     ARBITER_ASSIGN_OR_RETURN(double s, probe.Once());
     seconds.push_back(s);
   }
-  return GbS(bytes, Summarize(seconds).p50);
+  return GbPerSecond(bytes, Summarize(seconds).p50);
 }
 
 // One WeightCache over its own cpu arena of `arena_bytes` (fraction 1,
@@ -278,8 +257,8 @@ Status RunFloorLoad(const WeightsBenchOptions& o, FloorLoadResult* out) {
   out->acquire_seconds = Summarize(acquire);
   out->transfer_seconds = Summarize(transfer);
   out->evict_seconds = Summarize(evict);
-  out->load_gb_s = GbS(out->weight_bytes, out->acquire_seconds.p50);
-  out->memcpy_gb_s = GbS(out->weight_bytes, Summarize(limit_seconds).p50);
+  out->load_gb_s = GbPerSecond(out->weight_bytes, out->acquire_seconds.p50);
+  out->memcpy_gb_s = GbPerSecond(out->weight_bytes, Summarize(limit_seconds).p50);
   std::vector<double> ratios;
   for (size_t i = 0; i < acquire.size(); ++i) ratios.push_back(limit_seconds[i] / acquire[i]);
   out->ratio = Summarize(ratios).p50;
@@ -289,7 +268,7 @@ Status RunFloorLoad(const WeightsBenchOptions& o, FloorLoadResult* out) {
                                      &base_acquire, nullptr, nullptr, nullptr));
   out->base_pages_acquire_seconds = Summarize(base_acquire);
   out->base_pages_evict_seconds = Summarize(base_evict);
-  out->base_pages_load_gb_s = GbS(out->weight_bytes, out->base_pages_acquire_seconds.p50);
+  out->base_pages_load_gb_s = GbPerSecond(out->weight_bytes, out->base_pages_acquire_seconds.p50);
 
   const size_t n = static_cast<size_t>(bytes);
   ARBITER_ASSIGN_OR_RETURN(out->memcpy_fresh_gb_s, MemcpyGbS(n, o.repetitions, Dst::kFresh));
@@ -405,9 +384,9 @@ Status RunFileLoad(const WeightsBenchOptions& o, double memcpy_gb_s, FileLoadRes
     }
     fc->acquire_seconds = Summarize(acquires);
     fc->read_seconds = Summarize(reads);
-    fc->file_gb_s = GbS(out->file_bytes, fc->acquire_seconds.p50);
-    fc->f32_gb_s = GbS(out->f32_bytes, fc->acquire_seconds.p50);
-    fc->read_gb_s = GbS(out->file_bytes, fc->read_seconds.p50);
+    fc->file_gb_s = GbPerSecond(out->file_bytes, fc->acquire_seconds.p50);
+    fc->f32_gb_s = GbPerSecond(out->f32_bytes, fc->acquire_seconds.p50);
+    fc->read_gb_s = GbPerSecond(out->file_bytes, fc->read_seconds.p50);
     fc->ratio_vs_read = fc->read_gb_s > 0 ? fc->file_gb_s / fc->read_gb_s : 0;
     fc->ratio_vs_memcpy = memcpy_gb_s > 0 ? fc->f32_gb_s / memcpy_gb_s : 0;
   }
@@ -844,7 +823,7 @@ Result<WeightsBenchResult> RunWeightsBench(const WeightsBenchOptions& options) {
 }
 
 std::string FormatWeightsBench(const WeightsBenchResult& r) {
-  auto ms = [](const BenchStat& s) {
+  auto ms = [](const SampleSummary& s) {
     return fmt::format("{:.1f} ms ({:.1f}–{:.1f})", s.p50 * 1e3, s.min * 1e3, s.max * 1e3);
   };
   auto mb = [](uint64_t b) { return fmt::format("{:.1f} MB", static_cast<double>(b) / 1e6); };
@@ -917,6 +896,88 @@ std::string FormatWeightsBench(const WeightsBenchResult& r) {
       "{:.3f}; leftover regions swept {}\n",
       d.floor_ratio, r.workers, 1.0 / r.workers, d.total_ratio, d.leftover_regions);
   return out;
+}
+
+namespace {
+
+// {samples, p50, min, max}: the keys `arbiter bench weights --json` has
+// always had (scripts and docs/BENCHMARKS.md read them).
+nlohmann::json SummaryJson(const SampleSummary& s) {
+  return {{"samples", s.samples}, {"p50", s.p50}, {"min", s.min}, {"max", s.max}};
+}
+
+}  // namespace
+
+std::string FormatWeightsBenchJson(const WeightsBenchResult& r) {
+  const FloorLoadResult& a = r.floor_load;
+  const FileLoadResult& b = r.file_load;
+  const AlternationResult& c = r.alternation;
+  const PssResult& d = r.pss;
+  nlohmann::json j;
+  j["model_dir"] = r.model_dir;
+  j["model2_dir"] = r.model2_dir;
+  j["model2_is_copy"] = r.model2_is_copy;
+  j["repetitions"] = r.repetitions;
+  j["workers"] = r.workers;
+  j["threads"] = r.threads;
+  j["loadavg_start"] = r.loadavg_start;
+  j["loadavg_end"] = r.loadavg_end;
+  j["floor_load"] = {{"weight_bytes", a.weight_bytes},
+                     {"acquire_seconds", SummaryJson(a.acquire_seconds)},
+                     {"transfer_seconds", SummaryJson(a.transfer_seconds)},
+                     {"evict_seconds", SummaryJson(a.evict_seconds)},
+                     {"load_gb_s", a.load_gb_s},
+                     {"memcpy_gb_s", a.memcpy_gb_s},
+                     {"ratio", a.ratio},
+                     {"memcpy_huge_gb_s", a.memcpy_huge_gb_s},
+                     {"memcpy_huge_discarded_gb_s", a.memcpy_huge_discarded_gb_s},
+                     {"memcpy_fresh_gb_s", a.memcpy_fresh_gb_s},
+                     {"base_pages_acquire_seconds", SummaryJson(a.base_pages_acquire_seconds)},
+                     {"base_pages_evict_seconds", SummaryJson(a.base_pages_evict_seconds)},
+                     {"base_pages_load_gb_s", a.base_pages_load_gb_s}};
+  auto file_case = [](const FileLoadCase& k) {
+    return nlohmann::json{{"resident_after_drop", k.resident_after_drop},
+                          {"acquire_seconds", SummaryJson(k.acquire_seconds)},
+                          {"file_gb_s", k.file_gb_s},
+                          {"f32_gb_s", k.f32_gb_s},
+                          {"read_seconds", SummaryJson(k.read_seconds)},
+                          {"read_gb_s", k.read_gb_s},
+                          {"ratio_vs_read", k.ratio_vs_read},
+                          {"ratio_vs_memcpy", k.ratio_vs_memcpy}};
+  };
+  j["file_load"] = {{"file_bytes", b.file_bytes},
+                    {"f32_bytes", b.f32_bytes},
+                    {"warm", file_case(b.warm)},
+                    {"cold", file_case(b.cold)},
+                    {"note", b.note}};
+  nlohmann::json cases = nlohmann::json::array();
+  for (const AlternationCase& k : c.cases) {
+    cases.push_back({{"name", k.name},
+                     {"residency", k.residency},
+                     {"swapping", k.swapping},
+                     {"requests", k.requests},
+                     {"loads", k.loads},
+                     {"total_seconds", k.total_seconds},
+                     {"ttft_seconds", SummaryJson(k.ttft_seconds)},
+                     {"swap_load_seconds", SummaryJson(k.swap_load_seconds)}});
+  }
+  j["alternation"] = {{"rounds", c.rounds},           {"prompt_tokens", c.prompt_tokens},
+                      {"gen_tokens", c.gen_tokens},   {"on_demand_budget", c.on_demand_budget},
+                      {"model_bytes", c.model_bytes}, {"cases", cases}};
+  auto pss_case = [](const PssCase& k) {
+    return nlohmann::json{{"workers", k.workers},
+                          {"filled_here", k.filled_here},
+                          {"sum_pss_bytes", k.sum_pss_bytes},
+                          {"sum_floor_pss_bytes", k.sum_floor_pss_bytes},
+                          {"sum_floor_rss_bytes", k.sum_floor_rss_bytes},
+                          {"materialize_seconds", SummaryJson(k.materialize_seconds)}};
+  };
+  j["worker_pss"] = {
+      {"floor_bytes", d.floor_bytes},         {"shared", pss_case(d.shared)},
+      {"private", pss_case(d.private_store)}, {"floor_ratio", d.floor_ratio},
+      {"total_ratio", d.total_ratio},         {"shared_vs_copy", d.shared_vs_copy},
+      {"private_vs_copy", d.private_vs_copy}, {"leftover_regions", d.leftover_regions}};
+  return j.dump(2) + "\n";
 }
 
 }  // namespace arbiter

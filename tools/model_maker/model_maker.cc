@@ -17,7 +17,7 @@
 //   biases                        0.02
 //   RMSNorm weights               1 + 0.05·noise (so tests exercise them)
 // bf16 presets round each value with F32ToBF16 (round to nearest even).
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 
 #include <chrono>
 #include <cmath>
@@ -28,8 +28,8 @@
 
 #include "arbiter/base/file.h"
 #include "arbiter/base/hash.h"
-#include "arbiter/engine/bpe_trainer.h"
 #include "arbiter/formats/safetensors.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 namespace arbiter {
 namespace {

@@ -1,4 +1,4 @@
-// arbiter/engine/bpe_trainer.h — trains a byte-level BPE tokenizer and
+// tools/model_maker/bpe_trainer.h — trains a byte-level BPE tokenizer and
 // writes it as a Hugging Face tokenizer.json.
 //
 // Algorithm (the classic one of GPT-2 / HF BpeTrainer):
@@ -23,8 +23,7 @@
 // ByteLevel(add_prefix_space=false, use_regex=false)], decoder ByteLevel.
 // Both arbiter's Tokenizer and HF `tokenizers` load it.
 //
-// Performance: ~250 KB of text and 3,700 merges take well under a second on
-// one core.
+// Its speed on the default corpus is in docs/BENCHMARKS.md "Tools".
 //
 // Thread safety: pure functions (no shared state).
 #pragma once

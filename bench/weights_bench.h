@@ -1,9 +1,9 @@
-// arbiter/engine/weights_bench.h — the weight runtime measured on a real
+// bench/weights_bench.h — the weight runtime measured on a real
 // model, each figure next to a limit measured in the same run
 // (`arbiter bench weights`, docs/BENCHMARKS.md "Weight runtime").
 //
 // Scenarios (all on `model_dir`; bytes are decimal GB = 1e9 B; seconds are
-// wall time, steady_clock; "p50" is the median over the repetitions):
+// wall time; "p50" is the median over the repetitions — bench/bench_stats.h):
 //
 //   (a) floor_load — on-demand load from the host floor. A WeightCache over a
 //       cpu DeviceBackend holds the model kPinnedSystem (floor materialized,
@@ -13,9 +13,9 @@
 //       The transfer is one thread's memcpy per tensor, into the cpu
 //       backend's default huge-page arena. Limit, same byte count: 1-thread
 //       memcpy between two plain buffers whose pages are already faulted in,
-//       one copy right after each Acquire (the host's memory bandwidth
-//       drifts by ±20 % over a minute in a shared VM, so each load is paired
-//       with its own limit); memcpy GB/s is their p50, and ratio = the p50
+//       one copy right after each Acquire (a shared VM's memory bandwidth
+//       drifts within a minute — docs/BENCHMARKS.md "Weight runtime" — so
+//       each load is paired with its own limit); memcpy GB/s is their p50, and ratio = the p50
 //       of the per-repetition ratios load GB/s / memcpy GB/s (goal ≥ 0.9).
 //       Context (p50 of max(repetitions, 5) copies): memcpy into a faulted
 //       huge-page arena (a tighter limit: fewer TLB misses), into a
@@ -84,6 +84,7 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "bench/bench_stats.h"
 
 namespace arbiter {
 
@@ -98,19 +99,11 @@ struct WeightsBenchOptions {
   int threads = 1;       // (c) OpenBLAS and engine threads
 };
 
-// Seconds (or GB/s) over repetitions.
-struct BenchStat {
-  size_t samples = 0;
-  double p50 = 0;
-  double min = 0;
-  double max = 0;
-};
-
-struct FloorLoadResult {       // (a)
-  uint64_t weight_bytes = 0;   // bytes transferred per load
-  BenchStat acquire_seconds;   // Evict excluded
-  BenchStat transfer_seconds;  // the cache's own load time (WeightModelStats)
-  BenchStat evict_seconds;
+struct FloorLoadResult {           // (a)
+  uint64_t weight_bytes = 0;       // bytes transferred per load
+  SampleSummary acquire_seconds;   // Evict excluded
+  SampleSummary transfer_seconds;  // the cache's own load time (WeightModelStats)
+  SampleSummary evict_seconds;
   double load_gb_s = 0;    // weight_bytes / acquire p50
   double memcpy_gb_s = 0;  // limit: faulted plain buffers, 1 thread, p50
   double ratio = 0;        // load_gb_s / memcpy_gb_s (goal ≥ 0.9)
@@ -120,8 +113,8 @@ struct FloorLoadResult {       // (a)
   double memcpy_huge_discarded_gb_s = 0;
   double memcpy_fresh_gb_s = 0;
   // Context: the same loads over an arena without huge pages.
-  BenchStat base_pages_acquire_seconds;
-  BenchStat base_pages_evict_seconds;
+  SampleSummary base_pages_acquire_seconds;
+  SampleSummary base_pages_evict_seconds;
   double base_pages_load_gb_s = 0;
 };
 
@@ -130,10 +123,10 @@ struct FileLoadCase {  // one cache state of (b)
   // Largest fraction of the files' pages still resident after a drop
   // (mincore; 0 when warm or when it could not be measured).
   double resident_after_drop = 0;
-  BenchStat acquire_seconds;
+  SampleSummary acquire_seconds;
   double file_gb_s = 0;        // file bytes / acquire p50
   double f32_gb_s = 0;         // f32 bytes / acquire p50
-  BenchStat read_seconds;      // limit: plain sequential read, same state
+  SampleSummary read_seconds;  // limit: plain sequential read, same state
   double read_gb_s = 0;        // file bytes / read p50
   double ratio_vs_read = 0;    // file_gb_s / read_gb_s
   double ratio_vs_memcpy = 0;  // f32_gb_s / (a).memcpy_gb_s
@@ -147,15 +140,15 @@ struct FileLoadResult {     // (b)
   std::string note;  // e.g. why the cold case is not cold
 };
 
-struct AlternationCase {        // one case of (c)
-  std::string name;             // "floor" | "file" | "both_fit"
-  std::string residency;        // "pinned_system" | "unpinned"
-  bool swapping = true;         // the budget holds one model
-  int requests = 0;             // timed requests
-  uint64_t loads = 0;           // cache loads during the timed requests
-  double total_seconds = 0;     // Σ wall of the timed requests
-  BenchStat ttft_seconds;       // every timed request
-  BenchStat swap_load_seconds;  // the cache's load time, per load
+struct AlternationCase {            // one case of (c)
+  std::string name;                 // "floor" | "file" | "both_fit"
+  std::string residency;            // "pinned_system" | "unpinned"
+  bool swapping = true;             // the budget holds one model
+  int requests = 0;                 // timed requests
+  uint64_t loads = 0;               // cache loads during the timed requests
+  double total_seconds = 0;         // Σ wall of the timed requests
+  SampleSummary ttft_seconds;       // every timed request
+  SampleSummary swap_load_seconds;  // the cache's load time, per load
 };
 
 struct AlternationResult {  // (c)
@@ -170,11 +163,11 @@ struct AlternationResult {  // (c)
 struct PssCase {      // one store of (d)
   std::string store;  // "shared" | "private"
   int workers = 0;
-  int filled_here = 0;               // children that ran the fill
-  uint64_t sum_pss_bytes = 0;        // Σ smaps_rollup Pss
-  uint64_t sum_floor_pss_bytes = 0;  // Σ Pss of the floor mappings
-  uint64_t sum_floor_rss_bytes = 0;  // Σ Rss of the floor mappings
-  BenchStat materialize_seconds;     // per child
+  int filled_here = 0;                // children that ran the fill
+  uint64_t sum_pss_bytes = 0;         // Σ smaps_rollup Pss
+  uint64_t sum_floor_pss_bytes = 0;   // Σ Pss of the floor mappings
+  uint64_t sum_floor_rss_bytes = 0;   // Σ Rss of the floor mappings
+  SampleSummary materialize_seconds;  // per child
 };
 
 struct PssResult {           // (d)
@@ -207,5 +200,9 @@ Result<WeightsBenchResult> RunWeightsBench(const WeightsBenchOptions& options);
 
 // A human-readable report: one table per scenario with its limits and ratios.
 std::string FormatWeightsBench(const WeightsBenchResult& result);
+
+// The result as one JSON object (`arbiter bench weights --json`), with a
+// trailing newline. A SampleSummary (seconds) is {samples, p50, min, max}.
+std::string FormatWeightsBenchJson(const WeightsBenchResult& result);
 
 }  // namespace arbiter

@@ -1,4 +1,4 @@
-#include "arbiter/engine/bpe_trainer.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 #include <gtest/gtest.h>
 

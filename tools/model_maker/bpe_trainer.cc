@@ -10,7 +10,7 @@
 // Pairs that do not involve the new symbol can only lose counts, so the heap
 // stays correct lazily: a popped entry whose count is stale is re-pushed
 // with the current count; pairs involving the new symbol are pushed fresh.
-#include "arbiter/engine/bpe_trainer.h"
+#include "tools/model_maker/bpe_trainer.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

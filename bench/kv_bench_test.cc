@@ -1,16 +1,17 @@
-// Smoke test of RunKvBench (`arbiter bench kv`) on the "tiny" preset at
-// tiny sizes: every scenario runs and its counts are consistent with what
-// it set up (tokens computed, cached and restored, the tier each case hit,
-// bytes = the KV file's size). Benchmarks are not tests: no timing is
-// asserted.
-#include "arbiter/kv/kv_bench.h"
+// bench/kv_bench_test.cc — smoke test of RunKvBench (`arbiter bench kv`)
+// on the "tiny" preset at tiny sizes: every scenario runs and its counts are
+// consistent with what it set up (tokens computed, cached and restored, the
+// tier each case hit, bytes = the KV file's size); --json keeps its keys.
+// Benchmarks are not tests: no timing is asserted.
+#include "bench/kv_bench.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
-#include "arbiter/engine/model_maker.h"
+#include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {
@@ -104,10 +105,10 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   const uint64_t kv_bytes = uint64_t{2} * 2 * 32 * 4 * prefix;
   EXPECT_EQ(s.snapshot_bytes, kv_bytes + 4u * prefix);
   EXPECT_EQ(s.file_bytes, 64 + 4u * prefix + kv_bytes + 8);
-  for (const KvBenchStat* st :
-       {&s.save_slot_ms, &s.write_file_ms, &s.save_total_ms, &s.rewrite_file_ms,
-        &s.resave_total_ms, &s.save_direct_ms, &s.read_file_ms, &s.restore_slot_ms, &s.file_to_slot_ms, &s.file_to_slot_copy_ms,
-        &s.write_nofsync_ms, &s.fsync_ms, &s.memcpy_gb_s}) {
+  for (const SampleSummary* st :
+       {&s.save_slot_ms, &s.write_file_ms, &s.save_total_ms, &s.rewrite_file_ms, &s.resave_total_ms,
+        &s.save_direct_ms, &s.read_file_ms, &s.restore_slot_ms, &s.file_to_slot_ms,
+        &s.file_to_slot_copy_ms, &s.write_nofsync_ms, &s.fsync_ms, &s.memcpy_gb_s}) {
     EXPECT_EQ(st->samples, static_cast<size_t>(o.repetitions));
   }
   EXPECT_DOUBLE_EQ(s.target_save_total_ms, 2 * 7.4 * static_cast<double>(s.file_bytes) / 16e6);
@@ -172,6 +173,27 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
                            "Multi-round QA", "host_holds_2", "target: file → slot"}) {
     EXPECT_NE(report.find(part), std::string::npos) << part;
   }
+
+  // --json: the keys scripts read; a summary's minimum is "best".
+  const nlohmann::json j = nlohmann::json::parse(FormatKvBenchJson(*r));
+  for (const char* key :
+       {"model_dir", "model_hash", "n_slots", "n_ctx", "threads", "prefix_tokens", "turn_tokens",
+        "repetitions", "n_layers", "kv_dim", "kv_bytes_per_token", "loadavg_start", "loadavg_end",
+        "seconds", "ttft", "save_restore", "shared_prefix", "qa"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j.size(), 18u);
+  const nlohmann::json& ttft = j.at("ttft").at(1).at("ttft_ms");
+  EXPECT_EQ(ttft.size(), 6u);
+  EXPECT_EQ(ttft.at("samples"), r->ttft[1].ttft_ms.samples);
+  EXPECT_EQ(ttft.at("best"), r->ttft[1].ttft_ms.min);
+  for (const char* key : {"p50", "p99", "max", "mean"}) EXPECT_TRUE(ttft.contains(key)) << key;
+  EXPECT_TRUE(j.at("ttft").at(2).contains("prewarm_ms"));
+  EXPECT_EQ(j.at("save_restore").size(), 34u);
+  EXPECT_EQ(j.at("save_restore").at("file_bytes"), s.file_bytes);
+  EXPECT_EQ(j.at("shared_prefix").size(), 2u);
+  EXPECT_EQ(j.at("qa").at(1).at("name"), "host_holds_2");
+  EXPECT_EQ(j.at("qa").at(1).at("total").at("round"), -1);
 }
 
 TEST_F(KvBenchTest, OnlyRunsOneScenario) {

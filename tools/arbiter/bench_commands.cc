@@ -1,0 +1,185 @@
+// tools/arbiter/bench_commands.cc — see bench_commands.h.
+#include "tools/arbiter/bench_commands.h"
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "arbiter/base/status.h"
+#include "bench/arbiter_bench.h"
+#include "bench/decode_bench.h"
+#include "bench/kv_bench.h"
+#include "bench/weights_bench.h"
+
+namespace arbiter {
+namespace {
+
+int Fail(const char* bench, const Status& status) {
+  std::fprintf(stderr, "arbiter: bench %s failed: %s\n", bench, status.message().c_str());
+  return 1;
+}
+
+struct DecodeFlags {
+  std::string model;
+  int threads = 0;
+  int prompt_tokens = 512;
+  int gen_tokens = 128;
+  int repetitions = 3;
+  bool json = false;
+};
+
+int RunDecode(const DecodeFlags& f) {
+  // The engine's private weight cache logs each load at info level on
+  // spdlog's stdout sink; keep stdout to the report (--json is parsed).
+  spdlog::set_level(spdlog::level::warn);
+  const int threads = f.threads > 0
+                          ? f.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  Result<DecodeBenchResult> r =
+      RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions);
+  if (!r.ok()) return Fail("decode", r.status());
+  std::cout << (f.json ? FormatDecodeBenchJson(*r) : FormatDecodeBench(*r));
+  return 0;
+}
+
+int RunArbiter(int iterations, bool json) {
+  Result<ArbiterBenchResult> r = RunArbiterBench(iterations);
+  if (!r.ok()) return Fail("arbiter", r.status());
+  std::cout << (json ? FormatArbiterBenchJson(*r) : FormatArbiterBench(*r));
+  return 0;
+}
+
+int RunWeights(const WeightsBenchOptions& options, bool json) {
+  Result<WeightsBenchResult> r = RunWeightsBench(options);
+  if (!r.ok()) return Fail("weights", r.status());
+  std::cout << (json ? FormatWeightsBenchJson(*r) : FormatWeightsBench(*r));
+  return 0;
+}
+
+int RunKv(const KvBenchOptions& options, bool json) {
+  // As RunDecode: keep stdout to the report.
+  spdlog::set_level(spdlog::level::warn);
+  Result<KvBenchResult> r = RunKvBench(options);
+  if (!r.ok()) return Fail("kv", r.status());
+  std::cout << (json ? FormatKvBenchJson(*r) : FormatKvBench(*r));
+  return 0;
+}
+
+}  // namespace
+
+struct BenchCommands::Commands {
+  CLI::App* decode = nullptr;
+  CLI::App* arbiter = nullptr;
+  CLI::App* weights = nullptr;
+  CLI::App* kv = nullptr;
+  DecodeFlags decode_flags;
+  int arbiter_iterations = 100000;
+  bool arbiter_json = false;
+  WeightsBenchOptions weights_options;
+  bool weights_json = false;
+  KvBenchOptions kv_options;
+  bool kv_json = false;
+};
+
+BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Commands>()) {
+  Commands& c = *commands_;
+  CLI::App* bench = app->add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+
+  DecodeFlags& d = c.decode_flags;
+  c.decode = bench->add_subcommand(
+      "decode", "Decode/prefill throughput against the memory-bandwidth roofline");
+  c.decode->add_option("--model", d.model, "Model directory")->required();
+  c.decode->add_option("--threads", d.threads, "BLAS threads (default: all hardware threads)")
+      ->check(CLI::NonNegativeNumber);
+  c.decode->add_option("--prompt-tokens", d.prompt_tokens, "Prompt length (default 512)")
+      ->check(CLI::PositiveNumber);
+  c.decode->add_option("--gen-tokens", d.gen_tokens, "Decode steps (default 128)")
+      ->check(CLI::PositiveNumber);
+  c.decode->add_option("--repetitions", d.repetitions, "Repetitions, best kept (default 3)")
+      ->check(CLI::PositiveNumber);
+  c.decode->add_flag("--json", d.json, "Print the result as JSON");
+
+  c.arbiter = bench->add_subcommand(
+      "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");
+  c.arbiter
+      ->add_option("--iterations", c.arbiter_iterations,
+                   "Timed operations per scenario (default 100000)")
+      ->check(CLI::PositiveNumber);
+  c.arbiter->add_flag("--json", c.arbiter_json, "Print the result as JSON");
+
+  WeightsBenchOptions& w = c.weights_options;
+  c.weights = bench->add_subcommand(
+      "weights",
+      "Weight runtime on a real model, each figure against a limit measured in the same run: "
+      "(a) on-demand load from the host floor vs memcpy, (b) load from the file (page cache "
+      "warm and cold) vs read() and memcpy, (c) two models alternating under a budget that "
+      "holds one (floors vs file reloads, vs both fitting), (d) summed PSS of N worker "
+      "processes with shared vs private floors. See docs/BENCHMARKS.md. Drops the model "
+      "files from the page cache and forks; run it on a quiet machine");
+  c.weights->add_option("--model", w.model_dir, "Model directory (e.g. preset demo-chat)")
+      ->required();
+  c.weights->add_option("--model2", w.model2_dir,
+                        "Second model for (c), same architecture or not (default: a byte copy "
+                        "of --model in a temp dir, removed afterwards)");
+  c.weights
+      ->add_option("--repetitions", w.repetitions,
+                   "Repetitions of (a) and of each (b) case; rounds A,B of (c) (default 10)")
+      ->check(CLI::PositiveNumber);
+  c.weights->add_option("--workers", w.workers, "Worker processes of (d) (default 3)")
+      ->check(CLI::PositiveNumber);
+  c.weights->add_option("--gen-tokens", w.gen_tokens, "Tokens per request in (c) (default 4)")
+      ->check(CLI::PositiveNumber);
+  c.weights->add_option("--threads", w.threads, "Engine and OpenBLAS threads in (c) (default 1)")
+      ->check(CLI::PositiveNumber);
+  c.weights->add_flag("--json", c.weights_json, "Print the result as JSON");
+
+  KvBenchOptions& k = c.kv_options;
+  c.kv = bench->add_subcommand(
+      "kv",
+      "KV precache on a real model, each figure against an ideal or a limit measured in the "
+      "same run: TTFT of one turn over a stable prefix (cold, after prewarm, from the host "
+      "prompt cache, restored from disk) vs prefilling only the turn; slot save/restore and KV "
+      "file write/read vs memcpy and llama.cpp's figures; a shared-prefix workload; multi-round "
+      "QA with more users than slots. See docs/BENCHMARKS.md. Writes KV files under $TMPDIR "
+      "(removed afterwards)");
+  c.kv->add_option("--model", k.model_dir, "Model directory (e.g. preset demo-chat)")->required();
+  c.kv->add_option("--prefix-tokens", k.prefix_tokens,
+                   "Stable prefix of the TTFT and save/restore scenarios (default 2000)")
+      ->check(CLI::PositiveNumber);
+  c.kv->add_option("--turn-tokens", k.turn_tokens, "User turn / question length (default 32)")
+      ->check(CLI::PositiveNumber);
+  c.kv->add_option("--repetitions", k.repetitions,
+                   "Repetitions of the TTFT and save/restore cases: best and p50 (default 5)")
+      ->check(CLI::PositiveNumber);
+  c.kv->add_option("--threads", k.threads,
+                   "OpenBLAS and engine threads (default 0: OpenBLAS's default)")
+      ->check(CLI::NonNegativeNumber);
+  c.kv->add_option("--only", k.only,
+                   "Run one scenario: ttft, save_restore, shared_prefix or qa (default: all)")
+      ->check(CLI::IsMember({"ttft", "save_restore", "shared_prefix", "qa"}));
+  c.kv->add_flag("--json", c.kv_json, "Print the result as JSON");
+}
+
+BenchCommands::~BenchCommands() = default;
+
+bool BenchCommands::parsed() const {
+  const Commands& c = *commands_;
+  return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed();
+}
+
+int BenchCommands::Run() {
+  Commands& c = *commands_;
+  if (c.decode->parsed()) return RunDecode(c.decode_flags);
+  if (c.arbiter->parsed()) return RunArbiter(c.arbiter_iterations, c.arbiter_json);
+  if (c.weights->parsed()) return RunWeights(c.weights_options, c.weights_json);
+  if (c.kv->parsed()) return RunKv(c.kv_options, c.kv_json);
+  return 2;  // not parsed: bad usage
+}
+
+}  // namespace arbiter
