@@ -1,0 +1,269 @@
+// The route handlers in process, against a real Runtime on tiny models (no
+// fork, no socket): each handler gets an http::Request and answers through an
+// in-memory http::FakeResponder. Covers the OpenAI routes (chat and
+// completions share one runner, streaming and not), embeddings, the admin
+// actions (empty bodies included), status and KV snapshots, and the error
+// table's mapping of typed reasons.
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "arbiter/runtime/runtime.h"
+#include "server/internal/context.h"
+#include "server/internal/http/fake_responder.h"
+#include "tools/model_maker/model_maker.h"
+
+namespace arbiter::server_internal {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class RoutesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        ("arbiter-routes-test-" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    ASSERT_TRUE(MakeModel("tiny", (*dir_ / "tiny").string(), 1, nullptr).ok());
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  void SetUp() override {
+    Config c = DefaultConfig(0);
+    c.budget_bytes = 256ull << 20;
+    c.state_dir = (*dir_ / ("state-" + std::to_string(++n_))).string();
+    c.pressure.source = PressureSourceKind::kNone;
+    for (auto [name, cap] : {std::pair{"chat", Capability::kText},
+                             std::pair{"emb", Capability::kEmbedding}}) {
+      ModelEntry m;
+      m.name = name;
+      m.path = (*dir_ / "tiny").string();
+      m.capability = cap;
+      m.ctx = 256;
+      c.models.push_back(m);
+    }
+    Result<std::unique_ptr<Runtime>> rt = Runtime::Create(c);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    ctx_.runtime = rt_.get();
+    ctx_.threads = 4;
+    for (auto group : {OpenAIRoutes(ctx_), AdminRoutes(ctx_)}) {
+      for (Route& r : group) routes_[r.method + " " + r.pattern] = std::move(r);
+    }
+  }
+
+  void TearDown() override { rt_->Shutdown(); }
+
+  // Runs the route `method pattern` on `body` (path parameters in `params`,
+  // query in `query`) and returns the responder.
+  std::unique_ptr<http::FakeResponder> Call(const std::string& route, std::string body = "",
+                                            std::map<std::string, std::string> params = {},
+                                            std::multimap<std::string, std::string> query = {}) {
+    auto out = std::make_unique<http::FakeResponder>();
+    auto it = routes_.find(route);
+    EXPECT_NE(it, routes_.end()) << route;
+    if (it == routes_.end()) return out;
+    http::Request req;
+    req.method = route.substr(0, route.find(' '));
+    req.path = route.substr(route.find(' ') + 1);
+    req.body = std::move(body);
+    req.params = std::move(params);
+    req.query = std::move(query);
+    it->second.handler(req, *out);
+    EXPECT_EQ(out->answers(), 1) << route;
+    return out;
+  }
+
+  static json Body(const http::FakeResponder& r) { return json::parse(r.body(), nullptr, false); }
+
+  static fs::path* dir_;
+  static inline int n_ = 0;
+  std::unique_ptr<Runtime> rt_;
+  ServerContext ctx_;
+  std::map<std::string, Route> routes_;
+};
+
+fs::path* RoutesTest::dir_ = nullptr;
+
+const char* kChat = R"({"model":"chat","messages":[{"role":"user","content":"hi"}],
+                       "max_tokens":3,"temperature":0})";
+
+TEST_F(RoutesTest, SnapshotsRunInlineAndEverythingThatMayBlockOnAWorker) {
+  for (const auto& [name, r] : routes_) {
+    const bool inline_ok = name == "GET /v1/models" || name == "GET /admin/status" ||
+                           name == "GET /metrics";
+    EXPECT_EQ(r.dispatch == http::Dispatch::kInline, inline_ok) << name;
+  }
+}
+
+TEST_F(RoutesTest, ChatNonStreamingAndStreamingShareOneRunner) {
+  auto r = Call("POST /v1/chat/completions", kChat);
+  ASSERT_EQ(r->status(), 200) << r->body();
+  json j = Body(*r);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  const std::string text = j["choices"][0]["message"]["content"];
+
+  json req = json::parse(kChat);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  auto s = Call("POST /v1/chat/completions", req.dump());
+  EXPECT_EQ(s->status(), 200);
+  EXPECT_TRUE(s->streamed());
+  EXPECT_TRUE(s->ended());
+  EXPECT_EQ(s->content_type(), "text/event-stream");
+  const std::string sse = s->body();
+  EXPECT_NE(sse.find("\"usage\""), std::string::npos) << sse;
+  EXPECT_EQ(sse.substr(sse.size() - 14), "data: [DONE]\n\n");
+  // Greedy: the streamed deltas add up to the same text.
+  std::string joined;
+  for (const std::string& chunk : s->chunks()) {
+    if (chunk.rfind("data: {", 0) != 0) continue;
+    json c = json::parse(chunk.substr(6));
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+      joined += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(joined, text);
+}
+
+TEST_F(RoutesTest, CompletionWithEchoAndAConversationReportsTheKvSlot) {
+  auto r = Call("POST /v1/completions",
+                R"({"model":"chat","prompt":"hello","max_tokens":2,"temperature":0,"echo":true,
+                    "conversation_id":"c1"})");
+  ASSERT_EQ(r->status(), 200) << r->body();
+  EXPECT_EQ(Body(*r)["choices"][0]["text"].get<std::string>().rfind("hello", 0), 0u);
+  EXPECT_EQ(r->header("X-Arbiter-Kv-Slot"), "0");
+  EXPECT_EQ(r->header("X-Arbiter-Kv-Source"), "none");
+}
+
+TEST_F(RoutesTest, AClientThatLeftStopsTheStream) {
+  json req = json::parse(kChat);
+  req["stream"] = true;
+  req["max_tokens"] = 200;
+  auto out = std::make_unique<http::FakeResponder>();
+  out->CancelAfterWrites(2);
+  http::Request hr;
+  hr.method = "POST";
+  hr.path = "/v1/chat/completions";
+  hr.body = req.dump();
+  routes_.at("POST /v1/chat/completions").handler(hr, *out);
+  EXPECT_LE(out->chunks().size(), 2u);
+  EXPECT_FALSE(out->ended());
+  EXPECT_EQ(out->body().find("[DONE]"), std::string::npos);
+}
+
+TEST_F(RoutesTest, EmbeddingsAndCapabilityErrors) {
+  auto r = Call("POST /v1/embeddings", R"({"model":"emb","input":["a","b"]})");
+  ASSERT_EQ(r->status(), 200) << r->body();
+  EXPECT_EQ(Body(*r)["data"].size(), 2u);
+  auto wrong = Call("POST /v1/embeddings", R"({"model":"chat","input":"a"})");
+  EXPECT_EQ(wrong->status(), 400);
+  EXPECT_EQ(Body(*wrong)["error"]["code"], "wrong_model_capability");
+  auto missing = Call("POST /v1/chat/completions", R"({"model":"nope","messages":[
+                      {"role":"user","content":"x"}]})");
+  EXPECT_EQ(missing->status(), 404);
+  EXPECT_EQ(Body(*missing)["error"]["code"], "model_not_found");
+  auto bad = Call("POST /v1/chat/completions", R"({"model":"chat"})");
+  EXPECT_EQ(bad->status(), 400);
+  EXPECT_EQ(Body(*bad)["error"]["code"], "invalid_request");
+}
+
+TEST_F(RoutesTest, PressureRefusesNonTextWithRetryAfterAndStatusShowsIt) {
+  ASSERT_EQ(Call("POST /v1/embeddings", R"({"model":"emb","input":"a"})")->status(), 200);
+  auto p = Call("POST /admin/pressure", R"({"level":"critical","free_mb":10})");
+  ASSERT_EQ(p->status(), 200) << p->body();
+  EXPECT_EQ(Body(*p)["pressure"], "critical");
+  auto e = Call("POST /v1/embeddings", R"({"model":"emb","input":"a"})");
+  EXPECT_EQ(e->status(), 503);
+  EXPECT_EQ(Body(*e)["error"]["code"], "memory_pressure");
+  EXPECT_EQ(e->header("Retry-After"), "5");
+  EXPECT_EQ(Call("POST /v1/chat/completions", kChat)->status(), 200);
+  json st = Body(*Call("GET /admin/status"));
+  EXPECT_EQ(st["pressure"], "critical");
+  EXPECT_TRUE(st.contains("next_victim"));
+  for (const json& m : st["models"]) {
+    if (m["name"] == "emb") EXPECT_FALSE(m["resident"].get<bool>());
+  }
+  EXPECT_EQ(Call("POST /admin/pressure", R"({"level":"nominal"})")->status(), 200);
+  EXPECT_EQ(Call("POST /v1/embeddings", R"({"model":"emb","input":"a"})")->status(), 200);
+  EXPECT_EQ(Call("POST /admin/pressure", R"({"level":"panic"})")->status(), 400);
+}
+
+TEST_F(RoutesTest, AdminActionsAcceptEmptyBodies) {
+  auto load = Call("POST /admin/models/{name}/load", "", {{"name", "emb"}});
+  ASSERT_EQ(load->status(), 200) << load->body();
+  EXPECT_TRUE(Body(*load)["resident"].get<bool>());
+  EXPECT_EQ(Call("POST /admin/compact", "")->status(), 200);
+  auto unload = Call("POST /admin/models/{name}/unload", "", {{"name", "emb"}});
+  ASSERT_EQ(unload->status(), 200) << unload->body();
+  EXPECT_TRUE(Body(*unload)["unloaded"].get<bool>());
+  auto close = Call("POST /admin/conversations/{id}/close", "", {{"id", "room-1"}});
+  EXPECT_EQ(close->status(), 404);
+  EXPECT_EQ(Body(*close)["error"]["code"], "conversation_not_found");
+  EXPECT_EQ(Call("POST /admin/models/{name}/load", "", {{"name", "nope"}})->status(), 404);
+  auto t = Call("POST /admin/models/{name}/unload", "", {{"name", "emb"}},
+                {{"timeout_ms", "-1"}});
+  EXPECT_EQ(t->status(), 400);
+}
+
+TEST_F(RoutesTest, PrewarmThenCloseAndTheKvSnapshot) {
+  auto p = Call("POST /admin/prewarm",
+                R"({"model":"chat","conversation_id":"room-2","prompt":"a stable prefix"})");
+  ASSERT_EQ(p->status(), 200) << p->body();
+  EXPECT_GT(Body(*p)["prefix_tokens"].get<int>(), 0);
+  json kv = Body(*Call("GET /admin/kv"));
+  ASSERT_EQ(kv["models"].size(), 1u);
+  EXPECT_EQ(kv["models"][0]["slots"][0]["conversation_id"], "room-2");
+  auto c = Call("POST /admin/conversations/{id}/close", "", {{"id", "room-2"}});
+  ASSERT_EQ(c->status(), 200) << c->body();
+  EXPECT_EQ(Body(*c)["models"], json::array({"chat"}));
+  EXPECT_GE(Body(*Call("GET /admin/kv"))["files_total"].get<int>(), 1);
+}
+
+TEST_F(RoutesTest, MetricsAndModels) {
+  ASSERT_EQ(Call("POST /v1/chat/completions", kChat)->status(), 200);
+  auto m = Call("GET /metrics");
+  EXPECT_EQ(m->status(), 200);
+  EXPECT_NE(m->body().find("arbiter_"), std::string::npos);
+  json models = Body(*Call("GET /v1/models"));
+  EXPECT_EQ(models["data"].size(), 2u);
+}
+
+TEST_F(RoutesTest, AnEventStreamEndsWhenTheServerStops) {
+  http::FakeResponder out;
+  std::thread t([&] {
+    http::Request req;
+    routes_.at("GET /admin/events").handler(req, out);
+  });
+  // The greeting arrives first; then a load produces events.
+  for (int i = 0; i < 500 && out.chunks().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(out.chunks().empty());
+  ASSERT_EQ(Call("POST /admin/models/{name}/load", "", {{"name", "emb"}})->status(), 200);
+  for (int i = 0; i < 500 && out.body().find("model_load") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(out.body().find("event: model_load"), std::string::npos) << out.body();
+  ctx_.stopping.store(true);
+  {
+    MutexLock l(&ctx_.streams_mu);
+    for (const auto& q : ctx_.streams) q->Close();
+  }
+  t.join();
+  EXPECT_TRUE(out.ended());
+}
+
+}  // namespace
+}  // namespace arbiter::server_internal
