@@ -56,7 +56,9 @@ Result<std::string> KvModelHash(const ModelFiles& files) {
   return KvModelHashOfDigest(files.WeightsDigestFor("kv"));
 }
 
-Result<std::unique_ptr<ServeKv>> MakeServeKv(const Config& config, MemoryLedger* ledger) {
+Result<std::unique_ptr<ServeKv>> MakeServeKv(
+    const Config& config, MemoryLedger* ledger,
+    const std::map<std::string, Result<std::shared_ptr<const ModelFiles>>>* opened) {
   auto out = std::make_unique<ServeKv>();
   out->settings = config.kv;
   out->dir = !config.kv.dir.empty() ? config.kv.dir
@@ -90,7 +92,11 @@ Result<std::unique_ptr<ServeKv>> MakeServeKv(const Config& config, MemoryLedger*
   }
   for (const ModelEntry& m : config.models) {
     if (m.capability != Capability::kText) continue;
-    Result<std::string> hash = KvModelHash(m);
+    const auto it = opened != nullptr ? opened->find(m.name) : decltype(opened->end()){};
+    Result<std::string> hash =
+        opened == nullptr || it == opened->end() ? KvModelHash(m)
+        : it->second.ok()                        ? KvModelHash(**it->second)
+                                                 : Result<std::string>(it->second.status());
     if (!hash.ok()) {
       spdlog::warn("kv: model \"{}\" gets no KV precache: {}", m.name, hash.status().message());
       continue;

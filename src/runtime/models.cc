@@ -210,12 +210,21 @@ CapabilityRegistration EngineCapabilityRegistration(
   return r;
 }
 
+OpenedModels OpenConfiguredModels(const Config& config) {
+  OpenedModels out;
+  for (const ModelEntry& m : config.models) out.emplace(m.name, OpenEntryFiles(m));
+  return out;
+}
+
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
-                                WeightCache* cache, const ServeKv* kv) {
+                                WeightCache* cache, const ServeKv* kv,
+                                const OpenedModels* opened) {
   std::vector<std::string> broken;
   std::map<std::string, size_t> estimates;
   for (const ModelEntry& m : config.models) {
-    Result<std::shared_ptr<const ModelFiles>> files = OpenEntryFiles(m);
+    auto found = opened != nullptr ? opened->find(m.name) : OpenedModels::const_iterator();
+    Result<std::shared_ptr<const ModelFiles>> files =
+        opened != nullptr && found != opened->end() ? found->second : OpenEntryFiles(m);
     Result<ModelFootprint> estimate =
         files.ok() ? EstimateModelFootprint(m, **files) : Result<ModelFootprint>(files.status());
     if (estimate.ok() && cache != nullptr) {

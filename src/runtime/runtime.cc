@@ -62,7 +62,10 @@ arbiter::Status RuntimeImpl::Build() {
   ledger_ = std::make_unique<MemoryLedger>(config_.budget_bytes);
   // The KV tiers: built before the arbiter and destroyed after it, since
   // freeing an engine saves its slots' conversations through them.
-  ARBITER_ASSIGN_OR_RETURN(kv_, MakeServeKv(config_, ledger_.get()));
+  // Every model's files are opened and planned once here, for the KV model
+  // hash, the footprint estimate and the weight registration.
+  const OpenedModels opened = OpenConfiguredModels(config_);
+  ARBITER_ASSIGN_OR_RETURN(kv_, MakeServeKv(config_, ledger_.get(), &opened));
   ARBITER_ASSIGN_OR_RETURN(weights_, MakeServeWeights(config_, ledger_.get(), &policy_));
   MemoryArbiterOptions ao;
   ao.ledger = ledger_.get();
@@ -75,7 +78,7 @@ arbiter::Status RuntimeImpl::Build() {
   targets_.weights = weights_->cache.get();
   targets_.prompt_cache = kv_->prompt_cache.get();
   ARBITER_RETURN_IF_ERROR(
-      RegisterConfiguredModels(config_, arbiter_.get(), weights_->cache.get(), kv_.get()));
+      RegisterConfiguredModels(config_, arbiter_.get(), weights_->cache.get(), kv_.get(), &opened));
   if (arbiter::Status s = arbiter_->Start(); !s.ok()) {
     return s.WithPrefix("cannot start the memory arbiter");
   }

@@ -66,6 +66,7 @@ class TextGenerationImpl final : public TextGeneration {
 
   const std::string& model() const override { return model_; }
   int prompt_tokens() const override { return static_cast<int>(request_.prompt_ids.size()); }
+  const std::vector<int32_t>& prompt_ids() const override { return request_.prompt_ids; }
   const std::string& echo_text() const override { return echo_; }
 
   Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) override {
@@ -127,6 +128,7 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
   }
   g.sampling = r.sampling;
   g.stop = std::move(r.stop);
+  g.ignore_eos = r.ignore_eos;
   job->precache_ = PrecacheFor(r.model);
   job->conversation_ = std::move(r.conversation_id);
   job->ttl_ = ttl;

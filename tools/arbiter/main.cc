@@ -158,35 +158,68 @@ Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
   return ids;
 }
 
+// One generation through the same Runtime path as `serve` (weights in the
+// ledger-charged WeightCache, the model's KV precache, the arbiter), on a
+// one-model config in a temporary state directory removed afterwards.
 int RunGenerate(const GenerateFlags& f) {
-  // The engine's private weight cache logs each load at info level on
-  // spdlog's stdout sink; keep stdout to the result (--json is parsed).
+  // Runtime components log at info level on spdlog's stdout sink; keep
+  // stdout to the result (--json is parsed).
   spdlog::set_level(spdlog::level::warn);
-  EngineOptions options;
-  options.n_ctx = f.ctx;
-  options.n_slots = 1;
-  Result<std::unique_ptr<Engine>> engine = Engine::Load(f.model, options);
-  if (!engine.ok()) return Fail(fmt::format("cannot load {}: {}", f.model, engine.status().message()));
-  GenerationRequest req;
+  uint64_t mem_total = 0;
+  if (Result<SystemMemoryInfo> mem = ReadSystemMemory(); mem.ok()) mem_total = mem->total_bytes;
+  Config config = DefaultConfig(mem_total);
+  if (config.budget_bytes == 0) config.budget_bytes = 8ull << 30;
+  config.pressure.source = PressureSourceKind::kNone;
+  config.kv.prompt_cache_bytes = 0;
+  std::string tmpl = (fs::temp_directory_path() / "arbiter-generate-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return Fail(fmt::format("cannot create a temporary state directory: {}", std::strerror(errno)));
+  }
+  config.state_dir = tmpl;
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_state{tmpl};
+  ModelEntry m;
+  m.name = "model";
+  m.path = fs::absolute(f.model).string();
+  m.ctx = f.ctx;
+  m.parallel = 1;
+  config.models.push_back(m);
+  Result<std::unique_ptr<Runtime>> runtime = Runtime::Create(config);
+  if (!runtime.ok()) return Fail(fmt::format("cannot load {}: {}", f.model, runtime.status().message()));
+  TextRequest tr;
+  tr.model = m.name;
+  tr.chat = false;
   if (!f.prompt_ids.empty()) {
     Result<std::vector<int32_t>> ids = ParseIdList(f.prompt_ids);
     if (!ids.ok()) return Fail(ids.status().message());
-    req.prompt_ids = *ids;
+    tr.prompt_ids = *ids;
+    tr.prompt_is_ids = true;
   } else {
-    req.prompt_ids = (*engine)->tokenizer().Encode(f.prompt, true);
+    tr.prompt = f.prompt;
   }
-  req.max_tokens = f.max_tokens;
-  req.ignore_eos = f.ignore_eos;
-  req.sampling.temperature = static_cast<float>(f.temperature);
-  req.sampling.top_p = static_cast<float>(f.top_p);
-  req.sampling.top_k = f.top_k;
+  tr.max_tokens = f.max_tokens;
+  tr.ignore_eos = f.ignore_eos;
+  tr.sampling.temperature = static_cast<float>(f.temperature);
+  tr.sampling.top_p = static_cast<float>(f.top_p);
+  tr.sampling.top_k = f.top_k;
   if (f.seed >= 0) {
-    req.sampling.has_seed = true;
-    req.sampling.seed = static_cast<uint64_t>(f.seed);
+    tr.sampling.has_seed = true;
+    tr.sampling.seed = static_cast<uint64_t>(f.seed);
   }
-  Result<GenerationResult> r = (*engine)->Generate(
-      req, [](std::string_view) { return true; }, nullptr);
-  if (!r.ok()) return Fail(fmt::format("generation failed: {}", r.status().message()));
+  Result<std::unique_ptr<TextGeneration>> admitted = (*runtime)->StartText(std::move(tr));
+  if (!admitted.ok()) {
+    return Fail(fmt::format("cannot load {}: {}", f.model, admitted.status().message()));
+  }
+  GenerationRequest req;
+  req.prompt_ids = (*admitted)->prompt_ids();
+  Result<TextResult> ran = (*admitted)->Run([](std::string_view) { return true; }, nullptr);
+  if (!ran.ok()) return Fail(fmt::format("generation failed: {}", ran.status().message()));
+  const GenerationResult* r = &ran->generation;
   const GenerationTimings& t = r->timings;
   const double decode_tok_s = t.decode_ms > 0 ? t.decode_tokens / (t.decode_ms / 1000.0) : 0;
   const double prefill_tok_s = t.prefill_ms > 0 ? t.prefill_tokens / (t.prefill_ms / 1000.0) : 0;

@@ -55,7 +55,11 @@ Result<std::string> KvModelHash(const ModelFiles& files);
 // whose hash can be computed (a broken model gets none and is logged).
 // Errors: the directory cannot be created or opened (kInvalidArgument /
 // the file-system error, naming [kv].dir).
-Result<std::unique_ptr<ServeKv>> MakeServeKv(const Config& config, MemoryLedger* ledger);
+// `opened` (may be null) gives the text models' files already opened
+// (OpenConfiguredModels in runtime/models.h), so their hash reads nothing.
+Result<std::unique_ptr<ServeKv>> MakeServeKv(
+    const Config& config, MemoryLedger* ledger,
+    const std::map<std::string, Result<std::shared_ptr<const ModelFiles>>>* opened = nullptr);
 
 
 }  // namespace arbiter

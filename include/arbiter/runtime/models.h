@@ -43,6 +43,11 @@ struct ModelFootprint {
   size_t weight_bytes = 0;
 };
 
+// Every [[models]] entry's files opened once (OpenModelFiles; errors name
+// the model directory), by model name.
+using OpenedModels = std::map<std::string, Result<std::shared_ptr<const ModelFiles>>>;
+OpenedModels OpenConfiguredModels(const Config& config);
+
 // The engine options of a [[models]] entry (ctx, parallel), with its weights
 // in `cache` under the entry's name (null: a private cache).
 EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache);
@@ -99,8 +104,12 @@ CapabilityRegistration EngineCapabilityRegistration(
 // outcome. Returns an error only for a registration bug (duplicate name);
 // broken models are not errors.
 // `kv` (may be null) gives each text model's engine its KvPrecache.
+// `opened` (may be null: each entry is opened here) holds the entries'
+// files opened once at startup (OpenConfiguredModels), shared with the KV
+// model hash so a model's files are parsed once.
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache,
-                                const ServeKv* kv = nullptr);
+                                const ServeKv* kv = nullptr,
+                                const OpenedModels* opened = nullptr);
 
 // The weight runtime of `arbiter serve`: the device arena, the host-floor
 // store and the WeightCache over them. Destroy in reverse order (cache,

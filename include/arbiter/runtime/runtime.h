@@ -66,6 +66,7 @@ struct TextRequest {
   std::optional<int> max_tokens;
   SamplingParams sampling;
   std::vector<std::string> stop;
+  bool ignore_eos = false;             // keep generating past end-of-sequence
   std::string conversation_id;         // "" = none (the longest-prefix slot)
   std::string cache_ttl;               // "" | "short" | "long" | "extended"
 };
@@ -84,6 +85,8 @@ class TextGeneration {
   virtual const std::string& model() const = 0;
   // Prompt tokens, [n] (for usage before the run).
   virtual int prompt_tokens() const = 0;
+  // The prompt as the engine sees it: [prompt_tokens()] token ids.
+  virtual const std::vector<int32_t>& prompt_ids() const = 0;
   // Completion with echo: the prompt text to prepend; else "".
   virtual const std::string& echo_text() const = 0;
   // Generates; `on_text` receives each piece of text (return false to stop),
