@@ -31,6 +31,8 @@ namespace arbiter::http {
 class PhaseTimer {
  public:
   explicit PhaseTimer(boost::asio::io_context& io) : timer_(io) {}
+  PhaseTimer(const PhaseTimer&) = delete;  // pending waits point at this timer
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
 
   // Calls `on_expiry()` at `at` unless Arm() or Disarm() is called first.
   // REQUIRES: `on_expiry` keeps the owner of this timer alive.
