@@ -1,0 +1,135 @@
+// server/internal/http/request_reader.cc — the Boost.Beast parser glue of
+// the HTTP transport (request_reader.h): feeding it, mapping its errors to
+// transport errors, checking the header once it is complete, and moving the
+// parsed message into a native Request.
+#include "server/internal/http/request_reader.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include <boost/asio/buffer.hpp>
+#include <fmt/format.h>
+
+#include "server/internal/http/request_parsing.h"
+
+namespace arbiter::http {
+
+namespace bhttp = boost::beast::http;
+using boost::system::error_code;
+
+namespace {
+
+// The transport error for a parser error.
+RequestReader::Step ParseError(const error_code& ec, const ServerOptions& options) {
+  RequestReader::Step step;
+  step.kind = RequestReader::Step::kError;
+  if (ec == bhttp::error::body_limit) {
+    step.status = 413;
+    step.message = fmt::format("the request body is larger than the limit of {} bytes "
+                               "(max_body_bytes)",
+                               options.max_body_bytes);
+  } else if (ec == bhttp::error::header_limit) {
+    step.status = 431;
+    step.message = fmt::format("the request line and headers are larger than the limit of {} "
+                               "bytes",
+                               options.max_header_bytes);
+  } else {
+    step.status = 400;
+    step.message = fmt::format("malformed HTTP request: {}", ec.message());
+  }
+  return step;
+}
+
+}  // namespace
+
+void RequestReader::DropInput() {
+  input_.clear();
+  input_off_ = 0;
+  if (input_.capacity() > kReadChunkBytes) input_.shrink_to_fit();
+}
+
+void RequestReader::ConsumeInput(size_t n) {
+  input_off_ += n;
+  if (input_off_ >= input_.size()) {
+    DropInput();
+  } else if (input_off_ >= (4 << 10)) {
+    input_.erase(0, input_off_);
+    input_off_ = 0;
+  }
+}
+
+void RequestReader::Begin(const ServerOptions& options) {
+  parser_.emplace();
+  parser_->eager(true);
+  parser_->header_limit(
+      static_cast<std::uint32_t>(std::min<size_t>(options.max_header_bytes, UINT32_MAX)));
+  parser_->body_limit(options.max_body_bytes);
+  header_checked_ = false;
+}
+
+RequestReader::Step RequestReader::Feed(const ServerOptions& options) {
+  error_code ec;
+  while (buffered() > 0 && !parser_->is_done()) {
+    const size_t used =
+        parser_->put(boost::asio::const_buffer(input_.data() + input_off_, buffered()), ec);
+    ConsumeInput(used);
+    if (ec == bhttp::error::need_more) {
+      ec = {};
+      break;
+    }
+    if (ec) break;
+    if (used == 0) break;
+  }
+  if (ec) return ParseError(ec, options);
+  Step step;
+  if (parser_->is_header_done() && !header_checked_) {
+    header_checked_ = true;
+    const auto& h = parser_->get();
+    // A request body's length must be known (RFC 9112 6.3): a
+    // Transfer-Encoding other than a final "chunked" cannot be framed.
+    if (h.find(bhttp::field::transfer_encoding) != h.end() && !parser_->chunked()) {
+      step.kind = Step::kError;
+      step.status = 400;
+      step.message = "malformed HTTP request: a Transfer-Encoding other than chunked cannot be "
+                     "read";
+      return step;
+    }
+    auto expect = h.find(bhttp::field::expect);
+    if (!parser_->is_done() && expect != h.end() && h.version() >= 11 &&
+        IEquals(std::string_view(expect->value().data(), expect->value().size()),
+                "100-continue")) {
+      step.send_continue = true;
+    }
+  }
+  step.kind = parser_->is_done() ? Step::kDone : Step::kNeedMore;
+  return step;
+}
+
+bool RequestReader::TakeRequest(Request* req) {
+  bhttp::request<bhttp::string_body> msg = parser_->release();
+  parser_.reset();
+  req->method.assign(msg.method_string().data(), msg.method_string().size());
+  req->target.assign(msg.target().data(), msg.target().size());
+  req->version = static_cast<int>(msg.version());
+  for (const auto& f : msg) {
+    req->headers.emplace(std::string(f.name_string().data(), f.name_string().size()),
+                         std::string(f.value().data(), f.value().size()));
+  }
+  req->body = std::move(msg.body());
+  return msg.keep_alive();
+}
+
+void RequestReader::Abandon(Request* req) {
+  if (parser_ && parser_->is_header_done()) {
+    const auto& h = parser_->get();
+    req->method.assign(h.method_string().data(), h.method_string().size());
+    req->target.assign(h.target().data(), h.target().size());
+    req->path = req->target.substr(0, req->target.find('?'));
+    req->version = static_cast<int>(h.version());
+  }
+  parser_.reset();
+}
+
+}  // namespace arbiter::http
