@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -689,6 +690,153 @@ TEST_F(ServeE2E, ASecondServeOnABusyPortOrStateDirIsRefusedAtStartup) {
   std::tie(rc, log) = ServeUntilExit(bad_host, dir_ + "/state-d", dir_ + "/d.log");
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(log.find("host \"not-an-ip\" is not a valid IP address"), std::string::npos) << log;
+}
+
+// Sends `raw` on a new connection and returns what the server answers
+// before it closes the connection or `fuse` passes.
+std::string RawExchange(int port, const std::string& raw, int fuse_s = 30) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  timeval tv{fuse_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
+  close(fd);
+  return got;
+}
+
+TEST_F(ServeE2E, AdminActionsAcceptEmptyPostsWithoutContentLength) {
+  // What `curl -X POST .../load` sends: no body, no Content-Length.
+  const std::string auth = "Authorization: Bearer " + std::string(kApiKey) + "\r\n";
+  std::string got = RawExchange(port_, "POST /admin/models/embed/load HTTP/1.1\r\nHost: x\r\n" +
+                                           auth + "Connection: close\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  got = RawExchange(port_, "POST /admin/conversations/room-1/close HTTP/1.1\r\nHost: x\r\n" +
+                               auth + "Connection: close\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 404", 0), 0u) << got;
+  EXPECT_NE(got.find("conversation_not_found"), std::string::npos) << got;
+}
+
+TEST_F(ServeE2E, HealthMetricsAndStatusAnswerWhileChatsRunAndManyConnectionsAreOpen) {
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  // 12 chats on a model with 2 slots: most of them wait for a slot.
+  std::vector<std::thread> chats;
+  std::atomic<int> chats_ok{0};
+  for (int i = 0; i < 12; ++i) {
+    chats.emplace_back([&] {
+      auto r = PostJson("/v1/chat/completions", Chat("tiny", 400));
+      if (r && r->status == 200) chats_ok++;
+    });
+  }
+  // 1,000 idle connections (under the default cap of 1,024), then the same
+  // 1,000 with half-sent requests.
+  std::vector<int> fds;
+  for (int i = 0; i < 1000; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      break;
+    }
+    fds.push_back(fd);
+  }
+  EXPECT_EQ(fds.size(), 1000u);
+  // Every snapshot route answers (a generous fuse; no timing is asserted).
+  auto snapshots_answer = [&] {
+    for (const char* path : {"/health", "/metrics", "/admin/status", "/v1/models"}) {
+      httplib::Client cli("127.0.0.1", port_);
+      cli.set_bearer_token_auth(kApiKey);
+      cli.set_read_timeout(10, 0);
+      auto r = cli.Get(path);
+      ASSERT_TRUE(r) << path;
+      EXPECT_EQ(r->status, 200) << path;
+    }
+  };
+  snapshots_answer();
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n";
+  for (int fd : fds) send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  snapshots_answer();
+  for (int fd : fds) close(fd);
+  for (std::thread& t : chats) t.join();
+  EXPECT_EQ(chats_ok.load(), 12);
+}
+
+// A second server with its own config: [server] max_connections and
+// [memory] same_role = "swap".
+TEST_F(ServeE2E, ConnectionCapAndSameRoleSwap) {
+  const int port = FreeLoopbackPort();
+  const std::string config = dir_ + "/capped.toml";
+  std::ofstream(config) << "[server]\nport = " << port << "\nmax_connections = 20\n"
+                        << "[memory]\nbudget = \"1GiB\"\nsame_role = \"swap\"\n"
+                        << "[pressure]\nsource = \"none\"\n"
+                        << "[[models]]\nname = \"e1\"\npath = \"embed\"\ncapability = \"embedding\"\n"
+                        << "[[models]]\nname = \"e2\"\npath = \"embed\"\ncapability = \"embedding\"\n";
+  std::string error;
+  const std::string log = dir_ + "/capped.log";
+  pid_t p = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state-capped", log,
+                                            port, std::chrono::seconds(60), &error);
+  ASSERT_GT(p, 0) << error;
+  // 20 idle connections fill the cap; the next one is answered 503 at once.
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    fds.push_back(fd);
+  }
+  // The server counts a connection once its loop accepted it.
+  std::string got;
+  for (int attempt = 0; attempt < 50 && got.rfind("HTTP/1.1 503", 0) != 0; ++attempt) {
+    got = RawExchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 10);
+    if (got.rfind("HTTP/1.1 503", 0) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("Retry-After"), std::string::npos) << got;
+  for (int fd : fds) close(fd);
+  // Under the cap again: served.
+  std::string ok;
+  for (int attempt = 0; attempt < 50 && ok.rfind("HTTP/1.1 200", 0) != 0; ++attempt) {
+    ok = RawExchange(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10);
+    if (ok.rfind("HTTP/1.1 200", 0) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
+  // same_role = "swap": loading e2 unloads e1 (reason swap).
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  for (const char* m : {"e1", "e2"}) {
+    auto r = cli.Post("/v1/embeddings", json{{"model", m}, {"input", "hello"}}.dump(),
+                      "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  auto st = cli.Get("/admin/status");
+  ASSERT_TRUE(st);
+  for (const json& m : json::parse(st->body)["models"]) {
+    if (m["name"] == "e1") EXPECT_FALSE(m["resident"].get<bool>()) << m;
+    if (m["name"] == "e2") EXPECT_TRUE(m["resident"].get<bool>()) << m;
+  }
+  EXPECT_NE(ReadAll(log).find("reason swap"), std::string::npos);
+  kill(p, SIGTERM);
+  waitpid(p, nullptr, 0);
 }
 
 TEST_F(ServeE2E, TheStartupHintExpandsTheApiKeyVariable) {
