@@ -695,15 +695,8 @@ TEST_F(ServeE2E, ASecondServeOnABusyPortOrStateDirIsRefusedAtStartup) {
 // Sends `raw` on a new connection and returns what the server answers
 // before it closes the connection or `fuse` passes.
 std::string RawExchange(int port, const std::string& raw, int fuse_s = 30) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
+  const int fd = ::arbiter::testing::ConnectLoopback(port);
+  if (fd < 0) return "connect failed";
   timeval tv{fuse_s, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
@@ -745,15 +738,8 @@ TEST_F(ServeE2E, HealthMetricsAndStatusAnswerWhileChatsRunAndManyConnectionsAreO
   // 1,000 with half-sent requests.
   std::vector<int> fds;
   for (int i = 0; i < 1000; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port_));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd);
-      break;
-    }
+    const int fd = ::arbiter::testing::ConnectLoopback(port_);
+    if (fd < 0) break;
     fds.push_back(fd);
   }
   EXPECT_EQ(fds.size(), 1000u);
@@ -795,12 +781,8 @@ TEST_F(ServeE2E, ConnectionCapAndSameRoleSwap) {
   // 20 idle connections fill the cap; the next one is answered 503 at once.
   std::vector<int> fds;
   for (int i = 0; i < 20; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const int fd = ::arbiter::testing::ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
     fds.push_back(fd);
   }
   // The server counts a connection once its loop accepted it.

@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tools/model_maker/model_maker.h"
+#include "runtime/testing/tiny_runtime.h"
 #include "arbiter/runtime/runtime.h"
 
 namespace arbiter {
@@ -23,10 +23,9 @@ namespace fs = std::filesystem;
 class ReclaimPolicyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        ("arbiter-reclaim-test-" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    ASSERT_TRUE(MakeModel("tiny", (*dir_ / "tiny").string(), 1, nullptr).ok());
+    Result<fs::path> dir = testing::MakeTinyModelDir("reclaim-test");
+    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+    dir_ = new fs::path(*dir);
   }
   static void TearDownTestSuite() {
     std::error_code ec;
@@ -38,23 +37,13 @@ class ReclaimPolicyTest : public ::testing::Test {
   // prompt cache, and one slot for chat so a second conversation stashes
   // the first into the prompt cache.
   void Start(int64_t ttl_short_ms = 300000) {
-    Config c = DefaultConfig(0);
-    c.budget_bytes = 256ull << 20;
-    c.state_dir = (*dir_ / ("state-" + std::to_string(++n_))).string();
+    Config c = testing::TinyRuntimeConfig(*dir_, (*dir_ / ("state-" + std::to_string(++n_))).string(),
+                                          {{"chat", Capability::kText},
+                                           {"emb1", Capability::kEmbedding},
+                                           {"emb2", Capability::kEmbedding}});
     c.kv.ttl_short_ms = ttl_short_ms;
     c.kv.keepalive_interval_ms = std::max<int64_t>(100, ttl_short_ms / 10);
     c.kv.prompt_cache_bytes = 16ull << 20;
-    c.pressure.source = PressureSourceKind::kNone;
-    for (auto [name, cap] : {std::pair{"chat", Capability::kText},
-                             std::pair{"emb1", Capability::kEmbedding},
-                             std::pair{"emb2", Capability::kEmbedding}}) {
-      ModelEntry m;
-      m.name = name;
-      m.path = (*dir_ / "tiny").string();
-      m.capability = cap;
-      m.ctx = 256;
-      c.models.push_back(m);
-    }
     Result<std::unique_ptr<Runtime>> rt = Runtime::Create(c);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();

@@ -16,7 +16,7 @@
 #include "arbiter/runtime/runtime.h"
 #include "server/internal/context.h"
 #include "server/internal/http/fake_responder.h"
-#include "tools/model_maker/model_maker.h"
+#include "runtime/testing/tiny_runtime.h"
 
 namespace arbiter::server_internal {
 namespace {
@@ -27,10 +27,9 @@ using json = nlohmann::json;
 class RoutesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        ("arbiter-routes-test-" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    ASSERT_TRUE(MakeModel("tiny", (*dir_ / "tiny").string(), 1, nullptr).ok());
+    Result<fs::path> dir = ::arbiter::testing::MakeTinyModelDir("routes-test");
+    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+    dir_ = new fs::path(*dir);
   }
   static void TearDownTestSuite() {
     std::error_code ec;
@@ -39,19 +38,9 @@ class RoutesTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    Config c = DefaultConfig(0);
-    c.budget_bytes = 256ull << 20;
-    c.state_dir = (*dir_ / ("state-" + std::to_string(++n_))).string();
-    c.pressure.source = PressureSourceKind::kNone;
-    for (auto [name, cap] : {std::pair{"chat", Capability::kText},
-                             std::pair{"emb", Capability::kEmbedding}}) {
-      ModelEntry m;
-      m.name = name;
-      m.path = (*dir_ / "tiny").string();
-      m.capability = cap;
-      m.ctx = 256;
-      c.models.push_back(m);
-    }
+    Config c = ::arbiter::testing::TinyRuntimeConfig(
+        *dir_, (*dir_ / ("state-" + std::to_string(++n_))).string(),
+        {{"chat", Capability::kText}, {"emb", Capability::kEmbedding}});
     Result<std::unique_ptr<Runtime>> rt = Runtime::Create(c);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();
