@@ -3,14 +3,13 @@
 // subscription may outlive the arbiter); Emit copies the table and calls
 // each listener without any lock, so a listener may call the arbiter. A
 // listener that throws is removed.
-#include <algorithm>
 #include <exception>
+#include <memory>
 #include <utility>
+#include <vector>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "arbiter/base/size.h"
 #include "internal/arbiter_impl.h"
 
 namespace arbiter {

@@ -4,13 +4,13 @@
 // the pressure mechanisms and the idle-TTL reaper's sweep.
 // "Fixed defect N" is item N of docs/memory-arbiter.md, "Defects of the
 // reference, fixed".
-#include <algorithm>
 #include <cassert>
+#include <cstdint>
 #include <exception>
 #include <tuple>
 #include <utility>
+#include <vector>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "arbiter/arbiter/vision_embedding_cache.h"

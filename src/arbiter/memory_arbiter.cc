@@ -50,13 +50,14 @@
 // The drain wait of a swap, Acquire deadlines and the shutdown bound are
 // std::chrono::steady_clock deadlines, never the injected Clock, so a frozen
 // SimulatedClock cannot turn them into hangs (docs/memory-arbiter.md, fixed
-// defect 6). The injected clock
-// stamps last-used / loaded-at / events and drives the idle TTL.
+// defect 6). The injected clock stamps last-used / loaded-at / events and
+// drives the idle TTL.
 //
 // Note [Refusing over budget]
-// The reference (docs/memory-arbiter.md) is best effort: after evict-to-fit the load proceeds even if
-// it still does not fit. With options.refuse_over_budget (the server sets it,
-// docs/http-api.md `budget_exceeded`), an acquire that could not fit even
+// The reference (docs/memory-arbiter.md) is best effort: after evict-to-fit
+// the load proceeds even if it still does not fit. With
+// options.refuse_over_budget (the server sets it, docs/http-api.md
+// `budget_exceeded`), an acquire that could not fit even
 // after evicting every idle victim fails with kResourceExhausted, evicting
 // nothing for the fit, whenever some handle is held or a load is in flight
 // (the caller retries later); when nothing is held the load proceeds as in
@@ -123,8 +124,9 @@
 //     acquire; set-aside held entries are few (they are pinned by live
 //     requests).
 //   - Stamps use Clock::CoarseNowMs() (CLOCK_MONOTONIC_COARSE: a fraction of
-//     CLOCK_MONOTONIC's cost, docs/BENCHMARKS.md; ≤ one tick behind) for last-used, loaded-at and the idle TTL, the same clock
-//     everywhere so stamps are comparable; SimulatedClock returns NowMs(), so
+//     CLOCK_MONOTONIC's cost, docs/BENCHMARKS.md; ≤ one tick behind) for
+//     last-used, loaded-at and the idle TTL, the same clock everywhere so
+//     stamps are comparable; SimulatedClock returns NowMs(), so
 //     last-used equals the clock at each acquire in tests.
 //   - Stats() and ResidentSnapshot() read refcounts and stamps atomically:
 //     exact at the instant each entry is read.
@@ -135,8 +137,7 @@
 // idle entry. A load that completes after the flag is set unloads its own
 // result and fails its waiters; a handle released after shutdown unloads its
 // entry at once. So no entry survives shutdown (docs/memory-arbiter.md, fixed
-// defect 5), and held backends
-// are never freed under a holder.
+// defect 5), and held backends are never freed under a holder.
 #include "arbiter/arbiter/memory_arbiter.h"
 
 #include <cassert>

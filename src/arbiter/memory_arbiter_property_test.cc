@@ -463,8 +463,9 @@ class World {
       RC_ASSERT(!ok);
       RC_ASSERT(load_events_[rk] == loads_before);
     }
-    // Fixed defect 7 (docs/memory-arbiter.md): preload never evicts (beyond making room for a measured size
-    // that came out larger than the estimate it was admitted with).
+    // docs/memory-arbiter.md, fixed defect 7: preload never evicts (beyond
+    // making room for a measured size that came out larger than the estimate
+    // it was admitted with).
     if (!overshoots || was_resident) RC_ASSERT(op_unloads_.empty());
     if (ok && op_unloads_.empty()) RC_ASSERT(Resident(rk));
     if (!ok) RC_ASSERT(Resident(rk) == was_resident);

@@ -279,7 +279,7 @@ TEST_F(PressureTest, LowEvictsVisionBeforeEmbedding) {
   EXPECT_TRUE(Resident(*a_, "embedding::e"));
 }
 
-// Fixed defect 1 (docs/memory-arbiter.md): with only text resident, low evicts nothing.
+// Fixed defect 1: with only text resident, low evicts nothing.
 TEST_F(PressureTest, Defect1LowNeverEvictsText) {
   Get(*a_, Capability::kText, "t").Release();
   bridge_.Dispatch(MemoryPressureLevel::kLow);
@@ -287,7 +287,7 @@ TEST_F(PressureTest, Defect1LowNeverEvictsText) {
   EXPECT_TRUE(Unloaded().empty());
 }
 
-// Fixed defect 2 (docs/memory-arbiter.md): a held vision entry does not stop low from evicting embedding.
+// Fixed defect 2: a held vision entry does not stop low from evicting embedding.
 TEST_F(PressureTest, Defect2HeldLowestRoleDoesNotBlockNextIdle) {
   ArbiterHandle v = Get(*a_, Capability::kVisionDescribe, "v");
   Get(*a_, Capability::kEmbedding, "e").Release();
@@ -519,7 +519,7 @@ TEST_F(ArbiterTest, PreloadOverBudgetDeclines) {
   EXPECT_EQ(load_calls_, 0);
 }
 
-// Fixed defect 7 (docs/memory-arbiter.md): preload declines rather than swap or fit-evict anything.
+// Fixed defect 7: preload declines rather than swap or fit-evict anything.
 TEST_F(ArbiterTest, Defect7PreloadNeverEvicts) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe, 100)).ok());
@@ -595,7 +595,7 @@ TEST_F(ArbiterTest, DoubleReleaseIsNoOpAndRetainAfterReleaseFails) {
   EXPECT_EQ(r.status().message(), "cannot retain text/m after release");
 }
 
-// Fixed defect 3 (docs/memory-arbiter.md): each retain has its own release; the count returns to zero.
+// Fixed defect 3: each retain has its own release; the count returns to zero.
 TEST_F(ArbiterTest, Defect3EveryRetainHasItsOwnRelease) {
   MemoryArbiter a;
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe)).ok());
@@ -641,7 +641,7 @@ TEST_F(ArbiterTest, ShutdownUnloadsEverythingAndLaterAcquiresFail) {
   EXPECT_EQ(a.Start().message(), "cannot start after shutdown");
 }
 
-// Fixed defect 4 (docs/memory-arbiter.md): two concurrent loads of different keys of one role never both
+// Fixed defect 4: two concurrent loads of different keys of one role never both
 // end up resident.
 TEST_F(ArbiterTest, Defect4LoadsInFlightAreSameRoleConflicts) {
   MemoryArbiter a;
@@ -655,7 +655,7 @@ TEST_F(ArbiterTest, Defect4LoadsInFlightAreSameRoleConflicts) {
   EXPECT_EQ(Unloaded().size(), 1u);
 }
 
-// Fixed defect 5 (docs/memory-arbiter.md): a load in flight at shutdown is waited for and unloaded.
+// Fixed defect 5: a load in flight at shutdown is waited for and unloaded.
 TEST_F(ArbiterTest, Defect5ShutdownWaitsForInFlightLoad) {
   MemoryArbiter a;
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 0, 50)).ok());
@@ -667,7 +667,7 @@ TEST_F(ArbiterTest, Defect5ShutdownWaitsForInFlightLoad) {
   EXPECT_EQ(Unloaded(), (std::vector<std::string>{"embedding:e"}));
 }
 
-// Fixed defect 6 (docs/memory-arbiter.md): with a frozen injected clock the drain wait still times out.
+// Fixed defect 6: with a frozen injected clock the drain wait still times out.
 TEST_F(ArbiterTest, Defect6DrainWaitUsesRealDeadline) {
   SimulatedClock frozen(0);
   MemoryArbiter a({.clock = &frozen, .drain_timeout_ms = 50});
@@ -679,7 +679,7 @@ TEST_F(ArbiterTest, Defect6DrainWaitUsesRealDeadline) {
             "timeout waiting for text/a to drain (refcount=1); refusing to swap mid-flight");
 }
 
-// Fixed defect 8 (docs/memory-arbiter.md): an idle TTL unloads idle entries (not held ones).
+// Fixed defect 8: an idle TTL unloads idle entries (not held ones).
 TEST_F(ArbiterTest, Defect8IdleTtlUnloadsIdleModels) {
   SimulatedClock clock(0);
   MemoryArbiter a({.clock = &clock});

@@ -2,21 +2,22 @@
 // one worker thread per capability (started by the first request) runs
 // acquire → run → capability_run event → release, one item at a time.
 // Shutdown closes the queues (CloseQueues) and fails what is still queued.
-#include <algorithm>
 #include <exception>
+#include <memory>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
-#include "arbiter/base/size.h"
 #include "internal/arbiter_impl.h"
 
 namespace arbiter {
 namespace arbiter_internal {
 
-std::future<Result<std::any>> MemoryArbiterImpl::Request(Capability capability, std::string model_key,
-                                                     std::any payload, std::stop_token stop) {
+std::future<Result<std::any>> MemoryArbiterImpl::Request(Capability capability,
+                                                         std::string model_key, std::any payload,
+                                                         std::stop_token stop) {
   Queue::Item item{std::move(model_key), std::move(payload), std::move(stop), {}};
   std::future<Result<std::any>> f = item.promise.get_future();
   MutexLock l(&queue_mu_);

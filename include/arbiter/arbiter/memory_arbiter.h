@@ -175,8 +175,8 @@ struct CapabilityRegistration {
   // result keeps idle_ttl_ms.
   std::function<std::optional<int64_t>(const std::string& model_key)> idle_ttl_for;
   // As in the reference, loading swaps out another resident entry of the
-  // same role first (reason "swap"). false lets several keys of the role coexist
-  // within the budget.
+  // same role first (reason "swap"). false lets several keys of the role
+  // coexist within the budget.
   bool swap_same_role = true;
   // Optional per-model swap_same_role (e.g. [[models]] same_role), same
   // calling rules as role_for; an empty result keeps swap_same_role.
@@ -299,8 +299,6 @@ class [[nodiscard]] ArbiterEventSubscription {
   std::function<void()> cancel_;
 };
 
-class MemoryArbiter;
-
 // Pins one resident entry. Move-only; releases on destruction.
 // Thread-compatible. Holds no copy of the backend or the key: it points into
 // the arbiter's entry, which cannot be evicted while pinned and is never
@@ -414,9 +412,10 @@ class MemoryArbiter {
   // Loads without pinning (refcount stays 0). Returns false (declines) when
   // shutting down, pressure is not nominal, there is no budget, the estimate
   // is 0, it would not fit, or another entry of the role is resident or
-  // loading (preload never evicts: docs/memory-arbiter.md, fixed defect 7). True when already resident
-  // (touches last-used) or loaded now. A measured size above the estimate
-  // may leave the footprint over budget until the next acquire evicts to fit.
+  // loading (preload never evicts: docs/memory-arbiter.md, fixed defect 7).
+  // True when already resident (touches last-used) or loaded now. A measured
+  // size above the estimate may leave the footprint over budget until the
+  // next acquire evicts to fit.
   // The load runs on the calling thread.
   bool Preload(Capability capability, std::string_view model_key);
 
