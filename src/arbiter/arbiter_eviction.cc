@@ -22,8 +22,8 @@ namespace arbiter_internal {
 
 void MemoryArbiterImpl::AddIdleLocked(Entry* e) {
   if (e->idle_listed || e->role == ResidentRole::kTextTarget) return;
-  e->lru = LruKey{e->last_used.load(std::memory_order_acquire), e->priority, e->loaded_at_ms,
-                  ++seq_};
+  e->lru =
+      LruKey{e->last_used.load(std::memory_order_acquire), e->priority, e->loaded_at_ms, ++seq_};
   idle_listed_++;
   idle_by_role_[Index(e->role)].emplace(e->lru, e);
   e->idle_listed = true;
@@ -48,8 +48,7 @@ bool MemoryArbiterImpl::TryCloseLocked(Entry* e) {
   return e->pin.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
 }
 
-Entry* MemoryArbiterImpl::ClaimLruLocked(std::map<LruKey, Entry*>* lru,
-                                                    std::vector<Entry*>* held) {
+Entry* MemoryArbiterImpl::ClaimLruLocked(std::map<LruKey, Entry*>* lru, std::vector<Entry*>* held) {
   while (!lru->empty()) {
     Entry* e = lru->begin()->second;
     const int64_t stamp = e->last_used.load(std::memory_order_acquire);

@@ -29,8 +29,8 @@ void MemoryArbiterImpl::ClaimLocked(Entry* e, size_t incoming) {
 }
 
 Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
-                                                 std::string_view model_key,
-                                                 ArbiterDeadline deadline) {
+                                                     std::string_view model_key,
+                                                     ArbiterDeadline deadline) {
   // Note [Reclaim through a Reclaimer]: at most one round of reclaim per
   // acquire, then the decision is made as without one.
   bool reclaimed = false;
@@ -344,7 +344,7 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
 }
 
 Result<bool> MemoryArbiterImpl::Unload(Capability capability, std::string_view model_key,
-                                   ArbiterDeadline deadline) {
+                                       ArbiterDeadline deadline) {
   std::vector<Unloaded> unloaded;
   {
     MutexLock l(&mu_);

@@ -420,8 +420,7 @@ size_t MemoryArbiterImpl::EstimateFor(const Registration& reg, const std::string
   return reg.reg.estimated_bytes;
 }
 
-Entry* MemoryArbiterImpl::FindEntry(Capability capability,
-                                               std::string_view model_key) const {
+Entry* MemoryArbiterImpl::FindEntry(Capability capability, std::string_view model_key) const {
   const KeyTable* t = tables_[Index(capability)].load(std::memory_order_acquire);
   if (t == nullptr) return nullptr;
   const uint64_t h = HashKey(model_key);
@@ -432,8 +431,7 @@ Entry* MemoryArbiterImpl::FindEntry(Capability capability,
   }
 }
 
-Entry* MemoryArbiterImpl::FindOrCreateLocked(Registration* reg,
-                                                        std::string_view model_key) {
+Entry* MemoryArbiterImpl::FindOrCreateLocked(Registration* reg, std::string_view model_key) {
   if (Entry* found = FindEntry(reg->reg.capability, model_key)) return found;
   auto e = std::make_unique<Entry>();
   e->reg = reg;
@@ -565,7 +563,7 @@ void MemoryArbiterImpl::ReleaseSlow(Entry* e) {
 }
 
 Result<ArbiterHandle> MemoryArbiterImpl::Acquire(Capability capability, std::string_view model_key,
-                                             ArbiterDeadline deadline) {
+                                                 ArbiterDeadline deadline) {
   // Note [Fast path].
   if (Entry* e = FindEntry(capability, model_key); e != nullptr && TryPinFast(e)) {
     return MakeHandle(e);
@@ -663,9 +661,9 @@ std::vector<ResidentEntryInfo> MemoryArbiterImpl::ResidentSnapshot() const {
 }
 
 ResidentEntryInfo MemoryArbiterImpl::InfoLocked(const Entry& e) const {
-  return ResidentEntryInfo{e.key,   e.capability, e.model_key, e.role, e.bytes,
-                           static_cast<int>(Count(e.pin.load())), e.loaded_at_ms,
-                           e.last_used.load()};
+  return ResidentEntryInfo{e.key,          e.capability,      e.model_key,
+                           e.role,         e.bytes,           static_cast<int>(Count(e.pin.load())),
+                           e.loaded_at_ms, e.last_used.load()};
 }
 
 MemoryPressureLevel MemoryArbiterImpl::CurrentPressureLevel() const {
