@@ -183,7 +183,9 @@ class MemoryArbiterImpl {
   MemoryArbiterImpl(const MemoryArbiterImpl&) = delete;
   MemoryArbiterImpl& operator=(const MemoryArbiterImpl&) = delete;
 
-  // MemoryArbiter's methods, same contracts (memory_arbiter.h).
+  // MemoryArbiter's methods, same contracts (memory_arbiter.h). The lock
+  // annotations live here: MemoryArbiter's declarations cannot name mu_,
+  // since the public header does not define this class.
   Status RegisterCapability(CapabilityRegistration registration) EXCLUDES(mu_);
   Result<ArbiterHandle> Acquire(Capability capability, std::string_view model_key,
                                 ArbiterDeadline deadline) EXCLUDES(mu_);
@@ -194,7 +196,7 @@ class MemoryArbiterImpl {
   std::future<Result<std::any>> Request(Capability capability, std::string model_key,
                                         std::any payload, std::stop_token stop)
       EXCLUDES(queue_mu_);
-  ArbiterEventSubscription OnEvent(ArbiterEventListener listener) EXCLUDES(mu_);
+  ArbiterEventSubscription OnEvent(ArbiterEventListener listener);  // the listener table's lock
   Status Start() EXCLUDES(mu_, lifecycle_mu_);
   void Stop() EXCLUDES(mu_, lifecycle_mu_);
   void Shutdown() EXCLUDES(mu_, lifecycle_mu_, queue_mu_);
