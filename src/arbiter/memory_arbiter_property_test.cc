@@ -1,4 +1,4 @@
-// Property tests (rapidcheck) for MemoryArbiter, issue 3 point 4: random
+// Property tests (rapidcheck) for MemoryArbiter: random
 // registrations, budgets and operation sequences against one arbiter, driven
 // from one thread with a SimulatedClock, checked after every operation
 // against a small model of what the test holds.
@@ -463,8 +463,9 @@ class World {
       RC_ASSERT(!ok);
       RC_ASSERT(load_events_[rk] == loads_before);
     }
-    // Defect 7: preload never evicts (beyond making room for a measured size
-    // that came out larger than the estimate it was admitted with).
+    // docs/memory-arbiter.md, fixed defect 7: preload never evicts (beyond
+    // making room for a measured size that came out larger than the estimate
+    // it was admitted with).
     if (!overshoots || was_resident) RC_ASSERT(op_unloads_.empty());
     if (ok && op_unloads_.empty()) RC_ASSERT(Resident(rk));
     if (!ok) RC_ASSERT(Resident(rk) == was_resident);

@@ -1,4 +1,4 @@
-// Concurrency stress test for MemoryArbiter, issue 3 point 8. `make
+// Concurrency stress test for MemoryArbiter. `make
 // test-tsan` runs it under ThreadSanitizer; it also runs in the plain and
 // ASan builds (label unit).
 //

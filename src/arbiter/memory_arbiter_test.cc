@@ -1,5 +1,6 @@
-// Tests for MemoryArbiter: the reference test list (seed-arbiter-and-precache.md
-// §1.6) and the eight corrected defects (§1.7). Waits are bounded ("fuses").
+// Tests for MemoryArbiter: the reference arbiter's behaviours and the eight
+// defects of the reference it fixes (docs/memory-arbiter.md; the DefectN
+// tests). Waits are bounded ("fuses").
 #include "arbiter/arbiter/memory_arbiter.h"
 
 #include <atomic>
@@ -278,7 +279,7 @@ TEST_F(PressureTest, LowEvictsVisionBeforeEmbedding) {
   EXPECT_TRUE(Resident(*a_, "embedding::e"));
 }
 
-// Defect 1: with only text resident, low evicts nothing.
+// Fixed defect 1: with only text resident, low evicts nothing.
 TEST_F(PressureTest, Defect1LowNeverEvictsText) {
   Get(*a_, Capability::kText, "t").Release();
   bridge_.Dispatch(MemoryPressureLevel::kLow);
@@ -286,7 +287,7 @@ TEST_F(PressureTest, Defect1LowNeverEvictsText) {
   EXPECT_TRUE(Unloaded().empty());
 }
 
-// Defect 2: a held vision entry does not stop low from evicting embedding.
+// Fixed defect 2: a held vision entry does not stop low from evicting embedding.
 TEST_F(PressureTest, Defect2HeldLowestRoleDoesNotBlockNextIdle) {
   ArbiterHandle v = Get(*a_, Capability::kVisionDescribe, "v");
   Get(*a_, Capability::kEmbedding, "e").Release();
@@ -518,7 +519,7 @@ TEST_F(ArbiterTest, PreloadOverBudgetDeclines) {
   EXPECT_EQ(load_calls_, 0);
 }
 
-// Defect 7: preload declines rather than swap or fit-evict anything.
+// Fixed defect 7: preload declines rather than swap or fit-evict anything.
 TEST_F(ArbiterTest, Defect7PreloadNeverEvicts) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe, 100)).ok());
@@ -594,7 +595,7 @@ TEST_F(ArbiterTest, DoubleReleaseIsNoOpAndRetainAfterReleaseFails) {
   EXPECT_EQ(r.status().message(), "cannot retain text/m after release");
 }
 
-// Defect 3: each retain has its own release; the count returns to zero.
+// Fixed defect 3: each retain has its own release; the count returns to zero.
 TEST_F(ArbiterTest, Defect3EveryRetainHasItsOwnRelease) {
   MemoryArbiter a;
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kVisionDescribe)).ok());
@@ -640,7 +641,7 @@ TEST_F(ArbiterTest, ShutdownUnloadsEverythingAndLaterAcquiresFail) {
   EXPECT_EQ(a.Start().message(), "cannot start after shutdown");
 }
 
-// Defect 4: two concurrent loads of different keys of one role never both
+// Fixed defect 4: two concurrent loads of different keys of one role never both
 // end up resident.
 TEST_F(ArbiterTest, Defect4LoadsInFlightAreSameRoleConflicts) {
   MemoryArbiter a;
@@ -654,7 +655,7 @@ TEST_F(ArbiterTest, Defect4LoadsInFlightAreSameRoleConflicts) {
   EXPECT_EQ(Unloaded().size(), 1u);
 }
 
-// Defect 5: a load in flight at shutdown is waited for and unloaded.
+// Fixed defect 5: a load in flight at shutdown is waited for and unloaded.
 TEST_F(ArbiterTest, Defect5ShutdownWaitsForInFlightLoad) {
   MemoryArbiter a;
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 0, 50)).ok());
@@ -666,7 +667,7 @@ TEST_F(ArbiterTest, Defect5ShutdownWaitsForInFlightLoad) {
   EXPECT_EQ(Unloaded(), (std::vector<std::string>{"embedding:e"}));
 }
 
-// Defect 6: with a frozen injected clock the drain wait still times out.
+// Fixed defect 6: with a frozen injected clock the drain wait still times out.
 TEST_F(ArbiterTest, Defect6DrainWaitUsesRealDeadline) {
   SimulatedClock frozen(0);
   MemoryArbiter a({.clock = &frozen, .drain_timeout_ms = 50});
@@ -678,7 +679,7 @@ TEST_F(ArbiterTest, Defect6DrainWaitUsesRealDeadline) {
             "timeout waiting for text/a to drain (refcount=1); refusing to swap mid-flight");
 }
 
-// Defect 8: an idle TTL unloads idle entries (not held ones).
+// Fixed defect 8: an idle TTL unloads idle entries (not held ones).
 TEST_F(ArbiterTest, Defect8IdleTtlUnloadsIdleModels) {
   SimulatedClock clock(0);
   MemoryArbiter a({.clock = &clock});

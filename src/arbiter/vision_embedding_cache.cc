@@ -8,8 +8,8 @@
 //     front while size > capacity; the new entry is at the back and
 //     capacity ≥ 1, so it is never its own victim.
 //   - Expiry is lazy (Get() deletes what it finds expired) plus explicit
-//     PurgeExpired(), which the arbiter calls on memory pressure (seed §1.3
-//     "Pressure handling").
+//     PurgeExpired(), which the arbiter calls on memory pressure
+//     (MemoryArbiter::HandlePressure).
 //   - Ledger: each entry owns a MemoryCharge of its bytes. A new hash is
 //     charged with TryCharge(); a replacement grows or shrinks the old
 //     entry's charge with Resize(), so only the difference must fit. When the
@@ -79,7 +79,7 @@ Status VisionEmbeddingCache::Set(const std::string& hash, VisionEmbedding entry,
   const bool overflow =
       entry.hidden_size != 0 && entry.token_count > SIZE_MAX / entry.hidden_size;
   if (entry.tokens == nullptr || overflow || n != entry.token_count * entry.hidden_size) {
-    // Reference wording (seed §1.3). Built with append(): GCC 12 warns
+    // The reference's wording. Built with append(): GCC 12 warns
     // (-Wrestrict, a false positive) on `literal + std::string` at -O3.
     std::string msg = "[vision-embedding-cache] token buffer length ";
     msg.append(entry.tokens == nullptr ? std::string("(null)") : std::to_string(n));

@@ -25,7 +25,7 @@ std::vector<std::string> Hashes(const VisionEmbeddingCache& cache) {
 }
 
 // ---------------------------------------------------------------------------
-// The reference test list (seed §1.6 "Vision cache").
+// The reference implementation's vision-cache tests.
 
 TEST(VisionEmbeddingCacheTest, MissReturnsNull) {
   SimulatedClock clock(1000);
@@ -111,7 +111,7 @@ TEST(VisionEmbeddingCacheTest, LengthMismatchFails) {
 }
 
 // ---------------------------------------------------------------------------
-// The rest of §1.3.
+// The rest of the semantics in vision_embedding_cache.h.
 
 TEST(VisionEmbeddingCacheTest, DefaultsAndClamping) {
   VisionEmbeddingCache defaults;

@@ -2,10 +2,10 @@
 // owner of every model handle (text, embedding, vision-describe, image-gen,
 // transcribe, speak) under one byte budget.
 //
-// Implements the Memory Arbiter seed (seeds/000_43c95d79a0cd61e5.txt) with the
-// exact semantics of reference/seed-arbiter-and-precache.md Part 1 (§1.1–1.5),
-// and the eight known defects of the reference (§1.7) corrected; see the
-// design notes at the top of memory_arbiter.cc.
+// Keeps the semantics of the reference memory arbiter it replaces, with the
+// reference's eight known defects fixed (docs/memory-arbiter.md, which also
+// says where the implementation lives); the design notes open
+// src/arbiter/memory_arbiter.cc.
 //
 // Concepts:
 //   - A capability is registered once (CapabilityRegistration) with a resident
@@ -44,8 +44,9 @@
 // Thread safety: MemoryArbiter is thread-safe. ArbiterHandle is
 // thread-compatible (one owner; move it, Retain() for a second owner).
 // Acquire of an already-loaded entry, Retain and Release take no lock and
-// allocate nothing (~30 ns for acquire + release, docs/BENCHMARKS.md); see
-// Note [Fast path] in memory_arbiter.cc.
+// allocate nothing (their cost: docs/BENCHMARKS.md, "MemoryArbiter"); see
+// Note [Fast path] in memory_arbiter.cc. Every other method may take the
+// arbiter's internal locks.
 // Callables (load, unload, run, event listeners) are invoked without any
 // arbiter lock held and may call back into the arbiter, except that an event
 // listener must not destroy its own subscription from inside the callback.
@@ -54,29 +55,22 @@
 #pragma once
 
 #include <any>
-#include <array>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <future>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <stop_token>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <typeindex>
 #include <typeinfo>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "arbiter/base/clock.h"
-#include "arbiter/base/mutex.h"
 #include "arbiter/base/status.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/memory/memory_pressure.h"
@@ -86,6 +80,12 @@ namespace arbiter {
 
 class VisionEmbeddingCache;
 
+// The arbiter's machinery (src/arbiter/internal/arbiter_impl.h).
+namespace arbiter_internal {
+class MemoryArbiterImpl;
+struct Entry;
+}  // namespace arbiter_internal
+
 enum class Capability { kText = 0, kEmbedding, kVisionDescribe, kImageGen, kTranscribe, kSpeak };
 inline constexpr size_t kCapabilityCount = 6;
 // "text" | "embedding" | "vision-describe" | "image-gen" | "transcribe" | "speak".
@@ -93,7 +93,8 @@ std::string_view CapabilityName(Capability capability);
 // Parses the names above; kInvalidArgument otherwise.
 Result<Capability> ParseCapability(std::string_view name);
 
-// Reference §1.1; ordered by priority (lowest evicts first).
+// Ordered by priority (lowest evicts first); the priorities are the
+// reference's (docs/memory-arbiter.md).
 enum class ResidentRole {
   kDrafter = 0,   // 10
   kEmotion,       // 15
@@ -166,15 +167,16 @@ struct CapabilityRegistration {
   // model key, under the arbiter lock (must not call the arbiter); an empty
   // result keeps the capability's role.
   std::function<std::optional<ResidentRole>(const std::string& model_key)> role_for;
-  // Defect 8: unload an idle (refcount 0) entry of this capability once it
-  // has been unused for this long (arbiter clock). Empty = never (default).
+  // Unload an idle (refcount 0) entry of this capability once it has been
+  // unused for this long (arbiter clock; docs/memory-arbiter.md, fixed
+  // defect 8). Empty = never (default).
   std::optional<int64_t> idle_ttl_ms;
   // Optional per-model idle TTL, same calling rules as role_for; an empty
   // result keeps idle_ttl_ms.
   std::function<std::optional<int64_t>(const std::string& model_key)> idle_ttl_for;
-  // The seed swaps out another resident entry of the same role before
-  // loading (reason "swap"). false lets several keys of the role coexist
-  // within the budget.
+  // As in the reference, loading swaps out another resident entry of the
+  // same role first (reason "swap"). false lets several keys of the role
+  // coexist within the budget.
   bool swap_same_role = true;
   // Optional per-model swap_same_role (e.g. [[models]] same_role), same
   // calling rules as role_for; an empty result keeps swap_same_role.
@@ -253,7 +255,7 @@ enum class ArbiterEventType { kModelLoad, kModelUnload, kMemoryPressure, kEvicti
 // "model_load" | "model_unload" | "memory_pressure" | "eviction" | "capability_run".
 std::string_view ArbiterEventTypeName(ArbiterEventType type);
 
-// Reference §1.5. Fields not listed for a type keep their defaults.
+// One event. Fields not listed for a type keep their defaults.
 struct ArbiterEvent {
   ArbiterEventType type = ArbiterEventType::kModelLoad;
   Capability capability = Capability::kText;      // all but memory_pressure
@@ -297,8 +299,6 @@ class [[nodiscard]] ArbiterEventSubscription {
   std::function<void()> cancel_;
 };
 
-class MemoryArbiter;
-
 // Pins one resident entry. Move-only; releases on destruction.
 // Thread-compatible. Holds no copy of the backend or the key: it points into
 // the arbiter's entry, which cannot be evicted while pinned and is never
@@ -330,19 +330,20 @@ class ArbiterHandle {
                ? static_cast<T*>(backend_->object.get())
                : nullptr;
   }
-  // A second handle on the same entry with its own release (defect 3: every
-  // retain is matched by its own release).
+  // A second handle on the same entry with its own release (every retain is
+  // matched by its own release: docs/memory-arbiter.md, fixed defect 3).
   // Errors: kFailedPrecondition `cannot retain cap/key after release`.
   Result<ArbiterHandle> Retain() const;
   // Unpins the entry (it stays resident, evictable). Idempotent.
   void Release();
 
  private:
-  friend class MemoryArbiter;
+  friend class arbiter_internal::MemoryArbiterImpl;
   inline static const std::string kNoModel;
   inline static const std::shared_ptr<void> kNoBackend;
-  MemoryArbiter* arbiter_ = nullptr;
-  void* entry_ = nullptr;  // MemoryArbiter::Entry*, stable for the arbiter's life
+  arbiter_internal::MemoryArbiterImpl* arbiter_ = nullptr;
+  // The pinned entry, stable for the arbiter's life.
+  arbiter_internal::Entry* entry_ = nullptr;
   const std::string* model_ = nullptr;       // the entry's model key (immutable)
   const LoadedBackend* backend_ = nullptr;   // the entry's backend; null after Release()
   Capability capability_ = Capability::kText;
@@ -357,8 +358,9 @@ struct MemoryArbiterOptions {
   Clock* clock = nullptr;                          // null → Clock::Real()
   MemoryPressureSource* pressure_source = nullptr; // subscribed by Start()
   VisionEmbeddingCache* vision_cache = nullptr;    // purged under pressure
-  // Real-time bound on a swap's wait for the old entry to drain (defect 6:
-  // real time, not the injected clock). Reference: 10 000 ms.
+  // Real-time bound on a swap's wait for the old entry to drain (real time,
+  // not the injected clock: docs/memory-arbiter.md, fixed defect 6). The
+  // reference's value.
   int64_t drain_timeout_ms = 10000;
   // Real-time bound on Shutdown()'s wait for loads and held handles.
   int64_t shutdown_timeout_ms = 10000;
@@ -410,9 +412,10 @@ class MemoryArbiter {
   // Loads without pinning (refcount stays 0). Returns false (declines) when
   // shutting down, pressure is not nominal, there is no budget, the estimate
   // is 0, it would not fit, or another entry of the role is resident or
-  // loading (defect 7: preload never evicts). True when already resident
-  // (touches last-used) or loaded now. A measured size above the estimate
-  // may leave the footprint over budget until the next acquire evicts to fit.
+  // loading (preload never evicts: docs/memory-arbiter.md, fixed defect 7).
+  // True when already resident (touches last-used) or loaded now. A measured
+  // size above the estimate may leave the footprint over budget until the
+  // next acquire evicts to fit.
   // The load runs on the calling thread.
   bool Preload(Capability capability, std::string_view model_key);
 
@@ -457,7 +460,7 @@ class MemoryArbiter {
   // resident after the last handle is gone. Idempotent.
   void Shutdown();
 
-  // Applies a pressure event (what the subscription calls): the seed's
+  // Applies a pressure event (what the subscription calls): the reference's
   // response for an arbiter used alone — SetPressureLevel, then low evicts
   // the lowest-priority idle entry and critical every idle non-text-target
   // one (EvictIdleByPriority), then purges the vision cache. The runtime
@@ -489,135 +492,11 @@ class MemoryArbiter {
   std::vector<ResidentEntryInfo> ResidentSnapshot() const;
   MemoryPressureLevel CurrentPressureLevel() const;
   ArbiterStats Stats() const;
-  size_t budget_bytes() const { return static_cast<size_t>(ledger_->budget_bytes()); }
-  MemoryLedger* ledger() const { return ledger_; }
+  size_t budget_bytes() const;
+  MemoryLedger* ledger() const;
 
  private:
-  friend class ArbiterHandle;
-  struct Entry;
-  struct Registration;
-  struct Unloaded;
-  struct Queue;
-  struct KeyTable;
-  class ReleaseWaiter;
-  // Orders idle evictable entries: oldest last use, then lower role
-  // priority, then older load, then a unique sequence number.
-  struct LruKey {
-    int64_t last_used_ms;
-    int priority;
-    int64_t loaded_at_ms;
-    uint64_t seq;
-    bool operator<(const LruKey& o) const {
-      if (last_used_ms != o.last_used_ms) return last_used_ms < o.last_used_ms;
-      if (priority != o.priority) return priority < o.priority;
-      if (loaded_at_ms != o.loaded_at_ms) return loaded_at_ms < o.loaded_at_ms;
-      return seq < o.seq;
-    }
-  };
-
-  // Note [Fast path]: lock-free acquire of a loaded entry; false → slow path.
-  bool TryPinFast(Entry* e) const;
-  ArbiterHandle MakeHandle(Entry* e);
-  Result<ArbiterHandle> AcquireSlow(Capability capability, std::string_view model_key,
-                                    ArbiterDeadline deadline);
-  void ReleaseEntry(Entry* e);
-  void ReleaseSlow(Entry* e);
-  Result<ArbiterHandle> RetainEntry(Entry* e);
-  ArbiterHandle PinLocked(Entry* e) REQUIRES(mu_);
-  // Lock-free lookup (Note [Fast path]); also used under mu_.
-  Entry* FindEntry(Capability capability, std::string_view model_key) const;
-  Entry* FindOrCreateLocked(Registration* reg, std::string_view model_key) REQUIRES(mu_);
-  // Lists a loaded non-text-target entry in idle_by_role_ keyed by
-  // its current last-used stamp (no-op if listed or text-target).
-  void AddIdleLocked(Entry* e) REQUIRES(mu_);
-  void RemoveIdleLocked(Entry* e) REQUIRES(mu_);
-  void RelistLocked(std::vector<Entry*>* held) REQUIRES(mu_);
-  // Closes a loaded entry whose pin count is 0 (no fast acquire can pin it
-  // afterwards); false if it is pinned. The caller evicts it, or reopens it,
-  // before releasing mu_.
-  bool TryCloseLocked(Entry* e) REQUIRES(mu_);
-  // The least recently used idle entry of `lru`, closed; null if none. Stale
-  // keys are re-keyed; held entries are unlisted into *held (RelistLocked).
-  Entry* ClaimLruLocked(std::map<LruKey, Entry*>* lru, std::vector<Entry*>* held) REQUIRES(mu_);
-  // The same over every role: the global LRU idle entry (fit victim).
-  Entry* ClaimFitVictimLocked(std::vector<Entry*>* held) REQUIRES(mu_);
-  int HeldCountLocked() const REQUIRES(mu_);
-  ResidentEntryInfo InfoLocked(const Entry& e) const REQUIRES(mu_);
-  void AddRoleMemberLocked(Entry* e) REQUIRES(mu_);
-  void RemoveRoleMemberLocked(Entry* e) REQUIRES(mu_);
-  int64_t StampMs() const { return clock_->CoarseNowMs(); }
-  // Takes a loaded entry out of residency (any refcount: the caller checks),
-  // releases its charge and queues the unload for after the lock.
-  void EvictLocked(Entry* e, UnloadReason reason, std::vector<Unloaded>* out) REQUIRES(mu_);
-  void EvictToFitLocked(size_t incoming, std::vector<Unloaded>* out) REQUIRES(mu_);
-  // Runs unload callables and emits events. REQUIRES: mu_ not held.
-  void FinishUnloads(std::vector<Unloaded>* unloaded);
-  void Emit(const ArbiterEvent& event);
-  // Lock-free: some OnEvent() listener is registered.
-  bool HasListeners() const;
-  size_t EstimateFor(const Registration& reg, const std::string& model_key) const;
-  void QueueWorker(Queue* q, Capability capability);
-  // Marks `e` loading and charges `incoming` to the ledger.
-  void ClaimLocked(Entry* e, size_t incoming) REQUIRES(mu_);
-  // Runs the claimed load unlocked, publishes it, pins it when `pin`.
-  Result<ArbiterHandle> LoadClaimed(Entry* e, bool pin);
-  void ReaperLoop();
-
-  Clock* const clock_;
-  std::unique_ptr<MemoryLedger> owned_ledger_;
-  MemoryLedger* const ledger_;
-  MemoryPressureSource* const pressure_source_;
-  VisionEmbeddingCache* const vision_cache_;
-  const MemoryArbiterOptions options_;
-
-  mutable Mutex mu_;
-  CondVar changed_;  // signalled on load end, release to 0, eviction, shutdown
-  CondVar reaper_cv_;
-  std::array<std::unique_ptr<Registration>, kCapabilityCount> regs_ GUARDED_BY(mu_);
-  // Every entry, in creation order (never deleted before the arbiter).
-  std::vector<std::unique_ptr<Entry>> entries_ GUARDED_BY(mu_);
-  std::vector<Entry*> order_ GUARDED_BY(mu_);
-  // Per capability: open-addressing table of entries by model key, read
-  // without mu_ (Note [Fast path]); written and grown under mu_. Replaced
-  // tables stay allocated (tables_owned_) until the arbiter is destroyed.
-  std::array<std::atomic<KeyTable*>, kCapabilityCount> tables_{};
-  std::vector<std::unique_ptr<KeyTable>> tables_owned_ GUARDED_BY(mu_);
-  // Note [Fast path]: kGateShutdown | kGateCritical | waiters × kGateWaiter.
-  // Written under mu_ (waiter counts by ReleaseWaiter), read without it.
-  std::atomic<uint32_t> gate_{0};
-  // Loaded or loading entries per role (same-role conflicts, defect 4).
-  // Unordered; Entry::role_slot is an entry's index here (O(1) add/remove).
-  std::array<std::vector<Entry*>, kResidentRoleCount> role_members_ GUARDED_BY(mu_);
-  // Loaded non-text-target entries, keyed by a last-used stamp that may be
-  // older than the entry's (lazy LRU, Note [Fast path]); some may be held.
-  // One map per role; the global LRU is the least of their begin()s.
-  size_t idle_listed_ GUARDED_BY(mu_) = 0;  // Σ sizes of idle_by_role_
-  std::array<std::map<LruKey, Entry*>, kResidentRoleCount> idle_by_role_ GUARDED_BY(mu_);
-  uint64_t seq_ GUARDED_BY(mu_) = 0;
-  int loading_count_ GUARDED_BY(mu_) = 0;
-  size_t resident_bytes_ GUARDED_BY(mu_) = 0;
-  size_t loading_bytes_ GUARDED_BY(mu_) = 0;
-  uint64_t loads_ GUARDED_BY(mu_) = 0;
-  uint64_t load_failures_ GUARDED_BY(mu_) = 0;
-  uint64_t evictions_ GUARDED_BY(mu_) = 0;
-  MemoryPressureLevel level_ GUARDED_BY(mu_) = MemoryPressureLevel::kNominal;
-  bool started_ GUARDED_BY(mu_) = false;
-  bool shutting_down_ GUARDED_BY(mu_) = false;
-  bool reaper_stop_ GUARDED_BY(mu_) = false;
-
-  // Event listeners (own lock: Emit never holds mu_).
-  struct Listeners;
-  std::shared_ptr<Listeners> listeners_;
-
-  // Start/Stop state: only touched by Start/Stop/Shutdown, under lifecycle_mu_.
-  Mutex lifecycle_mu_;
-  MemoryPressureSubscription pressure_sub_ GUARDED_BY(lifecycle_mu_);
-  std::thread reaper_ GUARDED_BY(lifecycle_mu_);
-
-  // Request queues.
-  Mutex queue_mu_;
-  std::array<std::unique_ptr<Queue>, kCapabilityCount> queues_ GUARDED_BY(queue_mu_);
-  bool queues_closed_ GUARDED_BY(queue_mu_) = false;
+  std::unique_ptr<arbiter_internal::MemoryArbiterImpl> impl_;
 };
 
 }  // namespace arbiter

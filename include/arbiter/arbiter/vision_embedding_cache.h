@@ -1,9 +1,9 @@
 // arbiter/arbiter/vision_embedding_cache.h — content-addressed LRU + TTL
 // cache of projected vision-language tokens.
 //
-// Implements the VisionEmbeddingCache of the Memory Arbiter seed
-// (reference/seed-arbiter-and-precache.md §1.1 constants, §1.3 semantics,
-// §1.6 tests; seed 000_43c95d79a0cd61e5 "Vision-embedding cache").
+// The vision-embedding cache of the reference memory arbiter
+// (docs/memory-arbiter.md): its constants and semantics are kept (below),
+// ledger charging is ours.
 //
 // A vision model's projector turns normalized pixels into tokens the text
 // decoder consumes. The same frame (a pasted screenshot, an idle screen) is
@@ -65,7 +65,7 @@
 
 namespace arbiter {
 
-// Defaults (seed §1.1).
+// Defaults (the reference's).
 inline constexpr int64_t kVisionCacheDefaultCapacity = 32;        // entries
 inline constexpr int64_t kVisionCacheDefaultTtlMs = 300000;       // 5 minutes
 inline constexpr std::string_view kVisionCacheLedgerOwner = "vision_cache";
