@@ -1,7 +1,8 @@
 // Cache keys, slot ids, model hash, TTL classes, file names and the sweep:
-// the reference's list (reference/seed-arbiter-and-precache.md Part 2 §2.1)
-// and defects 2 and 4. Expected hashes were computed independently with
-// Python's hashlib.
+// the reference's list (docs/kv-precache.md "Keys and names") and two of its
+// fixed defects (docs/kv-precache.md "Defects of the reference, fixed": no
+// slot count in the model hash; safe file names). Expected hashes were
+// computed independently with Python's hashlib.
 #include "arbiter/kv/cache_key.h"
 
 #include <fcntl.h>

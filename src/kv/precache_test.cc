@@ -1,8 +1,9 @@
 // KvPrecache over a real engine (the "tiny" preset), a real KvStore in a
 // temp dir and a real PromptCache: conversations pinned to slots, moves
-// between the slot, host and disk tiers, defect 3 (restore only when
-// colder), prewarm and per-conversation keep-alive (defects 1 and 5),
-// idle eviction, engine detach/attach (a model eviction or restart).
+// between the slot, host and disk tiers, restore only when colder, prewarm
+// and keep-alive per conversation that lands before the short TTL (the fixed
+// defects of docs/kv-precache.md "Defects of the reference, fixed"), idle
+// eviction, engine detach/attach (a model eviction or restart).
 #include "arbiter/kv/precache.h"
 #include "tools/model_maker/model_maker.h"
 
