@@ -243,7 +243,7 @@ int BudgetUsage(const std::string& message) {
 
 std::string SizeText(uint64_t bytes) { return fmt::format("{} ({} bytes)", FormatSize(bytes), bytes); }
 
-// Solves the WeightBudget (reference/seed-runtime-weights.md §3). Bad values
+// Solves the WeightBudget (the formula in docs/config.md "[memory]"). Bad values
 // are usage errors (exit 2) naming the flag.
 int RunBudget(const BudgetFlags& f) {
   // Only --arena may be a percentage of RAM; without /proc/meminfo a
