@@ -70,8 +70,9 @@ TEST(CacheKeyTest, DeriveSlotIdFollowsTheReferenceFormula) {
 TEST(CacheKeyTest, ModelHashIsTheReferenceHashWithoutTheSlotCount) {
   ModelHashInputs in{"qwen", "", "f32", "f32", ""};
   EXPECT_EQ(ModelHash(in), "5a6e6d09b0e5da63");
-  // Defect 2: nothing about parallel or ctx goes in, so resizing keeps the
-  // directory; anything that changes the K/V bytes changes it.
+  // No slot count in the model hash (docs/kv-precache.md "Defects of the
+  // reference, fixed"): nothing about parallel or ctx goes in, so resizing
+  // keeps the directory; anything that changes the K/V bytes changes it.
   ModelHashInputs other = in;
   other.cache_type_k = "f16";
   EXPECT_NE(ModelHash(other), ModelHash(in));
@@ -120,7 +121,7 @@ TEST(CacheKeyTest, FileNamesCarryTheirTtlClass) {
   EXPECT_EQ(ParseSlotCacheTtlClass(".bin"), TtlClass::kUnclassified);
 }
 
-// Defect 4.
+// Safe file names (docs/kv-precache.md "Defects of the reference, fixed").
 TEST(CacheKeyTest, SafeFileIdNeverLeavesTheDirectory) {
   EXPECT_EQ(SafeFileId("room-42"), "room-42");
   EXPECT_EQ(SafeFileId("Room_1"), "Room_1");

@@ -267,8 +267,8 @@ TEST_F(PrecacheTest, ACorruptFileCostsAColdPrefillAndIsRemoved) {
   EXPECT_EQ(r->output_ids, Cold(Concat(p1, Ids(3, 12))));
 }
 
-// Defect 3: an open conversation whose slot holds warmer KV never reads its
-// (older) file.
+// Restore only when colder (docs/kv-precache.md "Defects of the reference, fixed"): an
+// open conversation whose slot holds warmer KV never reads its (older) file.
 TEST_F(PrecacheTest, RestoresOnlyWhenTheInRamStateIsColder) {
   std::unique_ptr<Engine> e = LoadEngine(1);
   std::unique_ptr<KvPrecache> pc = MakePrecache(1, nullptr);
@@ -352,8 +352,10 @@ TEST_F(PrecacheTest, PrewarmThenFirstTurnComputesOnlyTheNewTokens) {
   EXPECT_EQ(pc->counters().prewarm_failures, 1u);  // the engine refused the bad id
 }
 
-// Defects 1 and 5: the keep-alive re-warms each prewarmed conversation once
-// it has been idle for 0.8 × the short TTL, by its own clock.
+// Keep-alive per conversation and before the short TTL (docs/kv-precache.md
+// "Defects of the reference, fixed"): the keep-alive re-warms each
+// prewarmed conversation once it has been idle for 0.8 × the short TTL, by
+// its own clock.
 TEST_F(PrecacheTest, KeepAliveIsPerConversationAndBeforeTheShortTtl) {
   std::unique_ptr<Engine> e = LoadEngine(2);
   std::unique_ptr<KvPrecache> pc = MakePrecache(2, nullptr, /*conversation_ttl_ms=*/3600000);

@@ -1,4 +1,4 @@
-// arbiter — the command-line tool (ARCHITECTURE.md "External interfaces").
+// arbiter — the command-line tool (docs/architecture.md, the layer table: tools).
 //
 //   arbiter serve [--config FILE] [--host H] [--port P] [--state-dir DIR]
 //                 [--budget SIZE] [--api-key KEY]
