@@ -95,7 +95,8 @@ class CpuDeviceBackend final : public DeviceBackend {
   // kHugePageBytes boundary and is madvise(MADV_HUGEPAGE)d, so a first write
   // faults in one 2 MiB page instead of 512 base pages (Note [Arena huge
   // pages] in device_backend.cc: a floor→arena load then runs near memcpy
-  // speed, and Discard of whole huge pages is ~15× cheaper). Ignored where
+  // speed, and Discard of whole huge pages is much cheaper; figures in
+  // docs/BENCHMARKS.md "Weight runtime"). Ignored where
   // the kernel has no transparent huge pages or has them "never". Cost: a
   // huge page straddling a block's edge is faulted in whole, so up to
   // kHugePageBytes − 4 KiB of zeroes beyond each end of a written block can
