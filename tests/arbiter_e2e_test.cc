@@ -288,7 +288,7 @@ std::string ArbiterE2E::dir_;
 size_t ArbiterE2E::measured_ = 0;
 size_t ArbiterE2E::budget_ = 0;
 
-// The scenario: budget eviction (fit), pressure refusing embeddings
+// The arbiter end to end: budget eviction (fit), pressure refusing embeddings
 // but not text, recovery, with the SSE stream and /metrics watching.
 TEST_F(ArbiterE2E, BudgetEvictionAndPressureOverHttp) {
   EventReader events(port_);

@@ -1,5 +1,5 @@
 // End-to-end: `arbiter budget` as a child process — the reference
-// weight_budget table (reference/seed-runtime-weights.md §3, §5 item 10)
+// weight_budget table (docs/config.md "[memory]", the reference's values)
 // through the real binary, and usage errors naming the flag.
 #include <sys/wait.h>
 

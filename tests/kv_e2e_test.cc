@@ -1,6 +1,5 @@
 // End-to-end: the KV precache behind the real `arbiter serve` over HTTP
-// (issue "KV precache" point 7; reference/seed-arbiter-and-precache.md Part 2
-// §2.3 figures).
+// (the reference's figures: docs/kv-precache.md "Targets").
 //
 // The model is the "tiny" preset with max_position_embeddings raised to 8192
 // (only the RoPE table grows), so a 4k-token system prompt fits and every

@@ -1,5 +1,5 @@
 // End-to-end: the weight runtime behind the real `arbiter serve`
-// (reference/seed-runtime-weights.md; issue "Weight runtime" point 7).
+// (docs/architecture.md "Weight tiers"; docs/config.md "[memory]").
 //
 // WeightsE2E: one server per test — residency control, compaction, the
 // status and metrics fields, externally-managed mode, and a reload after

@@ -1,5 +1,5 @@
-// The engine over a caller's WeightCache (reference/seed-runtime-weights.md
-// §3): same tokens as the private cache, reload after eviction (from the
+// The engine over a caller's WeightCache (docs/architecture.md "Weight
+// tiers"): same tokens as the private cache, reload after eviction (from the
 // file, or from the host floor without calling the fill), NotResident in
 // externally-managed mode, registration checks at Load, and leases that keep
 // the weights in place while other threads evict.

@@ -3,20 +3,19 @@
 // Note [KV buffers]
 // A snapshot is allocated whenever a slot is saved (SaveSlot: a stash into
 // the host tier, a save to disk) and whenever a KV file is read, and it is
-// written exactly once right after. Measured on demo-chat (2000 tokens =
-// 32.8 MB of K/V; `arbiter bench kv`, docs/BENCHMARKS.md "KV precache"):
+// written exactly once right after. What `arbiter bench kv` showed on
+// demo-chat (the figures: docs/BENCHMARKS.md "KV precache", "What changed"):
 //   - std::vector<float>::resize zeroed the buffer before the copy
 //     overwrote it: one wasted pass, and, in fresh memory, the pass that
 //     took every page fault. KvBufferAllocator default-initializes instead.
 //   - glibc serves buffers over its mmap threshold (at most 32 MiB) with a
 //     fresh mapping each time, so every 4 KiB page of such a snapshot is
-//     faulted in and zeroed by the kernel when first written: ~8 400 faults
-//     for 34 MB (2100 tokens), 17–26 ms in this KVM guest against ~3 ms
-//     for the copy itself. Below the threshold glibc may reuse a freed
-//     buffer (no faults) or not, depending on the heap's history. So
+//     faulted in and zeroed by the kernel when first written, which costs
+//     several times the copy itself. Below the threshold glibc may reuse a
+//     freed buffer (no faults) or not, depending on the heap's history. So
 //     buffers of ≥ 2 MiB get their own mapping, 2 MiB-aligned and
 //     MADV_HUGEPAGE, as the cpu arena (Note [Arena huge pages] in
-//     memory/device_backend.cc): ~17 faults of 2 MiB, each zeroing its page
+//     memory/device_backend.cc): one fault per 2 MiB, each zeroing its page
 //     just before the copy fills it. Without THP the mapping is on base
 //     pages and behaves like glibc's.
 // Cost: up to 2 MiB − 4 KiB of address space past the end of each buffer

@@ -1,5 +1,5 @@
 // kv/cache_key.cc — cache keys, slot ids, model hash, TTL classes and KV file
-// names (reference/seed-arbiter-and-precache.md Part 2 §2.1).
+// names (docs/kv-precache.md "Keys and names").
 //
 // Every hash here is SHA-256 (arbiter/base/hash.h) over fields joined by
 // kKeySeparator (U+0001), printed as lower-case hex and cut to 16 chars: the

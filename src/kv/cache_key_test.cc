@@ -1,7 +1,8 @@
 // Cache keys, slot ids, model hash, TTL classes, file names and the sweep:
-// the reference's list (reference/seed-arbiter-and-precache.md Part 2 §2.1)
-// and defects 2 and 4. Expected hashes were computed independently with
-// Python's hashlib.
+// the reference's list (docs/kv-precache.md "Keys and names") and two of its
+// fixed defects (docs/kv-precache.md "Defects of the reference, fixed": no
+// slot count in the model hash; safe file names). Expected hashes were
+// computed independently with Python's hashlib.
 #include "arbiter/kv/cache_key.h"
 
 #include <fcntl.h>
@@ -69,8 +70,9 @@ TEST(CacheKeyTest, DeriveSlotIdFollowsTheReferenceFormula) {
 TEST(CacheKeyTest, ModelHashIsTheReferenceHashWithoutTheSlotCount) {
   ModelHashInputs in{"qwen", "", "f32", "f32", ""};
   EXPECT_EQ(ModelHash(in), "5a6e6d09b0e5da63");
-  // Defect 2: nothing about parallel or ctx goes in, so resizing keeps the
-  // directory; anything that changes the K/V bytes changes it.
+  // No slot count in the model hash (docs/kv-precache.md "Defects of the
+  // reference, fixed"): nothing about parallel or ctx goes in, so resizing
+  // keeps the directory; anything that changes the K/V bytes changes it.
   ModelHashInputs other = in;
   other.cache_type_k = "f16";
   EXPECT_NE(ModelHash(other), ModelHash(in));
@@ -119,7 +121,7 @@ TEST(CacheKeyTest, FileNamesCarryTheirTtlClass) {
   EXPECT_EQ(ParseSlotCacheTtlClass(".bin"), TtlClass::kUnclassified);
 }
 
-// Defect 4.
+// Safe file names (docs/kv-precache.md "Defects of the reference, fixed").
 TEST(CacheKeyTest, SafeFileIdNeverLeavesTheDirectory) {
   EXPECT_EQ(SafeFileId("room-42"), "room-42");
   EXPECT_EQ(SafeFileId("Room_1"), "Room_1");

@@ -1,5 +1,5 @@
 // kv/conversation_registry.cc — conversations pinned to KV slots
-// (reference/seed-arbiter-and-precache.md Part 2 §2.2).
+// (docs/kv-precache.md "Slots and conversations").
 //
 // Invariants (under mu_): open_ = number of handles with closed == false;
 // slots_[m].load[s] = open handles of model m on slot s; high_water_ =

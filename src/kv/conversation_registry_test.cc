@@ -1,5 +1,5 @@
-// ConversationRegistry: the reference's tests (reference/seed-arbiter-and-
-// precache.md Part 2 §2.2), on a simulated clock.
+// ConversationRegistry: the reference's tests of the registry
+// (docs/kv-precache.md "Slots and conversations"), on a simulated clock.
 #include "arbiter/kv/conversation_registry.h"
 
 #include <atomic>

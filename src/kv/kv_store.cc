@@ -1,6 +1,8 @@
 // kv/kv_store.cc — the disk tier: saved conversation KV under
 // <dir>/<model hash>/, expiry by TTL class and a byte budget
-// (reference/seed-arbiter-and-precache.md Part 2 §2.1, §2.3, defect 4).
+// (docs/kv-precache.md "Persistence" and "Keys and names"; a conversation
+// id never names a path outside the directory: docs/kv-precache.md "Defects
+// of the reference, fixed", safe file names).
 //
 // Policy, in prose:
 //   - The directory is the truth. There is no in-memory index of files:

@@ -188,8 +188,9 @@ void KvPrecache::PrepareSlot(Engine* engine, SlotReservation& slot,
   if (conversation.empty() || owner == conversation) return;
 
   // 2. The conversation's own state, only when it is warmer than the slot's
-  //    (docs/kv-precache.md, fixed defect 3): the host tier first; disk only
-  //    when it has no RAM state.
+  //    (docs/kv-precache.md "Defects of the reference, fixed": restore only
+  //    when colder): the host tier first; disk only when it has no RAM
+  //    state.
   //    A file is mapped and restored in place (one copy: file → slot).
   std::optional<KvSnapshot> snap;
   std::optional<MappedKvFile> file;

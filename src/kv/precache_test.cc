@@ -1,8 +1,9 @@
 // KvPrecache over a real engine (the "tiny" preset), a real KvStore in a
 // temp dir and a real PromptCache: conversations pinned to slots, moves
-// between the slot, host and disk tiers, defect 3 (restore only when
-// colder), prewarm and per-conversation keep-alive (defects 1 and 5),
-// idle eviction, engine detach/attach (a model eviction or restart).
+// between the slot, host and disk tiers, restore only when colder, prewarm
+// and keep-alive per conversation that lands before the short TTL (the fixed
+// defects of docs/kv-precache.md "Defects of the reference, fixed"), idle
+// eviction, engine detach/attach (a model eviction or restart).
 #include "arbiter/kv/precache.h"
 #include "tools/model_maker/model_maker.h"
 
@@ -266,8 +267,8 @@ TEST_F(PrecacheTest, ACorruptFileCostsAColdPrefillAndIsRemoved) {
   EXPECT_EQ(r->output_ids, Cold(Concat(p1, Ids(3, 12))));
 }
 
-// Defect 3: an open conversation whose slot holds warmer KV never reads its
-// (older) file.
+// Restore only when colder (docs/kv-precache.md "Defects of the reference, fixed"): an
+// open conversation whose slot holds warmer KV never reads its (older) file.
 TEST_F(PrecacheTest, RestoresOnlyWhenTheInRamStateIsColder) {
   std::unique_ptr<Engine> e = LoadEngine(1);
   std::unique_ptr<KvPrecache> pc = MakePrecache(1, nullptr);
@@ -351,8 +352,10 @@ TEST_F(PrecacheTest, PrewarmThenFirstTurnComputesOnlyTheNewTokens) {
   EXPECT_EQ(pc->counters().prewarm_failures, 1u);  // the engine refused the bad id
 }
 
-// Defects 1 and 5: the keep-alive re-warms each prewarmed conversation once
-// it has been idle for 0.8 × the short TTL, by its own clock.
+// Keep-alive per conversation and before the short TTL (docs/kv-precache.md
+// "Defects of the reference, fixed"): the keep-alive re-warms each
+// prewarmed conversation once it has been idle for 0.8 × the short TTL, by
+// its own clock.
 TEST_F(PrecacheTest, KeepAliveIsPerConversationAndBeforeTheShortTtl) {
   std::unique_ptr<Engine> e = LoadEngine(2);
   std::unique_ptr<KvPrecache> pc = MakePrecache(2, nullptr, /*conversation_ttl_ms=*/3600000);

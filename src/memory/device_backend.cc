@@ -8,14 +8,13 @@
 // The weight cache Discards a block when it evicts it (RSS must drop), so
 // the next load of that block writes into pages the kernel has to fault in
 // and zero again. With 4 KiB pages that first touch dominated a floor→arena
-// load: demo-chat's 213.5 MB took 110–135 ms (1.6–1.9 GB/s) against 19–24 ms
-// for a memcpy into already-faulted memory (~52 000 faults at ~1.7 µs each
-// in this Firecracker/KVM guest), and the Discard itself took 11–16 ms. With
-// the arena 2 MiB-aligned and MADV_HUGEPAGE, the same load takes 20–24 ms
-// (~0.95 of a memcpy measured right after it): ~100 faults, each zeroing a
-// 2 MiB page that the copy overwrites next (plausibly while it is still in
-// cache), and the Discard 0.6–0.7 ms (`arbiter bench weights`,
-// docs/BENCHMARKS.md "Weight runtime"). Pre-faulting instead
+// load: one fault per 4 KiB page made the load several times slower than a
+// memcpy into already-faulted memory, and the Discard itself was slow too.
+// With the arena 2 MiB-aligned and MADV_HUGEPAGE, the same load runs close
+// to memcpy speed: one fault per 2 MiB, each zeroing a page that the copy
+// overwrites next (plausibly while it is still in cache), and the Discard is
+// an order of magnitude cheaper (the figures, from `arbiter bench weights`:
+// docs/BENCHMARKS.md "Weight runtime", "What changed"). Pre-faulting instead
 // (MADV_POPULATE_WRITE of the block before the copy, or by a second thread
 // a chunk ahead) was slower with either page size: it zeroes the whole
 // block out of cache first, then the copy streams over it again. The

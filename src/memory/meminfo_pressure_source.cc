@@ -1,4 +1,5 @@
-// MeminfoPressureSource — the reference OS poller (seed §1.4).
+// MeminfoPressureSource — the reference OS poller (docs/memory.md "Pressure
+// levels and sources", meminfo).
 //
 // State: `level_` is the level of the last *fired* event and `ticked_` says
 // whether any tick happened; a tick fires when !ticked_ or the level differs.

@@ -2,7 +2,8 @@
 // sources without OS plumbing: the host/mobile bridge and the composite.
 //
 // The registry's ordering rules are in Note [Pressure event ordering]
-// (internal/pressure_listeners.h). The composite follows seed §1.4: it keeps
+// (internal/pressure_listeners.h). The composite follows the reference
+// (docs/memory.md "Pressure levels and sources"): it keeps
 // each started child's last event, and fans out only when the worst level
 // changes; it records the outgoing event under its own lock so that two
 // children reporting at once cannot deliver "low" after "critical".

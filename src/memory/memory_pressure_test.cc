@@ -1,5 +1,6 @@
 // Tests for pressure levels, the bridge, the composite and the meminfo poller,
-// including every pressure-source item of seed §1.6, plus a contract suite run
+// including every item of the reference's checklist for the sources
+// (docs/memory.md "Pressure levels and sources"), plus a contract suite run
 // against every MemoryPressureSource implementation.
 #include "arbiter/memory/memory_pressure.h"
 
@@ -62,7 +63,7 @@ TEST(MemoryPressureLevelTest, ClassifyBoundariesAreInclusive) {
   EXPECT_EQ(ClassifyFreeFraction(0.1501, 0.15, 0.05), L::kNominal);
 }
 
-// ------------------------------------------------------------------ meminfo (§1.6)
+// ------------------------------------------------------------------ meminfo
 
 class MeminfoTest : public ::testing::Test {
  protected:
@@ -225,7 +226,7 @@ TEST_F(MeminfoTest, PollThreadTicksOnTheInterval) {
   (*src)->Stop();
 }
 
-// ------------------------------------------------------------------ bridge (§1.6)
+// ------------------------------------------------------------------ bridge
 
 TEST(BridgePressureSourceTest, DispatchesAreObserved) {
   SimulatedClock clock(5);
@@ -298,7 +299,7 @@ TEST(BridgePressureSourceTest, SubscriptionMayOutliveTheSource) {
   EXPECT_FALSE(sub.active());
 }
 
-// ------------------------------------------------------------------ composite (§1.6)
+// ------------------------------------------------------------------ composite
 
 struct TwoBridges {
   TwoBridges() {

@@ -667,7 +667,8 @@ Status ValidateConfig(const Config& config) {
   }
   // A conversation untouched for 0.8 × ttl_short is re-warmed at the next
   // keep-alive pass, at most one interval later: that must still be inside
-  // the short TTL (defect 1 of the reference: both were 240 s).
+  // the short TTL (docs/kv-precache.md "Defects of the reference, fixed":
+  // keep-alive before the short TTL).
   if (static_cast<double>(k.keepalive_interval_ms) >=
       (1.0 - kKeepAliveStaleFraction) * static_cast<double>(k.ttl_short_ms)) {
     return InvalidArgumentError(fmt::format(

@@ -376,7 +376,8 @@ system_prompt = "You are terse."
   EXPECT_NE(err("[kv]\nprompt_cache = -1").find("[kv].prompt_cache"), std::string::npos);
   EXPECT_NE(err("[kv]\ndisk_budget = \"lots\"").find("[kv].disk_budget"), std::string::npos);
   EXPECT_NE(err("[kv]\nttl_short = \"2h\"").find("ttl_short"), std::string::npos);  // > long
-  // Defect 1: a keep-alive interval that lets the short TTL run out.
+  // A keep-alive interval that lets the short TTL run out (docs/kv-precache.md
+  // "Defects of the reference, fixed": keep-alive before the short TTL).
   EXPECT_NE(err("[kv]\nkeepalive_interval = \"240s\"").find("[kv].keepalive_interval"),
             std::string::npos);
   EXPECT_NE(err("[kv]\nttl_short = \"100s\"\nkeepalive_interval = \"20s\"")

@@ -77,8 +77,8 @@ Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, const ModelFile
 }
 
 // [[models]] system_prompt → prefilled on the synthetic conversation
-// "__system_prefix__" (reference §2.3). Best-effort: a failure is logged
-// and the first request prefills cold.
+// "__system_prefix__" (docs/kv-precache.md "Prewarm and keep-alive").
+// Best-effort: a failure is logged and the first request prefills cold.
 void PrewarmSystemPrompt(const ModelEntry& entry, Engine* engine, KvPrecache* precache) {
   Result<ChatTemplateKind> kind = engine->chat_template();
   std::vector<int32_t> ids =

@@ -5,7 +5,7 @@
 // routes_openai.cc and routes_admin.cc; every operation below them is the
 // Runtime's.
 //
-// Request path (ARCHITECTURE.md "One chat request, end to end"):
+// Request path (docs/architecture.md "One chat request"):
 //   0. the transport reads the request (limits: max_body_bytes → 413, a
 //      whole request within request_timeout_s → 408, max_connections → 503,
 //      a full worker queue → 503);

@@ -1,4 +1,4 @@
-// arbiter — the command-line tool (ARCHITECTURE.md "External interfaces").
+// arbiter — the command-line tool (docs/architecture.md, the layer table: tools).
 //
 //   arbiter serve [--config FILE] [--host H] [--port P] [--state-dir DIR]
 //                 [--budget SIZE] [--api-key KEY]
@@ -276,7 +276,7 @@ int BudgetUsage(const std::string& message) {
 
 std::string SizeText(uint64_t bytes) { return fmt::format("{} ({} bytes)", FormatSize(bytes), bytes); }
 
-// Solves the WeightBudget (reference/seed-runtime-weights.md §3). Bad values
+// Solves the WeightBudget (the formula in docs/config.md "[memory]"). Bad values
 // are usage errors (exit 2) naming the flag.
 int RunBudget(const BudgetFlags& f) {
   // Only --arena may be a percentage of RAM; without /proc/meminfo a

@@ -71,7 +71,7 @@ struct EngineOptions {
   // Threads for decode's matrix-vector products; 0 → openblas_get_num_threads()
   // at Load. Prefill's sgemm always uses OpenBLAS's (process-wide) thread count.
   int n_threads = 0;
-  // Where the weights live (reference/seed-runtime-weights.md §3; the engine
+  // Where the weights live (docs/architecture.md "Weight tiers": the engine
   // never owns weight memory). Null: Load makes a private WeightCache over a
   // cpu arena of exactly the model's compute layout (no ledger) and loads the
   // weights into it. Otherwise `weight_key` must be registered in it

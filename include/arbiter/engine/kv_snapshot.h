@@ -1,8 +1,8 @@
 // arbiter/engine/kv_snapshot.h — one slot's KV prefix state, in memory: the
 // unit the engine saves from and restores into a slot (Engine::SaveSlot /
 // RestoreSlot), the host prompt cache holds, and the disk tier serializes
-// (arbiter/kv/kv_file.h). Implements the "per-slot KV state (serializable)"
-// of ARCHITECTURE.md's engine layer, for the KV precache issue (points 4, 5).
+// (arbiter/kv/kv_file.h): the KV that moves between the slot, host and disk
+// tiers of docs/kv-precache.md "Tiers".
 //
 // Thread safety: a plain value type.
 #pragma once

@@ -7,7 +7,7 @@
 // exactly these tensors, and the weight runtime
 // (arbiter/weights/weight_files.h, WeightOrder) uses the same order as the
 // model's argument order when a file carries no "argument_order" metadata
-// (reference/seed-runtime-weights.md §1). Keep it the single source: do not
+// (docs/architecture.md "Weight tiers"). Keep it the single source: do not
 // copy the list elsewhere.
 //
 // Order (Hugging Face names):

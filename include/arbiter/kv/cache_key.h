@@ -2,12 +2,13 @@
 // ids, the model hash, TTL classes, stable-prefix hashes and the file names
 // of saved KV.
 //
-// Implements reference/seed-arbiter-and-precache.md Part 2 §2.1 (seed
-// 001 "PRECACHE": resolveLocalCacheKey, deriveSlotId, buildModelHash,
-// slotCacheFileName / parseSlotCacheTtlClass, hashStablePrefix), with known
-// defects 2 (the slot count is not part of the model hash, so resizing
-// `parallel` keeps saved KV) and 4 (file names derived from ids can never
-// leave their directory) corrected.
+// Implements docs/kv-precache.md "Keys and names" (the reference's
+// resolveLocalCacheKey, deriveSlotId, buildModelHash, slotCacheFileName /
+// parseSlotCacheTtlClass, hashStablePrefix; seed 001 "PRECACHE"), with two of
+// its defects corrected (docs/kv-precache.md "Defects of the reference,
+// fixed"): no slot count in the model hash (resizing `parallel` keeps saved
+// KV) and safe file names (names derived from ids can never leave their
+// directory).
 //
 // Example:
 //   CacheKeyInputs in;
@@ -30,7 +31,8 @@
 
 namespace arbiter {
 
-// How long saved KV lives (reference §2.1): short 5 min, long 60 min,
+// How long saved KV lives (docs/kv-precache.md "Keys and names", TTL
+// classes): short 5 min, long 60 min,
 // extended 24 h. kUnclassified is a file name without a class (treated as
 // long).
 enum class TtlClass { kShort = 0, kLong, kExtended, kUnclassified };
@@ -56,13 +58,15 @@ int64_t TtlMs(TtlClass ttl, const TtlWindows& windows = {});
 // The separator of every hash preimage here (U+0001), so "ab"+"c" and
 // "a"+"bc" never collide.
 // The keep-alive re-warms a prewarmed conversation untouched for at least
-// this fraction of the short TTL (reference §2.3, KEEPALIVE_STALE_FRACTION).
+// this fraction of the short TTL (the reference's KEEPALIVE_STALE_FRACTION;
+// docs/kv-precache.md "Prewarm and keep-alive").
 inline constexpr double kKeepAliveStaleFraction = 0.8;
 
 inline constexpr char kKeySeparator = '\x01';
 
 // What the saved KV of a model depends on: everything that changes the K/V
-// bytes. Not the slot count (defect 2) and not the context size: a
+// bytes. Not the slot count (docs/kv-precache.md "Defects of the reference,
+// fixed": no slot count in the model hash) and not the context size: a
 // conversation's KV is valid for any slot of any size that holds it.
 struct ModelHashInputs {
   std::string target;        // the model's identity (e.g. its weights digest)
@@ -109,7 +113,8 @@ struct CacheKeyInputs {
 // prefix is used).
 std::optional<std::string> ResolveCacheKey(const CacheKeyInputs& in);
 
-// A file-name-safe form of an id (defect 4). Ids of 1..64 bytes of
+// A file-name-safe form of an id (docs/kv-precache.md "Defects of the
+// reference, fixed": safe file names). Ids of 1..64 bytes of
 // [A-Za-z0-9_-] that start with neither '-' nor "h-" are kept as they are,
 // so files stay readable; anything else — '/', "..", '.', NUL, spaces,
 // non-ASCII, empty, too long, or the reserved "h-" start — becomes "h-" +

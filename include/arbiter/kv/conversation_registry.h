@@ -1,9 +1,9 @@
 // arbiter/kv/conversation_registry.h — which conversation is pinned to which
 // KV slot of which model.
 //
-// Implements reference/seed-arbiter-and-precache.md Part 2 §2.2 (seed 001
-// "PRECACHE": conversationRegistry, pickLowestLoadedSlot, evictIdle,
-// recommended parallel).
+// Implements the registry of docs/kv-precache.md "Slots and conversations"
+// (the reference's conversationRegistry, pickLowestLoadedSlot, evictIdle,
+// recommended parallel; seed 001 "PRECACHE").
 //
 // Concepts:
 //   - A handle is keyed "<model_id>::<conversation_id>". Open() returns the
@@ -42,7 +42,8 @@
 
 namespace arbiter {
 
-// Default conversation TTL: 60 min (reference §2.2).
+// Default conversation TTL: 60 min, the reference's (docs/kv-precache.md
+// "Slots and conversations").
 inline constexpr int64_t kDefaultConversationTtlMs = 3600000;
 
 struct ConversationHandle {

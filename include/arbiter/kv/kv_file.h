@@ -1,10 +1,11 @@
 // arbiter/kv/kv_file.h — the on-disk format of saved KV prefix state (the
 // disk tier's files, "<kv dir>/<model hash>/<safe id>.<ttl class>.bin").
 //
-// Implements the file format of the KV precache issue (point 5) for
-// reference/seed-arbiter-and-precache.md Part 2 §2.1/§2.3 ("missing or
-// corrupt KV files always fall back to a cold prefill") and defect 6 (a
-// restore reports how many tokens it restored).
+// Implements the KV file of docs/kv-precache.md "Persistence" ("missing or
+// corrupt KV files always fall back to a cold prefill") and "Keys and
+// names", and a fixed defect of the reference (docs/kv-precache.md "Defects
+// of the reference, fixed": restores report their tokens — a restore says
+// how many tokens it restored).
 //
 // Format v1 (all integers little-endian):
 //   [0, 64)  header: magic "ARBKV001" (8 bytes), version u32 (1),

@@ -1,12 +1,13 @@
 // arbiter/kv/kv_store.h — the disk tier of the KV precache: one directory of
 // saved conversation KV per model, with TTL classes and a byte budget.
 //
-// Implements reference/seed-arbiter-and-precache.md Part 2: the file names
-// and the eviction sweep of §2.1, the persist/restore of §2.3 ("missing or
-// corrupt KV files always fall back to a cold prefill"), with defect 4
-// corrected (a conversation id can never name a path outside its model's
-// directory) and defect 2 kept corrected (the model hash has no slot count,
-// so saved KV survives resizing `parallel`).
+// Implements docs/kv-precache.md: the file names of "Keys and names", the
+// persist/restore and the eviction sweep of "Persistence" ("missing or
+// corrupt KV files always fall back to a cold prefill"), with two of the
+// reference's defects fixed (docs/kv-precache.md "Defects of the reference,
+// fixed"): safe file names (a conversation id can never name a path outside
+// its model's directory) and no slot count in the model hash (saved KV
+// survives resizing `parallel`).
 //
 // Layout:
 //   <dir>/                                   the [kv] dir, created 0700

@@ -2,9 +2,9 @@
 // conversation each slot holds, moving KV between the tiers (slot ↔ host
 // prompt cache ↔ disk), prewarm and keep-alive.
 //
-// Implements the KV precache issue (points 2–5) over
-// reference/seed-arbiter-and-precache.md Part 2 §2.2–§2.4 (seed
-// 001_abe7ad9154ed4078.txt), with its defects fixed (the numbered list in
+// Implements docs/kv-precache.md (slots and conversations, tiers, prewarm
+// and keep-alive, persistence; the reference is seed
+// 001_abe7ad9154ed4078.txt), with the reference's defects fixed (the list in
 // docs/kv-precache.md, "Defects of the reference, fixed"):
 //
 // Slots. The engine is the one slot scheduler (Engine::ReserveSlot; Note
@@ -27,7 +27,8 @@
 //      spilled to the disk tier) — the slot keeps the tokens, so the longest
 //      common prefix with the new prompt is still reused;
 //   2. the request's conversation C (if any) is restored into s only when
-//      the slot's state is colder (docs/kv-precache.md, fixed defect 3):
+//      the slot's state is colder (docs/kv-precache.md "Defects of the reference, fixed":
+//      restore only when colder):
 //      "warmth" is the number of prompt tokens a state can serve (its
 //      longest common prefix with the prompt). C's prompt-cache entry is
 //      taken when it is warmer than the slot; otherwise, when C has no
@@ -48,14 +49,17 @@
 // model hash) and on Shutdown (slots and this model's prompt-cache
 // entries).
 //
-// Prewarm (§2.3): prefills a conversation's stable prefix on its slot
-// (max_tokens 1, greedy) and records {prefix tokens, touched} for it — per
-// conversation, not per slot (docs/kv-precache.md, fixed defect 5).
+// Prewarm (docs/kv-precache.md "Prewarm and keep-alive"): prefills a
+// conversation's stable prefix on its slot (max_tokens 1, greedy) and
+// records {prefix tokens, touched} for it — per conversation, not per slot
+// (docs/kv-precache.md "Defects of the reference, fixed": keep-alive per
+// conversation).
 // Best-effort: a failure is returned, never retried. KeepAlive re-warms
 // every prewarmed conversation untouched for ≥ kKeepAliveStaleFraction ×
 // ttl_short (the server calls it every [kv] keepalive_interval, which config
 // validation keeps below 0.2 × ttl_short, so the re-warm lands before the
-// short TTL runs out — docs/kv-precache.md, fixed defect 1).
+// short TTL runs out — docs/kv-precache.md "Defects of the reference, fixed":
+// keep-alive before the short TTL).
 //
 // Thread safety: thread-safe. One internal mutex for the owner table and
 // the conversations; slow work (engine calls, file IO) runs outside it
@@ -84,7 +88,7 @@
 namespace arbiter {
 
 // The synthetic conversation a model's [[models]] system_prompt is
-// prefilled on at load (reference §2.3).
+// prefilled on at load (docs/kv-precache.md "Prewarm and keep-alive").
 inline constexpr const char* kSystemPrefixConversation = "__system_prefix__";
 
 struct KvPrecacheOptions {
@@ -112,7 +116,8 @@ std::string_view KvSourceName(KvSource source);
 struct KvOutcome {
   int slot = -1;
   KvSource source = KvSource::kNone;
-  // Tokens a restore put into the slot (docs/kv-precache.md, fixed defect 6).
+  // Tokens a restore put into the slot (docs/kv-precache.md "Defects of the
+  // reference, fixed": restores report their tokens).
   int restored_tokens = 0;
   bool stashed = false;         // another conversation's KV moved to the host tier
   std::string warning;          // a corrupt / foreign file fell back to a cold prefill
@@ -208,11 +213,11 @@ class KvPrecache {
   // `engine` may be null (model not loaded: only the host tier is saved).
   bool Close(Engine* engine, std::string_view conversation_id) EXCLUDES(mu_);
   // Closes the conversations idle past conversation_ttl_ms, persisting each
-  // one's KV as .long (reference §2.3). Returns their ids. Idle means no
-  // request and no explicit prewarm: the keep-alive's re-warms do not count
-  // (the keep-alive stops re-warming a conversation idle that long), so an
-  // abandoned prewarmed conversation is closed like any other —
-  // "__system_prefix__" excepted.
+  // one's KV as .long (docs/kv-precache.md "Persistence"). Returns their
+  // ids. Idle means no request and no explicit prewarm: the keep-alive's
+  // re-warms do not count (the keep-alive stops re-warming a conversation
+  // idle that long), so an abandoned prewarmed conversation is closed like
+  // any other — "__system_prefix__" excepted.
   std::vector<std::string> EvictIdle(Engine* engine) EXCLUDES(mu_);
   // Persists every owned slot and every prompt-cache entry of this model.
   void Shutdown(Engine* engine) EXCLUDES(mu_);

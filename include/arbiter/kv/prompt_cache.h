@@ -2,9 +2,9 @@
 // conversation KV snapshots kept in memory, LRU within a byte capacity and
 // the process's MemoryLedger, spilling what it pushes out to the disk tier.
 //
-// Implements the host tier of the KV precache issue (points 4, 5) for
-// reference/seed-arbiter-and-precache.md Part 2 §2.3 (idle conversations
-// persist their KV, open restores it) with the TTL classes of §2.1. It sits
+// Implements the host tier of docs/kv-precache.md ("Tiers"; idle
+// conversations persist their KV, open restores it: "Persistence") with the
+// TTL classes of "Keys and names". It sits
 // between the engine's slots and KvStore (kv_store.h): a conversation that
 // leaves its slot is Put() here, a returning one is Take()n back; what does
 // not fit goes through the `spill` callback (typically KvStore::Save).

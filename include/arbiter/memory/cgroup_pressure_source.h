@@ -1,5 +1,6 @@
 // arbiter/memory/cgroup_pressure_source.h — the cgroup v2 memory limit as a
-// MemoryPressureSource (peers.md "OS memory pressure"; levels per seed §1.4).
+// MemoryPressureSource (docs/memory.md "Pressure levels and sources",
+// cgroup).
 //
 // The process's cgroup is the "0::/path" line of /proc/self/cgroup; its
 // directory is <cgroup_root>/<path>. Each sample reads

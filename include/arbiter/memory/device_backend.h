@@ -1,6 +1,6 @@
 // arbiter/memory/device_backend.h — the device arena weights are transferred
-// into (ARCHITECTURE.md "Memory model", "Weight tiers";
-// reference/seed-runtime-weights.md §4).
+// into (docs/architecture.md "Weight tiers"; docs/memory.md "The device
+// arena and the pool").
 //
 // A DeviceBackend owns one contiguous arena of `arena_bytes()` bytes and
 // moves bytes between host memory and the arena. It does not allocate within
@@ -19,7 +19,8 @@
 //           non-dereferenceable (HostPointer returns nullptr), any arena size
 //           works (terabytes), copies are range-checked and counted but move
 //           no bytes, and a chosen copy can be made to fail — for tests of
-//           huge pools and of failed transfers (§6 item 6).
+//           huge pools and of failed transfers (docs/memory.md "Fixed
+//           defects of the reference": no leak on a failed transfer).
 // A GPU backend plugs in here later without changing the cache.
 //
 // Example:
@@ -94,7 +95,8 @@ class CpuDeviceBackend final : public DeviceBackend {
   // kHugePageBytes boundary and is madvise(MADV_HUGEPAGE)d, so a first write
   // faults in one 2 MiB page instead of 512 base pages (Note [Arena huge
   // pages] in device_backend.cc: a floor→arena load then runs near memcpy
-  // speed, and Discard of whole huge pages is ~15× cheaper). Ignored where
+  // speed, and Discard of whole huge pages is much cheaper; figures in
+  // docs/BENCHMARKS.md "Weight runtime"). Ignored where
   // the kernel has no transparent huge pages or has them "never". Cost: a
   // huge page straddling a block's edge is faulted in whole, so up to
   // kHugePageBytes − 4 KiB of zeroes beyond each end of a written block can

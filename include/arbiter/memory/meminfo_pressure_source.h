@@ -1,5 +1,6 @@
 // arbiter/memory/meminfo_pressure_source.h — the reference "OS poller"
-// (seed §1.1, §1.4): free-RAM watermarks sampled from /proc/meminfo.
+// (docs/memory.md "Pressure levels and sources", meminfo): free-RAM
+// watermarks sampled from /proc/meminfo.
 //
 // Every `interval_ms` the poll thread samples MemAvailable / MemTotal and
 // classifies it with ClassifyFreeFraction (≤ critical → critical, ≤ low →

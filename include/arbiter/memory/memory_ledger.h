@@ -2,9 +2,10 @@
 //
 // Every byte held for models is charged to one MemoryLedger with an owner
 // (a model's resident key such as "text::demo-chat", a conversation id,
-// "vision_cache", ...) and a ChargeKind. Implements the "One ledger" rule of
-// ARCHITECTURE.md "Memory model" and the production budget of
-// reference/seed-arbiter-and-precache.md §1.1 (total RAM − headroom).
+// "vision_cache", ...) and a ChargeKind. Implements docs/architecture.md
+// "One budget, one owner" and docs/memory.md "The budget and the ledger"
+// (the reference's production budget: total RAM − headroom; the budget
+// holds at every instant: docs/memory.md "Fixed defects of the reference").
 //
 // Concepts:
 //   - A charge is a move-only RAII token (MemoryCharge). Destroying it, or
@@ -165,7 +166,8 @@ class MemoryLedger {
 
   // Charges unconditionally. If this takes the ledger past its budget it is
   // counted in Snapshot().over_commits and shows in over_budget_bytes; the
-  // caller should log it (ARCHITECTURE.md: "logged and reported").
+  // caller should log it (docs/memory.md "Fixed defects of the reference":
+  // the budget holds at every instant; an overshoot is logged and reported).
   // REQUIRES: charged + bytes fits in uint64_t.
   MemoryCharge Charge(std::string owner, ChargeKind kind, uint64_t bytes) EXCLUDES(mu_);
 
@@ -231,7 +233,8 @@ class MemoryLedger {
   std::atomic<bool> over_budget_hint_{false};
 };
 
-// The default headroom reserve (seed §1.1: 1536 MB).
+// The default headroom reserve, the reference's 1536 MB (docs/memory.md "The
+// budget and the ledger").
 inline constexpr std::string_view kDefaultMemoryHeadroom = "1536MiB";
 
 // Resolves the process budget from the `[memory]` config keys.
@@ -239,7 +242,8 @@ inline constexpr std::string_view kDefaultMemoryHeadroom = "1536MiB";
 //     is 75% of RAM. Must be > 0.
 //   - unset: total_ram_bytes − ParseSize(headroom_text, total_ram_bytes).
 // The headroom is validated even when a budget is set: an invalid value is an
-// error, never a silent default (seed §1.1).
+// error, never a silent default (as in the reference; docs/config.md
+// "[memory]").
 // Errors: kInvalidArgument naming the key ("[memory] budget" /
 // "[memory] headroom") for unparsable sizes, a zero budget, or (budget unset)
 // a headroom ≥ total RAM.

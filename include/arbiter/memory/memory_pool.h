@@ -1,6 +1,5 @@
 // arbiter/memory/memory_pool.h — a best-fit allocator with coalescing over a
-// device arena (reference/seed-runtime-weights.md §4; ARCHITECTURE.md
-// "memory": MemoryPool).
+// device arena (docs/memory.md "The device arena and the pool").
 //
 // The pool hands out blocks of the byte range [0, limit_bytes) of a
 // DeviceBackend's arena, as offsets; it never touches the arena's memory
@@ -14,7 +13,8 @@
 //     blocks;
 //   - Free merges the block with free neighbours, so freeing everything
 //     leaves one free block [0, limit_bytes) — which is what compaction
-//     (§3 compact) relies on.
+//     (the weight cache's compaction, docs/memory.md "The device arena and
+//     the pool") relies on.
 // Fragmentation is reported, not fixed: 1 − largest_free / free. It is cut
 // by placement (pinned models first, at the base) and by compaction.
 //

@@ -1,11 +1,12 @@
 // arbiter/memory/memory_pressure.h — OS memory-pressure levels, events and
-// the MemoryPressureSource interface (seed Part 1 §1.2 and §1.4).
+// the MemoryPressureSource interface (docs/memory.md "Pressure levels and
+// sources").
 //
 // A pressure source turns some signal (free RAM, PSI stall triggers, a cgroup
 // limit, a host app's "memory warning") into a MemoryPressureLevel and fans
 // MemoryPressureEvents out to listeners. The MemoryArbiter subscribes to one
 // source — usually a CompositePressureSource over several — and reacts to the
-// level (ARCHITECTURE.md "Pressure, staged").
+// level (docs/architecture.md "Giving memory back: the reclaim order").
 //
 // Implementations in this layer:
 //   MeminfoPressureSource   (meminfo_pressure_source.h)  the reference "OS poller"
@@ -65,7 +66,8 @@
 
 namespace arbiter {
 
-// Ordered: a larger value is worse (seed §1.4: critical 2 > low 1 > nominal 0).
+// Ordered: a larger value is worse (critical 2 > low 1 > nominal 0, as in the
+// reference: docs/memory.md "Pressure levels and sources").
 enum class MemoryPressureLevel { kNominal = 0, kLow = 1, kCritical = 2 };
 
 // "nominal", "low", "critical".
@@ -78,18 +80,21 @@ inline MemoryPressureLevel WorseLevel(MemoryPressureLevel a, MemoryPressureLevel
   return static_cast<int>(a) >= static_cast<int>(b) ? a : b;
 }
 
-// Default watermarks of the free-memory sources (seed §1.1), as fractions of
-// total (or of the cgroup limit) that are still free.
+// Default watermarks of the free-memory sources (the reference's; docs/memory.md
+// "Pressure levels and sources"), as fractions of total (or of the cgroup
+// limit) that are still free.
 inline constexpr double kDefaultLowWaterFraction = 0.15;
 inline constexpr double kDefaultCriticalWaterFraction = 0.05;
 
-// Seed §1.4: free_fraction ≤ critical → critical, ≤ low → low, else nominal.
+// As the reference's poller: free_fraction ≤ critical → critical, ≤ low →
+// low, else nominal.
 // REQUIRES: 0 < critical < low < 1.
 MemoryPressureLevel ClassifyFreeFraction(double free_fraction, double low_fraction,
                                          double critical_fraction);
 
-// One observation of a source (seed §1.2 "Pressure event"; we carry bytes
-// where the reference carries MiB).
+// One observation of a source (the reference's pressure event, docs/memory.md
+// "Pressure levels and sources"; we carry bytes where the reference carries
+// MiB).
 struct MemoryPressureEvent {
   MemoryPressureLevel level = MemoryPressureLevel::kNominal;
   std::optional<uint64_t> free_bytes;   // free/available bytes, when known
@@ -134,8 +139,9 @@ class [[nodiscard]] MemoryPressureSubscription {
   std::function<void()> unsubscribe_;
 };
 
-// Seed §1.2 "Pressure source": {id, subscribe → unsubscribe, start, stop,
-// current}. Thread-safe.
+// The reference's pressure source: {id, subscribe → unsubscribe, start,
+// stop, current} (docs/memory.md "Pressure levels and sources").
+// Thread-safe.
 class MemoryPressureSource {
  public:
   virtual ~MemoryPressureSource() = default;
@@ -164,7 +170,8 @@ namespace internal {
 class PressureListeners;
 }  // namespace internal
 
-// The mobile/host bridge (seed §1.4), fed by `POST /admin/pressure
+// The mobile/host bridge (docs/memory.md "Pressure levels and sources"),
+// fed by `POST /admin/pressure
 // {"level","free_mb"}` or an embedding app.
 //
 // Dispatch() always fans out, even when the level did not change. Current()
@@ -172,7 +179,7 @@ class PressureListeners;
 // Dispatch); Subscribe() replays it. Start()/Stop() do nothing and always
 // succeed.
 //
-// Intended host mapping (seed §1.4):
+// Intended host mapping (the reference's):
 //   Android onTrimMemory TRIM_MEMORY_RUNNING_LOW, TRIM_MEMORY_BACKGROUND → low
 //   Android TRIM_MEMORY_RUNNING_CRITICAL, TRIM_MEMORY_COMPLETE         → critical
 //   iOS didReceiveMemoryWarning / dispatch MEMORY_PRESSURE_CRITICAL   → critical
@@ -203,7 +210,8 @@ class BridgePressureSource final : public MemoryPressureSource {
   std::shared_ptr<internal::PressureListeners> listeners_;
 };
 
-// The worst level across child sources (seed §1.4).
+// The worst level across child sources (docs/memory.md "Pressure levels and
+// sources").
 //
 // Owns its children. Each child's events update that child's last event; the
 // composite fans out only when the worst level across the *started* children

@@ -1,6 +1,6 @@
 // arbiter/memory/psi_pressure_source.h — Linux Pressure Stall Information
-// (PSI) as a MemoryPressureSource (peers.md "OS memory pressure"; levels per
-// seed §1.4).
+// (PSI) as a MemoryPressureSource (docs/memory.md "Pressure levels and
+// sources", psi).
 //
 // Start() opens the PSI file (default /proc/pressure/memory) once per trigger
 // and writes the trigger text, e.g. "some 300000 2000000" (tasks stalled on

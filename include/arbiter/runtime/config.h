@@ -96,8 +96,7 @@ struct PressureSettings {
   int64_t psi_quiet_ms = 10000;          // no trigger this long → the level decays
 };
 
-// The weight runtime's `[memory]` keys (reference/seed-runtime-weights.md
-// §3, docs/config.md "[memory]").
+// The weight runtime's `[memory]` keys (docs/config.md "[memory]").
 struct WeightSettings {
   // The device arena (a cpu arena in RAM here), bytes; 0 = twice the budget
   // (address space only: the ledger's budget binds first).
@@ -117,25 +116,27 @@ struct WeightSettings {
   uint64_t compaction_interval = 0;          // compact after every N-th load; 0 = never
 };
 
-// `[kv]`: the KV precache (reference/seed-arbiter-and-precache.md Part 2;
-// docs/config.md "[kv]"). Durations in ms.
+// `[kv]`: the KV precache (docs/kv-precache.md; docs/config.md "[kv]").
+// Durations in ms.
 struct KvSettings {
   // Directory of the disk tier; "" = <state dir>/kv (resolved by the CLI).
   std::string dir;
-  // TTL class windows (§2.1): how long a KV file of each class lives after
-  // its last write or touch, and how long a prompt-cache entry stays in RAM.
+  // TTL class windows (docs/kv-precache.md "Keys and names"): how long a KV
+  // file of each class lives after its last write or touch, and how long a
+  // prompt-cache entry stays in RAM.
   int64_t ttl_short_ms = 300000;
   int64_t ttl_long_ms = 3600000;
   int64_t ttl_extended_ms = 86400000;
-  // A conversation idle this long is persisted (.long) and closed (§2.2's
-  // default handle TTL).
+  // A conversation idle this long is persisted (.long) and closed (the
+  // registry's default TTL, docs/kv-precache.md "Slots and conversations").
   int64_t conversation_ttl_ms = 3600000;
   // How often expired files, idle conversations and the disk budget are
   // swept (reference: 300 000; ≥ 1000 here).
   int64_t eviction_interval_ms = 300000;
   // How often the keep-alive looks for prewarmed conversations untouched for
   // ≥ 0.8 × ttl_short. Must be < 0.2 × ttl_short, so a re-warm always lands
-  // before the short TTL runs out (the fix of defect 1); default 30 s.
+  // before the short TTL runs out (docs/kv-precache.md "Defects of the
+  // reference, fixed": keep-alive before the short TTL); default 30 s.
   int64_t keepalive_interval_ms = 30000;
   // Host-RAM prompt cache (the host tier), charged to the ledger; 0 = off.
   std::string prompt_cache_text;         // as written ("" = default)

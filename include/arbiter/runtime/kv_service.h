@@ -38,7 +38,8 @@ struct ServeKv {
   ~ServeKv();
 };
 
-// The model hash of a text model (reference §2.1, defect 2): SHA-256 over
+// The model hash of a text model (docs/kv-precache.md "Keys and names"; no
+// slot count in it: "Defects of the reference, fixed"): SHA-256 over
 // the digest of its compute layout and files (WeightsDigest, without the
 // model's name, so two names for the same files share their KV), the K/V
 // types ("f32") and the KV format version; not the slot count or the

@@ -1,6 +1,6 @@
 // arbiter/runtime/reclaim_policy.h — THE order in which arbiter gives memory
 // back: one policy for "a charge needs room" and for OS memory pressure
-// (ARCHITECTURE.md "Memory model"; Note [Reclaim order] in
+// (docs/architecture.md "Giving memory back: the reclaim order"; Note [Reclaim order] in
 // src/runtime/reclaim_policy.cc).
 //
 // The layers below expose mechanisms only — the prompt cache purges and

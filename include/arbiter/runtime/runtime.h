@@ -1,6 +1,6 @@
 // arbiter/runtime/runtime.h — the running system: one owner for everything
 // `arbiter serve` (and `arbiter generate`) runs, and the typed operations the
-// HTTP server and the CLI call (ARCHITECTURE.md "Layers": runtime).
+// HTTP server and the CLI call (docs/architecture.md, the layer table: runtime).
 //
 // Runtime::Create(config) builds, in this order: the pressure sources, the
 // MemoryLedger (the one byte budget), the KV tiers (disk store, host prompt

@@ -1,5 +1,5 @@
 // arbiter/server/openai.h — the OpenAI-compatible wire format, parsed into
-// native structs at the edge (ARCHITECTURE.md "One chat request": no JSON
+// native structs at the edge (docs/architecture.md "One chat request": no JSON
 // travels below the routes).
 //
 // Request parsing (Parse*Request) accepts the OpenAI fields listed on each
@@ -38,7 +38,8 @@ struct SamplingFields {
   SamplingParams ToSamplingParams() const;
 };
 
-// The KV precache's request fields (extensions; ARCHITECTURE.md "HTTP").
+// The KV precache's request fields (extensions; docs/http-api.md
+// "POST /v1/chat/completions").
 // `conversation_id` pins the request to its conversation's slot and is the
 // strongest cache key; `prompt_cache_key` is OpenAI's; `cache_ttl` picks the
 // TTL class of the conversation's saved KV ("" = short).

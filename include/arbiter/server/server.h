@@ -48,7 +48,7 @@
 //   GET  /metrics                 Prometheus text (API key required when one
 //                                 is set, unless [server] metrics_public)
 //
-// Limits and policy (ARCHITECTURE.md "External interfaces", STYLE.md rule
+// Limits and policy (docs/http-api.md "Limits, timeouts, cancellation", STYLE.md rule
 // 11): binds loopback by default; bodies over max_body_bytes → 413; read and
 // write timeouts, and request_timeout_s for a whole request (408, slowloris
 // guard); JSON nesting ≤ 128; keep-alive caps; at most max_connections open

@@ -13,20 +13,21 @@
 // the loops visit each K/V row once for all heads.
 //
 // Note [Decode attention access order]
-// By the time a decode step reaches attention, the ~200 MB of weights streamed
-// since the previous step have evicted the KV cache from every cache level,
-// so K/V come from DRAM. Walking positions in the outer loop and heads in the
-// inner loop reads K (then V) as one sequential stream of [kv_dim] rows, which
-// the hardware prefetcher follows; a head-outer order reads head_dim-wide
-// pieces at a kv_dim stride, n_kv_heads times over, and stalls on misses.
+// By the time a decode step reaches attention, the whole model's weights,
+// streamed since the previous step, have evicted the KV cache from every
+// cache level, so K/V come from DRAM. Walking positions in the outer loop
+// and heads in the inner loop reads K (then V) as one sequential stream of
+// [kv_dim] rows, which the hardware prefetcher follows; a head-outer order
+// reads head_dim-wide pieces at a kv_dim stride, n_kv_heads times over, and
+// stalls on misses.
 //
 // Note [Decode matvec]
 // Decode's y = W·x does not use cblas_sgemv: it runs as one Dot per row, in
-// row order, so each thread reads its rows as a single sequential stream. On
-// the reference machine (EPYC, KVM) that sustains ~18-20 GB/s on one core
-// against ~14.5 GB/s for OpenBLAS 0.3.21's sgemv kernel (which interleaves
-// four rows), and OpenBLAS's 2-thread sgemv was slower still. Rows are split
-// across the decoder's MatVecPool (matvec_pool.h).
+// row order, so each thread reads its rows as a single sequential stream,
+// which sustains more bandwidth on one core than OpenBLAS 0.3.21's sgemv
+// kernel (which interleaves four rows); OpenBLAS's 2-thread sgemv was slower
+// still (docs/BENCHMARKS.md "Engine benchmarks", "Optimizations made"). Rows
+// are split across the decoder's MatVecPool (matvec_pool.h).
 //
 // Note [Residual in place]
 // o_proj and down_proj accumulate into the residual stream with beta = 1,

@@ -1,7 +1,7 @@
 // engine/internal/model_weights.h — a Llama-family decoder's compute layout
 // (the f32 buffers the forward pass reads) and views of those buffers.
 //
-// The engine never owns weight memory (reference/seed-runtime-weights.md §3):
+// The engine never owns weight memory (docs/architecture.md "Weight tiers"):
 // a WeightCache holds the buffers and hands the engine a WeightLease per
 // request. This file describes what those buffers are and how they are made:
 //   - PlanComputeLayout validates the checkpoint against the ModelConfig —

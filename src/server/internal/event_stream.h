@@ -55,7 +55,7 @@ class EventQueue {
 };
 
 // The JSON of one event: {"type", "at_ms", ...} with the fields of its type
-// (reference §1.5): model_load {capability, model_key, load_ms};
+// (docs/http-api.md "GET /admin/events"): model_load {capability, model_key, load_ms};
 // model_unload {capability, model_key, reason}; eviction {capability,
 // model_key, reason, estimated_bytes}; capability_run {capability,
 // model_key, run_ms}; memory_pressure {level, source, free_bytes?}.

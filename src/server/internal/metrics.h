@@ -16,8 +16,9 @@
 //   arbiter_model_resident{model,capability} 1 loaded, else 0
 //   arbiter_model_bytes{model,capability}    measured (or estimated) size
 //   arbiter_memory_charged_by_kind_bytes{kind}  ledger bytes per ChargeKind
-// Weight runtime (WeightCacheStats at scrape time; reference
-// seed-runtime-weights.md §3 "Metrics" under the arbiter_ prefix):
+// Weight runtime (WeightCacheStats at scrape time; the reference weight
+// runtime's metrics under the arbiter_ prefix, docs/http-api.md
+// "GET /metrics"):
 //   arbiter_weight_cache_resident_bytes, arbiter_weight_cache_max_bytes,
 //   arbiter_weight_cache_pinned_bytes, arbiter_weight_cache_max_scratch_bytes,
 //   arbiter_weight_pool_bytes, arbiter_host_floor_bytes       gauges
