@@ -90,6 +90,7 @@
 #include <utility>
 
 #include "arbiter/base/clock.h"
+#include "arbiter/base/fd.h"
 #include "arbiter/base/size.h"
 
 namespace arbiter {
@@ -145,6 +146,14 @@ uint64_t PageBytes() {
 uint64_t PageRound(uint64_t bytes) { return (bytes + PageBytes() - 1) / PageBytes() * PageBytes(); }
 
 std::string ErrnoText(int err) { return std::strerror(err); }
+
+// `a` then `b`. Appended, not a + b: gcc 12 raises a false -Wrestrict on
+// operator+(const char*, string&&) (GCC bug 105329).
+std::string Concat(std::string_view a, std::string_view b) {
+  std::string out(a);
+  out += b;
+  return out;
+}
 
 std::string ModeText(uint32_t mode) {
   char buf[8];
@@ -232,63 +241,6 @@ Result<Layout> ComputeLayout(const std::vector<WeightSpec>& specs, bool with_hea
   return layout;
 }
 
-// ---- RAII ----------------------------------------------------------------------
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-  int get() const { return fd_; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* base, size_t length) : base_(base), length_(length) {}
-  Mapping(Mapping&& o) noexcept
-      : base_(std::exchange(o.base_, nullptr)), length_(std::exchange(o.length_, 0)) {}
-  Mapping& operator=(Mapping&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      base_ = std::exchange(o.base_, nullptr);
-      length_ = std::exchange(o.length_, 0);
-    }
-    return *this;
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { Reset(); }
-  uint8_t* base() const { return static_cast<uint8_t*>(base_); }
-  size_t length() const { return length_; }
-  void Reset() {
-    if (base_ != nullptr) ::munmap(base_, length_);
-    base_ = nullptr;
-    length_ = 0;
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t length_ = 0;
-};
-
 // Fills the HostFloor fields shared by both stores.
 class FloorBase : public HostFloor {
  protected:
@@ -320,7 +272,7 @@ Status RunFill(std::string_view key, uint8_t* base, const Layout& layout, const 
 class PrivateHostFloor final : public FloorBase {
  public:
   PrivateHostFloor(Mapping mapping, const Layout& layout) : mapping_(std::move(mapping)) {
-    SetLayout(mapping_.base(), layout, mapping_.length(), /*filled_here=*/true, "");
+    SetLayout(mapping_.data(), layout, mapping_.size_bytes(), /*filled_here=*/true, "");
   }
 
  private:
@@ -458,7 +410,7 @@ Result<bool> TryLock(LockFile* lock, int op) {
     }
     if (IsCurrent(lock->fd.get(), lock->path)) return true;
     // A lock on an unlinked file excludes nobody: drop it, open the current one.
-    lock->fd.Reset();
+    lock->fd.reset();
     ARBITER_ASSIGN_OR_RETURN(LockFile fresh, OpenLockFile(lock->path, lock->mode));
     lock->fd = std::move(fresh.fd);
   }
@@ -527,15 +479,16 @@ Result<Mapping> AttachReady(const RegionNames& names, uint32_t mode, uint64_t di
                          " (a zero-length or truncated remnant)");
   }
   // Map exactly what the layout needs: nothing past it is ever read.
-  void* p = ::mmap(nullptr, static_cast<size_t>(layout.total_bytes), PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
+  Result<Mapping> mapped = Mapping::Map(static_cast<size_t>(layout.total_bytes), PROT_READ,
+                                        MAP_SHARED, fd, Concat("shared region ", names.region));
+  if (!mapped.ok()) {
     return ResourceExhaustedError("cannot map shared region " + names.region + " (" +
-                                  FormatSize(layout.total_bytes) + "): " + ErrnoText(err));
+                                  FormatSize(layout.total_bytes) +
+                                  "): " + mapped.status().message());
   }
-  Mapping mapping(p, static_cast<size_t>(layout.total_bytes));
+  Mapping mapping = std::move(mapped).value();
   Result<std::vector<uint64_t>> valid =
-      ValidateSharedRegion(mapping.base(), mapping.length(), digest, specs);
+      ValidateSharedRegion(mapping.data(), mapping.size_bytes(), digest, specs);
   if (!valid.ok()) {
     return DataLossError("shared region " + names.region + " is not READY: " +
                          valid.status().message());
@@ -616,12 +569,24 @@ Result<Mapping> CreateAndFill(std::string_view key, const RegionNames& names, ui
       errno != EOPNOTSUPP && errno != ENOSYS) {
     return CreateError(key, names, total, errno, "fallocate");
   }
-  void* p = ::mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return CreateError(key, names, total, errno, "mmap");
-  Mapping mapping(p, static_cast<size_t>(total));
-  owned.Reset();
+  Result<Mapping> mapped = Mapping::Map(static_cast<size_t>(total), PROT_READ | PROT_WRITE,
+                                        MAP_SHARED, fd, Concat("shared region ", names.region));
+  if (!mapped.ok()) {
+    if (mapped.status().code() == StatusCode::kResourceExhausted) {
+      return ResourceExhaustedError(std::string(key) + ": cannot allocate shared region " +
+                                    names.region + " of " + FormatSize(total) + " (" +
+                                    std::to_string(total) + " bytes): " +
+                                    mapped.status().message() +
+                                    "; free host memory or space in the shm file system "
+                                    "(/dev/shm size), or use the private store");
+    }
+    return InternalError(std::string(key) + ": cannot create shared region " + names.region +
+                         ": " + mapped.status().message());
+  }
+  Mapping mapping = std::move(mapped).value();
+  owned.reset();
 
-  uint8_t* base = mapping.base();
+  uint8_t* base = mapping.data();
   std::memcpy(base, kMagic, sizeof(kMagic));
   StoreLE(base + kVersionAt, kFormatVersion, 4);
   StoreLE(base + kReadyAt, 0, 4);
@@ -638,14 +603,14 @@ Result<Mapping> CreateAndFill(std::string_view key, const RegionNames& names, ui
 
   ARBITER_RETURN_IF_ERROR(RunFill(key, base, layout, fill));
 
-  if (::msync(base, mapping.length(), MS_SYNC) != 0) {
+  if (::msync(base, mapping.size_bytes(), MS_SYNC) != 0) {
     return CreateError(key, names, total, errno, "msync");
   }
   StoreLE(base + kReadyAt, 1, 4);  // last: no reader sees a partial region as READY
-  if (::msync(base, mapping.length(), MS_SYNC) != 0) {
+  if (::msync(base, mapping.size_bytes(), MS_SYNC) != 0) {
     return CreateError(key, names, total, errno, "msync");
   }
-  ::mprotect(base, mapping.length(), PROT_READ);
+  ::mprotect(base, mapping.size_bytes(), PROT_READ);
   abandon.armed = false;
   return mapping;
 }
@@ -655,12 +620,12 @@ class SharedHostFloor final : public FloorBase {
   SharedHostFloor(Mapping mapping, LockFile lock, RegionNames names, const Layout& layout,
                   bool filled_here)
       : mapping_(std::move(mapping)), lock_(std::move(lock)), names_(std::move(names)) {
-    SetLayout(mapping_.base(), layout, PageRound(mapping_.length()), filled_here, names_.region);
+    SetLayout(mapping_.data(), layout, PageRound(mapping_.size_bytes()), filled_here, names_.region);
   }
 
   // Detaches; the last holder on the node unlinks the region and lock file.
   ~SharedHostFloor() override {
-    mapping_.Reset();
+    mapping_.reset();
     if (::flock(lock_.fd.get(), LOCK_EX | LOCK_NB) == 0 &&
         IsCurrent(lock_.fd.get(), lock_.path)) {
       UnlinkRegionAndLock(names_);
@@ -832,18 +797,19 @@ Result<std::unique_ptr<HostFloor>> PrivateWeightStore::Materialize(
   // mmap refuses length 0; a floor of 0 bytes still gets one page so that
   // every array pointer is non-null.
   const uint64_t length = PageRound(std::max<uint64_t>(layout.total_bytes, 1));
-  void* p = ::mmap(nullptr, static_cast<size_t>(length), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
+  Result<Mapping> mapped =
+      Mapping::Map(static_cast<size_t>(length), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, Concat("host floor of ", key));
+  if (!mapped.ok()) {
     return ResourceExhaustedError(std::string(key) + ": cannot allocate a host floor of " +
                                   FormatSize(layout.total_bytes) + " (" +
-                                  std::to_string(layout.total_bytes) + " bytes): " +
-                                  ErrnoText(err) + "; free host memory or unpin models");
+                                  std::to_string(layout.total_bytes) +
+                                  " bytes): " + mapped.status().message() +
+                                  "; free host memory or unpin models");
   }
-  Mapping mapping(p, static_cast<size_t>(length));
-  ARBITER_RETURN_IF_ERROR(RunFill(key, mapping.base(), layout, fill));
-  ::mprotect(mapping.base(), mapping.length(), PROT_READ);
+  Mapping mapping = std::move(mapped).value();
+  ARBITER_RETURN_IF_ERROR(RunFill(key, mapping.data(), layout, fill));
+  ::mprotect(mapping.data(), mapping.size_bytes(), PROT_READ);
   return std::unique_ptr<HostFloor>(new PrivateHostFloor(std::move(mapping), layout));
 }
 
