@@ -7,6 +7,7 @@
 // whatever it left under /dev/shm. Children report through pipes; every wait
 // on a child has a fuse (kFuseMs) so a bug fails the test instead of hanging
 // it. Nothing asserts on elapsed time.
+#include "arbiter/weights/region_format.h"
 #include "arbiter/weights/weight_store.h"
 
 #include <dirent.h>

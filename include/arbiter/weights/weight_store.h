@@ -32,17 +32,9 @@
 //   "<shm dir>/<prefix>-<sanitized key>-<digest hex>.lock". The sanitized key
 //   keeps [A-Za-z0-9._-], maps every other byte to '_' and is cut to 64
 //   bytes (the digest, which hashes the whole key, keeps names unique).
-//   Layout (all integers little-endian):
-//     [0, 64)   header: magic "ARBWFLR1" (8 bytes), format version u32 (1),
-//               ready u32 (1 when complete), digest u64, region_bytes u64,
-//               n_tensors u64, table_offset u64 (64), data_offset u64,
-//               reserved to 64 bytes (zero)
-//     [64, data_offset)  table: n_tensors × {offset u64, nbytes u64}
-//     [data_offset, region_bytes)  tensors, each at a 64-byte-aligned
-//               offset, in spec order
-//   A region is READY when its mapping is ≥ region_bytes, the magic,
-//   version and digest match, ready == 1, and its table equals the layout
-//   computed from `specs` (so nothing is ever read past the mapping).
+//   Layout: header, table and tensors, documented and validated in
+//   arbiter/weights/region_format.h. An attacher uses a region only when it
+//   is READY for its own `specs` (ValidateSharedRegion there).
 //   Protocol (flock on the lock file; the reference's, with the fixes;
 //   every flock is non-blocking, so a filler holding the exclusive lock is
 //   "refused", never an unbounded wait):
@@ -242,19 +234,5 @@ class SharedWeightStore final : public WeightStore {
   explicit SharedWeightStore(SharedWeightStoreOptions options) : options_(std::move(options)) {}
   const SharedWeightStoreOptions options_;
 };
-
-// Validates a shared region's bytes against the layout of `specs`
-// (everything "READY" means above except the mapping itself): `data` is the
-// mapping, `size` its length. Returns the tensors' offsets from `data` in
-// spec order. Never reads outside [data, data + size).
-// Errors: kDataLoss naming the first mismatch, checked in this order:
-// "header" (size < 64), "magic", "version", "digest", "not ready",
-// "region_bytes", "n_tensors", "table_offset", "data_offset", "reserved",
-// "table entry 3 offset", "table entry 3 nbytes"; kInvalidArgument when
-// `specs` itself is invalid (as Materialize).
-// Exposed for tests and the fuzz target.
-Result<std::vector<uint64_t>> ValidateSharedRegion(const uint8_t* data, size_t size,
-                                                   uint64_t digest,
-                                                   const std::vector<WeightSpec>& specs);
 
 }  // namespace arbiter
