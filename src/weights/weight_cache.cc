@@ -397,7 +397,7 @@ void WeightCache::FreeVictims(std::vector<Victim>* victims) {
   victims->clear();
 }
 
-uint64_t WeightCache::EvictIdle(uint64_t bytes) {
+size_t WeightCache::EvictIdle(size_t bytes) {
   std::vector<Victim> victims;
   uint64_t freed = 0;
   {
@@ -681,10 +681,10 @@ Result<WeightLease> WeightCache::Acquire(std::string_view key) {
 }
 
 void WeightCache::MaybeAutoCompact(const std::string& just_loaded) {
-  if (options_.compaction_interval == 0) return;
+  if (options_.compaction_every_loads == 0) return;
   {
     MutexLock l(&mu_);
-    if (loads_ % options_.compaction_interval != 0 || compacting_) return;
+    if (loads_ % options_.compaction_every_loads != 0 || compacting_) return;
   }
   Result<CompactResult> r = Compact({});
   if (r.ok()) {

@@ -71,7 +71,7 @@ class WeightCacheTest : public ::testing::Test {
   // An arena in RAM whose on-demand budget (wiggle 0, fraction 1) holds
   // `budget_models` models of `model_bytes`.
   void MakeCache(uint64_t arena_bytes, ResidencyMode mode = ResidencyMode::kSelfManaged,
-                 uint64_t ledger_budget = 0, uint64_t compaction_interval = 0) {
+                 uint64_t ledger_budget = 0, uint64_t compaction_every_loads = 0) {
     Result<std::unique_ptr<CpuDeviceBackend>> d = CpuDeviceBackend::Create(arena_bytes);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     device_ = std::move(d).value();
@@ -82,7 +82,7 @@ class WeightCacheTest : public ::testing::Test {
     o.mode = mode;
     o.wiggle = 0;
     o.fraction = fraction_;
-    o.compaction_interval = compaction_interval;
+    o.compaction_every_loads = compaction_every_loads;
     reclaimer_ = std::make_unique<FunctionReclaimer>([this](size_t bytes) -> size_t {
       reclaim_calls_++;
       return reclaim_ ? reclaim_(bytes) : 0;
@@ -424,7 +424,7 @@ TEST_F(WeightCacheTest, CompactionLeavesLeasedModelsInPlace) {
 
 // §5 item 9.
 TEST_F(WeightCacheTest, AutoCompactionRunsAfterTheSecondLoad) {
-  MakeCache(16 << 10, ResidencyMode::kSelfManaged, 0, /*compaction_interval=*/2);
+  MakeCache(16 << 10, ResidencyMode::kSelfManaged, 0, /*compaction_every_loads=*/2);
   FakeModel a{"a"}, b{"b"};
   ASSERT_TRUE(cache_->Register(a.Make()).ok());
   ASSERT_TRUE(cache_->Register(b.Make()).ok());

@@ -108,8 +108,8 @@ Result<std::vector<WeightSpec>> WeightSpecs(const SafetensorsModel& model,
   return specs;
 }
 
-Result<uint64_t> WeightsNbytes(const SafetensorsModel& model,
-                               const std::vector<std::string>& names) {
+Result<size_t> WeightsNbytes(const SafetensorsModel& model,
+                             const std::vector<std::string>& names) {
   uint64_t total = 0;
   for (const std::string& name : names) {
     const TensorInfo* t = model.Find(name);

@@ -556,9 +556,9 @@ bool PathExists(const std::string& path) {
 
 // ---- public functions ----------------------------------------------------------
 
-uint64_t WeightSpecBytes(const WeightSpec& spec) {
-  Result<uint64_t> bytes = CheckedSpecBytes(spec, 0);
-  return bytes.ok() ? *bytes : std::numeric_limits<uint64_t>::max();
+size_t WeightSpecBytes(const WeightSpec& spec) {
+  Result<size_t> bytes = CheckedSpecBytes(spec, 0);
+  return bytes.ok() ? *bytes : std::numeric_limits<size_t>::max();
 }
 
 // ---- PrivateWeightStore --------------------------------------------------------

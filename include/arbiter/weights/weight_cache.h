@@ -119,7 +119,7 @@ struct WeightModel {
   ResidencyState residency = ResidencyState::kUnpinned;
   // Device scratch the model needs to run (activations), bytes; the largest
   // over all models is the budget's max_scratch (defect 8: pinned included).
-  uint64_t scratch_bytes = 0;
+  size_t scratch_bytes = 0;
   // Victim order: an idle copy with evict_last set (the server sets it for
   // text-target models) is evicted only when no other idle copy is left;
   // among equals, least recently used first.
@@ -133,8 +133,9 @@ struct WeightCacheOptions {
   ResidencyMode mode = ResidencyMode::kSelfManaged;
   double fraction = kDefaultWeightFraction;  // WeightBudget fraction, (0, 1]
   double wiggle = kDefaultWeightWiggle;      // WeightBudget wiggle, [0, 1)
-  // Compact automatically after every N-th load (0 = never).
-  uint64_t compaction_interval = 0;
+  // Compact automatically after every N-th load, a count of loads (0 =
+  // never). Configured by [memory].compaction_interval.
+  uint64_t compaction_every_loads = 0;
   // Asked for ledger room before the cache evicts its own idle device
   // copies (the runtime's ReclaimPolicy: Note [Reclaim order] in
   // runtime/reclaim_policy.h); null → only the cache's own idle copies.
@@ -155,9 +156,9 @@ struct WeightModelStats {
   bool device_resident = false;
   bool host_resident = false;      // a host floor is held
   bool loading = false;
-  uint64_t weight_bytes = 0;       // Σ WeightSpecBytes: the model's budget unit
-  uint64_t device_bytes = 0;       // the device block (aligned) when resident
-  uint64_t host_bytes = 0;         // the floor's mapped bytes when held
+  size_t weight_bytes = 0;         // Σ WeightSpecBytes: the model's budget unit
+  size_t device_bytes = 0;         // the device block (aligned) when resident
+  size_t host_bytes = 0;           // the floor's mapped bytes when held
   int leases = 0;
   uint64_t loads = 0;
   uint64_t evicts = 0;
@@ -170,11 +171,11 @@ struct WeightModelStats {
 struct WeightCacheStats {
   ResidencyMode mode = ResidencyMode::kSelfManaged;
   WeightBudget budget;              // the current solution
-  uint64_t max_bytes = 0;           // = budget.on_demand_budget
-  uint64_t resident_bytes = 0;      // device bytes of non-device-pinned models
-  uint64_t pinned_bytes = 0;        // device bytes of device-pinned models
-  uint64_t host_bytes = 0;          // Σ host floors' mapped bytes
-  uint64_t max_scratch_bytes = 0;
+  size_t max_bytes = 0;             // = budget.on_demand_budget
+  size_t resident_bytes = 0;        // device bytes of non-device-pinned models
+  size_t pinned_bytes = 0;          // device bytes of device-pinned models
+  size_t host_bytes = 0;            // Σ host floors' mapped bytes
+  size_t max_scratch_bytes = 0;
   uint64_t loads = 0;
   uint64_t evicts = 0;              // device copies freed (any reason but shutdown)
   uint64_t compactions = 0;
@@ -186,8 +187,8 @@ struct WeightCacheStats {
 
 struct CompactResult {
   int reloaded = 0;              // models reloaded from the reload list
-  uint64_t freed_bytes = 0;      // device bytes freed by the compaction
-  uint64_t resident_bytes_after = 0;  // device bytes resident (pinned included) after
+  size_t freed_bytes = 0;        // device bytes freed by the compaction
+  size_t resident_bytes_after = 0;  // device bytes resident (pinned included) after
   std::vector<std::string> skipped_leased;  // resident but leased: left in place
 };
 
@@ -278,7 +279,7 @@ class WeightCache {
   // Frees device copies of idle (unleased) non-device-pinned models, least
   // recently used first, until `bytes` are freed or none is left (memory
   // pressure: demote device weights to their floors). Returns bytes freed.
-  uint64_t EvictIdle(uint64_t bytes) EXCLUDES(mu_);
+  size_t EvictIdle(size_t bytes) EXCLUDES(mu_);
 
   // Releases everything `key` holds: device copy (pinned too), LRU place,
   // host floor. The model stays registered (kUnpinned).

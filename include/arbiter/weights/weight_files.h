@@ -12,7 +12,7 @@
 //   ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
 //   ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "/config.json"));
 //   ARBITER_ASSIGN_OR_RETURN(std::vector<std::string> order, WeightOrder(st, &config));
-//   ARBITER_ASSIGN_OR_RETURN(uint64_t nbytes, WeightsNbytes(st, order));  // budget unit
+//   ARBITER_ASSIGN_OR_RETURN(size_t nbytes, WeightsNbytes(st, order));  // budget unit
 //   ARBITER_ASSIGN_OR_RETURN(std::vector<WeightSpec> specs, WeightSpecs(st, order));
 //   uint64_t digest = WeightsDigest("demo-chat", specs, WeightsFileToken(st.files()[0]));
 //
@@ -65,7 +65,7 @@ Result<std::vector<std::string>> WeightOrder(const SafetensorsModel& model,
 // the device footprint of the weights and the budget unit of a model.
 // Metadata only, no alignment padding. A name listed twice counts twice.
 // Errors: kNotFound naming the first unknown tensor and the model's file.
-Result<uint64_t> WeightsNbytes(const SafetensorsModel& model, const std::vector<std::string>& names);
+Result<size_t> WeightsNbytes(const SafetensorsModel& model, const std::vector<std::string>& names);
 
 // One tensor's layout, as the digest and the host stores see it.
 struct WeightSpec {

@@ -101,9 +101,9 @@ namespace arbiter {
 inline constexpr size_t kHostFloorAlignment = 64;
 
 // prod(shape) × DTypeSize(dtype), in bytes (0 for a tensor with a 0 dim).
-// UINT64_MAX for a spec Materialize rejects (a negative dimension, an
+// SIZE_MAX for a spec Materialize rejects (a negative dimension, an
 // unknown dtype, or a size that overflows 64 bits).
-uint64_t WeightSpecBytes(const WeightSpec& spec);
+size_t WeightSpecBytes(const WeightSpec& spec);
 
 // Writes the floor: `arrays[i]` points at WeightSpecBytes(specs[i])
 // writable, kHostFloorAlignment-aligned bytes (zeroed), in spec order. A
@@ -120,12 +120,12 @@ class HostFloor {
   // long. A 0-byte tensor has a non-null, unique-enough pointer that must not
   // be dereferenced.
   const std::vector<const void*>& arrays() const { return arrays_; }
-  const std::vector<uint64_t>& tensor_bytes() const { return tensor_bytes_; }
+  const std::vector<size_t>& tensor_bytes() const { return tensor_bytes_; }
   // Σ tensor_bytes(): the payload.
-  uint64_t payload_bytes() const { return payload_bytes_; }
+  size_t payload_bytes() const { return payload_bytes_; }
   // Bytes of RAM the floor occupies: the mapping (header, table, padding
   // and payload, page-rounded). What the weight cache charges as kHostFloor.
-  uint64_t mapped_bytes() const { return mapped_bytes_; }
+  size_t mapped_bytes() const { return mapped_bytes_; }
   // True when this Materialize call ran `fill`; false when it attached an
   // existing READY region.
   bool filled_here() const { return filled_here_; }
@@ -135,9 +135,9 @@ class HostFloor {
 
  protected:
   std::vector<const void*> arrays_;
-  std::vector<uint64_t> tensor_bytes_;
-  uint64_t payload_bytes_ = 0;
-  uint64_t mapped_bytes_ = 0;
+  std::vector<size_t> tensor_bytes_;
+  size_t payload_bytes_ = 0;
+  size_t mapped_bytes_ = 0;
   bool filled_here_ = false;
   std::string region_name_;
 };
