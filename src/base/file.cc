@@ -75,14 +75,12 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
 // The atomic write ends in an fsync, which waits for every dirty page of the
 // temp file to reach the disk. Written as one stream and synced at the end,
 // the copy into the page cache and the disk's writeback run one after the
-// other: for a 32.8 MB KV file in this VM, write() ~7 ms, then fsync
-// 11–16 ms. Every kWritebackChunkBytes appended, sync_file_range(WRITE)
-// starts the writeback of that chunk without waiting for it, so the disk
-// works while the next chunk is copied, and the final fsync waits only for
-// the tail. Standalone (32.8 MB, write + fsync + rename + directory fsync,
-// 10 alternating runs): 26.6 ms p50 as one stream, 19.3 ms with 4 MiB
-// chunks (1 MiB: 19.6, 8 MiB: 21.1). Durability is unchanged: the fsync
-// still decides success. sync_file_range is Linux-only and best-effort (its
+// other. Every kWritebackChunkBytes appended, sync_file_range(WRITE) starts
+// the writeback of that chunk without waiting for it, so the disk works
+// while the next chunk is copied, and the final fsync waits only for the
+// tail. The chunk size was chosen by measurement (docs/BENCHMARKS.md,
+// "Atomic file writes"). Durability is unchanged: the fsync still decides
+// success. sync_file_range is Linux-only and best-effort (its
 // errors are ignored; the fsync reports them).
 constexpr size_t kWritebackChunkBytes = size_t{4} << 20;
 

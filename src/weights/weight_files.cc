@@ -1,5 +1,5 @@
 // weights/weight_files.cc — argument order, footprint, file token and layout
-// digest of a model's weights (reference/seed-runtime-weights.md §1).
+// digest of a model's weights (docs/weights.md).
 //
 // All of it reads safetensors headers only. The argument order is the
 // contract between the file and the runtime: the order tensors are

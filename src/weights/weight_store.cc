@@ -11,8 +11,9 @@
 //   one from the remnant check to ready = 1, a releaser or sweeper takes
 //   the exclusive one (non-blocking) to prove there is no holder before it
 //   unlinks. Every lock is taken with LOCK_NB: a blocking request would wait
-//   forever behind a stuck filler (defect 3); Materialize polls instead and
-//   gives up at ready_wait_ms.
+//   forever behind a stuck filler (docs/weights.md, 'Unbounded wait for a
+//   stuck filler'); Materialize polls instead and gives up at
+//   ready_wait_ms.
 //   Lock files are unlinked with their region (the reference never removes
 //   them). That is safe because every locker, after each successful flock,
 //   checks that its fd is still the file at the path (fstat vs lstat, same
@@ -40,11 +41,12 @@
 //
 // Note [Recovery]
 //   Whatever the exclusive winner finds that is not READY — no object, a
-//   zero-length object (a crash between create and ftruncate, defect 2), a
-//   truncated one, a corrupt or foreign header, ready = 0 after a crashed
-//   fill — it unlinks and rebuilds: create with O_CREAT|O_EXCL, fchmod to
-//   the store's mode (so the umask neither widens nor narrows it, defect 1),
-//   ftruncate, fallocate (tmpfs then reports a full /dev/shm as ENOSPC
+//   zero-length object (a crash between create and ftruncate:
+//   docs/weights.md, 'Zero-length remnants'), a truncated one, a corrupt or
+//   foreign header, ready = 0 after a crashed fill — it unlinks and
+//   rebuilds: create with O_CREAT|O_EXCL, fchmod to the store's mode (so
+//   the umask neither widens nor narrows it: docs/weights.md, 'Permissions
+//   of shared regions'), ftruncate, fallocate (tmpfs then reports a full /dev/shm as ENOSPC
 //   instead of a SIGBUS in the middle of the fill), header with ready = 0
 //   and the table, fill, msync, ready = 1 last, msync. A fill error or an
 //   allocation error unlinks the region and its lock file before returning
@@ -482,7 +484,8 @@ class SharedHostFloor final : public FloorBase {
   SharedHostFloor(Mapping mapping, LockFile lock, RegionNames names, const Layout& layout,
                   bool filled_here)
       : mapping_(std::move(mapping)), lock_(std::move(lock)), names_(std::move(names)) {
-    SetLayout(mapping_.data(), layout, PageRound(mapping_.size_bytes()), filled_here, names_.region);
+    SetLayout(mapping_.data(), layout, PageRound(mapping_.size_bytes()), filled_here,
+              names_.region);
   }
 
   // Detaches; the last holder on the node unlinks the region and lock file.

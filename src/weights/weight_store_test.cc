@@ -1,7 +1,7 @@
 // Weight stores: private and shared host floors, the shared region protocol
 // across real processes (fork), remnant recovery, sweeps, hostile keys and
-// ValidateSharedRegion (reference/seed-runtime-weights.md §2, §5 item 11 and
-// §6 items 1–5).
+// ValidateSharedRegion (docs/weights.md acceptance 11 and the store defects
+// it lists as fixed).
 //
 // Every shared test uses its own prefix "arbtest-<pid>-<test>" and removes
 // whatever it left under /dev/shm. Children report through pipes; every wait

@@ -1,6 +1,6 @@
 // arbiter/weights/weight_budget.h — how much of a device arena the weight
-// cache may use (reference/seed-runtime-weights.md §3 "weight_budget", §5
-// item 10).
+// cache may use (the reference weight runtime's weight_budget; the table
+// below is docs/weights.md acceptance 10).
 //
 // The arena is split into a wiggle reserve (allocator slack, never handed
 // out), the scratch the models need to run (activations, measured by the
@@ -30,7 +30,7 @@
 
 namespace arbiter {
 
-// Defaults of the reference (§3).
+// Defaults of the reference weight runtime.
 inline constexpr double kDefaultWeightFraction = 1.0;  // of the arena
 inline constexpr double kDefaultWeightWiggle = 0.1;    // of the arena
 

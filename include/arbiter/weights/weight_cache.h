@@ -3,11 +3,12 @@
 // and which are evicted, under the arena's weight budget and the process's
 // MemoryLedger.
 //
-// Implements reference/seed-runtime-weights.md §3 (weight cache: residency
-// states, modes, acquire, set_residency, release_all, preload_pinned,
-// compact, automatic compaction, the scratch reservation of weight_budget)
-// and seed 002 "Weight cache", with §6 items 6–8 corrected. See the design
-// notes at the top of weight_cache.cc.
+// Residency states, modes, acquire, set_residency, release_all,
+// preload_pinned, compact, automatic compaction and the scratch reservation
+// of the weight budget, as the reference weight runtime has them, with its
+// cache defects fixed (docs/weights.md: 'Leaks after a failed transfer',
+// 'Budget between loads', 'Scratch of pinned models'). See the design notes
+// at the top of weight_cache.cc.
 //
 // Concepts:
 //   - A model is registered once (WeightModel): its key, the compute layout
@@ -34,9 +35,10 @@
 //   - Budget: the on-demand budget of SolveWeightBudget(arena, fraction,
 //     wiggle, max_scratch, pinned device bytes), where max_scratch is the
 //     largest registered scratch_bytes of any model, pinned ones included
-//     (defect 8). Resident unpinned + pinned-system device bytes ≤ the
-//     on-demand budget after every operation (defect 7: also after
-//     demotions), except a single model larger than the whole budget, which
+//     (docs/weights.md, 'Scratch of pinned models'). Resident unpinned +
+//     pinned-system device bytes ≤ the on-demand budget after every
+//     operation, demotions included (docs/weights.md, 'Budget between
+//     loads'), except a single model larger than the whole budget, which
 //     evicts everything evictable, is logged as a warning and loads anyway.
 //   - Ledger: every device byte (kDeviceWeights) and host-floor byte
 //     (kHostFloor) is charged to the MemoryLedger with owner
@@ -118,7 +120,7 @@ struct WeightModel {
   WeightFill fill;
   ResidencyState residency = ResidencyState::kUnpinned;
   // Device scratch the model needs to run (activations), bytes; the largest
-  // over all models is the budget's max_scratch (defect 8: pinned included).
+  // over all models is the budget's max_scratch, pinned ones included.
   size_t scratch_bytes = 0;
   // Victim order: an idle copy with evict_last set (the server sets it for
   // text-target models) is evicted only when no other idle copy is left;
@@ -253,8 +255,8 @@ class WeightCache {
   // Errors: kNotFound (unknown key); NotResidentError (externally managed,
   // not resident); kResourceExhausted (the ledger or the arena cannot take
   // it while other models are leased: names the bytes and the holders);
-  // a load error (fill or transfer; what was transferred is freed, defect
-  // 6), prefixed "weights of '<key>': ".
+  // a load error (fill or transfer; what was transferred is freed, see
+  // docs/weights.md 'Leaks after a failed transfer'), prefixed "weights of '<key>': ".
   Result<WeightLease> Acquire(std::string_view key) EXCLUDES(mu_);
 
   // Moves `key` to `target` (see ResidencyState): materializes or drops the

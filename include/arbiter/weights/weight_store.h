@@ -3,10 +3,10 @@
 // on-demand device load is a pure host→device copy instead of a re-read and
 // re-conversion of the model file.
 //
-// Implements reference/seed-runtime-weights.md §2 (weight stores) and seed
-// 002 "Weight stores (host RAM)": WeightStore, PrivateWeightStore,
-// SharedWeightStore, materialize_host_weights!, release_host_weights!, with
-// the known defects of §6 items 1–5 corrected.
+// The reference weight runtime's host weight stores (WeightStore,
+// PrivateWeightStore, SharedWeightStore; its materialize and release), with
+// its store defects fixed: docs/weights.md lists them ('Permissions of
+// shared regions' through 'Trusting a READY region').
 //
 // Concepts:
 //   - A floor is described by `specs` (arbiter/weights/weight_files.h
@@ -43,13 +43,13 @@
 //       unlock; try an exclusive non-blocking flock;
 //       won → re-check READY (someone may have finished meanwhile); else
 //             unlink any remnant (zero-length, truncated, foreign, corrupt:
-//             defect 2 and 5), create exclusively with `mode`, ftruncate,
+//             docs/weights.md 'Zero-length remnants'), create exclusively with `mode`, ftruncate,
 //             write the header with ready 0 and the table, fill, msync,
 //             set ready = 1 last, msync, downgrade to shared; done;
 //       refused → another process is filling (or holds a non-READY region):
 //             sleep poll_interval_ms and retry, but give up after
 //             ready_wait_ms with kDeadlineExceeded naming the region
-//             (defect 3: the reference retries forever).
+//             (docs/weights.md 'Unbounded wait for a stuck filler').
 //     }
 //   A fill or allocation error unlinks the region and its lock file before
 //   Materialize returns. A crash leaves ready = 0: the next creator rebuilds
@@ -67,10 +67,11 @@
 //   hold "exclusive" locks on different inodes.
 //   Permissions: `mode` (default 0600, owner only; 0660 for a group of
 //   workers) applies to the region and its lock file (fchmod after create,
-//   so the umask does not widen or narrow it). Defect 1: the reference
-//   defaults to 0666. /dev/shm is sticky: only a region's owner (or root)
-//   can unlink it, so with 0660 and several users a region outlives a
-//   last holder who is not its owner until SweepOrphans runs as the owner.
+//   so the umask does not widen or narrow it); never 0666 by default
+//   (docs/weights.md 'Permissions of shared regions'). /dev/shm is sticky:
+//   only a region's owner (or root) can unlink it, so with 0660 and several
+//   users a region outlives a last holder who is not its owner until
+//   SweepOrphans runs as the owner.
 //   Region creation reserves its pages (fallocate), so a full /dev/shm is
 //   kResourceExhausted, not a SIGBUS during fill.
 //
@@ -187,13 +188,13 @@ struct SharedWeightStoreOptions {
   // Region name prefix (no '/'): regions are "/<prefix>-...". Tests use a
   // unique prefix so they never touch a real server's regions.
   std::string prefix = "arbiter";
-  // Permission bits of regions and lock files. Default owner-only (defect 1).
+  // Permission bits of regions and lock files. Default owner-only.
   uint32_t mode = 0600;
   // Where the regions appear in the file system (for lock files, listing and
   // sweeps); shm_open names map here on Linux.
   std::string shm_dir = "/dev/shm";
   // Bound on waiting for a region another process holds non-READY
-  // (defect 3), in ms.
+  // (docs/weights.md 'Unbounded wait for a stuck filler'), in ms.
   int64_t ready_wait_ms = 30000;
   // Sleep between retries while waiting, in ms (reference: 5).
   int64_t poll_interval_ms = 5;
@@ -212,7 +213,7 @@ class SharedWeightStore final : public WeightStore {
                                                  const std::vector<WeightSpec>& specs,
                                                  const WeightFill& fill) override;
 
-  // Defect 4: unlinks every holder-free region (and its lock file) with this
+  // Unlinks every holder-free region (and its lock file) with this
   // store's prefix whose key is not in `live_keys` (sanitized the same way)
   // — leftovers of models removed from the configuration. Regions in use by
   // any process, and holder-free regions of live keys (kept so a restart
