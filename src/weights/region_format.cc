@@ -14,9 +14,9 @@
 //   computed; an attacher recomputes it from its own specs and demands that
 //   the header and the table equal it (ValidateSharedRegion), so it never
 //   trusts an offset or a size read from the region (docs/weights.md,
-//   'Trusting a READY region'), and it maps
-//   only the bytes its own layout needs, after checking the object is at
-//   least that long. Every read of region bytes is bounds-checked first.
+//   'Trusting a READY region'), and it maps only the bytes its own layout
+//   needs, after checking the object is at least that long. Every read of
+//   region bytes is bounds-checked first.
 #include "arbiter/weights/region_format.h"
 
 #include <unistd.h>
