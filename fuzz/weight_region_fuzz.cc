@@ -1,5 +1,5 @@
 // libFuzzer target: ValidateSharedRegion on arbitrary bytes as a shared
-// weight region (arbiter/weights/weight_store.h), first against a small fixed
+// weight region (arbiter/weights/region_format.h), first against a small fixed
 // layout, then against a layout derived from the input's first bytes so
 // table sizes, alignments, zero-byte and invalid (negative, overflowing)
 // tensors vary. Any crash, sanitizer report (a read outside the input) or
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "arbiter/weights/region_format.h"
 #include "arbiter/weights/weight_store.h"
 
 namespace {

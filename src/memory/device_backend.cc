@@ -27,6 +27,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "arbiter/base/size.h"
 
@@ -47,7 +48,7 @@ Status CheckRange(std::string_view backend, uint64_t arena_bytes, uint64_t offse
 
 Result<std::unique_ptr<CpuDeviceBackend>> CpuDeviceBackend::Create(uint64_t arena_bytes,
                                                                    bool huge_pages) {
-  uint8_t* arena = nullptr;
+  Mapping arena_mapping;
   if (arena_bytes > 0) {
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const bool huge = huge_pages && arena_bytes >= kHugePageBytes;
@@ -66,7 +67,7 @@ Result<std::unique_ptr<CpuDeviceBackend>> CpuDeviceBackend::Create(uint64_t aren
                                     " bytes): " + std::strerror(err) +
                                     "; use a smaller arena");
     }
-    arena = static_cast<uint8_t*>(p);
+    uint8_t* arena = static_cast<uint8_t*>(p);
     if (huge) {  // Note [Arena huge pages]
       const uintptr_t start = reinterpret_cast<uintptr_t>(p);
       const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
@@ -79,13 +80,13 @@ Result<std::unique_ptr<CpuDeviceBackend>> CpuDeviceBackend::Create(uint64_t aren
       // EINVAL without THP support: the arena works the same on base pages.
       (void)::madvise(arena, static_cast<size_t>(length), MADV_HUGEPAGE);
     }
+    arena_mapping = Mapping(arena, static_cast<size_t>(length));
   }
-  return std::unique_ptr<CpuDeviceBackend>(new CpuDeviceBackend(arena, arena_bytes));
+  return std::unique_ptr<CpuDeviceBackend>(
+      new CpuDeviceBackend(std::move(arena_mapping), arena_bytes));
 }
 
-CpuDeviceBackend::~CpuDeviceBackend() {
-  if (arena_ != nullptr) ::munmap(arena_, static_cast<size_t>(arena_bytes_));
-}
+CpuDeviceBackend::~CpuDeviceBackend() = default;
 
 Status CpuDeviceBackend::CopyToDevice(uint64_t device_offset, const void* src,
                                       size_t size_bytes) {

@@ -264,7 +264,8 @@ Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
     w.mode = *parsed;
   }
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "compaction_interval", p, 0, 1000000000,
-                                    "an integer ≥ 0 (loads; 0 = never)", &w.compaction_interval));
+                                    "an integer ≥ 0 (loads; 0 = never)",
+                                    &w.compaction_every_loads));
   if (t.get("same_role") != nullptr) {
     std::string policy;
     ARBITER_RETURN_IF_ERROR(ReadString(t, "same_role", p, &policy));

@@ -288,7 +288,7 @@ TEST(Config, WeightRuntime) {
   EXPECT_FALSE(d->weights.shared_host_weights);
   EXPECT_EQ(d->weights.shared_host_weights_mode, 0600u);
   EXPECT_EQ(d->weights.mode, ResidencyMode::kSelfManaged);
-  EXPECT_EQ(d->weights.compaction_interval, 0u);
+  EXPECT_EQ(d->weights.compaction_every_loads, 0u);
   auto c = ParseConfigToml(R"(
 [memory]
 device_arena = "25%"
@@ -316,7 +316,7 @@ path = "/b"
   EXPECT_TRUE(c->weights.shared_host_weights);
   EXPECT_EQ(c->weights.shared_host_weights_mode, 0660u);
   EXPECT_EQ(c->weights.mode, ResidencyMode::kExternallyManaged);
-  EXPECT_EQ(c->weights.compaction_interval, 8u);
+  EXPECT_EQ(c->weights.compaction_every_loads, 8u);
   EXPECT_EQ(c->models[0].residency, ResidencyState::kPinnedDevice);
   EXPECT_EQ(c->models[1].residency, ResidencyState::kUnpinned);
 }

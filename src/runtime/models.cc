@@ -335,7 +335,7 @@ Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
   o.mode = w.mode;
   o.fraction = w.weight_cache_fraction;
   o.wiggle = w.wiggle_fraction;
-  o.compaction_interval = w.compaction_interval;
+  o.compaction_every_loads = w.compaction_every_loads;
   o.reclaimer = reclaimer;
   Result<std::unique_ptr<WeightCache>> cache = WeightCache::Create(std::move(o));
   if (!cache.ok()) return cache.status().WithPrefix("[memory]");

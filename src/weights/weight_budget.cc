@@ -22,8 +22,8 @@ uint64_t FloorShare(double share, uint64_t arena_bytes) {
 
 }  // namespace
 
-Result<WeightBudget> SolveWeightBudget(uint64_t arena_bytes, double fraction, double wiggle,
-                                       uint64_t max_scratch_bytes, uint64_t pinned_bytes) {
+Result<WeightBudget> SolveWeightBudget(size_t arena_bytes, double fraction, double wiggle,
+                                       size_t max_scratch_bytes, size_t pinned_bytes) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {  // also refuses NaN
     return InvalidArgumentError(
         fmt::format("fraction must be in (0, 1] (the share of the arena weights may use); got {}",

@@ -1,5 +1,5 @@
-// WeightBudget: the reference table (reference/seed-runtime-weights.md §3
-// "weight_budget", §5 item 10) and parameter validation.
+// WeightBudget: the table in weight_budget.h (docs/weights.md acceptance 10)
+// and parameter validation.
 #include "arbiter/weights/weight_budget.h"
 
 #include <cmath>
@@ -20,7 +20,7 @@ struct Row {
   bool want_over_commit;
 };
 
-// Arena 1000, wiggle 0.1 (§3 table).
+// Arena 1000, wiggle 0.1 (the table in weight_budget.h).
 TEST(WeightBudgetTest, ReferenceTable) {
   const Row rows[] = {
       {1000, 1.0, 0, 0, 900, 900, false},

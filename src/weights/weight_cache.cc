@@ -1,5 +1,5 @@
 // WeightCache: device residency of model weights under the arena's weight
-// budget and the MemoryLedger (reference/seed-runtime-weights.md §3).
+// budget and the MemoryLedger (docs/weights.md).
 //
 // Each registered model has one Entry (never deleted before the cache). Its
 // device copy is one MemoryPool block holding the tensors at 64-byte-aligned
@@ -21,7 +21,8 @@
 //   - The budget's pinned bytes are the block sizes of every kPinnedDevice
 //     entry, loaded or not (a reservation, so the budget does not move when
 //     the pinned loads finish); max_scratch is the largest scratch_bytes of
-//     any entry, pinned ones included (defect 8).
+//     any entry, pinned ones included (docs/weights.md, 'Scratch of pinned
+//     models').
 //
 // Victims are chosen and taken out of residency under the lock; their pool
 // blocks are freed, their pages discarded and their charges released after
@@ -39,7 +40,8 @@
 // that fails and no other model is leased does it charge anyway — the
 // documented "single model larger than the whole budget" exception, which
 // the ledger counts as an over-commit and we log. A failed load releases its
-// block and its charge before returning (defect 6).
+// block and its charge before returning (docs/weights.md, 'Leaks after a
+// failed transfer').
 //
 // Note [Floors from the device]
 // A floor requested while the device copy is resident (SetResidency to
@@ -397,7 +399,7 @@ void WeightCache::FreeVictims(std::vector<Victim>* victims) {
   victims->clear();
 }
 
-uint64_t WeightCache::EvictIdle(uint64_t bytes) {
+size_t WeightCache::EvictIdle(size_t bytes) {
   std::vector<Victim> victims;
   uint64_t freed = 0;
   {
@@ -553,7 +555,8 @@ Status WeightCache::LoadDevice(Entry* e) {
     }
   }
   if (!st.ok()) {
-    // Defect 6: free what was transferred.
+    // Free what was transferred (docs/weights.md, 'Leaks after a failed
+    // transfer').
     pool_->Free(*block).IgnoreError();
     options_.device->Discard(block->offset, block->size_bytes).IgnoreError();
     charge.Release();
@@ -681,10 +684,10 @@ Result<WeightLease> WeightCache::Acquire(std::string_view key) {
 }
 
 void WeightCache::MaybeAutoCompact(const std::string& just_loaded) {
-  if (options_.compaction_interval == 0) return;
+  if (options_.compaction_every_loads == 0) return;
   {
     MutexLock l(&mu_);
-    if (loads_ % options_.compaction_interval != 0 || compacting_) return;
+    if (loads_ % options_.compaction_every_loads != 0 || compacting_) return;
   }
   Result<CompactResult> r = Compact({});
   if (r.ok()) {
@@ -775,8 +778,9 @@ Result<ResidencyState> WeightCache::SetResidency(std::string_view key, Residency
       }
     }
     e->busy = false;
-    // Defect 7: a demotion (the copy joins the on-demand footprint) or a new
-    // pin (the budget shrinks) may leave the footprint over budget.
+    // A demotion (the copy joins the on-demand footprint) or a new pin (the
+    // budget shrinks) may leave the footprint over budget (docs/weights.md,
+    // 'Budget between loads').
     PickVictimsLocked(0, nullptr, &victims);
     changed_.SignalAll();
   }

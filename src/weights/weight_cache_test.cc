@@ -1,5 +1,6 @@
-// WeightCache: the reference's acceptance list (reference/seed-runtime-weights.md
-// §5 items 1–9), its defects 6–8, the ledger and the lease rules.
+// WeightCache: docs/weights.md acceptance 1–9, the cache defects it lists as
+// fixed ('Leaks after a failed transfer', 'Budget between loads', 'Scratch
+// of pinned models'), the ledger and the lease rules.
 #include "arbiter/weights/weight_cache.h"
 
 #include <gtest/gtest.h>
@@ -71,7 +72,7 @@ class WeightCacheTest : public ::testing::Test {
   // An arena in RAM whose on-demand budget (wiggle 0, fraction 1) holds
   // `budget_models` models of `model_bytes`.
   void MakeCache(uint64_t arena_bytes, ResidencyMode mode = ResidencyMode::kSelfManaged,
-                 uint64_t ledger_budget = 0, uint64_t compaction_interval = 0) {
+                 uint64_t ledger_budget = 0, uint64_t compaction_every_loads = 0) {
     Result<std::unique_ptr<CpuDeviceBackend>> d = CpuDeviceBackend::Create(arena_bytes);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     device_ = std::move(d).value();
@@ -82,7 +83,7 @@ class WeightCacheTest : public ::testing::Test {
     o.mode = mode;
     o.wiggle = 0;
     o.fraction = fraction_;
-    o.compaction_interval = compaction_interval;
+    o.compaction_every_loads = compaction_every_loads;
     reclaimer_ = std::make_unique<FunctionReclaimer>([this](size_t bytes) -> size_t {
       reclaim_calls_++;
       return reclaim_ ? reclaim_(bytes) : 0;
@@ -119,7 +120,7 @@ class WeightCacheTest : public ::testing::Test {
   double fraction_ = 1.0;  // of the arena, for the on-demand budget
 };
 
-// §5 item 1.
+// docs/weights.md acceptance 1.
 TEST_F(WeightCacheTest, FirstAcquireLoadsSecondDoesNotReload) {
   MakeCache(64 << 10);
   FakeModel a{"a"};
@@ -141,7 +142,7 @@ TEST_F(WeightCacheTest, FirstAcquireLoadsSecondDoesNotReload) {
   ExpectLedgerMatches();
 }
 
-// §5 item 2.
+// docs/weights.md acceptance 2.
 TEST_F(WeightCacheTest, BudgetOfOneModelEvictsTheOtherAndFreesItsBuffers) {
   MakeCache(3 << 10);  // on-demand budget 3 KiB: one 2 KiB model
   FakeModel a{"a"}, b{"b", 2, 256, 7};
@@ -210,7 +211,7 @@ TEST_F(WeightCacheTest, EvictLastModelsGoOnlyWhenNothingElseIsLeft) {
   EXPECT_FALSE(ModelStats("chat").device_resident);
 }
 
-// §5 item 3.
+// docs/weights.md acceptance 3.
 TEST_F(WeightCacheTest, PinnedDeviceModelIsResidentFromTheStartAndNeverFreed) {
   MakeCache(8 << 10);
   FakeModel p{"p"}, a{"a"}, b{"b"}, c{"c"};
@@ -240,7 +241,7 @@ TEST_F(WeightCacheTest, PinnedDeviceModelIsResidentFromTheStartAndNeverFreed) {
   EXPECT_EQ(s.budget.on_demand_budget, s.budget.weight_pool - p.bytes());
 }
 
-// §5 item 4.
+// docs/weights.md acceptance 4.
 TEST_F(WeightCacheTest, ModelHundredTimesTheBudgetLoadsWithAWarning) {
   Result<std::unique_ptr<CpuDeviceBackend>> cpu = CpuDeviceBackend::Create(16 << 20);
   ASSERT_TRUE(cpu.ok());
@@ -267,7 +268,7 @@ TEST_F(WeightCacheTest, ModelHundredTimesTheBudgetLoadsWithAWarning) {
   EXPECT_FALSE(s.models[0].device_resident);
 }
 
-// §5 item 5.
+// docs/weights.md acceptance 5.
 TEST_F(WeightCacheTest, WithAHostFloorTheLoadNeverTouchesTheFile) {
   MakeCache(3 << 10);
   FakeModel a{"a"}, b{"b"};
@@ -290,7 +291,7 @@ TEST_F(WeightCacheTest, WithAHostFloorTheLoadNeverTouchesTheFile) {
   ExpectLedgerMatches();
 }
 
-// §5 item 6.
+// docs/weights.md acceptance 6.
 TEST_F(WeightCacheTest, ExternallyManagedResidencyTransitions) {
   MakeCache(64 << 10, ResidencyMode::kExternallyManaged);
   FakeModel a{"a"};
@@ -339,7 +340,7 @@ TEST_F(WeightCacheTest, ExternallyManagedDemotionOfALeasedModelFreesAfterTheLeas
   ExpectLedgerMatches();
 }
 
-// §5 item 7 (the cache's part; the HTTP status is tested end to end).
+// docs/weights.md acceptance 7 (the cache's part; the HTTP status is tested end to end).
 TEST_F(WeightCacheTest, StatusReportsModeAndPerModelStateUnknownFails) {
   MakeCache(64 << 10);
   FakeModel a{"a"};
@@ -361,7 +362,7 @@ TEST_F(WeightCacheTest, StatusReportsModeAndPerModelStateUnknownFails) {
   EXPECT_EQ(cache_->Register(a.Make()).code(), StatusCode::kAlreadyExists);
 }
 
-// §5 item 8.
+// docs/weights.md acceptance 8.
 TEST_F(WeightCacheTest, CompactionFreesOnDemandLeavesPinnedAndReloadsOnlyTheList) {
   MakeCache(16 << 10);
   FakeModel p{"p"}, a{"a"}, b{"b"};
@@ -422,9 +423,9 @@ TEST_F(WeightCacheTest, CompactionLeavesLeasedModelsInPlace) {
   EXPECT_FALSE(ModelStats("b").device_resident);
 }
 
-// §5 item 9.
+// docs/weights.md acceptance 9.
 TEST_F(WeightCacheTest, AutoCompactionRunsAfterTheSecondLoad) {
-  MakeCache(16 << 10, ResidencyMode::kSelfManaged, 0, /*compaction_interval=*/2);
+  MakeCache(16 << 10, ResidencyMode::kSelfManaged, 0, /*compaction_every_loads=*/2);
   FakeModel a{"a"}, b{"b"};
   ASSERT_TRUE(cache_->Register(a.Make()).ok());
   ASSERT_TRUE(cache_->Register(b.Make()).ok());
@@ -438,7 +439,7 @@ TEST_F(WeightCacheTest, AutoCompactionRunsAfterTheSecondLoad) {
   EXPECT_FALSE(ModelStats("a").device_resident);
 }
 
-// Defect 6.
+// docs/weights.md, 'Leaks after a failed transfer'.
 TEST_F(WeightCacheTest, FailedTransferFreesWhatItHadTransferred) {
   Result<std::unique_ptr<DeviceBackend>> d = MakeDeviceBackend("fake", 1 << 20);
   ASSERT_TRUE(d.ok());
@@ -506,8 +507,8 @@ TEST_F(WeightCacheTest, AFillThatThrowsFailsTheLoadAndLeavesNothingBusy) {
   EXPECT_TRUE(cache_->Acquire("a").ok());
 }
 
-// Defect 7: a demotion joins the on-demand footprint; the budget holds at
-// once, not at the next load.
+// docs/weights.md, 'Budget between loads': a demotion joins the on-demand
+// footprint; the budget holds at once, not at the next load.
 TEST_F(WeightCacheTest, DemotionKeepsTheBudgetAtEveryInstant) {
   MakeCache(5 << 10);  // weight pool 5 KiB
   FakeModel p{"p"}, a{"a"};
@@ -537,7 +538,7 @@ TEST_F(WeightCacheTest, DemotionKeepsTheBudgetAtEveryInstant) {
   ExpectLedgerMatches();
 }
 
-// Defect 8: the scratch of pinned models is reserved too.
+// docs/weights.md, 'Scratch of pinned models': reserved too.
 TEST_F(WeightCacheTest, ScratchOfPinnedModelsIsReserved) {
   MakeCache(100 << 10);
   FakeModel p{"p"}, a{"a"};

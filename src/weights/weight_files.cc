@@ -1,5 +1,5 @@
 // weights/weight_files.cc — argument order, footprint, file token and layout
-// digest of a model's weights (reference/seed-runtime-weights.md §1).
+// digest of a model's weights (docs/weights.md).
 //
 // All of it reads safetensors headers only. The argument order is the
 // contract between the file and the runtime: the order tensors are
@@ -108,8 +108,8 @@ Result<std::vector<WeightSpec>> WeightSpecs(const SafetensorsModel& model,
   return specs;
 }
 
-Result<uint64_t> WeightsNbytes(const SafetensorsModel& model,
-                               const std::vector<std::string>& names) {
+Result<size_t> WeightsNbytes(const SafetensorsModel& model,
+                             const std::vector<std::string>& names) {
   uint64_t total = 0;
   for (const std::string& name : names) {
     const TensorInfo* t = model.Find(name);

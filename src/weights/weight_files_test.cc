@@ -1,5 +1,5 @@
 // Weight files: argument order, footprint, file token and layout digest
-// (reference/seed-runtime-weights.md §1 and §5 item 12).
+// (docs/weights.md acceptance 12).
 #include "arbiter/weights/weight_files.h"
 
 #include <fcntl.h>
@@ -242,7 +242,7 @@ TEST_F(WeightFilesTest, WeightSpecsInGivenOrder) {
   EXPECT_EQ(WeightSpecs(m, {"zz"}).status().code(), StatusCode::kNotFound);
 }
 
-// ---- WeightsFileToken (§5 item 12) ---------------------------------------------
+// ---- WeightsFileToken (docs/weights.md acceptance 12) --------------------------
 
 void SetMtime(const std::string& path, int64_t sec, int64_t nsec) {
   struct timespec times[2] = {{sec, nsec}, {sec, nsec}};
@@ -279,7 +279,7 @@ TEST_F(WeightFilesTest, FileTokenZeroForMissingFile) {
   EXPECT_EQ(WeightsFileToken(path("does-not-exist.safetensors")), 0u);
 }
 
-// ---- WeightsDigest (§5 item 12) ------------------------------------------------
+// ---- WeightsDigest (docs/weights.md acceptance 12) -----------------------------
 
 std::vector<WeightSpec> TwoSpecs() {
   return {{"model.embed_tokens.weight", DType::kBF16, {32, 8}},

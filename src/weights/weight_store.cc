@@ -1,20 +1,8 @@
 // weights/weight_store.cc — host-RAM floors: PrivateWeightStore (anonymous
 // memory per process) and SharedWeightStore (one POSIX shared-memory region
-// per (key, digest) per node), reference/seed-runtime-weights.md §2 with §6
-// items 1–5 corrected. The header is the contract; these notes say how the
-// code keeps it.
-//
-// Note [Layout]
-//   One computation, ComputeLayout(), places every tensor: a private floor
-//   packs the tensors from offset 0, a shared region after its 64-byte
-//   header and its {offset, nbytes} table; every tensor starts at a
-//   kHostFloorAlignment-aligned offset and a mapping is page-aligned, so
-//   every array is 64-byte aligned. The creator writes the layout it
-//   computed; an attacher recomputes it from its own specs and demands that
-//   the header and the table equal it (ValidateSharedRegion), so it never
-//   trusts an offset or a size read from the region (defect 5), and it maps
-//   only the bytes its own layout needs, after checking the object is at
-//   least that long. Every read of region bytes is bounds-checked first.
+// per (key, digest) per node). The header is the contract; these notes say
+// how the code keeps it. Where each tensor goes and what makes a region
+// READY is region_format.cc's (Note [Layout] there).
 //
 // Note [Lock files]
 //   The flock on "<shm dir>/<name>.lock" is the only synchronization
@@ -23,8 +11,9 @@
 //   one from the remnant check to ready = 1, a releaser or sweeper takes
 //   the exclusive one (non-blocking) to prove there is no holder before it
 //   unlinks. Every lock is taken with LOCK_NB: a blocking request would wait
-//   forever behind a stuck filler (defect 3); Materialize polls instead and
-//   gives up at ready_wait_ms.
+//   forever behind a stuck filler (docs/weights.md, 'Unbounded wait for a
+//   stuck filler'); Materialize polls instead and gives up at
+//   ready_wait_ms.
 //   Lock files are unlinked with their region (the reference never removes
 //   them). That is safe because every locker, after each successful flock,
 //   checks that its fd is still the file at the path (fstat vs lstat, same
@@ -52,11 +41,12 @@
 //
 // Note [Recovery]
 //   Whatever the exclusive winner finds that is not READY — no object, a
-//   zero-length object (a crash between create and ftruncate, defect 2), a
-//   truncated one, a corrupt or foreign header, ready = 0 after a crashed
-//   fill — it unlinks and rebuilds: create with O_CREAT|O_EXCL, fchmod to
-//   the store's mode (so the umask neither widens nor narrows it, defect 1),
-//   ftruncate, fallocate (tmpfs then reports a full /dev/shm as ENOSPC
+//   zero-length object (a crash between create and ftruncate:
+//   docs/weights.md, 'Zero-length remnants'), a truncated one, a corrupt or
+//   foreign header, ready = 0 after a crashed fill — it unlinks and
+//   rebuilds: create with O_CREAT|O_EXCL, fchmod to the store's mode (so
+//   the umask neither widens nor narrows it: docs/weights.md, 'Permissions
+//   of shared regions'), ftruncate, fallocate (tmpfs then reports a full /dev/shm as ENOSPC
 //   instead of a SIGBUS in the middle of the fill), header with ready = 0
 //   and the table, fill, msync, ready = 1 last, msync. A fill error or an
 //   allocation error unlinks the region and its lock file before returning
@@ -90,204 +80,48 @@
 #include <utility>
 
 #include "arbiter/base/clock.h"
+#include "arbiter/base/fd.h"
 #include "arbiter/base/size.h"
+#include "arbiter/weights/region_format.h"
+#include "weights/internal/region_format.h"
 
 namespace arbiter {
 namespace {
 
-// ---- region format -------------------------------------------------------------
-
-constexpr char kMagic[8] = {'A', 'R', 'B', 'W', 'F', 'L', 'R', '1'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr uint64_t kHeaderBytes = 64;
-constexpr uint64_t kTableEntryBytes = 16;  // {offset u64, nbytes u64}
-// Header field offsets, in bytes.
-constexpr size_t kVersionAt = 8;
-constexpr size_t kReadyAt = 12;
-constexpr size_t kDigestAt = 16;
-constexpr size_t kRegionBytesAt = 24;
-constexpr size_t kNTensorsAt = 32;
-constexpr size_t kTableOffsetAt = 40;
-constexpr size_t kDataOffsetAt = 48;
-constexpr size_t kReservedAt = 56;
+using weights_internal::CheckedSpecBytes;
+using weights_internal::ComputeLayout;
+using weights_internal::DigestHex;
+using weights_internal::kDigestHexChars;
+using weights_internal::Layout;
+using weights_internal::MarkRegionReady;
+using weights_internal::PageBytes;
+using weights_internal::WriteRegionHeader;
 
 constexpr size_t kMaxSanitizedKeyBytes = 64;
 constexpr size_t kMaxPrefixBytes = 64;
-constexpr size_t kDigestHexChars = 16;
 constexpr std::string_view kLockSuffix = ".lock";
 // Lock-file reopen attempts per lock request before it reports "busy" (each
 // one means the file was unlinked between our open and our flock).
 constexpr int kMaxLockReopens = 64;
-
-uint64_t LoadLE(const uint8_t* p, int n_bytes) {
-  uint64_t v = 0;
-  for (int i = n_bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-void StoreLE(uint8_t* p, uint64_t v, int n_bytes) {
-  for (int i = 0; i < n_bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-bool AlignUp(uint64_t v, uint64_t alignment, uint64_t* out) {
-  uint64_t bumped;
-  if (__builtin_add_overflow(v, alignment - 1, &bumped)) return false;
-  *out = bumped / alignment * alignment;
-  return true;
-}
-
-uint64_t PageBytes() {
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  return page;
-}
 
 // Callers only pass sizes they already bounded by INT64_MAX.
 uint64_t PageRound(uint64_t bytes) { return (bytes + PageBytes() - 1) / PageBytes() * PageBytes(); }
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
+// `a` then `b`. Appended, not a + b: gcc 12 raises a false -Wrestrict on
+// operator+(const char*, string&&) (GCC bug 105329).
+std::string Concat(std::string_view a, std::string_view b) {
+  std::string out(a);
+  out += b;
+  return out;
+}
+
 std::string ModeText(uint32_t mode) {
   char buf[8];
   std::snprintf(buf, sizeof(buf), "%04o", mode & 07777);
   return buf;
 }
-
-// Where tensors go, in bytes from the mapping's base (Note [Layout]).
-struct Layout {
-  std::vector<uint64_t> offsets;
-  std::vector<uint64_t> nbytes;
-  uint64_t payload_bytes = 0;
-  uint64_t data_offset = 0;  // shared: first byte after header and table
-  uint64_t total_bytes = 0;  // end of the last tensor (≥ data_offset)
-};
-
-std::string TensorLabel(const WeightSpec& spec, size_t index) {
-  return "tensor '" + spec.name + "' (spec " + std::to_string(index) + ")";
-}
-
-Result<uint64_t> CheckedSpecBytes(const WeightSpec& spec, size_t index) {
-  const uint64_t elem = DTypeSize(spec.dtype);
-  if (elem == 0) {
-    return InvalidArgumentError(TensorLabel(spec, index) + ": unknown dtype " +
-                                std::to_string(static_cast<int>(spec.dtype)));
-  }
-  bool has_zero = false;
-  for (size_t axis = 0; axis < spec.shape.size(); ++axis) {
-    if (spec.shape[axis] < 0) {
-      return InvalidArgumentError(TensorLabel(spec, index) + ": dimension " +
-                                  std::to_string(axis) + " is " +
-                                  std::to_string(spec.shape[axis]) +
-                                  "; dimensions must be >= 0");
-    }
-    if (spec.shape[axis] == 0) has_zero = true;
-  }
-  if (has_zero) return uint64_t{0};
-  uint64_t bytes = elem;
-  for (int64_t d : spec.shape) {
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
-      return InvalidArgumentError(TensorLabel(spec, index) +
-                                  ": size overflows 64 bits; check the shape");
-    }
-  }
-  return bytes;
-}
-
-// The layout of `specs`: after a 64-byte header and the table when
-// `with_header`, else from offset 0. Errors: kInvalidArgument naming the
-// tensor (negative dimension, unknown dtype, overflow) or the total.
-Result<Layout> ComputeLayout(const std::vector<WeightSpec>& specs, bool with_header) {
-  Layout layout;
-  layout.offsets.reserve(specs.size());
-  layout.nbytes.reserve(specs.size());
-  uint64_t cursor = 0;
-  if (with_header) {
-    uint64_t table_bytes;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(specs.size()), kTableEntryBytes,
-                               &table_bytes) ||
-        __builtin_add_overflow(table_bytes, kHeaderBytes, &cursor) ||
-        !AlignUp(cursor, kHostFloorAlignment, &cursor)) {
-      return InvalidArgumentError(std::to_string(specs.size()) +
-                                  " tensors overflow the region table");
-    }
-  }
-  layout.data_offset = cursor;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    ARBITER_ASSIGN_OR_RETURN(uint64_t bytes, CheckedSpecBytes(specs[i], i));
-    uint64_t offset;
-    if (!AlignUp(cursor, kHostFloorAlignment, &offset) ||
-        __builtin_add_overflow(offset, bytes, &cursor) ||
-        __builtin_add_overflow(layout.payload_bytes, bytes, &layout.payload_bytes)) {
-      return InvalidArgumentError(TensorLabel(specs[i], i) +
-                                  ": the floor's size overflows 64 bits");
-    }
-    layout.offsets.push_back(offset);
-    layout.nbytes.push_back(bytes);
-  }
-  // Bounded so off_t (ftruncate), size_t and PageRound all hold it.
-  if (cursor > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - PageBytes()) {
-    return InvalidArgumentError("the floor's size (" + std::to_string(cursor) +
-                                " bytes) overflows the address space");
-  }
-  layout.total_bytes = cursor;
-  return layout;
-}
-
-// ---- RAII ----------------------------------------------------------------------
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-  int get() const { return fd_; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* base, size_t length) : base_(base), length_(length) {}
-  Mapping(Mapping&& o) noexcept
-      : base_(std::exchange(o.base_, nullptr)), length_(std::exchange(o.length_, 0)) {}
-  Mapping& operator=(Mapping&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      base_ = std::exchange(o.base_, nullptr);
-      length_ = std::exchange(o.length_, 0);
-    }
-    return *this;
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { Reset(); }
-  uint8_t* base() const { return static_cast<uint8_t*>(base_); }
-  size_t length() const { return length_; }
-  void Reset() {
-    if (base_ != nullptr) ::munmap(base_, length_);
-    base_ = nullptr;
-    length_ = 0;
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t length_ = 0;
-};
 
 // Fills the HostFloor fields shared by both stores.
 class FloorBase : public HostFloor {
@@ -320,7 +154,7 @@ Status RunFill(std::string_view key, uint8_t* base, const Layout& layout, const 
 class PrivateHostFloor final : public FloorBase {
  public:
   PrivateHostFloor(Mapping mapping, const Layout& layout) : mapping_(std::move(mapping)) {
-    SetLayout(mapping_.base(), layout, mapping_.length(), /*filled_here=*/true, "");
+    SetLayout(mapping_.data(), layout, mapping_.size_bytes(), /*filled_here=*/true, "");
   }
 
  private:
@@ -340,12 +174,6 @@ std::string SanitizeKey(std::string_view key) {
     out.push_back(keep ? c : '_');
   }
   return out;
-}
-
-std::string DigestHex(uint64_t digest) {
-  char buf[kDigestHexChars + 1];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(digest));
-  return buf;
 }
 
 bool IsLowerHex(std::string_view s) {
@@ -458,7 +286,7 @@ Result<bool> TryLock(LockFile* lock, int op) {
     }
     if (IsCurrent(lock->fd.get(), lock->path)) return true;
     // A lock on an unlinked file excludes nobody: drop it, open the current one.
-    lock->fd.Reset();
+    lock->fd.reset();
     ARBITER_ASSIGN_OR_RETURN(LockFile fresh, OpenLockFile(lock->path, lock->mode));
     lock->fd = std::move(fresh.fd);
   }
@@ -527,15 +355,16 @@ Result<Mapping> AttachReady(const RegionNames& names, uint32_t mode, uint64_t di
                          " (a zero-length or truncated remnant)");
   }
   // Map exactly what the layout needs: nothing past it is ever read.
-  void* p = ::mmap(nullptr, static_cast<size_t>(layout.total_bytes), PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
+  Result<Mapping> mapped = Mapping::Map(static_cast<size_t>(layout.total_bytes), PROT_READ,
+                                        MAP_SHARED, fd, Concat("shared region ", names.region));
+  if (!mapped.ok()) {
     return ResourceExhaustedError("cannot map shared region " + names.region + " (" +
-                                  FormatSize(layout.total_bytes) + "): " + ErrnoText(err));
+                                  FormatSize(layout.total_bytes) +
+                                  "): " + mapped.status().message());
   }
-  Mapping mapping(p, static_cast<size_t>(layout.total_bytes));
-  Result<std::vector<uint64_t>> valid =
-      ValidateSharedRegion(mapping.base(), mapping.length(), digest, specs);
+  Mapping mapping = std::move(mapped).value();
+  Result<std::vector<size_t>> valid =
+      ValidateSharedRegion(mapping.data(), mapping.size_bytes(), digest, specs);
   if (!valid.ok()) {
     return DataLossError("shared region " + names.region + " is not READY: " +
                          valid.status().message());
@@ -616,36 +445,36 @@ Result<Mapping> CreateAndFill(std::string_view key, const RegionNames& names, ui
       errno != EOPNOTSUPP && errno != ENOSYS) {
     return CreateError(key, names, total, errno, "fallocate");
   }
-  void* p = ::mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return CreateError(key, names, total, errno, "mmap");
-  Mapping mapping(p, static_cast<size_t>(total));
-  owned.Reset();
-
-  uint8_t* base = mapping.base();
-  std::memcpy(base, kMagic, sizeof(kMagic));
-  StoreLE(base + kVersionAt, kFormatVersion, 4);
-  StoreLE(base + kReadyAt, 0, 4);
-  StoreLE(base + kDigestAt, digest, 8);
-  StoreLE(base + kRegionBytesAt, total, 8);
-  StoreLE(base + kNTensorsAt, layout.offsets.size(), 8);
-  StoreLE(base + kTableOffsetAt, kHeaderBytes, 8);
-  StoreLE(base + kDataOffsetAt, layout.data_offset, 8);
-  for (size_t i = 0; i < layout.offsets.size(); ++i) {
-    uint8_t* entry = base + kHeaderBytes + i * kTableEntryBytes;
-    StoreLE(entry, layout.offsets[i], 8);
-    StoreLE(entry + 8, layout.nbytes[i], 8);
+  Result<Mapping> mapped = Mapping::Map(static_cast<size_t>(total), PROT_READ | PROT_WRITE,
+                                        MAP_SHARED, fd, Concat("shared region ", names.region));
+  if (!mapped.ok()) {
+    if (mapped.status().code() == StatusCode::kResourceExhausted) {
+      return ResourceExhaustedError(std::string(key) + ": cannot allocate shared region " +
+                                    names.region + " of " + FormatSize(total) + " (" +
+                                    std::to_string(total) + " bytes): " +
+                                    mapped.status().message() +
+                                    "; free host memory or space in the shm file system "
+                                    "(/dev/shm size), or use the private store");
+    }
+    return InternalError(std::string(key) + ": cannot create shared region " + names.region +
+                         ": " + mapped.status().message());
   }
+  Mapping mapping = std::move(mapped).value();
+  owned.reset();
+
+  uint8_t* base = mapping.data();
+  WriteRegionHeader(base, digest, layout);  // ready = 0 until the fill is synced
 
   ARBITER_RETURN_IF_ERROR(RunFill(key, base, layout, fill));
 
-  if (::msync(base, mapping.length(), MS_SYNC) != 0) {
+  if (::msync(base, mapping.size_bytes(), MS_SYNC) != 0) {
     return CreateError(key, names, total, errno, "msync");
   }
-  StoreLE(base + kReadyAt, 1, 4);  // last: no reader sees a partial region as READY
-  if (::msync(base, mapping.length(), MS_SYNC) != 0) {
+  MarkRegionReady(base);  // last: no reader sees a partial region as READY
+  if (::msync(base, mapping.size_bytes(), MS_SYNC) != 0) {
     return CreateError(key, names, total, errno, "msync");
   }
-  ::mprotect(base, mapping.length(), PROT_READ);
+  ::mprotect(base, mapping.size_bytes(), PROT_READ);
   abandon.armed = false;
   return mapping;
 }
@@ -655,12 +484,13 @@ class SharedHostFloor final : public FloorBase {
   SharedHostFloor(Mapping mapping, LockFile lock, RegionNames names, const Layout& layout,
                   bool filled_here)
       : mapping_(std::move(mapping)), lock_(std::move(lock)), names_(std::move(names)) {
-    SetLayout(mapping_.base(), layout, PageRound(mapping_.length()), filled_here, names_.region);
+    SetLayout(mapping_.data(), layout, PageRound(mapping_.size_bytes()), filled_here,
+              names_.region);
   }
 
   // Detaches; the last holder on the node unlinks the region and lock file.
   ~SharedHostFloor() override {
-    mapping_.Reset();
+    mapping_.reset();
     if (::flock(lock_.fd.get(), LOCK_EX | LOCK_NB) == 0 &&
         IsCurrent(lock_.fd.get(), lock_.path)) {
       UnlinkRegionAndLock(names_);
@@ -729,91 +559,9 @@ bool PathExists(const std::string& path) {
 
 // ---- public functions ----------------------------------------------------------
 
-uint64_t WeightSpecBytes(const WeightSpec& spec) {
-  Result<uint64_t> bytes = CheckedSpecBytes(spec, 0);
-  return bytes.ok() ? *bytes : std::numeric_limits<uint64_t>::max();
-}
-
-Result<std::vector<uint64_t>> ValidateSharedRegion(const uint8_t* data, size_t size,
-                                                   uint64_t digest,
-                                                   const std::vector<WeightSpec>& specs) {
-  if (data == nullptr || size < kHeaderBytes) {
-    return DataLossError("header: the region is " + std::to_string(size) +
-                         " bytes, smaller than its " + std::to_string(kHeaderBytes) +
-                         "-byte header (truncated)");
-  }
-  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) {
-    return DataLossError("magic: not \"ARBWFLR1\" (not an arbiter weight region)");
-  }
-  const uint64_t version = LoadLE(data + kVersionAt, 4);
-  if (version != kFormatVersion) {
-    return DataLossError("version: " + std::to_string(version) + ", this build reads " +
-                         std::to_string(kFormatVersion));
-  }
-  const uint64_t stored_digest = LoadLE(data + kDigestAt, 8);
-  if (stored_digest != digest) {
-    return DataLossError("digest: region has " + DigestHex(stored_digest) + ", expected " +
-                         DigestHex(digest));
-  }
-  const uint64_t ready = LoadLE(data + kReadyAt, 4);
-  if (ready != 1) {
-    return DataLossError("not ready (ready = " + std::to_string(ready) +
-                         "): the region is incomplete (being filled, or its filler died)");
-  }
-  ARBITER_ASSIGN_OR_RETURN(Layout layout, ComputeLayout(specs, /*with_header=*/true));
-  const uint64_t region_bytes = LoadLE(data + kRegionBytesAt, 8);
-  if (region_bytes > size) {
-    return DataLossError("region_bytes: " + std::to_string(region_bytes) +
-                         " but the mapping holds only " + std::to_string(size) + " (truncated)");
-  }
-  if (region_bytes != layout.total_bytes) {
-    return DataLossError("region_bytes: " + std::to_string(region_bytes) +
-                         ", the layout of the specs needs " + std::to_string(layout.total_bytes));
-  }
-  const uint64_t n_tensors = LoadLE(data + kNTensorsAt, 8);
-  if (n_tensors != specs.size()) {
-    return DataLossError("n_tensors: " + std::to_string(n_tensors) + ", expected " +
-                         std::to_string(specs.size()));
-  }
-  const uint64_t table_offset = LoadLE(data + kTableOffsetAt, 8);
-  if (table_offset != kHeaderBytes) {
-    return DataLossError("table_offset: " + std::to_string(table_offset) + ", expected " +
-                         std::to_string(kHeaderBytes));
-  }
-  const uint64_t data_offset = LoadLE(data + kDataOffsetAt, 8);
-  if (data_offset != layout.data_offset) {
-    return DataLossError("data_offset: " + std::to_string(data_offset) + ", expected " +
-                         std::to_string(layout.data_offset));
-  }
-  for (size_t i = kReservedAt; i < kHeaderBytes; ++i) {
-    if (data[i] != 0) return DataLossError("reserved header bytes are not zero");
-  }
-  // ComputeLayout bounded the table (data_offset ≥ 64 + 16n) and
-  // region_bytes ≤ size, so the table is inside the mapping; checked again
-  // so this function does not depend on that reasoning.
-  const uint64_t table_end = kHeaderBytes + specs.size() * kTableEntryBytes;
-  if (table_end > size) {
-    return DataLossError("table: " + std::to_string(specs.size()) +
-                         " entries end past the mapping of " + std::to_string(size) + " bytes");
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const uint8_t* entry = data + kHeaderBytes + i * kTableEntryBytes;
-    const uint64_t offset = LoadLE(entry, 8);
-    const uint64_t nbytes = LoadLE(entry + 8, 8);
-    if (offset != layout.offsets[i]) {
-      return DataLossError("table entry " + std::to_string(i) + " offset: " +
-                           std::to_string(offset) + ", expected " +
-                           std::to_string(layout.offsets[i]) + " (" + TensorLabel(specs[i], i) +
-                           ")");
-    }
-    if (nbytes != layout.nbytes[i]) {
-      return DataLossError("table entry " + std::to_string(i) + " nbytes: " +
-                           std::to_string(nbytes) + ", expected " +
-                           std::to_string(layout.nbytes[i]) + " (" + TensorLabel(specs[i], i) +
-                           ")");
-    }
-  }
-  return layout.offsets;
+size_t WeightSpecBytes(const WeightSpec& spec) {
+  Result<size_t> bytes = CheckedSpecBytes(spec, 0);
+  return bytes.ok() ? *bytes : std::numeric_limits<size_t>::max();
 }
 
 // ---- PrivateWeightStore --------------------------------------------------------
@@ -832,18 +580,19 @@ Result<std::unique_ptr<HostFloor>> PrivateWeightStore::Materialize(
   // mmap refuses length 0; a floor of 0 bytes still gets one page so that
   // every array pointer is non-null.
   const uint64_t length = PageRound(std::max<uint64_t>(layout.total_bytes, 1));
-  void* p = ::mmap(nullptr, static_cast<size_t>(length), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
+  Result<Mapping> mapped =
+      Mapping::Map(static_cast<size_t>(length), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, Concat("host floor of ", key));
+  if (!mapped.ok()) {
     return ResourceExhaustedError(std::string(key) + ": cannot allocate a host floor of " +
                                   FormatSize(layout.total_bytes) + " (" +
-                                  std::to_string(layout.total_bytes) + " bytes): " +
-                                  ErrnoText(err) + "; free host memory or unpin models");
+                                  std::to_string(layout.total_bytes) +
+                                  " bytes): " + mapped.status().message() +
+                                  "; free host memory or unpin models");
   }
-  Mapping mapping(p, static_cast<size_t>(length));
-  ARBITER_RETURN_IF_ERROR(RunFill(key, mapping.base(), layout, fill));
-  ::mprotect(mapping.base(), mapping.length(), PROT_READ);
+  Mapping mapping = std::move(mapped).value();
+  ARBITER_RETURN_IF_ERROR(RunFill(key, mapping.data(), layout, fill));
+  ::mprotect(mapping.data(), mapping.size_bytes(), PROT_READ);
   return std::unique_ptr<HostFloor>(new PrivateHostFloor(std::move(mapping), layout));
 }
 

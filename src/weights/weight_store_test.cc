@@ -1,12 +1,13 @@
 // Weight stores: private and shared host floors, the shared region protocol
 // across real processes (fork), remnant recovery, sweeps, hostile keys and
-// ValidateSharedRegion (reference/seed-runtime-weights.md §2, §5 item 11 and
-// §6 items 1–5).
+// ValidateSharedRegion (docs/weights.md acceptance 11 and the store defects
+// it lists as fixed).
 //
 // Every shared test uses its own prefix "arbtest-<pid>-<test>" and removes
 // whatever it left under /dev/shm. Children report through pipes; every wait
 // on a child has a fuse (kFuseMs) so a bug fails the test instead of hanging
 // it. Nothing asserts on elapsed time.
+#include "arbiter/weights/region_format.h"
 #include "arbiter/weights/weight_store.h"
 
 #include <dirent.h>

@@ -19,11 +19,14 @@
 #include <string>
 #include <string_view>
 
+#include "arbiter/base/fd.h"
 #include "arbiter/base/status.h"
 
 namespace arbiter {
 
-// A read-only, private mmap of a whole file. Move-only; unmaps on destruction.
+// A read-only, private mmap of a whole file (a Mapping, arbiter/base/fd.h,
+// plus the path). Move-only; unmaps on destruction; a moved MappedFile
+// keeps its mapping's address. The file's fd is closed before Open returns.
 class MappedFile {
  public:
   // Errors: kNotFound (no such file), kPermissionDenied, kInvalidArgument
@@ -34,19 +37,18 @@ class MappedFile {
   static Result<MappedFile> Open(const std::string& path, bool populate = false);
 
   MappedFile() = default;
-  MappedFile(MappedFile&& o) noexcept;
-  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(MappedFile&& o) noexcept = default;
+  MappedFile& operator=(MappedFile&& o) noexcept = default;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
+  ~MappedFile() = default;
 
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
+  const uint8_t* data() const { return mapping_.data(); }
+  size_t size() const { return mapping_.size_bytes(); }
   const std::string& path() const { return path_; }
 
  private:
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+  Mapping mapping_;
   std::string path_;
 };
 

@@ -39,7 +39,9 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 
+#include "arbiter/base/fd.h"
 #include "arbiter/base/mutex.h"
 #include "arbiter/base/status.h"
 
@@ -118,9 +120,11 @@ class CpuDeviceBackend final : public DeviceBackend {
   Status Discard(uint64_t device_offset, size_t size_bytes) override;
 
  private:
-  CpuDeviceBackend(uint8_t* arena, uint64_t arena_bytes) : arena_(arena), arena_bytes_(arena_bytes) {}
+  CpuDeviceBackend(Mapping arena, uint64_t arena_bytes)
+      : arena_mapping_(std::move(arena)), arena_(arena_mapping_.data()), arena_bytes_(arena_bytes) {}
 
-  uint8_t* const arena_;  // null when arena_bytes_ == 0
+  const Mapping arena_mapping_;  // owns the arena; empty when arena_bytes_ == 0
+  uint8_t* const arena_;         // arena_mapping_.data(): null when arena_bytes_ == 0
   const uint64_t arena_bytes_;
 };
 

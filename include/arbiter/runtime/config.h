@@ -113,7 +113,9 @@ struct WeightSettings {
   // not configured here are swept at startup when no process holds them.
   std::string shared_host_weights_prefix = "arbiter";
   ResidencyMode mode = ResidencyMode::kSelfManaged;
-  uint64_t compaction_interval = 0;          // compact after every N-th load; 0 = never
+  // Compact after every N-th weight load; 0 = never. TOML key
+  // [memory].compaction_interval.
+  uint64_t compaction_every_loads = 0;
 };
 
 // `[kv]`: the KV precache (docs/kv-precache.md; docs/config.md "[kv]").

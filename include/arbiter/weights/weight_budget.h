@@ -1,6 +1,6 @@
 // arbiter/weights/weight_budget.h — how much of a device arena the weight
-// cache may use (reference/seed-runtime-weights.md §3 "weight_budget", §5
-// item 10).
+// cache may use (the reference weight runtime's weight_budget; the table
+// below is docs/weights.md acceptance 10).
 //
 // The arena is split into a wiggle reserve (allocator slack, never handed
 // out), the scratch the models need to run (activations, measured by the
@@ -30,15 +30,15 @@
 
 namespace arbiter {
 
-// Defaults of the reference (§3).
+// Defaults of the reference weight runtime.
 inline constexpr double kDefaultWeightFraction = 1.0;  // of the arena
 inline constexpr double kDefaultWeightWiggle = 0.1;    // of the arena
 
 // The solution. All sizes in bytes.
 struct WeightBudget {
-  uint64_t scratch_ceiling = 0;    // arena minus the wiggle reserve
-  uint64_t weight_pool = 0;        // bytes for all weights, pinned included
-  uint64_t on_demand_budget = 0;   // bytes for the LRU (pool minus pinned)
+  size_t scratch_ceiling = 0;    // arena minus the wiggle reserve
+  size_t weight_pool = 0;        // bytes for all weights, pinned included
+  size_t on_demand_budget = 0;   // bytes for the LRU (pool minus pinned)
   bool pinned_over_commit = false; // pinned weights alone exceed the pool
 
   friend bool operator==(const WeightBudget&, const WeightBudget&) = default;
@@ -52,7 +52,7 @@ struct WeightBudget {
 // 699); every result is ≤ arena_bytes.
 // Errors: kInvalidArgument naming the parameter ("fraction", "wiggle") when
 // it is out of range or not a number; nothing else fails.
-Result<WeightBudget> SolveWeightBudget(uint64_t arena_bytes, double fraction, double wiggle,
-                                       uint64_t max_scratch_bytes, uint64_t pinned_bytes);
+Result<WeightBudget> SolveWeightBudget(size_t arena_bytes, double fraction, double wiggle,
+                                       size_t max_scratch_bytes, size_t pinned_bytes);
 
 }  // namespace arbiter

@@ -3,11 +3,12 @@
 // and which are evicted, under the arena's weight budget and the process's
 // MemoryLedger.
 //
-// Implements reference/seed-runtime-weights.md §3 (weight cache: residency
-// states, modes, acquire, set_residency, release_all, preload_pinned,
-// compact, automatic compaction, the scratch reservation of weight_budget)
-// and seed 002 "Weight cache", with §6 items 6–8 corrected. See the design
-// notes at the top of weight_cache.cc.
+// Residency states, modes, acquire, set_residency, release_all,
+// preload_pinned, compact, automatic compaction and the scratch reservation
+// of the weight budget, as the reference weight runtime has them, with its
+// cache defects fixed (docs/weights.md: 'Leaks after a failed transfer',
+// 'Budget between loads', 'Scratch of pinned models'). See the design notes
+// at the top of weight_cache.cc.
 //
 // Concepts:
 //   - A model is registered once (WeightModel): its key, the compute layout
@@ -34,9 +35,10 @@
 //   - Budget: the on-demand budget of SolveWeightBudget(arena, fraction,
 //     wiggle, max_scratch, pinned device bytes), where max_scratch is the
 //     largest registered scratch_bytes of any model, pinned ones included
-//     (defect 8). Resident unpinned + pinned-system device bytes ≤ the
-//     on-demand budget after every operation (defect 7: also after
-//     demotions), except a single model larger than the whole budget, which
+//     (docs/weights.md, 'Scratch of pinned models'). Resident unpinned +
+//     pinned-system device bytes ≤ the on-demand budget after every
+//     operation, demotions included (docs/weights.md, 'Budget between
+//     loads'), except a single model larger than the whole budget, which
 //     evicts everything evictable, is logged as a warning and loads anyway.
 //   - Ledger: every device byte (kDeviceWeights) and host-floor byte
 //     (kHostFloor) is charged to the MemoryLedger with owner
@@ -118,8 +120,8 @@ struct WeightModel {
   WeightFill fill;
   ResidencyState residency = ResidencyState::kUnpinned;
   // Device scratch the model needs to run (activations), bytes; the largest
-  // over all models is the budget's max_scratch (defect 8: pinned included).
-  uint64_t scratch_bytes = 0;
+  // over all models is the budget's max_scratch, pinned ones included.
+  size_t scratch_bytes = 0;
   // Victim order: an idle copy with evict_last set (the server sets it for
   // text-target models) is evicted only when no other idle copy is left;
   // among equals, least recently used first.
@@ -133,8 +135,9 @@ struct WeightCacheOptions {
   ResidencyMode mode = ResidencyMode::kSelfManaged;
   double fraction = kDefaultWeightFraction;  // WeightBudget fraction, (0, 1]
   double wiggle = kDefaultWeightWiggle;      // WeightBudget wiggle, [0, 1)
-  // Compact automatically after every N-th load (0 = never).
-  uint64_t compaction_interval = 0;
+  // Compact automatically after every N-th load, a count of loads (0 =
+  // never). Configured by [memory].compaction_interval.
+  uint64_t compaction_every_loads = 0;
   // Asked for ledger room before the cache evicts its own idle device
   // copies (the runtime's ReclaimPolicy: Note [Reclaim order] in
   // runtime/reclaim_policy.h); null → only the cache's own idle copies.
@@ -155,9 +158,9 @@ struct WeightModelStats {
   bool device_resident = false;
   bool host_resident = false;      // a host floor is held
   bool loading = false;
-  uint64_t weight_bytes = 0;       // Σ WeightSpecBytes: the model's budget unit
-  uint64_t device_bytes = 0;       // the device block (aligned) when resident
-  uint64_t host_bytes = 0;         // the floor's mapped bytes when held
+  size_t weight_bytes = 0;         // Σ WeightSpecBytes: the model's budget unit
+  size_t device_bytes = 0;         // the device block (aligned) when resident
+  size_t host_bytes = 0;           // the floor's mapped bytes when held
   int leases = 0;
   uint64_t loads = 0;
   uint64_t evicts = 0;
@@ -170,11 +173,11 @@ struct WeightModelStats {
 struct WeightCacheStats {
   ResidencyMode mode = ResidencyMode::kSelfManaged;
   WeightBudget budget;              // the current solution
-  uint64_t max_bytes = 0;           // = budget.on_demand_budget
-  uint64_t resident_bytes = 0;      // device bytes of non-device-pinned models
-  uint64_t pinned_bytes = 0;        // device bytes of device-pinned models
-  uint64_t host_bytes = 0;          // Σ host floors' mapped bytes
-  uint64_t max_scratch_bytes = 0;
+  size_t max_bytes = 0;             // = budget.on_demand_budget
+  size_t resident_bytes = 0;        // device bytes of non-device-pinned models
+  size_t pinned_bytes = 0;          // device bytes of device-pinned models
+  size_t host_bytes = 0;            // Σ host floors' mapped bytes
+  size_t max_scratch_bytes = 0;
   uint64_t loads = 0;
   uint64_t evicts = 0;              // device copies freed (any reason but shutdown)
   uint64_t compactions = 0;
@@ -186,8 +189,8 @@ struct WeightCacheStats {
 
 struct CompactResult {
   int reloaded = 0;              // models reloaded from the reload list
-  uint64_t freed_bytes = 0;      // device bytes freed by the compaction
-  uint64_t resident_bytes_after = 0;  // device bytes resident (pinned included) after
+  size_t freed_bytes = 0;        // device bytes freed by the compaction
+  size_t resident_bytes_after = 0;  // device bytes resident (pinned included) after
   std::vector<std::string> skipped_leased;  // resident but leased: left in place
 };
 
@@ -252,8 +255,8 @@ class WeightCache {
   // Errors: kNotFound (unknown key); NotResidentError (externally managed,
   // not resident); kResourceExhausted (the ledger or the arena cannot take
   // it while other models are leased: names the bytes and the holders);
-  // a load error (fill or transfer; what was transferred is freed, defect
-  // 6), prefixed "weights of '<key>': ".
+  // a load error (fill or transfer; what was transferred is freed, see
+  // docs/weights.md 'Leaks after a failed transfer'), prefixed "weights of '<key>': ".
   Result<WeightLease> Acquire(std::string_view key) EXCLUDES(mu_);
 
   // Moves `key` to `target` (see ResidencyState): materializes or drops the
@@ -278,7 +281,7 @@ class WeightCache {
   // Frees device copies of idle (unleased) non-device-pinned models, least
   // recently used first, until `bytes` are freed or none is left (memory
   // pressure: demote device weights to their floors). Returns bytes freed.
-  uint64_t EvictIdle(uint64_t bytes) EXCLUDES(mu_);
+  size_t EvictIdle(size_t bytes) EXCLUDES(mu_);
 
   // Releases everything `key` holds: device copy (pinned too), LRU place,
   // host floor. The model stays registered (kUnpinned).

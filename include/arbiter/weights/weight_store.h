@@ -3,10 +3,10 @@
 // on-demand device load is a pure host→device copy instead of a re-read and
 // re-conversion of the model file.
 //
-// Implements reference/seed-runtime-weights.md §2 (weight stores) and seed
-// 002 "Weight stores (host RAM)": WeightStore, PrivateWeightStore,
-// SharedWeightStore, materialize_host_weights!, release_host_weights!, with
-// the known defects of §6 items 1–5 corrected.
+// The reference weight runtime's host weight stores (WeightStore,
+// PrivateWeightStore, SharedWeightStore; its materialize and release), with
+// its store defects fixed: docs/weights.md lists them ('Permissions of
+// shared regions' through 'Trusting a READY region').
 //
 // Concepts:
 //   - A floor is described by `specs` (arbiter/weights/weight_files.h
@@ -32,17 +32,9 @@
 //   "<shm dir>/<prefix>-<sanitized key>-<digest hex>.lock". The sanitized key
 //   keeps [A-Za-z0-9._-], maps every other byte to '_' and is cut to 64
 //   bytes (the digest, which hashes the whole key, keeps names unique).
-//   Layout (all integers little-endian):
-//     [0, 64)   header: magic "ARBWFLR1" (8 bytes), format version u32 (1),
-//               ready u32 (1 when complete), digest u64, region_bytes u64,
-//               n_tensors u64, table_offset u64 (64), data_offset u64,
-//               reserved to 64 bytes (zero)
-//     [64, data_offset)  table: n_tensors × {offset u64, nbytes u64}
-//     [data_offset, region_bytes)  tensors, each at a 64-byte-aligned
-//               offset, in spec order
-//   A region is READY when its mapping is ≥ region_bytes, the magic,
-//   version and digest match, ready == 1, and its table equals the layout
-//   computed from `specs` (so nothing is ever read past the mapping).
+//   Layout: header, table and tensors, documented and validated in
+//   arbiter/weights/region_format.h. An attacher uses a region only when it
+//   is READY for its own `specs` (ValidateSharedRegion there).
 //   Protocol (flock on the lock file; the reference's, with the fixes;
 //   every flock is non-blocking, so a filler holding the exclusive lock is
 //   "refused", never an unbounded wait):
@@ -51,13 +43,13 @@
 //       unlock; try an exclusive non-blocking flock;
 //       won → re-check READY (someone may have finished meanwhile); else
 //             unlink any remnant (zero-length, truncated, foreign, corrupt:
-//             defect 2 and 5), create exclusively with `mode`, ftruncate,
+//             docs/weights.md 'Zero-length remnants'), create exclusively with `mode`, ftruncate,
 //             write the header with ready 0 and the table, fill, msync,
 //             set ready = 1 last, msync, downgrade to shared; done;
 //       refused → another process is filling (or holds a non-READY region):
 //             sleep poll_interval_ms and retry, but give up after
 //             ready_wait_ms with kDeadlineExceeded naming the region
-//             (defect 3: the reference retries forever).
+//             (docs/weights.md 'Unbounded wait for a stuck filler').
 //     }
 //   A fill or allocation error unlinks the region and its lock file before
 //   Materialize returns. A crash leaves ready = 0: the next creator rebuilds
@@ -75,10 +67,11 @@
 //   hold "exclusive" locks on different inodes.
 //   Permissions: `mode` (default 0600, owner only; 0660 for a group of
 //   workers) applies to the region and its lock file (fchmod after create,
-//   so the umask does not widen or narrow it). Defect 1: the reference
-//   defaults to 0666. /dev/shm is sticky: only a region's owner (or root)
-//   can unlink it, so with 0660 and several users a region outlives a
-//   last holder who is not its owner until SweepOrphans runs as the owner.
+//   so the umask does not widen or narrow it); never 0666 by default
+//   (docs/weights.md 'Permissions of shared regions'). /dev/shm is sticky:
+//   only a region's owner (or root) can unlink it, so with 0660 and several
+//   users a region outlives a last holder who is not its owner until
+//   SweepOrphans runs as the owner.
 //   Region creation reserves its pages (fallocate), so a full /dev/shm is
 //   kResourceExhausted, not a SIGBUS during fill.
 //
@@ -109,9 +102,9 @@ namespace arbiter {
 inline constexpr size_t kHostFloorAlignment = 64;
 
 // prod(shape) × DTypeSize(dtype), in bytes (0 for a tensor with a 0 dim).
-// UINT64_MAX for a spec Materialize rejects (a negative dimension, an
+// SIZE_MAX for a spec Materialize rejects (a negative dimension, an
 // unknown dtype, or a size that overflows 64 bits).
-uint64_t WeightSpecBytes(const WeightSpec& spec);
+size_t WeightSpecBytes(const WeightSpec& spec);
 
 // Writes the floor: `arrays[i]` points at WeightSpecBytes(specs[i])
 // writable, kHostFloorAlignment-aligned bytes (zeroed), in spec order. A
@@ -128,12 +121,12 @@ class HostFloor {
   // long. A 0-byte tensor has a non-null, unique-enough pointer that must not
   // be dereferenced.
   const std::vector<const void*>& arrays() const { return arrays_; }
-  const std::vector<uint64_t>& tensor_bytes() const { return tensor_bytes_; }
+  const std::vector<size_t>& tensor_bytes() const { return tensor_bytes_; }
   // Σ tensor_bytes(): the payload.
-  uint64_t payload_bytes() const { return payload_bytes_; }
+  size_t payload_bytes() const { return payload_bytes_; }
   // Bytes of RAM the floor occupies: the mapping (header, table, padding
   // and payload, page-rounded). What the weight cache charges as kHostFloor.
-  uint64_t mapped_bytes() const { return mapped_bytes_; }
+  size_t mapped_bytes() const { return mapped_bytes_; }
   // True when this Materialize call ran `fill`; false when it attached an
   // existing READY region.
   bool filled_here() const { return filled_here_; }
@@ -143,9 +136,9 @@ class HostFloor {
 
  protected:
   std::vector<const void*> arrays_;
-  std::vector<uint64_t> tensor_bytes_;
-  uint64_t payload_bytes_ = 0;
-  uint64_t mapped_bytes_ = 0;
+  std::vector<size_t> tensor_bytes_;
+  size_t payload_bytes_ = 0;
+  size_t mapped_bytes_ = 0;
   bool filled_here_ = false;
   std::string region_name_;
 };
@@ -195,13 +188,13 @@ struct SharedWeightStoreOptions {
   // Region name prefix (no '/'): regions are "/<prefix>-...". Tests use a
   // unique prefix so they never touch a real server's regions.
   std::string prefix = "arbiter";
-  // Permission bits of regions and lock files. Default owner-only (defect 1).
+  // Permission bits of regions and lock files. Default owner-only.
   uint32_t mode = 0600;
   // Where the regions appear in the file system (for lock files, listing and
   // sweeps); shm_open names map here on Linux.
   std::string shm_dir = "/dev/shm";
   // Bound on waiting for a region another process holds non-READY
-  // (defect 3), in ms.
+  // (docs/weights.md 'Unbounded wait for a stuck filler'), in ms.
   int64_t ready_wait_ms = 30000;
   // Sleep between retries while waiting, in ms (reference: 5).
   int64_t poll_interval_ms = 5;
@@ -220,7 +213,7 @@ class SharedWeightStore final : public WeightStore {
                                                  const std::vector<WeightSpec>& specs,
                                                  const WeightFill& fill) override;
 
-  // Defect 4: unlinks every holder-free region (and its lock file) with this
+  // Unlinks every holder-free region (and its lock file) with this
   // store's prefix whose key is not in `live_keys` (sanitized the same way)
   // — leftovers of models removed from the configuration. Regions in use by
   // any process, and holder-free regions of live keys (kept so a restart
@@ -242,19 +235,5 @@ class SharedWeightStore final : public WeightStore {
   explicit SharedWeightStore(SharedWeightStoreOptions options) : options_(std::move(options)) {}
   const SharedWeightStoreOptions options_;
 };
-
-// Validates a shared region's bytes against the layout of `specs`
-// (everything "READY" means above except the mapping itself): `data` is the
-// mapping, `size` its length. Returns the tensors' offsets from `data` in
-// spec order. Never reads outside [data, data + size).
-// Errors: kDataLoss naming the first mismatch, checked in this order:
-// "header" (size < 64), "magic", "version", "digest", "not ready",
-// "region_bytes", "n_tensors", "table_offset", "data_offset", "reserved",
-// "table entry 3 offset", "table entry 3 nbytes"; kInvalidArgument when
-// `specs` itself is invalid (as Materialize).
-// Exposed for tests and the fuzz target.
-Result<std::vector<uint64_t>> ValidateSharedRegion(const uint8_t* data, size_t size,
-                                                   uint64_t digest,
-                                                   const std::vector<WeightSpec>& specs);
 
 }  // namespace arbiter
