@@ -255,8 +255,8 @@ WeightCache::~WeightCache() {
     }
   }
   for (Victim& v : victims) {
-    pool_->Free(v.block).IgnoreError();
     options_.device->Discard(v.block.offset, v.block.size_bytes).IgnoreError();
+    pool_->Free(v.block).IgnoreError();
     v.charge.Release();
   }
   floors.clear();
@@ -388,10 +388,14 @@ void WeightCache::PickVictimsLocked(uint64_t incoming, const Entry* except,
 
 void WeightCache::FreeVictims(std::vector<Victim>* victims) {
   for (Victim& v : *victims) {
-    Status st = pool_->Free(v.block);
-    if (!st.ok()) spdlog::error("weight cache: freeing '{}': {}", v.entry->model.key, st.message());
-    st = options_.device->Discard(v.block.offset, v.block.size_bytes);
+    // Discard before the block goes back to the pool: once freed, a
+    // concurrent load may be given the same block and fill it, and a discard
+    // after that would zero the new weights under the engine computing from
+    // them (EngineWeightsTest.EvictionsDuringRequestsNeverChangeTokens).
+    Status st = options_.device->Discard(v.block.offset, v.block.size_bytes);
     if (!st.ok()) spdlog::warn("weight cache: {}", st.message());
+    st = pool_->Free(v.block);
+    if (!st.ok()) spdlog::error("weight cache: freeing '{}': {}", v.entry->model.key, st.message());
     v.charge.Release();  // after the memory is really returned
     spdlog::info("weight cache: evicted '{}' from the device ({})", v.entry->model.key,
                  FormatSize(v.block.size_bytes));
@@ -557,8 +561,8 @@ Status WeightCache::LoadDevice(Entry* e) {
   if (!st.ok()) {
     // Free what was transferred (docs/weights.md, 'Leaks after a failed
     // transfer').
+    options_.device->Discard(block->offset, block->size_bytes).IgnoreError();  // before Free
     pool_->Free(*block).IgnoreError();
-    options_.device->Discard(block->offset, block->size_bytes).IgnoreError();
     charge.Release();
     return st;
   }
