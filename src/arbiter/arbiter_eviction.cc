@@ -303,27 +303,6 @@ std::optional<ResidentEntryInfo> MemoryArbiterImpl::NextFitVictim() const {
   return InfoLocked(*best);
 }
 
-std::optional<ResidentEntryInfo> MemoryArbiterImpl::NextPressureVictim() const {
-  MutexLock l(&mu_);
-  const Entry* best = nullptr;
-  std::tuple<int, int64_t, int64_t> best_key{};
-  for (const Entry* e : order_) {
-    if (e->state != ModelState::kLoaded || e->role == ResidentRole::kTextTarget ||
-        Count(e->pin.load(std::memory_order_acquire)) > 0) {
-      continue;
-    }
-    // Role priority first, then least recently used (EvictIdleByPriority).
-    const std::tuple<int, int64_t, int64_t> k{
-        e->priority, e->last_used.load(std::memory_order_acquire), e->loaded_at_ms};
-    if (best == nullptr || k < best_key) {
-      best = e;
-      best_key = k;
-    }
-  }
-  if (best == nullptr) return std::nullopt;
-  return InfoLocked(*best);
-}
-
 size_t MemoryArbiterImpl::ReapIdle() {
   std::vector<Unloaded> unloaded;
   {

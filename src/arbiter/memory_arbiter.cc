@@ -341,10 +341,6 @@ std::optional<ResidentEntryInfo> MemoryArbiter::NextFitVictim() const {
   return impl_->NextFitVictim();
 }
 
-std::optional<ResidentEntryInfo> MemoryArbiter::NextPressureVictim() const {
-  return impl_->NextPressureVictim();
-}
-
 size_t MemoryArbiter::ReapIdle() { return impl_->ReapIdle(); }
 
 std::vector<ResidentEntryInfo> MemoryArbiter::ResidentSnapshot() const {

@@ -161,44 +161,44 @@ KvPrecache* RuntimeImpl::PrecacheFor(const std::string& name) const {
   return kv_ != nullptr ? kv_->Find(name) : nullptr;
 }
 
-ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
+namespace {
+
+// One model's status from the arbiter's and the weight cache's snapshots:
+// ready unless it failed or, externally managed, its weights are off the
+// device.
+ModelStatus ModelStatusFrom(ModelStats m, const std::optional<WeightCacheStats>& w) {
   ModelStatus out;
-  for (ModelStats& m : arbiter_->Stats().models) {
-    if (m.name == name) out.arbiter = std::move(m);
-  }
-  out.arbiter.name = name;
-  out.ready = out.arbiter.state != ModelState::kFailed;
-  if (weights_ != nullptr) {
-    const WeightCacheStats w = weights_->cache->Stats();
-    for (const WeightModelStats& wm : w.models) {
-      if (wm.key != name) continue;
+  out.ready = m.state != ModelState::kFailed;
+  if (w) {
+    for (const WeightModelStats& wm : w->models) {
+      if (wm.key != m.name) continue;
       out.weights = wm;
-      if (w.mode == ResidencyMode::kExternallyManaged && !wm.device_resident) out.ready = false;
+      if (w->mode == ResidencyMode::kExternallyManaged && !wm.device_resident) out.ready = false;
     }
   }
+  out.arbiter = std::move(m);
   return out;
+}
+
+}  // namespace
+
+ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
+  ModelStats found;
+  found.name = name;
+  for (ModelStats& m : arbiter_->Stats().models) {
+    if (m.name == name) found = std::move(m);
+  }
+  std::optional<WeightCacheStats> w;
+  if (weights_ != nullptr) w = weights_->cache->Stats();
+  return ModelStatusFrom(std::move(found), w);
 }
 
 RuntimeStatus RuntimeImpl::Status() const {
   RuntimeStatus s;
   s.arbiter = arbiter_->Stats();
   s.ledger = ledger_->Snapshot();
-  std::optional<WeightCacheStats> w;
-  if (weights_ != nullptr) w = weights_->cache->Stats();
-  s.weights = w;
-  for (const ModelStats& m : s.arbiter.models) {
-    ModelStatus ms;
-    ms.arbiter = m;
-    ms.ready = m.state != ModelState::kFailed;
-    if (w) {
-      for (const WeightModelStats& wm : w->models) {
-        if (wm.key != m.name) continue;
-        ms.weights = wm;
-        if (w->mode == ResidencyMode::kExternallyManaged && !wm.device_resident) ms.ready = false;
-      }
-    }
-    s.models.push_back(std::move(ms));
-  }
+  if (weights_ != nullptr) s.weights = weights_->cache->Stats();
+  for (const ModelStats& m : s.arbiter.models) s.models.push_back(ModelStatusFrom(m, s.weights));
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
   s.next_victim = policy_.Next();
   return s;

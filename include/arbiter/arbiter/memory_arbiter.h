@@ -483,8 +483,6 @@ class MemoryArbiter {
   // The entry ReclaimIdle would evict next (least recently used idle entry
   // that is not a text target), or nullopt.
   std::optional<ResidentEntryInfo> NextFitVictim() const;
-  // The entry EvictIdleByPriority would evict next, or nullopt.
-  std::optional<ResidentEntryInfo> NextPressureVictim() const;
   // Unloads idle entries whose registration has an idle TTL that expired.
   // Returns how many.
   size_t ReapIdle();

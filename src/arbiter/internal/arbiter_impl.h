@@ -204,7 +204,6 @@ class MemoryArbiterImpl {
   void SetPressureLevel(const MemoryPressureEvent& event) EXCLUDES(mu_);
   size_t EvictIdleByPriority(size_t max_entries, UnloadReason reason) EXCLUDES(mu_);
   std::optional<ResidentEntryInfo> NextFitVictim() const EXCLUDES(mu_);
-  std::optional<ResidentEntryInfo> NextPressureVictim() const EXCLUDES(mu_);
   size_t ReapIdle() EXCLUDES(mu_);
   std::vector<ResidentEntryInfo> ResidentSnapshot() const EXCLUDES(mu_);
   MemoryPressureLevel CurrentPressureLevel() const EXCLUDES(mu_);
