@@ -147,19 +147,26 @@ void RunText(ServerContext& ctx, http::Responder& out, TextRequest request, bool
   RunNonStreaming(ctx, out, job);
 }
 
-void HandleChat(ServerContext& ctx, const http::Request& req, http::Responder& out) {
-  Result<ChatRequest> parsed = ParseChatRequest(req.body);
-  if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
-  ChatRequest& r = *parsed;
+// The fields chat and completion requests share.
+template <typename Parsed>
+TextRequest SharedTextFields(Parsed& r) {
   TextRequest t;
   t.model = std::move(r.model);
-  t.chat = true;
-  t.messages = std::move(r.messages);
   t.max_tokens = r.max_tokens;
   t.sampling = r.sampling.ToSamplingParams();
   t.stop = std::move(r.stop);
   t.conversation_id = std::move(r.cache.conversation_id);
   t.cache_ttl = std::move(r.cache.cache_ttl);
+  return t;
+}
+
+void HandleChat(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  Result<ChatRequest> parsed = ParseChatRequest(req.body);
+  if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
+  ChatRequest& r = *parsed;
+  TextRequest t = SharedTextFields(r);
+  t.chat = true;
+  t.messages = std::move(r.messages);
   RunText(ctx, out, std::move(t), r.stream, r.include_usage);
 }
 
@@ -167,18 +174,12 @@ void HandleCompletion(ServerContext& ctx, const http::Request& req, http::Respon
   Result<CompletionRequest> parsed = ParseCompletionRequest(req.body);
   if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   CompletionRequest& r = *parsed;
-  TextRequest t;
-  t.model = std::move(r.model);
+  TextRequest t = SharedTextFields(r);
   t.chat = false;
   t.prompt = std::move(r.prompt);
   t.prompt_ids = std::move(r.prompt_ids);
   t.prompt_is_ids = r.prompt_is_ids;
   t.echo = r.echo;
-  t.max_tokens = r.max_tokens;
-  t.sampling = r.sampling.ToSamplingParams();
-  t.stop = std::move(r.stop);
-  t.conversation_id = std::move(r.cache.conversation_id);
-  t.cache_ttl = std::move(r.cache.cache_ttl);
   RunText(ctx, out, std::move(t), r.stream, r.include_usage);
 }
 
