@@ -1,5 +1,5 @@
-// KvBufferAllocator / KvFloats (Note [KV buffers]): small and large
-// buffers, 2 MiB alignment of the large ones, vector semantics.
+// KvBufferAllocator / KvFloats (Note [KV buffers]): vector semantics over
+// small and large buffers.
 #include "arbiter/engine/kv_snapshot.h"
 
 #include <gtest/gtest.h>
@@ -10,31 +10,9 @@
 namespace arbiter {
 namespace {
 
-TEST(KvBufferTest, LargeBuffersAreHugePageAlignedAndWritable) {
-  for (size_t bytes : {kKvBufferHugeBytes, kKvBufferHugeBytes + 4, size_t{33} << 20}) {
-    SCOPED_TRACE(bytes);
-    void* p = AllocateKvBuffer(bytes);
-    ASSERT_NE(p, nullptr);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kKvBufferHugeBytes, 0u);
-    std::memset(p, 0x5a, bytes);  // every byte is mapped and writable
-    EXPECT_EQ(static_cast<unsigned char*>(p)[bytes - 1], 0x5a);
-    FreeKvBuffer(p, bytes);
-  }
-}
-
-TEST(KvBufferTest, SmallBuffersComeFromTheHeap) {
-  for (size_t bytes : {size_t{1}, size_t{4096}, kKvBufferHugeBytes - 1}) {
-    void* p = AllocateKvBuffer(bytes);
-    ASSERT_NE(p, nullptr);
-    std::memset(p, 1, bytes);
-    FreeKvBuffer(p, bytes);
-  }
-  FreeKvBuffer(nullptr, kKvBufferHugeBytes);  // a no-op
-}
-
 TEST(KvBufferTest, KvFloatsBehavesAsAVector) {
   KvFloats a;
-  a.assign(kKvBufferHugeBytes / sizeof(float) + 3, 0.0f);  // large: its own mapping
+  a.assign(kBufferHugeBytes / sizeof(float) + 3, 0.0f);  // large: its own mapping
   for (float v : a) ASSERT_EQ(v, 0.0f);
   a[7] = 1.5f;
   KvFloats b = a;  // copy

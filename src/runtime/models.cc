@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/buffer_memory.h"
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/model_config.h"
@@ -151,12 +152,14 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   }
   // Freeing the engine (the arbiter unloads it) saves the KV of the
   // conversations its slots hold, then evicts its device weights: the
-  // arbiter's eviction frees the whole model.
+  // arbiter's eviction frees the whole model. Then the heap's free pages go
+  // back too (Note [Where freed memory goes] in base/buffer_memory.cc).
   std::string key = entry.name;
   std::shared_ptr<Engine> shared(engine.release(), [cache, key, precache](Engine* e) {
     if (precache != nullptr) precache->DetachEngine(e);
     delete e;
     if (cache != nullptr) (void)cache->Evict(key);
+    TrimProcessHeap();
   });
   LoadedBackend backend = LoadedBackend::Of(std::move(shared), bytes);
   // Two ledger charges: the KV caches (kv_slot) and the activations (scratch).

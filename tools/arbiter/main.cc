@@ -42,6 +42,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/base/buffer_memory.h"
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/tokenizer.h"
@@ -615,6 +616,7 @@ int RunServe(const ServeFlags& f) {
 
 int main(int argc, char** argv) {
   using namespace arbiter;
+  ConfigureProcessHeap();  // before any thread: Note [Where freed memory goes]
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
 
   CLI::App app{"arbiter — local inference runtime: every model under one memory budget, "

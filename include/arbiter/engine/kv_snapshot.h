@@ -15,27 +15,19 @@
 #include <utility>
 #include <vector>
 
+#include "arbiter/base/buffer_memory.h"
+
 namespace arbiter {
-
-// Buffers of at least this many bytes are mapped on their own, 2 MiB-aligned
-// and MADV_HUGEPAGE (see KvBufferAllocator).
-inline constexpr size_t kKvBufferHugeBytes = size_t{2} << 20;
-
-// Allocates `bytes` for a KV buffer: below kKvBufferHugeBytes with operator
-// new; from there, an anonymous mapping of `bytes` rounded up to 2 MiB,
-// 2 MiB-aligned, advised MADV_HUGEPAGE (base pages where THP is off).
-// Throws std::bad_alloc. Thread-safe.
-void* AllocateKvBuffer(size_t bytes);
-// Frees what AllocateKvBuffer(bytes) returned (the same `bytes`).
-void FreeKvBuffer(void* p, size_t bytes) noexcept;
 
 // The allocator of KvSnapshot::kv (Note [KV buffers] in kv_snapshot.cc):
 //   - value-less construction default-initializes: resize(n) and the count
 //     constructor leave new floats UNINITIALIZED, so a buffer about to be
 //     overwritten (SaveSlot's copy out of the slot, a KV file's parse) is
 //     written once, not zeroed first. Use assign(n, 0.0f) for zeros;
-//   - buffers of ≥ 2 MiB live on transparent huge pages when the kernel
-//     allows it, so a fresh snapshot costs a few faults, not one per 4 KiB.
+//   - memory comes from AllocateBuffer (base/buffer_memory.h): buffers of
+//     ≥ 64 KiB are their own mapping, returned to the OS when freed, and
+//     those of ≥ 2 MiB live on transparent huge pages when the kernel allows
+//     it, so a fresh snapshot costs a few faults, not one per 4 KiB.
 // Stateless: all instances are equal.
 template <typename T>
 struct KvBufferAllocator {
@@ -45,9 +37,9 @@ struct KvBufferAllocator {
   KvBufferAllocator(const KvBufferAllocator<U>&) noexcept {}
   T* allocate(size_t n) {
     if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
-    return static_cast<T*>(AllocateKvBuffer(n * sizeof(T)));
+    return static_cast<T*>(AllocateBuffer(n * sizeof(T)));
   }
-  void deallocate(T* p, size_t n) noexcept { FreeKvBuffer(p, n * sizeof(T)); }
+  void deallocate(T* p, size_t n) noexcept { FreeBuffer(p, n * sizeof(T)); }
   template <typename U>
   void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
     ::new (static_cast<void*>(p)) U;

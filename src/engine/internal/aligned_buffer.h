@@ -2,32 +2,35 @@
 //
 // Every KV cache and scratch buffer of the engine lives in one of these so
 // rows start on a cache line and the vector loops and OpenBLAS see aligned
-// data. (Weights live in a WeightCache's arena, also 64-byte aligned.)
+// data. (Weights live in a WeightCache's arena, also 64-byte aligned.) The
+// memory comes from AllocateBuffer: what the ledger charges for these
+// buffers (kv_slot, scratch) is pre-faulted when allocated and returned to
+// the OS when freed (Note [Where freed memory goes], Note [Charged memory is
+// resident] in base/buffer_memory.cc).
 //
 // Thread safety: thread-compatible (a plain owning array).
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
-#include <cstring>
+#include <cstdint>
 #include <new>
 #include <utility>
 
-namespace arbiter::engine_internal {
+#include "arbiter/base/buffer_memory.h"
 
-inline constexpr size_t kBufferAlignmentBytes = 64;
+namespace arbiter::engine_internal {
 
 class AlignedFloats {
  public:
   AlignedFloats() = default;
-  // Zero-initialised array of `n` floats. Throws std::bad_alloc on failure
-  // (callers at the library boundary catch it).
+  // Zero-initialised array of `n` floats, every page resident. Throws
+  // std::bad_alloc on failure (callers at the library boundary catch it).
   explicit AlignedFloats(size_t n) { Resize(n); }
   AlignedFloats(AlignedFloats&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   AlignedFloats& operator=(AlignedFloats&& o) noexcept {
     if (this != &o) {
-      std::free(data_);
+      FreeBuffer(data_, size_bytes());
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
     }
@@ -35,19 +38,17 @@ class AlignedFloats {
   }
   AlignedFloats(const AlignedFloats&) = delete;
   AlignedFloats& operator=(const AlignedFloats&) = delete;
-  ~AlignedFloats() { std::free(data_); }
+  ~AlignedFloats() { FreeBuffer(data_, size_bytes()); }
 
   // Discards the contents; the new array is zeroed.
   void Resize(size_t n) {
-    std::free(data_);
+    FreeBuffer(data_, size_bytes());
     data_ = nullptr;
     size_ = 0;
     if (n == 0) return;
-    size_t bytes = (n * sizeof(float) + kBufferAlignmentBytes - 1) / kBufferAlignmentBytes *
-                   kBufferAlignmentBytes;
-    void* p = std::aligned_alloc(kBufferAlignmentBytes, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
+    if (n > SIZE_MAX / sizeof(float)) throw std::bad_alloc();
+    void* p = AllocateBuffer(n * sizeof(float));
+    ZeroAndPrefault(p, n * sizeof(float));
     data_ = static_cast<float*>(p);
     size_ = n;
   }
