@@ -231,9 +231,20 @@ MemoryLedgerSnapshot MemoryLedger::Snapshot() const {
   s.over_commits = over_commits_;
   s.refusals = refusals_;
   s.by_kind = by_kind_;
+  s.runtime_bytes = runtime_bytes_;
   s.by_owner = std::map<std::string, MemoryLedgerSnapshot::OwnerUsage>(by_owner_.begin(),
                                                                       by_owner_.end());
   return s;
+}
+
+void MemoryLedger::SetRuntimeBytes(uint64_t bytes) {
+  MutexLock l(&mu_);
+  runtime_bytes_ = bytes;
+}
+
+uint64_t MemoryLedger::runtime_bytes() const {
+  MutexLock l(&mu_);
+  return runtime_bytes_;
 }
 
 // ---------------------------------------------------------------------------

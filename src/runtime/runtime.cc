@@ -19,6 +19,20 @@
 //      then the ledger.
 // The reclaim policy's targets stay valid until step 5: nothing can ask for
 // room after step 3.
+//
+// Note [Runtime bytes]
+// The ledger charges what models own; the rest of the process's resident
+// memory (binary data, tokenizers, thread stacks, OpenBLAS buffers, HTTP
+// buffers, the heap) is the ledger's runtime_bytes, so that charged +
+// runtime can be compared with what the kernel says (docs/memory.md "The
+// ledger is the truth"). It cannot be told apart from model memory while
+// models are loaded, so it is measured whenever nothing is charged and
+// nothing is loading — at the end of Create(), on every Status() and every
+// KV maintenance pass that finds the ledger empty — as the process's
+// RssAnon + RssShmem then. It follows the process up (thread stacks and
+// pools created by the first requests) and down (the heap trimmed after an
+// unload); between such moments it keeps its last value, and what it misses
+// shows up as unaccounted_bytes in /admin/status.
 #include "runtime/internal/runtime_impl.h"
 
 #include <algorithm>
@@ -29,6 +43,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/size.h"
+#include "arbiter/memory/system_memory.h"
 
 namespace arbiter {
 
@@ -88,7 +103,19 @@ arbiter::Status RuntimeImpl::Build() {
   pressure_sub_ = pressure_->composite->Subscribe(
       [this](const MemoryPressureEvent& e) { policy_.OnPressure(e); });
   kv_thread_ = std::thread([this] { KvMaintenanceLoop(); });
+  MeasureRuntimeBytes();
   return OkStatus();
+}
+
+void RuntimeImpl::MeasureRuntimeBytes() const {
+  // Empty before and after the read: no charge or load overlapped it.
+  auto empty = [this] {
+    return ledger_->charged_bytes() == 0 && arbiter_->Stats().loading_bytes == 0;
+  };
+  if (!empty()) return;
+  Result<ProcessMemoryInfo> mem = ReadProcessMemory();
+  if (!mem.ok() || !empty()) return;
+  ledger_->SetRuntimeBytes(mem->resident_bytes());
 }
 
 void RuntimeImpl::Shutdown() {
@@ -194,9 +221,15 @@ ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
 }
 
 RuntimeStatus RuntimeImpl::Status() const {
+  MeasureRuntimeBytes();
   RuntimeStatus s;
   s.arbiter = arbiter_->Stats();
   s.ledger = ledger_->Snapshot();
+  if (Result<ProcessMemoryInfo> mem = ReadProcessMemory(); mem.ok()) {
+    s.process_resident_bytes = mem->resident_bytes();
+    s.unaccounted_bytes = static_cast<int64_t>(mem->resident_bytes()) -
+                          static_cast<int64_t>(s.ledger.charged_bytes + s.ledger.runtime_bytes);
+  }
   if (weights_ != nullptr) s.weights = weights_->cache->Stats();
   for (const ModelStats& m : s.arbiter.models) s.models.push_back(ModelStatusFrom(m, s.weights));
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
@@ -342,7 +375,8 @@ ArbiterEventSubscription RuntimeImpl::OnEvent(ArbiterEventListener listener) {
 // One thread per runtime. Every [kv] eviction_interval: the disk tier's
 // sweep (expired files, disk budget), the prompt cache's expired entries,
 // and each text model's idle conversations (persisted .long, closed). Every
-// [kv] keepalive_interval: each loaded text model's keep-alive. A model that
+// [kv] keepalive_interval: each loaded text model's keep-alive. (Each
+// eviction pass also re-measures runtime_bytes: Note [Runtime bytes].) A model that
 // is not loaded is never loaded for this: its engine is taken only while the
 // arbiter reports it resident (a handle keeps it so during the pass).
 void RuntimeImpl::KvMaintenanceLoop() {
@@ -362,6 +396,7 @@ void RuntimeImpl::KvMaintenanceLoop() {
     if (now >= next_evict) {
       next_evict = now + std::chrono::milliseconds(evict_every);
       KvEvictionPass();
+      MeasureRuntimeBytes();
     }
     if (now >= next_keepalive) {
       next_keepalive = now + std::chrono::milliseconds(keepalive_every);

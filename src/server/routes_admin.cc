@@ -68,8 +68,10 @@ void HandleMetrics(ServerContext& ctx, http::Responder& out) {
   }
   http::Response res;
   res.content_type = "text/plain; version=0.0.4";
+  const server_internal::ProcessMemorySample process{s.process_resident_bytes,
+                                                     s.unaccounted_bytes};
   res.body = ctx.metrics->Scrape(s.arbiter, s.ledger, s.weights ? &*s.weights : nullptr,
-                                 k ? &*k : nullptr);
+                                 k ? &*k : nullptr, &process);
   out.Send(std::move(res));
 }
 

@@ -225,6 +225,17 @@ TEST_F(RoutesTest, MetricsAndModels) {
   auto m = Call("GET /metrics");
   EXPECT_EQ(m->status(), 200);
   EXPECT_NE(m->body().find("arbiter_"), std::string::npos);
+  for (const char* series : {"arbiter_memory_runtime_bytes ", "arbiter_process_resident_bytes ",
+                             "arbiter_memory_unaccounted_bytes "}) {
+    EXPECT_NE(m->body().find(series), std::string::npos) << series;
+  }
+  // The measured side of the ledger (docs/memory.md "The ledger is the truth").
+  json st = Body(*Call("GET /admin/status"));
+  EXPECT_GT(st["runtime_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(st["process_resident_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(st["unaccounted_bytes"].get<int64_t>(),
+            st["process_resident_bytes"].get<int64_t>() - st["charged_bytes"].get<int64_t>() -
+                st["runtime_bytes"].get<int64_t>());
   json models = Body(*Call("GET /v1/models"));
   EXPECT_EQ(models["data"].size(), 2u);
 }

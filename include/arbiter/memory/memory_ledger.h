@@ -89,6 +89,10 @@ struct MemoryLedgerSnapshot {
   // Times TryCharge()/Resize() were refused with kResourceExhausted.
   uint64_t refusals = 0;
   ChargeKindBytes by_kind{};  // indexed by static_cast<size_t>(ChargeKind)
+  // The process's own memory that no model owns (SetRuntimeBytes): part of
+  // the ledger's view of the process, not of charged_bytes, not against the
+  // budget.
+  uint64_t runtime_bytes = 0;
 
   struct OwnerUsage {
     ChargeKindBytes by_kind{};
@@ -183,6 +187,14 @@ class MemoryLedger {
 
   MemoryLedgerSnapshot Snapshot() const EXCLUDES(mu_);
 
+  // The process's own resident memory that no charge covers (binary,
+  // tokenizers, thread stacks, BLAS and HTTP buffers), as measured by the
+  // runtime (docs/memory.md "The ledger is the truth"). Reported next to
+  // charged_bytes so charged + runtime can be compared with the process's
+  // RSS; never counted against the budget (the headroom covers it).
+  void SetRuntimeBytes(uint64_t bytes) EXCLUDES(mu_);
+  uint64_t runtime_bytes() const EXCLUDES(mu_);
+
   // Lock-free: whether charged > budget (budget ≠ 0) as of the last change.
   // A hint for hot paths (the MemoryArbiter's acquire fast path takes its
   // slow path, which evicts to fit, while it is true); a concurrent change
@@ -222,6 +234,7 @@ class MemoryLedger {
   uint64_t peak_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t over_commits_ GUARDED_BY(mu_) = 0;
   uint64_t refusals_ GUARDED_BY(mu_) = 0;
+  uint64_t runtime_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   ChargeKindBytes by_kind_ GUARDED_BY(mu_){};
   // Hashed (charge/release are O(1) with many owners, e.g. 1000 resident

@@ -136,6 +136,13 @@ struct RuntimeStatus {
   std::vector<ModelStatus> models;          // configuration order
   std::string pressure_source;              // "cgroup" | "psi" | "meminfo" | "none"
   std::optional<NextVictim> next_victim;    // the reclaim policy's next model
+  // The measured side of the ledger (docs/memory.md "The ledger is the
+  // truth"): RssAnon + RssShmem of the process at the time of the status,
+  // and that minus ledger.charged_bytes minus ledger.runtime_bytes, signed
+  // (positive: memory the ledger does not know of). 0 and 0 when
+  // /proc/self/status cannot be read.
+  uint64_t process_resident_bytes = 0;
+  int64_t unaccounted_bytes = 0;
 };
 
 struct KvModelStatus {

@@ -64,6 +64,9 @@ class RuntimeImpl final : public Runtime {
 
  private:
   void KvMaintenanceLoop();
+  // Re-measures the ledger's runtime_bytes while no model memory is charged
+  // or loading (Note [Runtime bytes] in runtime.cc); a no-op otherwise.
+  void MeasureRuntimeBytes() const;
   void KvEvictionPass();
   void StopMaintenance();
 

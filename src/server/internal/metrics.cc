@@ -50,6 +50,22 @@ ServerMetrics::ServerMetrics()
                           .Help("Bytes of loaded models")
                           .Register(*registry_)
                           .Add({})),
+      runtime_bytes_(BuildGauge()
+                         .Name("arbiter_memory_runtime_bytes")
+                         .Help("The process's own memory that no model owns, measured while "
+                               "nothing is charged (not against the budget)")
+                         .Register(*registry_)
+                         .Add({})),
+      process_resident_bytes_(BuildGauge()
+                                  .Name("arbiter_process_resident_bytes")
+                                  .Help("RssAnon + RssShmem of the process")
+                                  .Register(*registry_)
+                                  .Add({})),
+      unaccounted_bytes_(BuildGauge()
+                             .Name("arbiter_memory_unaccounted_bytes")
+                             .Help("process_resident - charged - runtime bytes (signed)")
+                             .Register(*registry_)
+                             .Add({})),
       model_resident_(BuildGauge()
                           .Name("arbiter_model_resident")
                           .Help("1 when the model is loaded, else 0")
@@ -185,7 +201,8 @@ void ServerMetrics::OnHttpRequest(std::string_view route, int status) {
 }
 
 std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnapshot& ledger,
-                                  const WeightCacheStats* w, const KvMetricsSample* kv) {
+                                  const WeightCacheStats* w, const KvMetricsSample* kv,
+                                  const ProcessMemorySample* process) {
   {
     MutexLock l(&mu_);
     if (kv != nullptr) {
@@ -262,6 +279,11 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
     budget_bytes_.Set(static_cast<double>(s.budget_bytes));
     charged_bytes_.Set(static_cast<double>(s.charged_bytes));
     resident_bytes_.Set(static_cast<double>(s.resident_bytes));
+    runtime_bytes_.Set(static_cast<double>(ledger.runtime_bytes));
+    if (process != nullptr) {
+      process_resident_bytes_.Set(static_cast<double>(process->resident_bytes));
+      unaccounted_bytes_.Set(static_cast<double>(process->unaccounted_bytes));
+    }
     for (const ModelStats& m : s.models) {
       const prometheus::Labels labels{{"model", m.name},
                                       {"capability", std::string(CapabilityName(m.capability))}};

@@ -81,6 +81,13 @@ struct KvMetricsSample {
   uint64_t disk_bytes = 0;
 };
 
+// The process's measured memory, next to the ledger (docs/memory.md "The
+// ledger is the truth").
+struct ProcessMemorySample {
+  uint64_t resident_bytes = 0;    // RssAnon + RssShmem
+  int64_t unaccounted_bytes = 0;  // resident − charged − runtime, signed
+};
+
 class ServerMetrics {
  public:
   ServerMetrics();
@@ -92,9 +99,11 @@ class ServerMetrics {
   // exposition of every series.
   // `weights` may be null (no weight series then).
   // `kv` may be null (no KV series then).
+  // `process` may be null (no process series then): the measured side of
+  // the ledger (RuntimeStatus::process_resident_bytes, unaccounted_bytes).
   std::string Scrape(const ArbiterStats& stats, const MemoryLedgerSnapshot& ledger,
-                     const WeightCacheStats* weights, const KvMetricsSample* kv = nullptr)
-      EXCLUDES(mu_);
+                     const WeightCacheStats* weights, const KvMetricsSample* kv = nullptr,
+                     const ProcessMemorySample* process = nullptr) EXCLUDES(mu_);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -107,6 +116,9 @@ class ServerMetrics {
   prometheus::Gauge& budget_bytes_;
   prometheus::Gauge& charged_bytes_;
   prometheus::Gauge& resident_bytes_;
+  prometheus::Gauge& runtime_bytes_;
+  prometheus::Gauge& process_resident_bytes_;
+  prometheus::Gauge& unaccounted_bytes_;
   prometheus::Family<prometheus::Gauge>& model_resident_;
   prometheus::Family<prometheus::Gauge>& model_bytes_;
   prometheus::Family<prometheus::Gauge>& charged_by_kind_;

@@ -87,6 +87,9 @@ json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
   }
   json j = {{"budget_bytes", s.budget_bytes},
             {"charged_bytes", s.charged_bytes},
+            {"runtime_bytes", st.ledger.runtime_bytes},
+            {"process_resident_bytes", st.process_resident_bytes},
+            {"unaccounted_bytes", st.unaccounted_bytes},
             {"resident_bytes", s.resident_bytes},
             {"loading_bytes", s.loading_bytes},
             {"resident_models", s.resident_models},

@@ -1,0 +1,91 @@
+// The ledger is the truth, on a real Runtime (tiny model, real engine, real
+// KV slots): charged + runtime matches the process's RssAnon + RssShmem
+// while a model is loaded (its KV slots pre-faulted: Note [Charged memory is
+// resident]), and the memory comes back when it is unloaded (Note [Where
+// freed memory goes]). Tolerances are counted in pages.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "arbiter/runtime/runtime.h"
+#include "runtime/testing/tiny_runtime.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t Pages(int64_t bytes) { return bytes / static_cast<int64_t>(::sysconf(_SC_PAGESIZE)); }
+
+class MemoryTruthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<fs::path> dir = testing::MakeTinyModelDir("memory-truth-test");
+    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+    dir_ = *dir;
+    // 4 slots of the tiny model's longest context (2,048 tokens) and the
+    // prefill scratch for it: ~25 MiB charged as kv_slot and scratch.
+    Config c = testing::TinyRuntimeConfig(dir_, (dir_ / "state").string(),
+                                          {{"chat", Capability::kText}});
+    c.models[0].ctx = 16384;
+    c.models[0].parallel = 4;
+    Result<std::unique_ptr<Runtime>> rt = Runtime::Create(c);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+  }
+  void TearDown() override {
+    if (rt_) rt_->Shutdown();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void Chat() {
+    TextRequest t;
+    t.model = "chat";
+    t.messages = {{"user", "hello"}};
+    t.max_tokens = 2;
+    Result<std::unique_ptr<TextGeneration>> g = rt_->StartText(std::move(t));
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_TRUE((*g)->Run(nullptr, nullptr).ok());
+  }
+
+  fs::path dir_;
+  std::unique_ptr<Runtime> rt_;
+};
+
+TEST_F(MemoryTruthTest, LedgerPlusRuntimeMatchesResidentMemoryAndComesBack) {
+  const RuntimeStatus idle = rt_->Status();
+  ASSERT_GT(idle.process_resident_bytes, 0u);
+  EXPECT_EQ(idle.ledger.charged_bytes, 0u);
+  EXPECT_GT(idle.ledger.runtime_bytes, 0u);  // measured while nothing is charged
+  EXPECT_LE(std::llabs(Pages(idle.unaccounted_bytes)), 256);
+
+  Chat();
+  const RuntimeStatus loaded = rt_->Status();
+  ASSERT_GE(loaded.ledger.kind_bytes(ChargeKind::kKvSlot), 4ull << 20);
+  ASSERT_GE(loaded.ledger.charged_bytes, 20ull << 20);
+  // Charged and untouched would be about −20 MiB here; leaked, positive.
+  EXPECT_LE(std::llabs(Pages(loaded.unaccounted_bytes)), 1024)
+      << "charged " << loaded.ledger.charged_bytes << " runtime " << loaded.ledger.runtime_bytes
+      << " resident " << loaded.process_resident_bytes;
+
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(rt_->UnloadModel("chat", 10000).ok());
+    Chat();
+  }
+  ASSERT_TRUE(rt_->UnloadModel("chat", 10000).ok());
+  const RuntimeStatus after = rt_->Status();
+  EXPECT_EQ(after.ledger.charged_bytes, 0u);
+  // The KV slots' pages went back to the OS: resident is within 2 MiB of idle.
+  EXPECT_LE(Pages(static_cast<int64_t>(after.process_resident_bytes) -
+                  static_cast<int64_t>(idle.process_resident_bytes)),
+            512)
+      << "idle " << idle.process_resident_bytes << " after " << after.process_resident_bytes;
+}
+
+}  // namespace
+}  // namespace arbiter
