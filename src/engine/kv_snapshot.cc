@@ -19,9 +19,9 @@
 //   - every snapshot of ≥ 64 KiB is its own mapping, so the memory of a
 //     dropped prompt-cache entry goes back to the OS when its charge is
 //     released (Note [Where freed memory goes] in base/buffer_memory.cc).
-// Cost: up to 2 MiB − 4 KiB of address space past the end of each large
-// buffer (resident only if the huge page is); the prompt cache charges
-// MemoryBytes(), not the rounded size. Snapshots are not pre-faulted (Note
+// The tail of a large buffer past its last whole 2 MiB is on base pages, so
+// nothing beyond the buffer is resident and the prompt cache's charge
+// (MemoryBytes()) is what it holds. Snapshots are not pre-faulted (Note
 // [Charged memory is resident]): they are written in full before they are
 // charged.
 #include "arbiter/engine/kv_snapshot.h"

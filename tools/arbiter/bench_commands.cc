@@ -14,6 +14,7 @@
 #include "bench/arbiter_bench.h"
 #include "bench/decode_bench.h"
 #include "bench/kv_bench.h"
+#include "bench/memory_bench.h"
 #include "bench/weights_bench.h"
 
 namespace arbiter {
@@ -70,6 +71,15 @@ int RunKv(const KvBenchOptions& options, bool json) {
   return 0;
 }
 
+int RunMemory(const MemoryBenchOptions& options, bool json) {
+  // As RunDecode: keep stdout to the report.
+  spdlog::set_level(spdlog::level::warn);
+  Result<MemoryBenchResult> r = RunMemoryBench(options);
+  if (!r.ok()) return Fail("memory", r.status());
+  std::cout << (json ? FormatMemoryBenchJson(*r) : FormatMemoryBench(*r));
+  return r->all_within() ? 0 : 1;
+}
+
 }  // namespace
 
 struct BenchCommands::Commands {
@@ -77,6 +87,7 @@ struct BenchCommands::Commands {
   CLI::App* arbiter = nullptr;
   CLI::App* weights = nullptr;
   CLI::App* kv = nullptr;
+  CLI::App* memory = nullptr;
   DecodeFlags decode_flags;
   int arbiter_iterations = 100000;
   bool arbiter_json = false;
@@ -84,6 +95,8 @@ struct BenchCommands::Commands {
   bool weights_json = false;
   KvBenchOptions kv_options;
   bool kv_json = false;
+  MemoryBenchOptions memory_options;
+  bool memory_json = false;
 };
 
 BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Commands>()) {
@@ -164,13 +177,32 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
                    "Run one scenario: ttft, save_restore, shared_prefix or qa (default: all)")
       ->check(CLI::IsMember({"ttft", "save_restore", "shared_prefix", "qa"}));
   c.kv->add_flag("--json", c.kv_json, "Print the result as JSON");
+
+  MemoryBenchOptions& m = c.memory_options;
+  c.memory = bench->add_subcommand(
+      "memory",
+      "The ledger against the kernel: walks idle → demo-chat loaded → + demo-embed → + "
+      "conversations parked in the prompt cache → + a pinned_system host floor → + the same "
+      "floor attached by a second `arbiter serve` → everything unloaded, and prints per state "
+      "the ledger by kind, RssAnon + RssShmem and their ratio. Exits 1 when a state is off by "
+      "more than max(5 %, 16 MiB). See docs/BENCHMARKS.md \"Memory truth\"");
+  m.arbiter_binary = "/proc/self/exe";
+  c.memory->add_option("--chat", m.chat_dir, "demo-chat model directory (default: generated)");
+  c.memory->add_option("--embed", m.embed_dir, "demo-embed model directory (default: generated)");
+  c.memory->add_option("--conversations", m.conversations, "Conversations parked (default 8)")
+      ->check(CLI::PositiveNumber);
+  c.memory->add_option("--prompt-tokens", m.prompt_tokens,
+                       "About this many tokens per conversation (default 400)")
+      ->check(CLI::PositiveNumber);
+  c.memory->add_flag("--json", c.memory_json, "Print the result as JSON");
 }
 
 BenchCommands::~BenchCommands() = default;
 
 bool BenchCommands::parsed() const {
   const Commands& c = *commands_;
-  return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed();
+  return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed() ||
+         c.memory->parsed();
 }
 
 int BenchCommands::Run() {
@@ -179,6 +211,7 @@ int BenchCommands::Run() {
   if (c.arbiter->parsed()) return RunArbiter(c.arbiter_iterations, c.arbiter_json);
   if (c.weights->parsed()) return RunWeights(c.weights_options, c.weights_json);
   if (c.kv->parsed()) return RunKv(c.kv_options, c.kv_json);
+  if (c.memory->parsed()) return RunMemory(c.memory_options, c.memory_json);
   return 2;  // not parsed: bad usage
 }
 
