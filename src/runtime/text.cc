@@ -69,7 +69,7 @@ class TextGenerationImpl final : public TextGeneration {
   const std::vector<int32_t>& prompt_ids() const override { return request_.prompt_ids; }
   const std::string& echo_text() const override { return echo_; }
 
-  Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) override {
+  Result<TextResult> Run(const TextCallback& on_text, const Cancellation& cancelled) override {
     if (!handle_.valid()) {
       return FailedPreconditionError("TextGeneration::Run called twice");
     }
@@ -135,7 +135,7 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
   return std::unique_ptr<TextGeneration>(std::move(job));
 }
 
-Result<EmbedResult> RuntimeImpl::Embed(const EmbedRequest& r, const CancelFn& cancelled) {
+Result<EmbedResult> RuntimeImpl::Embed(const EmbedRequest& r, const Cancellation& cancelled) {
   ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(r.model));
   ARBITER_RETURN_IF_ERROR(CheckCapability(r.model, cap, Capability::kEmbedding));
   ARBITER_ASSIGN_OR_RETURN(ArbiterHandle handle, AcquireModel(r.model, Capability::kEmbedding));

@@ -4,12 +4,14 @@
 // edge (openai.h), hands it to the Runtime, and serializes the result.
 //
 // Note [Cancellation]
-// Every generation gets a CancelFn, polled by the engine between tokens and
-// while waiting for a slot. It returns true when the server is stopping, or
-// the client is gone: the transport keeps reading the connection while the
-// handler runs and marks the Responder cancelled on EOF or a reset, for
-// streaming and non-streaming requests alike; a failed stream write cancels
-// too.
+// Every generation and embedding gets its Responder's CancelToken, checked by
+// the engine between tokens and waking a wait for a KV slot at once (no
+// polling). The transport fires it when the client is gone — it keeps
+// reading the connection while the handler runs and cancels the Responder
+// on EOF or a reset, for streaming and non-streaming requests alike — when
+// a stream write fails or times out, and when the server stops (Stop()
+// cancels every Responder being answered). A stream also stops when a
+// write returns false (the TextCallback's result).
 #include <ctime>
 #include <memory>
 #include <string>
@@ -45,8 +47,8 @@ Usage UsageOf(const GenerationResult& g) {
 
 // The text runner: one admitted generation answered as JSON.
 void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
-  CancelFn cancel = [&ctx, &out] { return Cancelled(ctx, out); };
-  Result<TextResult> result = job.generation->Run([](std::string_view) { return true; }, cancel);
+  Result<TextResult> result =
+      job.generation->Run([](std::string_view) { return true; }, out.cancel_token());
   std::vector<std::pair<std::string, std::string>> headers;
   if (result.ok() && result->kv.slot >= 0) {
     const KvOutcome& kv = result->kv;
@@ -100,8 +102,7 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
                          : CompletionChunkJson(job.id, job.created, job.model, text, nullptr,
                                                job.include_usage));
   };
-  CancelFn cancel = [&] { return !client_ok || Cancelled(ctx, out); };
-  Result<TextResult> result = job.generation->Run(on_text, cancel);
+  Result<TextResult> result = job.generation->Run(on_text, out.cancel_token());
   if (!client_ok) {
     spdlog::info("stream {}: client went away; generation stopped", job.id);
     return;
@@ -190,8 +191,7 @@ void HandleEmbeddings(ServerContext& ctx, const http::Request& req, http::Respon
   e.model = parsed->model;
   e.inputs = std::move(parsed->input);
   e.dimensions = parsed->dimensions;
-  CancelFn cancel = [&ctx, &out] { return Cancelled(ctx, out); };
-  Result<EmbedResult> r = ctx.runtime->Embed(e, cancel);
+  Result<EmbedResult> r = ctx.runtime->Embed(e, out.cancel_token());
   if (!r.ok()) return SendStatus(out, r.status());
   SendJson(out, 200, EmbeddingsJson(e.model, r->vectors, parsed->base64, r->prompt_tokens));
 }

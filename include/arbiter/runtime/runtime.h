@@ -89,12 +89,14 @@ class TextGeneration {
   virtual const std::vector<int32_t>& prompt_ids() const = 0;
   // Completion with echo: the prompt text to prepend; else "".
   virtual const std::string& echo_text() const = 0;
-  // Generates; `on_text` receives each piece of text (return false to stop),
-  // `cancelled` is polled between tokens. Cancellation is not an error
+  // Generates; `on_text` receives each piece of text (return false to stop).
+  // `cancelled` is checked between tokens; while the run waits for a KV
+  // slot its token wakes the wait at once (a predicate-only Cancellation is
+  // polled: base/cancel.h). Cancellation is not an error
   // (finish_reason kCancelled). Errors: the engine's (kNotResident when
   // externally managed weights were demoted since the acquire,
   // kBudgetExceeded when reloading them cannot get room, kInvalidArgument).
-  virtual Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) = 0;
+  virtual Result<TextResult> Run(const TextCallback& on_text, const Cancellation& cancelled) = 0;
 };
 
 struct EmbedRequest {
@@ -211,8 +213,9 @@ class Runtime {
   virtual Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) = 0;
 
   // Embeds every input. Errors: as StartText's acquire, kInvalidRequest
-  // (dimensions), kContextLengthExceeded, kCancelled.
-  virtual Result<EmbedResult> Embed(const EmbedRequest& request, const CancelFn& cancelled) = 0;
+  // (dimensions), kContextLengthExceeded, kCancelled (`cancelled` as Run's).
+  virtual Result<EmbedResult> Embed(const EmbedRequest& request,
+                                    const Cancellation& cancelled) = 0;
 
   virtual RuntimeStatus Status() const = 0;
   // The KV tiers; without `with_files` the file list stays empty (the

@@ -32,7 +32,7 @@ class RuntimeImpl final : public Runtime {
   const Config& config() const override { return config_; }
   std::vector<std::pair<std::string, Capability>> ModelNames() const override;
   Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) override;
-  Result<EmbedResult> Embed(const EmbedRequest& request, const CancelFn& cancelled) override;
+  Result<EmbedResult> Embed(const EmbedRequest& request, const Cancellation& cancelled) override;
   RuntimeStatus Status() const override;
   Result<KvStatus> Kv(bool with_files = true) const override;
   Result<ModelStatus> LoadModel(const std::string& name) override;

@@ -52,10 +52,6 @@ void SendError(http::Responder& out, int status, std::string_view message, std::
                std::string_view code, int retry_after_s = 0);
 // The error `status` maps to through the one table (errors.h).
 void SendStatus(http::Responder& out, const Status& status);
-// Cancellation of a handler: the client went away or the server stops.
-inline bool Cancelled(const ServerContext& ctx, const http::Responder& out) {
-  return ctx.stopping.load() || out.cancelled();
-}
 
 // The route groups (routes_openai.cc, routes_admin.cc). The context must
 // outlive the routes.

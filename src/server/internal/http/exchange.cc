@@ -154,6 +154,7 @@ bool Exchange::Write(std::string_view chunk) {
     frame.assign(chunk);
   }
   const bool on_loop = s_->OnLoopThread();
+  bool fired = false, appended = false;
   const auto no_progress =
       std::chrono::seconds(std::max(1, s_->options.write_timeout_s)) + kWriteFuseSlack;
   {
@@ -177,9 +178,15 @@ bool Exchange::Write(std::string_view chunk) {
         break;
       }
     }
-    if (gone_ || s_->stopping.load()) return false;
-    Append(std::move(frame));
+    if (gone_ || s_->stopping.load()) {
+      fired = cancelled_.load();
+    } else {
+      Append(std::move(frame));
+      appended = true;
+    }
   }
+  if (fired) cancel_source_.Cancel();  // outside mu_: wakes waiters on other locks
+  if (!appended) return false;
   PostPump();
   return true;
 }
@@ -218,10 +225,13 @@ void Exchange::Finish() {
 }
 
 void Exchange::Cancel() {
-  MutexLock l(&mu_);
-  gone_ = true;
-  cancelled_.store(true);
-  space_.SignalAll();
+  {
+    MutexLock l(&mu_);
+    gone_ = true;
+    cancelled_.store(true);
+    space_.SignalAll();
+  }
+  cancel_source_.Cancel();  // outside mu_: the callbacks take other locks
 }
 
 Exchange::Take Exchange::TakeOutbox() {

@@ -49,6 +49,7 @@ class Exchange final : public Responder, public std::enable_shared_from_this<Exc
   bool Write(std::string_view chunk) override EXCLUDES(mu_);
   void End() override EXCLUDES(mu_);
   bool cancelled() const override;
+  CancelToken cancel_token() const override { return cancel_source_.token(); }
 
   // Called by the transport after the handler returned: answers 500 for a
   // handler that did not, ends an open stream, and marks the response
@@ -97,6 +98,8 @@ class Exchange final : public Responder, public std::enable_shared_from_this<Exc
   std::string outbox_ GUARDED_BY(mu_);
   size_t unwritten_ GUARDED_BY(mu_) = 0;  // in the outbox or being written
   std::atomic<bool> cancelled_{false};
+  // Fired (outside mu_) whenever cancelled_ is set.
+  CancelSource cancel_source_;
 };
 
 }  // namespace arbiter::http

@@ -53,6 +53,7 @@ class FakeResponder final : public Responder {
     body_.append(chunk);
     if (cancel_after_writes_ > 0 && static_cast<int>(chunks_.size()) >= cancel_after_writes_) {
       cancelled_.store(true);
+      source_.Cancel();
     }
     return true;
   }
@@ -61,9 +62,13 @@ class FakeResponder final : public Responder {
     ended_ = true;
   }
   bool cancelled() const override { return cancelled_.load(); }
+  CancelToken cancel_token() const override { return source_.token(); }
 
   // The client hangs up now / after `n` successful Write()s.
-  void Cancel() { cancelled_.store(true); }
+  void Cancel() {
+    cancelled_.store(true);
+    source_.Cancel();
+  }
   void CancelAfterWrites(int n) {
     MutexLock l(&mu_);
     cancel_after_writes_ = n;
@@ -105,6 +110,7 @@ class FakeResponder final : public Responder {
   bool ended_ GUARDED_BY(mu_) = false;
   int cancel_after_writes_ GUARDED_BY(mu_) = 0;
   std::atomic<bool> cancelled_{false};
+  CancelSource source_;
 };
 
 }  // namespace arbiter::http

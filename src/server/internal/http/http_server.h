@@ -98,6 +98,7 @@
 #include <utility>
 #include <vector>
 
+#include "arbiter/base/cancel.h"
 #include "arbiter/base/status.h"
 
 namespace arbiter::http {
@@ -181,6 +182,11 @@ class Responder {
   // True once the peer hung up (Note [Client gone]), a write failed, or the
   // server is stopping. Cheap; polled by generation between tokens.
   virtual bool cancelled() const = 0;
+
+  // Fires when cancelled() becomes true (hang-up, failed write, Stop()), so
+  // a call blocked on this request's behalf — a wait for a KV slot — is
+  // woken at once instead of polling cancelled() (base/cancel.h).
+  virtual CancelToken cancel_token() const = 0;
 };
 
 using Handler = std::function<void(const Request&, Responder&)>;
