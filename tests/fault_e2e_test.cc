@@ -1,0 +1,309 @@
+// End-to-end fault matrix: the real `arbiter serve` under the faults a
+// server meets in the field, each test ending with the server still serving
+// and nothing lost or half-written (docs/config.md "Fault-injection hooks"
+// lists the test-only hooks some of them use).
+//
+//   (g) hostile bodies get clear 400s; embeddings requests are capped in
+//       inputs and in tokens;
+//   (f) a client that disconnects mid-stream, or stops reading a long
+//       stream, has its slot and handle released promptly;
+//
+// Every test starts its own server (fresh state dir, free loopback port).
+// No wall-clock speed assertions: waits poll with deadlines; the "within
+// 1 s" release bounds are deadlines, polled every few milliseconds.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "tools/model_maker/model_maker.h"
+#include "server_process.h"
+
+namespace arbiter {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using ::arbiter::testing::ConnectLoopback;
+using ::arbiter::testing::FreeLoopbackPort;
+using ::arbiter::testing::ReadAll;
+using Proc = ::arbiter::testing::ServerProc;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr auto kStartWait = seconds(120);
+// Context of the "chat" model: long enough that a stream outruns every
+// socket buffer between the server and a client that stopped reading.
+constexpr int kLongCtx = 32768;
+
+// Extra TOML of one server, by table.
+struct ServerConfig {
+  std::string server;  // lines of [server]
+  std::string memory;  // lines of [memory]
+  std::string kv;      // lines of [kv]
+  std::string chat;    // lines of the "chat" model's table
+  std::vector<std::string> env;  // "NAME=value" for the child
+};
+
+class FaultE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/arbiter-fault-e2e-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = new std::string(tmpl);
+    const std::string chat = *dir_ + "/chat";
+    ASSERT_TRUE(MakeModel("tiny", chat, 1).ok());
+    // Only the RoPE table grows: long streams stay cheap to compute.
+    json cfg = json::parse(ReadAll(chat + "/config.json"));
+    cfg["max_position_embeddings"] = kLongCtx;
+    std::ofstream(chat + "/config.json") << cfg.dump(2);
+    ASSERT_TRUE(MakeModel("tiny", *dir_ + "/embed", 2).ok());
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  void SetUp() override {
+    state_ = *dir_ + "/state-" + std::to_string(counter_++);
+    fs::create_directories(state_);
+  }
+  void TearDown() override {
+    for (Proc& p : procs_) {
+      if (HasFailure()) std::cerr << "---- " << p.log << " ----\n" << ReadAll(p.log) << "\n";
+      ::arbiter::testing::KillServer(p, SIGKILL);
+    }
+  }
+
+  std::string ConfigText(int port, const ServerConfig& c) const {
+    std::ostringstream o;
+    o << "[server]\nport = " << port << "\n"
+      << c.server << "\n"
+      << "[memory]\nbudget = \"2GiB\"\n"
+      << c.memory << "\n"
+      // The host's real pressure must not turn requests into 503s.
+      << "[pressure]\nsource = \"none\"\n"
+      << "[kv]\ndir = \"" << state_ << "/kv\"\n"
+      << c.kv << "\n"
+      << "[[models]]\nname = \"chat\"\npath = \"" << *dir_ << "/chat\"\nparallel = 2\n"
+      << c.chat << "\n"
+      << "[[models]]\nname = \"embed\"\npath = \"" << *dir_
+      << "/embed\"\ncapability = \"embedding\"\n";
+    return o.str();
+  }
+
+  // Starts a server and waits for /health; the returned index names it in
+  // procs_ (the test's servers are all killed at teardown).
+  size_t Start(const ServerConfig& c = {}) {
+    Proc p;
+    p.port = FreeLoopbackPort();
+    const std::string base = state_ + "/server-" + std::to_string(procs_.size());
+    std::ofstream(base + ".toml") << ConfigText(p.port, c);
+    p.log = base + ".log";
+    std::string error;
+    p.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, base + ".toml", state_, p.log, p.port,
+                                            kStartWait, &error, c.env);
+    EXPECT_GT(p.pid, 0) << error;
+    procs_.push_back(p);
+    return procs_.size() - 1;
+  }
+  Proc& P(size_t i) { return procs_[i]; }
+
+  static httplib::Result Post(const Proc& p, const std::string& path, const std::string& body) {
+    httplib::Client cli("127.0.0.1", p.port);
+    cli.set_read_timeout(300, 0);
+    cli.set_write_timeout(60, 0);
+    return cli.Post(path.c_str(), body, "application/json");
+  }
+  static httplib::Result Post(const Proc& p, const std::string& path, const json& body) {
+    return Post(p, path, body.dump());
+  }
+  static json Get(const Proc& p, const std::string& path) {
+    httplib::Client cli("127.0.0.1", p.port);
+    cli.set_read_timeout(60, 0);
+    auto r = cli.Get(path.c_str());
+    if (!r || r->status != 200) return json();
+    return json::parse(r->body, nullptr, false);
+  }
+  static json ModelStatus(const Proc& p, const std::string& name) {
+    json s = Get(p, "/admin/status");
+    if (s.is_object()) {
+      for (const json& m : s["models"]) {
+        if (m["name"] == name) return m;
+      }
+    }
+    return json();
+  }
+  // Slots of `model` marked busy in GET /admin/kv; -1 when unknown.
+  static int BusySlots(const Proc& p, const std::string& model) {
+    json kv = Get(p, "/admin/kv");
+    if (!kv.is_object()) return -1;
+    for (const json& m : kv["models"]) {
+      if (m["name"] != model) continue;
+      int busy = 0;
+      for (const json& s : m["slots"]) busy += s["busy"].get<bool>() ? 1 : 0;
+      return busy;
+    }
+    return -1;
+  }
+  // Neither a handle on "chat" nor a busy slot.
+  static bool ChatIdle(const Proc& p) {
+    return ModelStatus(p, "chat")["refcount"] == 0 && BusySlots(p, "chat") == 0;
+  }
+  // Polls `done` every 5 ms until it holds or `limit` passes.
+  template <typename Fn>
+  static bool Within(Clock::duration limit, Fn done) {
+    const auto deadline = Clock::now() + limit;
+    while (true) {
+      if (done()) return true;
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  static bool LogEventually(const Proc& p, const std::string& text) {
+    return Within(seconds(60), [&] { return ReadAll(p.log).find(text) != std::string::npos; });
+  }
+
+  static json ChatBody(int max_tokens, bool stream = false) {
+    return json{{"model", "chat"},
+                {"messages", {{{"role", "user"}, {"content", "Say hello."}}}},
+                {"max_tokens", max_tokens},
+                // Greedy: the random weights of "tiny" cycle without ever
+                // choosing end-of-sequence, so a stream runs to max_tokens.
+                {"temperature", 0},
+                {"stream", stream}};
+  }
+  // A short chat answered 200: the server still serves.
+  static void ExpectServes(const Proc& p) {
+    auto r = Post(p, "/v1/chat/completions", ChatBody(4));
+    ASSERT_TRUE(r) << "no answer";
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  static void Expect400(const httplib::Result& r, const std::string& part) {
+    ASSERT_TRUE(r) << "no answer";
+    EXPECT_EQ(r->status, 400) << r->body;
+    json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(part), std::string::npos)
+        << j["error"]["message"];
+  }
+
+  // Sends a streaming chat request on a raw connection and reads until the
+  // first SSE event arrived; -1 on failure. `rcvbuf` > 0 shrinks the
+  // client's receive buffer first.
+  static int OpenStream(const Proc& p, const json& body, int rcvbuf = 0) {
+    int fd = -1;
+    if (rcvbuf > 0) {
+      fd = socket(AF_INET, SOCK_STREAM, 0);
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(p.port));
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        close(fd);
+        return -1;
+      }
+    } else {
+      fd = ConnectLoopback(p.port);
+      if (fd < 0) return -1;
+    }
+    const std::string b = body.dump();
+    const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Content-Type: application/json\r\nContent-Length: " +
+                            std::to_string(b.size()) + "\r\n\r\n" + b;
+    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+      close(fd);
+      return -1;
+    }
+    std::string got;
+    char buf[1024];
+    const auto deadline = Clock::now() + seconds(60);
+    while (got.find("data: ") == std::string::npos && Clock::now() < deadline) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    if (got.find(" 200 ") == std::string::npos || got.find("data: ") == std::string::npos) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  static std::string* dir_;
+  static int counter_;
+  std::string state_;
+  std::vector<Proc> procs_;
+};
+
+std::string* FaultE2E::dir_ = nullptr;
+int FaultE2E::counter_ = 0;
+
+// (g) Hostile bodies: each a 400 naming the problem, and the server keeps
+// serving. Embeddings: more than max_embedding_inputs inputs, or more than
+// max_embedding_tokens tokens in all, is a 400 naming the key.
+TEST_F(FaultE2E, HostileBodiesAndOversizedEmbeddingsGet400s) {
+  ServerConfig c;
+  c.server = "max_embedding_tokens = 5000\n";
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  // 100,000-deep nesting: refused before parsing.
+  const std::string deep = R"({"model":"chat","messages":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  Expect400(Post(p, "/v1/chat/completions", deep), "nest deeper than 128 levels");
+  // Invalid UTF-8, a number out of range, NaN.
+  Expect400(Post(p, "/v1/chat/completions",
+                 std::string(R"({"model":"chat","messages":[{"role":"user","content":"a)") +
+                     "\xff\xfe" + "\"}]}"),
+            "not valid JSON");
+  Expect400(Post(p, "/v1/chat/completions",
+                 std::string(R"({"model":"chat","messages":[{"role":"user","content":"a"}],)"
+                             R"("max_tokens":1e400})")),
+            "not valid JSON");
+  Expect400(Post(p, "/v1/chat/completions",
+                 std::string(R"({"model":"chat","messages":[{"role":"user","content":"a"}],)"
+                             R"("temperature":NaN})")),
+            "not valid JSON");
+
+  // 5,000 inputs: over OpenAI's 2,048, refused before the model loads.
+  json many = {{"model", "embed"}, {"input", std::vector<std::string>(5000, "hello")}};
+  Expect400(Post(p, "/v1/embeddings", many), "max_embedding_inputs");
+  EXPECT_EQ(ModelStatus(p, "embed")["loads"], 0);
+  // 2,048 short inputs (2 tokens each) are fine...
+  many["input"] = std::vector<std::string>(2048, "hi");
+  auto ok = Post(p, "/v1/embeddings", many);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  // ...but not more than 5,000 tokens in all (this server's limit).
+  std::string words;
+  for (int i = 0; i < 100; ++i) words += " hello world";
+  json heavy = {{"model", "embed"}, {"input", std::vector<std::string>(40, words)}};
+  Expect400(Post(p, "/v1/embeddings", heavy), "max_embedding_tokens");
+  heavy["input"] = std::vector<std::string>(1, words);
+  ok = Post(p, "/v1/embeddings", heavy);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(ModelStatus(p, "embed")["refcount"], 0);
+  ExpectServes(p);
+}
+
+}  // namespace
+}  // namespace arbiter
