@@ -58,6 +58,7 @@ struct ServerConfig {
   std::string memory;  // lines of [memory]
   std::string kv;      // lines of [kv]
   std::string chat;    // lines of the "chat" model's table
+  std::string chat_name = "chat";  // its name
   std::vector<std::string> env;  // "NAME=value" for the child
 };
 
@@ -102,7 +103,8 @@ class FaultE2E : public ::testing::Test {
       << "[pressure]\nsource = \"none\"\n"
       << "[kv]\ndir = \"" << state_ << "/kv\"\n"
       << c.kv << "\n"
-      << "[[models]]\nname = \"chat\"\npath = \"" << *dir_ << "/chat\"\nparallel = 2\n"
+      << "[[models]]\nname = \"" << c.chat_name << "\"\npath = \"" << *dir_
+      << "/chat\"\nparallel = 2\n"
       << c.chat << "\n"
       << "[[models]]\nname = \"embed\"\npath = \"" << *dir_
       << "/embed\"\ncapability = \"embedding\"\n";
@@ -163,9 +165,9 @@ class FaultE2E : public ::testing::Test {
     }
     return -1;
   }
-  // Neither a handle on "chat" nor a busy slot.
-  static bool ChatIdle(const Proc& p) {
-    return ModelStatus(p, "chat")["refcount"] == 0 && BusySlots(p, "chat") == 0;
+  // Neither a handle on the model nor a busy slot.
+  static bool ChatIdle(const Proc& p, const std::string& model = "chat") {
+    return ModelStatus(p, model)["refcount"] == 0 && BusySlots(p, model) == 0;
   }
   // Polls `done` every 5 ms until it holds or `limit` passes.
   template <typename Fn>
@@ -181,8 +183,8 @@ class FaultE2E : public ::testing::Test {
     return Within(seconds(60), [&] { return ReadAll(p.log).find(text) != std::string::npos; });
   }
 
-  static json ChatBody(int max_tokens, bool stream = false) {
-    return json{{"model", "chat"},
+  static json ChatBody(int max_tokens, bool stream = false, const std::string& model = "chat") {
+    return json{{"model", model},
                 {"messages", {{{"role", "user"}, {"content", "Say hello."}}}},
                 {"max_tokens", max_tokens},
                 // Greedy: the random weights of "tiny" cycle without ever
@@ -191,8 +193,8 @@ class FaultE2E : public ::testing::Test {
                 {"stream", stream}};
   }
   // A short chat answered 200: the server still serves.
-  static void ExpectServes(const Proc& p) {
-    auto r = Post(p, "/v1/chat/completions", ChatBody(4));
+  static void ExpectServes(const Proc& p, const std::string& model = "chat") {
+    auto r = Post(p, "/v1/chat/completions", ChatBody(4, false, model));
     ASSERT_TRUE(r) << "no answer";
     EXPECT_EQ(r->status, 200) << r->body;
   }
@@ -303,6 +305,103 @@ TEST_F(FaultE2E, HostileBodiesAndOversizedEmbeddingsGet400s) {
   EXPECT_EQ(ok->status, 200) << ok->body;
   EXPECT_EQ(ModelStatus(p, "embed")["refcount"], 0);
   ExpectServes(p);
+}
+
+// (f) A client that disconnects mid-stream: the generation stops and the
+// slot and the model handle are released within 1 s of the close.
+TEST_F(FaultE2E, ADisconnectMidStreamReleasesSlotAndHandleWithinASecond) {
+  ServerConfig c;
+  c.chat = "ctx = " + std::to_string(kLongCtx) + "\n";
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  for (int i = 0; i < 3; ++i) {
+    const int fd = OpenStream(p, ChatBody(kLongCtx - 100, /*stream=*/true));
+    ASSERT_GE(fd, 0) << "attempt " << i;
+    // Generating: the handle is held and a slot busy.
+    EXPECT_TRUE(Within(seconds(30), [&] {
+      return ModelStatus(p, "chat")["refcount"] == 1 && BusySlots(p, "chat") == 1;
+    }));
+    close(fd);
+    EXPECT_TRUE(Within(seconds(1), [&] { return ChatIdle(p); }))
+        << "attempt " << i << ": refcount " << ModelStatus(p, "chat")["refcount"] << ", busy "
+        << BusySlots(p, "chat");
+  }
+  EXPECT_TRUE(LogEventually(p, "client went away"));
+  ExpectServes(p);
+}
+
+// (f) A client that stops reading a long stream: once the socket buffers and
+// the server's stream buffer are full, generation blocks in Write(); when
+// [server] write_timeout_s (1 s here) passes without progress the
+// connection is closed, the generation is cancelled, and the slot and the
+// handle are released within 1 s after that.
+TEST_F(FaultE2E, AClientThatStopsReadingIsCancelledAfterTheWriteTimeout) {
+  ServerConfig c;
+  c.server = "write_timeout_s = 1\n";
+  c.chat = "ctx = " + std::to_string(kLongCtx) + "\n";
+  // Every chunk repeats the model's name: a long one makes each token cost
+  // ~1 KiB on the wire, so the socket buffers (MiBs) fill in a few thousand
+  // tokens.
+  c.chat_name = "chat-" + std::string(800, 'x');
+  const std::string model = c.chat_name;
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  const int fd =
+      OpenStream(p, ChatBody(kLongCtx - 100, /*stream=*/true, model), /*rcvbuf=*/4096);
+  ASSERT_GE(fd, 0);
+  // Never read again. Watch the bytes queued on the connection (the
+  // server's send queue and the client's receive queue, from
+  // /proc/net/tcp): when they stop changing, the client has stopped
+  // accepting bytes and the server's write is stuck.
+  sockaddr_in me{};
+  socklen_t len = sizeof(me);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len), 0);
+  const int client_port = ntohs(me.sin_port);
+  auto queued = [&] {
+    std::ifstream in("/proc/net/tcp");
+    std::string line;
+    std::getline(in, line);  // header
+    std::string sum;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, st, queues;
+      f >> sl >> local >> remote >> st >> queues;
+      const int lport = std::stoi(local.substr(local.find(':') + 1), nullptr, 16);
+      const int rport = std::stoi(remote.substr(remote.find(':') + 1), nullptr, 16);
+      if ((lport == client_port && rport == p.port) || (lport == p.port && rport == client_port)) {
+        sum += queues + ";";
+      }
+    }
+    return sum;
+  };
+  std::string last_queued;
+  auto last_progress = Clock::now();
+  bool idle = false;
+  const auto fuse = Clock::now() + seconds(180);
+  while (Clock::now() < fuse) {
+    if (ChatIdle(p, model)) {
+      idle = true;
+      break;
+    }
+    const std::string q = queued();
+    if (q != last_queued) {
+      last_queued = q;
+      last_progress = Clock::now();
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const auto idle_at = Clock::now();
+  close(fd);
+  ASSERT_TRUE(idle) << "the stalled stream still holds the model";
+  // Cancelled, not finished (the log says how many tokens it made).
+  EXPECT_TRUE(LogEventually(p, "client went away"));
+  // The write timeout (1 s) runs from the start of the write the client
+  // stopped accepting, no later than the queues' last change; released
+  // ≤ 1 s after it expired.
+  EXPECT_LE(idle_at - last_progress, seconds(2) + milliseconds(200))
+      << "released " << std::chrono::duration_cast<milliseconds>(idle_at - last_progress).count()
+      << " ms after the client stopped accepting bytes";
+  ExpectServes(p, model);
 }
 
 }  // namespace
