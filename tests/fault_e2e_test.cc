@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -59,6 +61,10 @@ struct ServerConfig {
   std::string kv;      // lines of [kv]
   std::string chat;    // lines of the "chat" model's table
   std::string chat_name = "chat";  // its name
+  int parallel = 2;                // its slots
+  // > 0: the child's RLIMIT_FSIZE (bytes), with SIGXFSZ ignored, so a write
+  // past it fails with EFBIG like a write to a full disk.
+  uint64_t file_size_limit = 0;
   std::vector<std::string> env;  // "NAME=value" for the child
 };
 
@@ -104,7 +110,7 @@ class FaultE2E : public ::testing::Test {
       << "[kv]\ndir = \"" << state_ << "/kv\"\n"
       << c.kv << "\n"
       << "[[models]]\nname = \"" << c.chat_name << "\"\npath = \"" << *dir_
-      << "/chat\"\nparallel = 2\n"
+      << "/chat\"\nparallel = " << c.parallel << "\n"
       << c.chat << "\n"
       << "[[models]]\nname = \"embed\"\npath = \"" << *dir_
       << "/embed\"\ncapability = \"embedding\"\n";
@@ -120,8 +126,27 @@ class FaultE2E : public ::testing::Test {
     std::ofstream(base + ".toml") << ConfigText(p.port, c);
     p.log = base + ".log";
     std::string error;
-    p.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, base + ".toml", state_, p.log, p.port,
-                                            kStartWait, &error, c.env);
+    // Limits and ignored signals are inherited across fork and exec: set
+    // them for the spawn only (this process writes nothing meanwhile).
+    rlimit old_limit{};
+    getrlimit(RLIMIT_FSIZE, &old_limit);
+    sighandler_t old_xfsz = SIG_DFL;
+    if (c.file_size_limit > 0) {
+      rlimit l = old_limit;
+      l.rlim_cur = c.file_size_limit;
+      setrlimit(RLIMIT_FSIZE, &l);
+      old_xfsz = signal(SIGXFSZ, SIG_IGN);
+    }
+    p.pid = ::arbiter::testing::SpawnServer(ARBITER_BINARY, base + ".toml", state_, p.log, &error,
+                                            c.env);
+    if (c.file_size_limit > 0) {
+      setrlimit(RLIMIT_FSIZE, &old_limit);
+      signal(SIGXFSZ, old_xfsz);
+    }
+    if (p.pid > 0 &&
+        !::arbiter::testing::WaitHealthy(p.pid, p.port, p.log, kStartWait, &error)) {
+      p.pid = -1;
+    }
     EXPECT_GT(p.pid, 0) << error;
     procs_.push_back(p);
     return procs_.size() - 1;
@@ -192,6 +217,45 @@ class FaultE2E : public ::testing::Test {
                 {"temperature", 0},
                 {"stream", stream}};
   }
+  // One non-streaming turn of `conversation`; the status, and the KV source
+  // header in `*source` when given.
+  static int Turn(const Proc& p, const std::string& conversation, const std::string& user,
+                  std::string* source = nullptr) {
+    json body = ChatBody(4);
+    body["conversation_id"] = conversation;
+    body["messages"] = {{{"role", "user"}, {"content", user}}};
+    auto r = Post(p, "/v1/chat/completions", body);
+    if (!r) return 0;
+    if (r->status != 200) ADD_FAILURE() << r->status << " " << r->body;
+    if (source != nullptr) *source = r->get_header_value("X-Arbiter-Kv-Source");
+    return r->status;
+  }
+  // Regular files under the KV dir, relative to it, with their sizes.
+  std::map<std::string, uintmax_t> KvFiles() const {
+    std::map<std::string, uintmax_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(state_ + "/kv", ec)) {
+      if (e.is_regular_file()) out[fs::relative(e.path(), state_ + "/kv").string()] = e.file_size();
+    }
+    return out;
+  }
+  // A metric's value from GET /metrics (the first sample whose line starts
+  // with `name`); -1 when absent.
+  static double Metric(const Proc& p, const std::string& name) {
+    httplib::Client cli("127.0.0.1", p.port);
+    auto r = cli.Get("/metrics");
+    if (!r || r->status != 200) return -1;
+    std::istringstream in(r->body);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind(name, 0) == 0 && line.size() > name.size() &&
+          (line[name.size()] == ' ' || line[name.size()] == '{')) {
+        return std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    return -1;
+  }
+
   // A short chat answered 200: the server still serves.
   static void ExpectServes(const Proc& p, const std::string& model = "chat") {
     auto r = Post(p, "/v1/chat/completions", ChatBody(4, false, model));
@@ -402,6 +466,50 @@ TEST_F(FaultE2E, AClientThatStopsReadingIsCancelledAfterTheWriteTimeout) {
       << "released " << std::chrono::duration_cast<milliseconds>(idle_at - last_progress).count()
       << " ms after the client stopped accepting bytes";
   ExpectServes(p, model);
+}
+
+// (d) The disk fills while KV is persisted (RLIMIT_FSIZE: the write fails
+// with EFBIG past 256 KiB, as on a full disk): the request that displaced
+// the conversation still succeeds, the error is logged and counted, no
+// partial or temp file is left, and the conversation's older good file is
+// still there.
+TEST_F(FaultE2E, ADiskFullWhilePersistingKvKeepsTheOldFileAndServes) {
+  ServerConfig c;
+  c.parallel = 1;                 // a second conversation displaces the first...
+  c.kv = "prompt_cache = 0\n";    // ...straight to disk
+  c.file_size_limit = 256 << 10;  // KV of ~500 tokens of "tiny"
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  // A short conversation "a", displaced by "b": saved whole.
+  ASSERT_EQ(Turn(p, "a", "Hello there."), 200);
+  ASSERT_EQ(Turn(p, "b", "Hi."), 200);
+  const std::map<std::string, uintmax_t> before = KvFiles();
+  ASSERT_EQ(before.size(), 1u);
+  const std::string a_file = before.begin()->first;
+  EXPECT_NE(a_file.find("/a."), std::string::npos) << a_file;
+  EXPECT_LT(before.begin()->second, c.file_size_limit);
+  EXPECT_EQ(Metric(p, "arbiter_kv_write_errors_total"), 0);
+  // "a" comes back from disk and grows past the limit...
+  std::string words = "Hello there.";
+  for (int i = 0; i < 100; ++i) words += " memory budget";
+  std::string source;
+  ASSERT_EQ(Turn(p, "a", words, &source), 200);
+  EXPECT_EQ(source, "disk");
+  // ...then "b" displaces it again: the save fails, "b" is answered.
+  ASSERT_EQ(Turn(p, "b", "Hi again."), 200);
+  EXPECT_TRUE(LogEventually(p, "could not save conversation \"a\""));
+  EXPECT_EQ(Metric(p, "arbiter_kv_write_errors_total"), 1);
+  // No partial or temp file; a's older good file is untouched (b's file is
+  // from when "a" displaced it).
+  std::map<std::string, uintmax_t> after = KvFiles();
+  EXPECT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[a_file], before.begin()->second);
+  for (const auto& [name, bytes] : after) {
+    EXPECT_TRUE(name == a_file || name.find("/b.short.bin") != std::string::npos) << name;
+  }
+  // And it still restores: "a" continues from its older prefix.
+  ASSERT_EQ(Turn(p, "a", "Hello there. And more.", &source), 200);
+  ExpectServes(p);
 }
 
 }  // namespace

@@ -278,6 +278,7 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
 
   ConversationClaim claim(this, ClaimKey(hash, safe_id));
   if (::mkdir(model_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    write_errors_.fetch_add(1);
     return ErrnoError(errno, "KV store: create " + model_dir);
   }
   struct stat st {};
@@ -301,7 +302,13 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
         "bytes; not saved (older saved KV of the conversation removed)",
         path, bytes, disk_budget_));
   }
-  ARBITER_RETURN_IF_ERROR(WriteKvFile(path, hash, rows));
+  // A failed write leaves no temp file and keeps the previous file of this
+  // class (WriteFileAtomicStreaming); the others are removed only after
+  // success.
+  if (Status written = WriteKvFile(path, hash, rows); !written.ok()) {
+    write_errors_.fetch_add(1);
+    return written;
+  }
   StampMtime(path, clock_->NowUnixMs());
   remove_others(path);
   if (disk_budget_ != 0) {

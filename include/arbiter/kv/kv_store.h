@@ -45,6 +45,7 @@
 // Lifetime: the clock must outlive the store.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -185,6 +186,10 @@ class KvStore {
   // skipped. Directories that cannot be listed are skipped.
   KvSweepResult Sweep() EXCLUDES(mu_, evict_mu_);
 
+  // Saves that failed to write (mkdir, write, fsync, rename: e.g. a full
+  // disk) since Open(); a refusal for the disk budget is not counted.
+  uint64_t write_errors() const { return write_errors_.load(); }
+
   // Every *.bin file, sorted by model hash, then file name.
   std::vector<KvFileInfo> List() const;
   // Σ bytes of those files.
@@ -221,6 +226,7 @@ class KvStore {
   const TtlWindows ttl_;
   const uint64_t disk_budget_;
   Clock* const clock_;
+  std::atomic<uint64_t> write_errors_{0};
 
   // Serializes eviction passes (Save's budget enforcement, Sweep): two
   // passes over the same listing would evict twice. Held across their file
