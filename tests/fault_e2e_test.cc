@@ -33,6 +33,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "arbiter/kv/kv_file.h"
 #include "tools/model_maker/model_maker.h"
 #include "server_process.h"
 
@@ -239,6 +240,29 @@ class FaultE2E : public ::testing::Test {
     }
     return out;
   }
+  // Every KV file under the KV dir is complete and valid: only "*.bin"
+  // files (no temp file of an interrupted save), each read back whole and
+  // checksummed for the model hash it is filed under.
+  void ExpectOnlyValidKvFiles() const {
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(state_ + "/kv", ec)) {
+      if (!e.is_regular_file()) continue;
+      const fs::path& path = e.path();
+      EXPECT_EQ(path.extension(), ".bin") << "left behind: " << path;
+      if (path.extension() != ".bin") continue;
+      Result<KvSnapshot> kv = ReadKvFile(path.string(), path.parent_path().filename().string());
+      EXPECT_TRUE(kv.ok()) << path << ": " << kv.status().ToString();
+    }
+  }
+  // Closes a conversation (its KV is saved); the status.
+  static int Close(const Proc& p, const std::string& conversation) {
+    httplib::Client cli("127.0.0.1", p.port);
+    cli.set_read_timeout(120, 0);
+    auto r = cli.Post(("/admin/conversations/" + conversation + "/close").c_str(), "",
+                      "application/json");
+    return r ? r->status : 0;
+  }
+
   // A metric's value from GET /metrics (the first sample whose line starts
   // with `name`); -1 when absent.
   static double Metric(const Proc& p, const std::string& name) {
@@ -510,6 +534,63 @@ TEST_F(FaultE2E, ADiskFullWhilePersistingKvKeepsTheOldFileAndServes) {
   // And it still restores: "a" continues from its older prefix.
   ASSERT_EQ(Turn(p, "a", "Hello there. And more.", &source), 200);
   ExpectServes(p);
+}
+
+// (c) SIGKILL in the middle of a stream, then in the middle of a KV save
+// (ARBITER_TEST_KV_WRITE_DELAY_MS holds the save half-written): after each
+// restart every KV file on disk is complete and valid or absent — the
+// interrupted save's temp file is removed at startup, the older file of the
+// conversation is intact and restores — and the server serves.
+TEST_F(FaultE2E, SigkillMidStreamAndMidKvSaveLeaveOnlyValidKvFiles) {
+  ServerConfig c;
+  c.chat = "ctx = " + std::to_string(kLongCtx) + "\n";
+  size_t first = Start(c);
+  ASSERT_GT(P(first).pid, 0);
+  ASSERT_EQ(Turn(P(first), "a", "Hello there."), 200);
+  ASSERT_EQ(Close(P(first), "a"), 200);
+  const std::map<std::string, uintmax_t> saved = KvFiles();
+  ASSERT_EQ(saved.size(), 1u);
+  // Kill #1, mid-stream.
+  const int fd = OpenStream(P(first), ChatBody(kLongCtx - 100, /*stream=*/true));
+  ASSERT_GE(fd, 0);
+  ::arbiter::testing::KillServer(P(first), SIGKILL);
+  close(fd);
+  ExpectOnlyValidKvFiles();
+  EXPECT_EQ(KvFiles(), saved);
+
+  // Restarted with every KV write paused half-way.
+  c.env = {"ARBITER_TEST_KV_WRITE_DELAY_MS=60000"};
+  size_t second = Start(c);
+  ASSERT_GT(P(second).pid, 0);
+  std::string source;
+  ASSERT_EQ(Turn(P(second), "a", "Hello there. Tell me more about memory budgets.", &source),
+            200);
+  EXPECT_EQ(source, "disk");
+  // Kill #2, mid-save: the close blocks in the paused write.
+  std::thread closer([&, port = P(second).port] {
+    Proc copy;
+    copy.port = port;
+    Close(copy, "a");  // fails when the server dies
+  });
+  const bool temp_seen = Within(seconds(60), [&] {
+    for (const auto& [name, bytes] : KvFiles()) {
+      if (name.find(".tmp.") != std::string::npos) return true;
+    }
+    return false;
+  });
+  ::arbiter::testing::KillServer(P(second), SIGKILL);
+  closer.join();
+  ASSERT_TRUE(temp_seen) << "the save never started";
+  EXPECT_EQ(KvFiles().size(), 2u);  // the old file and the half-written temp
+
+  c.env.clear();
+  size_t third = Start(c);
+  ASSERT_GT(P(third).pid, 0);
+  ExpectOnlyValidKvFiles();
+  EXPECT_EQ(KvFiles(), saved);  // the temp is gone, the old file intact
+  ASSERT_EQ(Turn(P(third), "a", "Hello there. Once more.", &source), 200);
+  EXPECT_EQ(source, "disk");
+  ExpectServes(P(third));
 }
 
 }  // namespace

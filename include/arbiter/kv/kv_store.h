@@ -216,6 +216,11 @@ class KvStore {
   bool TryClaim(const std::string& key) EXCLUDES(mu_);
   void Unclaim(const std::string& key) EXCLUDES(mu_);
 
+  // Unlinks the temp files of interrupted saves whose writing process is
+  // gone (killed mid-save: they can never be renamed into place), at Open,
+  // rather than a minute later in Sweep(); returns how many.
+  int RemoveOrphanTemps() EXCLUDES(mu_);
+
   // Every regular *.bin (and temp) file of the valid model subdirectories.
   std::vector<ScannedFile> Scan(bool with_temps) const;
   // Removes the oldest files not of a busy conversation until the *.bin
