@@ -593,5 +593,74 @@ TEST_F(FaultE2E, SigkillMidStreamAndMidKvSaveLeaveOnlyValidKvFiles) {
   ExpectServes(P(third));
 }
 
+// Entries of /dev/shm whose name starts with `prefix`.
+std::vector<std::string> ShmEntries(const std::string& prefix) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+// (b) A load whose weight fill fails half-way (ARBITER_TEST_FILL_FAIL_MODEL:
+// the arena block, the charges and, for a host floor, the shared region were
+// taken and written, then the fill fails) leaves no charge, no arena block
+// and no shared-memory region behind; the request gets a clear error and the
+// other models serve.
+TEST_F(FaultE2E, AFillThatFailsHalfWayLeavesNoChargeBlockOrRegion) {
+  const std::string prefix = "arbiter-fault-" + std::to_string(getpid());
+  ServerConfig c;
+  c.memory = "shared_host_weights = true\nshared_host_weights_prefix = \"" + prefix + "\"\n";
+  c.env = {"ARBITER_TEST_FILL_FAIL_MODEL=chat"};
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  // What loading charges: weights, floors, KV slots and scratch (the
+  // process's own "runtime"/"other" bytes move with its RSS).
+  auto model_charges = [&] {
+    json s = Get(p, "/admin/status");
+    uint64_t sum = 0;
+    for (const char* k : {"device_weights", "host_floor", "kv_slot", "scratch"}) {
+      sum += s["charged_by_kind"].value(k, uint64_t{0});
+    }
+    return std::make_pair(sum, s["pool"].value("in_use_bytes", uint64_t{0}));
+  };
+  const auto baseline = model_charges();
+  EXPECT_EQ(baseline.first, 0u);
+  EXPECT_EQ(baseline.second, 0u);
+
+  auto r = Post(p, "/v1/chat/completions", ChatBody(4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("injected weight fill failure"), std::string::npos) << r->body;
+  EXPECT_EQ(model_charges(), baseline);
+  EXPECT_EQ(ModelStatus(p, "chat")["refcount"], 0);
+  EXPECT_GE(ModelStatus(p, "chat")["load_failures"], 1);
+
+  // A host floor in shared memory: created, half-filled, failed → unlinked.
+  httplib::Client cli("127.0.0.1", p.port);
+  cli.set_read_timeout(120, 0);
+  auto pin = cli.Post("/admin/models/chat/residency", R"({"target":"pinned_system"})",
+                      "application/json");
+  ASSERT_TRUE(pin);
+  EXPECT_GE(pin->status, 400) << pin->body;
+  EXPECT_NE(pin->body.find("injected weight fill failure"), std::string::npos) << pin->body;
+  EXPECT_EQ(model_charges(), baseline);
+  EXPECT_TRUE(ShmEntries(prefix).empty()) << ShmEntries(prefix)[0];
+
+  // Again, then the other model serves and nothing of "chat" is held.
+  r = Post(p, "/v1/chat/completions", ChatBody(4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  auto e = Post(p, "/v1/embeddings", json{{"model", "embed"}, {"input", "hello"}});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 200) << e->body;
+  EXPECT_TRUE(ShmEntries(prefix).empty());
+  EXPECT_EQ(ModelStatus(p, "chat")["refcount"], 0);
+  json s = Get(p, "/admin/status");
+  EXPECT_EQ(s["charged_by_kind"]["host_floor"], 0);
+}
+
 }  // namespace
 }  // namespace arbiter
