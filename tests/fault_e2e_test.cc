@@ -19,11 +19,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -660,6 +662,103 @@ TEST_F(FaultE2E, AFillThatFailsHalfWayLeavesNoChargeBlockOrRegion) {
   EXPECT_EQ(ModelStatus(p, "chat")["refcount"], 0);
   json s = Get(p, "/admin/status");
   EXPECT_EQ(s["charged_by_kind"]["host_floor"], 0);
+}
+
+// (e) A pressure storm: 1,000 level changes from the bridge
+// (POST /admin/pressure), as fast as they go, while 8 clients generate and
+// embed. No deadlock (everything finishes, the server answers afterwards),
+// no model unloaded under a request (chat is always 200; an embedding is 200
+// or, while critical, a clean 503 memory_pressure), every request answered.
+TEST_F(FaultE2E, APressureStormWhileEightClientsGenerate) {
+  ServerConfig c;
+  c.parallel = 4;
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  ExpectServes(p);
+  std::atomic<bool> storming{true};
+  std::atomic<int> answered{0}, unanswered{0}, wrong{0};
+  std::atomic<int> chats_ok{0}, embeds_ok{0}, embeds_refused{0};
+  std::vector<std::string> errors;
+  std::mutex errors_mu;
+  auto note = [&](const std::string& e) {
+    std::lock_guard<std::mutex> l(errors_mu);
+    if (errors.size() < 10) errors.push_back(e);
+  };
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client cli("127.0.0.1", p.port);
+      cli.set_read_timeout(120, 0);
+      // At least a few requests each, and on until the storm is over.
+      for (int n = 0; n < 3 || storming.load(); ++n) {
+        const bool embed = i % 4 == 3;  // 2 embedding clients, 6 chat clients
+        auto r = embed ? cli.Post("/v1/embeddings",
+                                  json{{"model", "embed"}, {"input", "hello " + std::to_string(n)}}
+                                      .dump(),
+                                  "application/json")
+                       : cli.Post("/v1/chat/completions", ChatBody(8).dump(), "application/json");
+        if (!r) {
+          unanswered++;
+          note("no answer: " + httplib::to_string(r.error()));
+          continue;
+        }
+        answered++;
+        if (r->status == 200) {
+          (embed ? embeds_ok : chats_ok)++;
+        } else if (embed && r->status == 503 &&
+                   r->body.find("memory_pressure") != std::string::npos) {
+          embeds_refused++;
+        } else {
+          wrong++;
+          note(std::to_string(r->status) + " " + r->body);
+        }
+      }
+    });
+  }
+  // The storm: 1,000 changes cycling nominal → low → critical, from two
+  // bridge clients.
+  std::atomic<int> changes{0}, change_failures{0};
+  std::vector<std::thread> bridges;
+  for (int b = 0; b < 2; ++b) {
+    bridges.emplace_back([&, b] {
+      httplib::Client cli("127.0.0.1", p.port);
+      cli.set_read_timeout(60, 0);
+      const char* levels[] = {"nominal", "low", "critical"};
+      for (int n = 0; n < 500; ++n) {
+        auto r = cli.Post("/admin/pressure", json{{"level", levels[(n + b) % 3]}}.dump(),
+                          "application/json");
+        if (r && r->status == 200) {
+          changes++;
+        } else {
+          change_failures++;
+        }
+      }
+    });
+  }
+  for (std::thread& t : bridges) t.join();
+  storming = false;
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(changes.load(), 1000);
+  EXPECT_EQ(change_failures.load(), 0);
+  EXPECT_EQ(unanswered.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  for (const std::string& e : errors) ADD_FAILURE() << e;
+  EXPECT_GT(chats_ok.load(), 0);
+  // Back to nominal: both models serve, nothing is held.
+  auto r = Post(p, "/admin/pressure", json{{"level", "nominal"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  ExpectServes(p);
+  auto e = Post(p, "/v1/embeddings", json{{"model", "embed"}, {"input", "after"}});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 200) << e->body;
+  EXPECT_TRUE(Within(seconds(10), [&] {
+    return ModelStatus(p, "chat")["refcount"] == 0 && ModelStatus(p, "embed")["refcount"] == 0;
+  }));
+  // The storm did unload the idle embedding model (and reloaded it).
+  EXPECT_GT(ModelStatus(p, "embed")["evictions"], 0);
+  std::cerr << "chats " << chats_ok << ", embeddings " << embeds_ok << " (+" << embeds_refused
+            << " refused under critical pressure), " << changes << " level changes\n";
 }
 
 }  // namespace
