@@ -26,6 +26,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -68,6 +69,7 @@ struct ServerConfig {
   // > 0: the child's RLIMIT_FSIZE (bytes), with SIGXFSZ ignored, so a write
   // past it fails with EFBIG like a write to a full disk.
   uint64_t file_size_limit = 0;
+  std::string extra_models;  // more [[models]] tables
   std::vector<std::string> env;  // "NAME=value" for the child
 };
 
@@ -116,7 +118,8 @@ class FaultE2E : public ::testing::Test {
       << "/chat\"\nparallel = " << c.parallel << "\n"
       << c.chat << "\n"
       << "[[models]]\nname = \"embed\"\npath = \"" << *dir_
-      << "/embed\"\ncapability = \"embedding\"\n";
+      << "/embed\"\ncapability = \"embedding\"\n"
+      << c.extra_models;
     return o.str();
   }
 
@@ -759,6 +762,81 @@ TEST_F(FaultE2E, APressureStormWhileEightClientsGenerate) {
   EXPECT_GT(ModelStatus(p, "embed")["evictions"], 0);
   std::cerr << "chats " << chats_ok << ", embeddings " << embeds_ok << " (+" << embeds_refused
             << " refused under critical pressure), " << changes << " level changes\n";
+}
+
+// (a) A model file replaced while the server runs (loaded, then unloaded):
+// the change is detected by its size/mtime and the new file is loaded
+// afresh — the old weights and the shared floor made from the old file are
+// never served again, the region is unlinked. A truncated file is a clear
+// error naming the file, and fixing the file fixes the model. The server
+// keeps serving throughout. (A file truncated under the mapping in the
+// middle of a fill: src/engine/internal/model_weights_test.cc.)
+TEST_F(FaultE2E, AModelFileReplacedOrTruncatedWhileServing) {
+  // A private copy of the model, to be replaced and truncated.
+  const std::string model = state_ + "/victim";
+  ASSERT_TRUE(MakeModel("tiny", model, 1).ok());
+  const std::string prefix = "arbiter-fault-" + std::to_string(getpid());
+  ServerConfig c;
+  c.memory = "shared_host_weights = true\nshared_host_weights_prefix = \"" + prefix + "\"\n";
+  c.extra_models = "[[models]]\nname = \"victim\"\npath = \"" + model +
+                   "\"\nresidency = \"pinned_system\"\n";
+  const Proc& p = P(Start(c));
+  ASSERT_GT(p.pid, 0);
+  auto complete = [&] { return Post(p, "/v1/chat/completions", ChatBody(12, false, "victim")); };
+  auto text_of = [](const httplib::Result& r) {
+    return json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>();
+  };
+  auto regions = [&] {
+    std::set<std::string> out;
+    for (const std::string& n : ShmEntries(prefix + "-victim-")) out.insert(n);
+    return out;
+  };
+  httplib::Client cli("127.0.0.1", p.port);
+  cli.set_read_timeout(120, 0);
+  auto unload = [&] {
+    auto u = cli.Post("/admin/models/victim/unload", "", "application/json");
+    ASSERT_TRUE(u);
+    ASSERT_EQ(u->status, 200) << u->body;
+  };
+  auto r = complete();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string old_text = text_of(r);
+  EXPECT_EQ(text_of(complete()), old_text);  // deterministic
+  const std::set<std::string> old_regions = regions();
+  ASSERT_FALSE(old_regions.empty());  // the floor, in shared memory
+  unload();
+
+  // Replaced (new weights renamed over the old file): loaded afresh.
+  const std::string other = state_ + "/other";
+  ASSERT_TRUE(MakeModel("tiny", other, 9).ok());
+  fs::rename(other + "/model.safetensors", model + "/model.safetensors");
+  r = complete();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string new_text = text_of(r);
+  EXPECT_NE(new_text, old_text) << "the old weights were served";
+  EXPECT_TRUE(LogEventually(p, "changed on disk"));
+  for (const std::string& old : old_regions) {
+    EXPECT_EQ(regions().count(old), 0u) << "stale region kept: " << old;
+  }
+  unload();
+
+  // Truncated in place: a clear error naming the file; the others serve.
+  const std::string weights = ReadAll(model + "/model.safetensors");
+  fs::resize_file(model + "/model.safetensors", weights.size() / 2);
+  r = complete();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find(model), std::string::npos) << r->body;
+  ExpectServes(p);
+  // Fixed on disk: served again, with the new weights.
+  std::ofstream(model + "/model.safetensors", std::ios::binary | std::ios::trunc) << weights;
+  r = complete();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(text_of(r), new_text);
+  ExpectServes(p);
 }
 
 }  // namespace

@@ -150,11 +150,24 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   // since startup loads on the next request.
   ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFiles> files, OpenEntryFiles(entry));
   ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry, *files).status());
-  if (cache != nullptr && !cache->Contains(entry.name)) {
+  if (cache != nullptr) {
     Result<WeightModel> weights = WeightModelForEntry(entry, *files, cache);
     if (!weights.ok()) return NameTheModel(entry, weights.status());
-    Status st = cache->Register(std::move(weights).value());
-    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    if (!cache->Contains(entry.name)) {
+      Status st = cache->Register(std::move(weights).value());
+      if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    } else {
+      // Files changed on disk since they were registered: their old device
+      // copy and floor must never be served (Note [Changed model files] in
+      // src/weights/weight_cache.cc).
+      Result<bool> replaced = cache->Replace(std::move(weights).value());
+      if (!replaced.ok()) return NameTheModel(entry, replaced.status());
+      if (*replaced) {
+        spdlog::warn("model \"{}\": its weight files in {} changed on disk; the old weights and "
+                     "their host floor were dropped, loading the new files",
+                     entry.name, entry.path);
+      }
+    }
   }
   Result<std::unique_ptr<Engine>> loaded = Engine::Load(files, EngineOptionsFor(entry, cache));
   if (!loaded.ok()) return NameTheModel(entry, loaded.status());
