@@ -3,10 +3,19 @@
 // and nothing lost or half-written (docs/config.md "Fault-injection hooks"
 // lists the test-only hooks some of them use).
 //
-//   (g) hostile bodies get clear 400s; embeddings requests are capped in
-//       inputs and in tokens;
+//   (a) a model file replaced or truncated while serving: loaded afresh
+//       (never the old floor) or a clear error naming the file;
+//   (b) a weight fill that fails half-way leaves no charge, arena block or
+//       shared region;
+//   (c) SIGKILL mid-stream and mid-KV-save: only complete, valid KV files
+//       remain, and the restarted server restores and serves;
+//   (d) a full disk while persisting KV: the request succeeds, the error is
+//       logged and counted, the older good file is kept;
+//   (e) a pressure storm from the bridge while 8 clients generate;
 //   (f) a client that disconnects mid-stream, or stops reading a long
-//       stream, has its slot and handle released promptly;
+//       stream, has its slot and handle released within 1 s;
+//   (g) hostile bodies get clear 400s; embeddings requests are capped in
+//       inputs and in tokens.
 //
 // Every test starts its own server (fresh state dir, free loopback port).
 // No wall-clock speed assertions: waits poll with deadlines; the "within
