@@ -3,15 +3,37 @@
 #include "arbiter/kv/kv_file.h"
 
 #include <bit>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include "arbiter/base/file.h"
 
 namespace arbiter {
 namespace {
+
+// Fault injection for tests (docs/config.md "Fault-injection hooks"):
+// ARBITER_TEST_KV_WRITE_DELAY_MS=N makes every KV file write sleep N ms
+// after its header and tokens reached the temp file, so a test can kill the
+// process in the middle of a save. Inert unless set; read once.
+int64_t TestWriteDelayMs() {
+  static const int64_t ms = [] {
+    const char* v = std::getenv("ARBITER_TEST_KV_WRITE_DELAY_MS");
+    const int64_t n = v != nullptr ? std::atoll(v) : 0;
+    if (n > 0) {
+      spdlog::warn("ARBITER_TEST_KV_WRITE_DELAY_MS={}: every KV file write pauses half-way "
+                   "(fault injection for tests)",
+                   n);
+    }
+    return n > 0 ? n : 0;
+  }();
+  return ms;
+}
 
 constexpr char kMagic[8] = {'A', 'R', 'B', 'K', 'V', '0', '0', '1'};
 constexpr uint32_t kDtypeF32 = 0;
@@ -110,6 +132,9 @@ Status WriteKvFile(const std::string& path, const std::string& model_hash,
     static_assert(std::endian::native == std::endian::little, "KV files are little-endian");
     Status st = put(header, sizeof(header));
     if (st.ok()) st = put(s.tokens, s.n_tokens * sizeof(int32_t));
+    if (const int64_t ms = TestWriteDelayMs(); ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    }
     for (uint32_t l = 0; st.ok() && l < s.n_layers; ++l) {
       st = put(s.k[l], layer_bytes);
       if (st.ok()) st = put(s.v[l], layer_bytes);

@@ -41,11 +41,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -104,6 +106,19 @@ std::string_view TempTarget(std::string_view file_name) {
     return {};
   }
   return file_name.substr(0, at + kBinSuffix.size());
+}
+
+// Whether the process that wrote temp file `file_name` ("….tmp.<pid>.<n>")
+// is gone: a temp it left can never be renamed into place.
+bool TempWriterGone(std::string_view file_name) {
+  const size_t at = file_name.rfind(kTempInfix);
+  if (at == std::string_view::npos) return false;
+  const std::string_view rest = file_name.substr(at + kTempInfix.size());
+  const std::string pid_text(rest.substr(0, rest.find('.')));
+  if (pid_text.empty() || pid_text.size() > 9) return false;
+  const pid_t pid = static_cast<pid_t>(std::atol(pid_text.c_str()));
+  if (pid <= 0 || pid == ::getpid()) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 // The safe id a "*.bin" file name belongs to: the name without ".bin" and,
@@ -216,8 +231,23 @@ Result<std::unique_ptr<KvStore>> KvStore::Open(KvStoreOptions options) {
     return ErrnoError(errno, fmt::format("KV store: the [kv] dir {} is not writable", dir));
   }
   Clock* clock = options.clock != nullptr ? options.clock : Clock::Real();
-  return std::unique_ptr<KvStore>(
+  std::unique_ptr<KvStore> store(
       new KvStore(std::move(dir), options.ttl, options.disk_budget, clock));
+  store->RemoveOrphanTemps();
+  return store;
+}
+
+int KvStore::RemoveOrphanTemps() {
+  int removed = 0;
+  for (const ScannedFile& f : Scan(/*with_temps=*/true)) {
+    if (!f.temp || !TempWriterGone(f.file_name)) continue;
+    if (::unlink(f.path.c_str()) == 0) ++removed;
+  }
+  if (removed > 0) {
+    spdlog::info("kv: removed {} temp file(s) of interrupted saves by processes that are gone",
+                 removed);
+  }
+  return removed;
 }
 
 KvStore::KvStore(std::string dir, TtlWindows ttl, uint64_t disk_budget, Clock* clock)
@@ -278,6 +308,7 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
 
   ConversationClaim claim(this, ClaimKey(hash, safe_id));
   if (::mkdir(model_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    write_errors_.fetch_add(1);
     return ErrnoError(errno, "KV store: create " + model_dir);
   }
   struct stat st {};
@@ -301,7 +332,13 @@ Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
         "bytes; not saved (older saved KV of the conversation removed)",
         path, bytes, disk_budget_));
   }
-  ARBITER_RETURN_IF_ERROR(WriteKvFile(path, hash, rows));
+  // A failed write leaves no temp file and keeps the previous file of this
+  // class (WriteFileAtomicStreaming); the others are removed only after
+  // success.
+  if (Status written = WriteKvFile(path, hash, rows); !written.ok()) {
+    write_errors_.fetch_add(1);
+    return written;
+  }
   StampMtime(path, clock_->NowUnixMs());
   remove_others(path);
   if (disk_budget_ != 0) {

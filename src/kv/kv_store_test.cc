@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -510,6 +511,23 @@ TEST_F(KvStoreTest, SweepRemovesStaleTempFilesOnly) {
   EXPECT_EQ(r.expired, 1);
   EXPECT_EQ(r.stale_temp, 1);
   EXPECT_EQ(Files(), (std::set<std::string>{"notes.txt", "d.long.bin.tmp.x.1"}));
+}
+
+// A process killed mid-save leaves its temp file; the next Open removes it
+// at once (its writer is gone), but never a temp of a live process.
+TEST_F(KvStoreTest, OpenRemovesTempFilesOfWritersThatAreGone) {
+  ASSERT_NE(OpenStore(), nullptr);  // creates the dir
+  fs::create_directories(ModelDir());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: the pid is gone
+  const std::string dead = ModelDir() + "/a.short.bin.tmp." + std::to_string(child) + ".0";
+  const std::string live = ModelDir() + "/b.short.bin.tmp." + std::to_string(getppid()) + ".0";
+  for (const std::string& p : {dead, live}) std::ofstream(p) << "partial";
+  ASSERT_NE(OpenStore(), nullptr);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
 }
 
 TEST_F(KvStoreTest, DiskBudgetEvictsOldestFirst) {

@@ -126,12 +126,17 @@ Status ParseServer(const toml::table& t, Config* c) {
                                     "an integer in 1..1000000", &s.max_connections));
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "queue_max", p, 0, 1000000, "an integer in 0..1000000",
                                     &s.queue_max));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_embedding_inputs", p, 1, 1000000,
+                                    "an integer in 1..1000000", &s.max_embedding_inputs));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_embedding_tokens", p, 1, int64_t{1} << 40,
+                                    "a positive integer", &s.max_embedding_tokens));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "metrics_public", p, &s.metrics_public));
   WarnUnknown(t,
               {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
                "request_timeout_s", "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s",
-               "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max"},
+               "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max",
+               "max_embedding_inputs", "max_embedding_tokens"},
               p, &c->warnings);
   return OkStatus();
 }

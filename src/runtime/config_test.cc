@@ -28,6 +28,8 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c->server.threads, 0);
   EXPECT_EQ(c->server.request_timeout_s, 60);
   EXPECT_FALSE(c->server.preload);
+  EXPECT_EQ(c->server.max_embedding_inputs, 2048);
+  EXPECT_EQ(c->server.max_embedding_tokens, 300000);
   EXPECT_EQ(c->budget_bytes, kMemTotal - kDefaultHeadroomBytes);
   EXPECT_TRUE(c->models.empty());
   EXPECT_TRUE(c->warnings.empty());
@@ -48,6 +50,8 @@ max_body_bytes = "1MiB"
 threads = 12
 request_timeout_s = 20
 preload = true
+max_embedding_inputs = 16
+max_embedding_tokens = 1000
 
 [memory]
 budget = "75%"
@@ -72,6 +76,8 @@ capability = "embedding"
   EXPECT_EQ(c->server.threads, 12);
   EXPECT_EQ(c->server.request_timeout_s, 20);
   EXPECT_TRUE(c->server.preload);
+  EXPECT_EQ(c->server.max_embedding_inputs, 16);
+  EXPECT_EQ(c->server.max_embedding_tokens, 1000);
   EXPECT_EQ(c->budget_bytes, kMemTotal / 4 * 3);
   ASSERT_EQ(c->models.size(), 2u);
   EXPECT_EQ(c->models[0].name, "chat");
@@ -142,6 +148,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[server]\nthreads = -1\n", "[server].threads"},
         BadConfig{"[server]\nmax_body_bytes = true\n", "[server].max_body_bytes"},
         BadConfig{"[server]\npreload = 1\n", "[server].preload"},
+        BadConfig{"[server]\nmax_embedding_inputs = 0\n", "[server].max_embedding_inputs"},
+        BadConfig{"[server]\nmax_embedding_tokens = -5\n",
+                  "[server].max_embedding_tokens must be a positive integer"},
         BadConfig{"[server]\nrequest_timeout_s = 0\n",
                   "[server].request_timeout_s must be a positive integer"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\n[[models]]\nname = \"b\"\npath = "

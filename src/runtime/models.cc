@@ -49,10 +49,13 @@ Status NameTheModel(const ModelEntry& entry, const Status& st) {
   return st.WithPrefix(entry.path);
 }
 
-// The weight cache registration of `entry`. Fault injection for the
-// multi-process tests: ARBITER_TEST_FLOOR_FILL_DELAY_MS=N makes every fill
-// (materializing a host floor or loading from the file) sleep N ms first, so
-// a test can kill a process while it holds a half-filled shared region.
+// The weight cache registration of `entry`. Fault injection for tests
+// (docs/config.md "Fault-injection hooks"): ARBITER_TEST_FLOOR_FILL_DELAY_MS=N
+// makes every fill (materializing a host floor or loading from the file)
+// sleep N ms first, so a test can kill a process while it holds a
+// half-filled shared region; ARBITER_TEST_FILL_FAIL_MODEL=NAME makes every
+// fill of model NAME fail (kDataLoss) after its destination was allocated
+// and half-written, as a read error half-way through the file would.
 Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, const ModelFiles& files,
                                         WeightCache* cache) {
   Result<WeightModel> weights = Engine::WeightModelFor(
@@ -73,6 +76,19 @@ Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, const ModelFile
         return fill(arrays);
       };
     }
+  }
+  if (const char* fail = std::getenv("ARBITER_TEST_FILL_FAIL_MODEL");
+      fail != nullptr && entry.name == fail) {
+    spdlog::warn("ARBITER_TEST_FILL_FAIL_MODEL={}: every weight fill of \"{}\" fails half-way "
+                 "(fault injection for tests)",
+                 fail, entry.name);
+    weights->fill = [fill = std::move(weights->fill),
+                     name = entry.name](const std::vector<void*>& arrays) -> Status {
+      ARBITER_RETURN_IF_ERROR(fill(arrays));  // the destination is written...
+      return DataLossError(fmt::format("model \"{}\": injected weight fill failure "
+                                       "(ARBITER_TEST_FILL_FAIL_MODEL)",
+                                       name));  // ...and the fill fails all the same
+    };
   }
   return weights;
 }
@@ -135,11 +151,24 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   // since startup loads on the next request.
   ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFiles> files, OpenEntryFiles(entry));
   ARBITER_RETURN_IF_ERROR(EstimateModelFootprint(entry, *files).status());
-  if (cache != nullptr && !cache->Contains(entry.name)) {
+  if (cache != nullptr) {
     Result<WeightModel> weights = WeightModelForEntry(entry, *files, cache);
     if (!weights.ok()) return NameTheModel(entry, weights.status());
-    Status st = cache->Register(std::move(weights).value());
-    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    if (!cache->Contains(entry.name)) {
+      Status st = cache->Register(std::move(weights).value());
+      if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
+    } else {
+      // Files changed on disk since they were registered: their old device
+      // copy and floor must never be served (Note [Changed model files] in
+      // src/weights/weight_cache.cc).
+      Result<bool> replaced = cache->Replace(std::move(weights).value());
+      if (!replaced.ok()) return NameTheModel(entry, replaced.status());
+      if (*replaced) {
+        spdlog::warn("model \"{}\": its weight files in {} changed on disk; the old weights and "
+                     "their host floor were dropped, loading the new files",
+                     entry.name, entry.path);
+      }
+    }
   }
   Result<std::unique_ptr<Engine>> loaded = Engine::Load(files, EngineOptionsFor(entry, cache));
   if (!loaded.ok()) return NameTheModel(entry, loaded.status());

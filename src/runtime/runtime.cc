@@ -277,6 +277,7 @@ Result<KvStatus> RuntimeImpl::Kv(bool with_files) const {
             [](const KvFileInfo& a, const KvFileInfo& b) { return a.age_ms < b.age_ms; });
   if (out.files.size() > kKvStatusMaxFiles) out.files.resize(kKvStatusMaxFiles);
   out.files_swept = kv_files_swept_.load();
+  out.write_errors = kv_->store->write_errors();
   return out;
 }
 

@@ -138,6 +138,15 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
 Result<EmbedResult> RuntimeImpl::Embed(const EmbedRequest& r, const Cancellation& cancelled) {
   ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(r.model));
   ARBITER_RETURN_IF_ERROR(CheckCapability(r.model, cap, Capability::kEmbedding));
+  // Per-request limits (docs/config.md "[server]"): refused before any
+  // embedding is computed, so one request cannot hold the model for long.
+  const ServerSettings& limits = config_.server;
+  if (r.inputs.size() > static_cast<size_t>(limits.max_embedding_inputs)) {
+    return InvalidArgumentError(fmt::format("\"input\" has {} items; at most {} per request "
+                                            "([server] max_embedding_inputs)",
+                                            r.inputs.size(), limits.max_embedding_inputs),
+                                ErrorReason::kInvalidRequest);
+  }
   ARBITER_ASSIGN_OR_RETURN(ArbiterHandle handle, AcquireModel(r.model, Capability::kEmbedding));
   Engine* engine = handle.backend<Engine>();
   if (r.dimensions && *r.dimensions != engine->config().hidden_size) {
@@ -147,6 +156,7 @@ Result<EmbedResult> RuntimeImpl::Embed(const EmbedRequest& r, const Cancellation
   }
   std::vector<std::vector<int32_t>> ids(r.inputs.size());
   EmbedResult out;
+  int64_t total_tokens = 0;
   for (size_t i = 0; i < r.inputs.size(); ++i) {
     ids[i] = engine->tokenizer().Encode(r.inputs[i], false);
     if (ids[i].empty() || static_cast<int>(ids[i].size()) > engine->n_ctx()) {
@@ -154,6 +164,14 @@ Result<EmbedResult> RuntimeImpl::Embed(const EmbedRequest& r, const Cancellation
                                               "1 to {}",
                                               i, ids[i].size(), r.model, engine->n_ctx()),
                                   ErrorReason::kContextLengthExceeded);
+    }
+    total_tokens += static_cast<int64_t>(ids[i].size());
+    if (total_tokens > limits.max_embedding_tokens) {
+      return InvalidArgumentError(fmt::format("\"input\" totals more than {} tokens, the limit "
+                                              "per request ([server] max_embedding_tokens; "
+                                              "passed at input[{}]); split it across requests",
+                                              limits.max_embedding_tokens, i),
+                                  ErrorReason::kInvalidRequest);
     }
     out.prompt_tokens += static_cast<int>(ids[i].size());
   }

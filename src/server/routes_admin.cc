@@ -60,6 +60,7 @@ void HandleMetrics(ServerContext& ctx, http::Responder& out) {
     k.emplace();
     for (const KvModelStatus& m : kv->models) k->models.emplace_back(m.name, m.counters);
     k->files_swept = kv->files_swept;
+    k->write_errors = kv->write_errors;
     if (kv->prompt_cache) {
       k->prompt_cache_bytes = kv->prompt_cache->bytes;
       k->prompt_cache_entries = kv->prompt_cache->entries.size();

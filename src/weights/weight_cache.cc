@@ -263,7 +263,7 @@ WeightCache::~WeightCache() {
   floor_charges.clear();
 }
 
-Status WeightCache::Register(WeightModel model) {
+Result<std::unique_ptr<WeightCache::Entry>> WeightCache::NewEntry(WeightModel model) const {
   if (model.key.empty()) return InvalidArgumentError("weight cache: a model needs a key");
   if (!model.fill) {
     return InvalidArgumentError(fmt::format("weight cache: model '{}' has no fill", model.key));
@@ -293,6 +293,11 @@ Status WeightCache::Register(WeightModel model) {
   e->block_bytes = std::max<uint64_t>(AlignUp(offset, align), align);
   e->residency = model.residency;
   e->model = std::move(model);
+  return e;
+}
+
+Status WeightCache::Register(WeightModel model) {
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Entry> e, NewEntry(std::move(model)));
   MutexLock l(&mu_);
   if (by_key_.count(e->model.key) > 0) {
     return AlreadyExistsError(
@@ -302,6 +307,49 @@ Status WeightCache::Register(WeightModel model) {
   by_key_.emplace(e->model.key, e.get());
   entries_.push_back(std::move(e));
   return OkStatus();
+}
+
+// Note [Changed model files]: a model's registration (its digest, which
+// names its shared floor, and its fill) describes the files as they were
+// planned. When they change on disk, the next load plans them afresh and
+// calls Replace: the old device copy and floor (a shared region made from
+// the old file) are dropped, never served again, and the new registration
+// takes their place; the residency is kept and re-applied on the next
+// Acquire or SetResidency (docs/weights.md "Changed model files").
+Result<bool> WeightCache::Replace(WeightModel model) {
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Entry> fresh, NewEntry(std::move(model)));
+  std::vector<Victim> victims;
+  std::unique_ptr<HostFloor> floor;
+  MemoryCharge floor_charge;
+  {
+    MutexLock l(&mu_);
+    Entry* e = FindLocked(fresh->model.key);
+    if (e == nullptr) {
+      return NotFoundError(fmt::format("weight cache: no model '{}'", fresh->model.key));
+    }
+    while (e->busy) changed_.Wait();
+    if (e->model.digest == fresh->model.digest) return false;
+    if (e->leases > 0) {
+      return FailedPreconditionError(fmt::format(
+          "weight cache: the files of '{}' changed on disk while {} lease(s) use its weights; "
+          "retry once they are released",
+          fresh->model.key, e->leases));
+    }
+    if (e->resident) TakeDeviceLocked(e, &victims);
+    floor = std::move(e->floor);
+    floor_charge = std::move(e->floor_charge);
+    e->model = std::move(fresh->model);
+    e->rel_offsets = std::move(fresh->rel_offsets);
+    e->tensor_bytes = std::move(fresh->tensor_bytes);
+    e->weight_bytes = fresh->weight_bytes;
+    e->block_bytes = fresh->block_bytes;
+    e->last_error = OkStatus();
+    max_scratch_ = std::max(max_scratch_, e->model.scratch_bytes);
+  }
+  FreeVictims(&victims);
+  floor.reset();  // a shared region is unlinked by its last user
+  floor_charge.Release();
+  return true;
 }
 
 bool WeightCache::Contains(std::string_view key) const {

@@ -143,6 +143,52 @@ TEST_F(WeightCacheTest, FirstAcquireLoadsSecondDoesNotReload) {
 }
 
 // docs/weights.md acceptance 2.
+// Note [Changed model files]: a registration with a new digest drops the
+// old device copy and floor; the next Acquire fills from the new files and
+// re-makes the pinned floor. The same digest is a no-op; a leased model is
+// refused.
+TEST_F(WeightCacheTest, ReplaceWithANewDigestDropsTheOldCopyAndFloor) {
+  MakeCache(64 << 10);
+  FakeModel a{"a"};
+  ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kPinnedSystem)).ok());
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  {
+    Result<WeightLease> l = cache_->Acquire("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(static_cast<const float*>(l->tensor(0))[0], 1.0f);
+    // Leased: refused, nothing changed.
+    FakeModel b{"a"};
+    b.seed = 7;
+    WeightModel changed = b.Make(ResidencyState::kPinnedSystem);
+    changed.digest = 43;
+    EXPECT_EQ(cache_->Replace(std::move(changed)).status().code(),
+              StatusCode::kFailedPrecondition);
+  }
+  Result<bool> same = cache_->Replace(a.Make(ResidencyState::kPinnedSystem));
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(*same);
+  EXPECT_TRUE(ModelStats("a").host_resident);
+
+  FakeModel b{"a"};
+  b.seed = 7;
+  WeightModel changed = b.Make(ResidencyState::kPinnedSystem);
+  changed.digest = 43;
+  Result<bool> replaced = cache_->Replace(std::move(changed));
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_TRUE(*replaced);
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_FALSE(ModelStats("a").host_resident);
+  EXPECT_EQ(ModelStats("a").residency, ResidencyState::kPinnedSystem);
+  ExpectLedgerMatches();
+  {
+    Result<WeightLease> l = cache_->Acquire("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(static_cast<const float*>(l->tensor(0))[0], 7.0f);  // the new files
+    EXPECT_EQ(b.fills->load(), 1);
+  }
+  ExpectLedgerMatches();
+}
+
 TEST_F(WeightCacheTest, BudgetOfOneModelEvictsTheOtherAndFreesItsBuffers) {
   MakeCache(3 << 10);  // on-demand budget 3 KiB: one 2 KiB model
   FakeModel a{"a"}, b{"b", 2, 256, 7};

@@ -45,6 +45,7 @@
 // Lifetime: the clock must outlive the store.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -185,6 +186,10 @@ class KvStore {
   // skipped. Directories that cannot be listed are skipped.
   KvSweepResult Sweep() EXCLUDES(mu_, evict_mu_);
 
+  // Saves that failed to write (mkdir, write, fsync, rename: e.g. a full
+  // disk) since Open(); a refusal for the disk budget is not counted.
+  uint64_t write_errors() const { return write_errors_.load(); }
+
   // Every *.bin file, sorted by model hash, then file name.
   std::vector<KvFileInfo> List() const;
   // Σ bytes of those files.
@@ -211,6 +216,11 @@ class KvStore {
   bool TryClaim(const std::string& key) EXCLUDES(mu_);
   void Unclaim(const std::string& key) EXCLUDES(mu_);
 
+  // Unlinks the temp files of interrupted saves whose writing process is
+  // gone (killed mid-save: they can never be renamed into place), at Open,
+  // rather than a minute later in Sweep(); returns how many.
+  int RemoveOrphanTemps() EXCLUDES(mu_);
+
   // Every regular *.bin (and temp) file of the valid model subdirectories.
   std::vector<ScannedFile> Scan(bool with_temps) const;
   // Removes the oldest files not of a busy conversation until the *.bin
@@ -221,6 +231,7 @@ class KvStore {
   const TtlWindows ttl_;
   const uint64_t disk_budget_;
   Clock* const clock_;
+  std::atomic<uint64_t> write_errors_{0};
 
   // Serializes eviction passes (Save's budget enforcement, Sweep): two
   // passes over the same listing would evict twice. Held across their file

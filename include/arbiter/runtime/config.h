@@ -7,7 +7,8 @@
 //
 //   [server]  host, port, api_key, max_body_bytes, threads, read_timeout_s,
 //             request_timeout_s, write_timeout_s, keep_alive_max, keep_alive_timeout_s,
-//             acquire_timeout_s, preload, metrics_public, max_connections, queue_max
+//             acquire_timeout_s, preload, metrics_public, max_connections, queue_max,
+//             max_embedding_inputs, max_embedding_tokens
 //   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal),
 //             headroom (SIZE; budget = MemTotal − headroom when budget is unset),
 //             the weight runtime: device_arena (SIZE; default = 2 × budget),
@@ -75,6 +76,11 @@ struct ServerSettings {
   // false (secure default): /metrics requires the API key when one is set.
   // true: /metrics is open (for scrapers without credentials).
   bool metrics_public = false;
+  // POST /v1/embeddings limits (beyond → 400, before the model computes
+  // anything): inputs per request (OpenAI's own cap) and the tokens of all
+  // inputs together, so one request cannot hold an embedding model for long.
+  int max_embedding_inputs = 2048;
+  int64_t max_embedding_tokens = 300000;
 };
 
 // `[pressure] source`.

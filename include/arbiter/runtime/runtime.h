@@ -175,6 +175,7 @@ struct KvStatus {
   std::vector<KvFileInfo> files;       // newest first, at most kKvStatusMaxFiles
   size_t files_total = 0;
   uint64_t files_swept = 0;            // by the maintenance thread since start
+  uint64_t write_errors = 0;           // KV saves that failed to write (KvStore::write_errors)
 };
 
 struct UnloadResult {

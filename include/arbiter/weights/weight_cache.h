@@ -241,6 +241,15 @@ class WeightCache {
   // applied by PreloadPinned() (or the first SetResidency/Acquire).
   // Errors: kAlreadyExists, kInvalidArgument (empty key, no fill, a bad spec).
   Status Register(WeightModel model) EXCLUDES(mu_);
+  // Re-registers `model.key` when its digest differs from the registered
+  // one (its files changed on disk since they were planned): frees the old
+  // device copy and drops the old host floor (a shared region is unlinked
+  // by its last user), then takes the new layout, digest and fill; the
+  // residency is kept (a pinned floor is re-made from the new files by the
+  // next Acquire or SetResidency). Returns whether it replaced anything
+  // (false: same digest, nothing done). Errors: kNotFound; kFailedPrecondition
+  // when the old weights are leased; kInvalidArgument as Register.
+  Result<bool> Replace(WeightModel model) EXCLUDES(mu_);
   bool Contains(std::string_view key) const EXCLUDES(mu_);
   // Whether `key`'s device copy is resident now; nullopt for an unknown key.
   // One lookup (no snapshot): cheap enough for every request.
@@ -310,6 +319,8 @@ class WeightCache {
   explicit WeightCache(WeightCacheOptions options, std::unique_ptr<WeightStore> owned_store,
                        std::unique_ptr<MemoryPool> pool);
 
+  // An entry laid out for `model` (not registered). Errors as Register.
+  Result<std::unique_ptr<Entry>> NewEntry(WeightModel model) const;
   Entry* FindLocked(std::string_view key) const REQUIRES(mu_);
   void ReleaseLease(Entry* e) EXCLUDES(mu_);
   WeightLease MakeLeaseLocked(Entry* e) REQUIRES(mu_);

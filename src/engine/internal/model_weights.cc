@@ -10,11 +10,27 @@
 // its slice (fused matrices get their parts at row offsets). The parts of a
 // buffer tile it exactly (checked when planning), so a fill writes every
 // element: the weight cache may hand it memory that holds an older model.
+//
+// Note [Weights are read, not mapped]
+// The fill reads tensor bytes with pread into a bounded buffer and converts
+// from there; it never touches the safetensors mapping. A file truncated
+// while a fill runs (another process rewriting the model in place) would
+// make a read through the mapping fault with SIGBUS and kill the server; a
+// short pread is an error naming the file instead (docs/weights.md
+// "Changed model files").
 #include "engine/internal/model_weights.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 
+#include "arbiter/base/fd.h"
 #include "arbiter/formats/llama_tensors.h"
 
 namespace arbiter::engine_internal {
@@ -200,6 +216,84 @@ Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& s
   return PlanComputeLayout(config, st, model_dir).status();
 }
 
+namespace {
+
+// Bytes read per pread (a multiple of every dtype size).
+constexpr size_t kReadChunkBytes = size_t{4} << 20;
+
+// The weight files of one fill, opened once each, with the offset of their
+// data area (8 + the header length, from the file itself).
+class TensorReader {
+ public:
+  // Converts `info`'s bytes, read from its file, to f32 at `out` (Note
+  // [Weights are read, not mapped]). kDataLoss when the file is shorter
+  // than the tensor's end (truncated since it was opened).
+  Status ReadToF32(const TensorInfo& info, float* out) {
+    ARBITER_ASSIGN_OR_RETURN(File * f, Get(info.file));
+    const size_t elem = DTypeSize(info.dtype);
+    if (elem == 0 || info.num_elements() < 0 ||
+        static_cast<uint64_t>(info.num_elements()) * elem != info.size_bytes) {
+      return ConvertToF32(info, out);  // its error names the mismatch
+    }
+    if (buffer_.empty()) buffer_.resize(kReadChunkBytes);
+    uint64_t at = f->data_start + info.data_begin;
+    size_t done = 0;  // bytes converted
+    while (done < info.size_bytes) {
+      const size_t want = std::min(buffer_.size(), info.size_bytes - done);
+      size_t got = 0;
+      while (got < want) {
+        const ssize_t n = ::pread(f->fd.get(), buffer_.data() + got, want - got,
+                                  static_cast<off_t>(at + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoToStatus(errno, "read " + info.file);
+        if (n == 0) {
+          return DataLossError(info.file + ": the file ends before tensor \"" + info.name +
+                               "\" does (truncated while its weights were read?); reload the "
+                               "model once the file is complete");
+        }
+        got += static_cast<size_t>(n);
+      }
+      TensorInfo chunk;
+      chunk.name = info.name;
+      chunk.file = info.file;
+      chunk.dtype = info.dtype;
+      chunk.shape = {static_cast<int64_t>(want / elem)};
+      chunk.data = buffer_.data();
+      chunk.size_bytes = want;
+      ARBITER_RETURN_IF_ERROR(ConvertToF32(chunk, out + done / elem));
+      done += want;
+      at += want;
+    }
+    return OkStatus();
+  }
+
+ private:
+  struct File {
+    UniqueFd fd;
+    uint64_t data_start = 0;
+  };
+  Result<File*> Get(const std::string& path) {
+    auto it = files_.find(path);
+    if (it != files_.end()) return &it->second;
+    ARBITER_ASSIGN_OR_RETURN(UniqueFd fd, UniqueFd::Open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    uint8_t len[8];
+    if (::pread(fd.get(), len, sizeof(len), 0) != static_cast<ssize_t>(sizeof(len))) {
+      return DataLossError(path + ": cannot read the safetensors header length (truncated?)");
+    }
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = (header << 8) | len[i];  // little-endian
+    File f;
+    f.fd = std::move(fd);
+    f.data_start = 8 + header;
+    return &files_.emplace(path, std::move(f)).first->second;
+  }
+
+  std::map<std::string, File> files_;
+  std::vector<uint8_t> buffer_;
+};
+
+}  // namespace
+
 Status FillComputeLayout(const ComputeLayout& layout, const SafetensorsModel& st,
                          const std::string& model_dir, const std::vector<void*>& arrays) {
   if (arrays.size() != layout.buffers.size()) {
@@ -213,11 +307,12 @@ Status FillComputeLayout(const ComputeLayout& layout, const SafetensorsModel& st
                                   layout.buffers[i].name);
     }
   }
+  TensorReader reader;
   for (const ComputePart& part : layout.parts) {
     ARBITER_ASSIGN_OR_RETURN(const TensorInfo* info,
                              FindPart(part, layout.config, layout.dims, st, model_dir));
     ARBITER_RETURN_IF_ERROR(
-        ConvertToF32(*info, static_cast<float*>(arrays[part.buffer]) + part.offset));
+        reader.ReadToF32(*info, static_cast<float*>(arrays[part.buffer]) + part.offset));
   }
   return OkStatus();
 }

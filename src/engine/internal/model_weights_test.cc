@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <numbers>
 #include <string>
 #include <utility>
@@ -403,6 +404,30 @@ TEST(ComputeLayoutTest, FillOverwritesOldContents) {
   arrays.pop_back();
   EXPECT_EQ(FillComputeLayout(clean->layout, *st, dir, arrays).code(),
             StatusCode::kInvalidArgument);
+}
+
+// Note [Weights are read, not mapped]: a file truncated after it was opened
+// (another process rewriting the model) fails the fill with an error naming
+// the file — through the mapping, the read would have died of SIGBUS.
+TEST(ComputeLayoutTest, AFileTruncatedDuringTheFillIsAnErrorNotACrash) {
+  TestModelSpec spec;
+  spec.dtype = DType::kBF16;
+  const std::string dir = WriteModel(spec);
+  Result<TestWeights> clean = LoadDir(dir);
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  Result<SafetensorsModel> st = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(st.ok());
+  const std::string file = st->files()[0];
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+  std::vector<AlignedFloats> out;
+  std::vector<void*> arrays;
+  for (size_t i = 0; i < clean->layout.buffers.size(); ++i) {
+    out.emplace_back(clean->layout.buffer_floats(i));
+    arrays.push_back(out.back().data());
+  }
+  const Status s = FillComputeLayout(clean->layout, *st, dir, arrays);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find(file), std::string::npos) << s.message();
 }
 
 // The fill looks the tensors up again: a file rewritten with another shape

@@ -142,6 +142,11 @@ ServerMetrics::ServerMetrics()
                           .Name("arbiter_kv_files_swept_total")
                           .Help("KV files deleted: past their TTL class or over the disk budget")
                           .Register(*registry_)),
+      kv_write_errors_(BuildCounter()
+                           .Name("arbiter_kv_write_errors_total")
+                           .Help("KV saves that failed to write (e.g. a full disk); the "
+                                 "conversation's previous file is kept")
+                           .Register(*registry_)),
       kv_prompt_cache_bytes_(BuildGauge()
                                  .Name("arbiter_kv_prompt_cache_bytes")
                                  .Help("Bytes of KV held in the host prompt cache")
@@ -235,6 +240,7 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
         advance(kv_keepalive_, {{"model", model}}, c.keepalive_rewarms);
       }
       advance(kv_files_swept_, {}, kv->files_swept);
+      advance(kv_write_errors_, {}, kv->write_errors);
       kv_prompt_cache_bytes_.Set(static_cast<double>(kv->prompt_cache_bytes));
       kv_prompt_cache_entries_.Set(static_cast<double>(kv->prompt_cache_entries));
       kv_disk_bytes_.Set(static_cast<double>(kv->disk_bytes));

@@ -42,6 +42,7 @@
 //   arbiter_kv_prewarms_total{model,result}      result ok|failed
 //   arbiter_kv_keepalive_rewarms_total{model}
 //   arbiter_kv_files_swept_total                 expired or over the disk budget
+//   arbiter_kv_write_errors_total                KV saves that failed to write
 //   arbiter_kv_prompt_cache_bytes, arbiter_kv_prompt_cache_entries,
 //   arbiter_kv_disk_bytes                        gauges
 // HTTP:
@@ -76,6 +77,7 @@ namespace arbiter::server_internal {
 struct KvMetricsSample {
   std::vector<std::pair<std::string, KvPrecacheCounters>> models;  // by model name
   uint64_t files_swept = 0;
+  uint64_t write_errors = 0;
   uint64_t prompt_cache_bytes = 0;
   uint64_t prompt_cache_entries = 0;
   uint64_t disk_bytes = 0;
@@ -141,6 +143,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& kv_prewarms_;
   prometheus::Family<prometheus::Counter>& kv_keepalive_;
   prometheus::Family<prometheus::Counter>& kv_files_swept_;
+  prometheus::Family<prometheus::Counter>& kv_write_errors_;
   prometheus::Gauge& kv_prompt_cache_bytes_;
   prometheus::Gauge& kv_prompt_cache_entries_;
   prometheus::Gauge& kv_disk_bytes_;

@@ -209,6 +209,7 @@ json KvStatusJson(const KvStatus& kv) {
   }
   j["files"] = std::move(fj);
   j["files_swept"] = kv.files_swept;
+  j["write_errors"] = kv.write_errors;
   return j;
 }
 
