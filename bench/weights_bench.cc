@@ -439,7 +439,7 @@ Status RunAlternationCase(const WeightsBenchOptions& o, const std::string& dir_b
   ARBITER_ASSIGN_OR_RETURN(BenchCache c, MakeCache(scratch + budget));
   for (WeightModel& m : models) ARBITER_RETURN_IF_ERROR(c.cache->Register(std::move(m)));
   ARBITER_RETURN_IF_ERROR(c.cache->PreloadPinned());
-  if (out->swapping) res->on_demand_budget = c.cache->Stats().budget.on_demand_budget;
+  if (out->swapping) res->on_demand_budget = c.cache->Stats().budget.on_demand_budget_bytes;
   res->model_bytes = block;
 
   std::unique_ptr<Engine> engines[2];  // destroyed before the cache

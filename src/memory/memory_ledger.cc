@@ -71,7 +71,7 @@ void MemoryCharge::Release() {
   bytes_ = 0;
 }
 
-Status MemoryCharge::Resize(uint64_t new_bytes) {
+Status MemoryCharge::Resize(size_t new_bytes) {
   if (ledger_ == nullptr) {
     return FailedPreconditionError("MemoryCharge::Resize on a released or empty charge");
   }
@@ -80,7 +80,7 @@ Status MemoryCharge::Resize(uint64_t new_bytes) {
   return OkStatus();
 }
 
-void MemoryCharge::ForceResize(uint64_t new_bytes) {
+void MemoryCharge::ForceResize(size_t new_bytes) {
   if (ledger_ == nullptr) return;
   ledger_->ResizeCharge(id_, new_bytes, /*force=*/true).IgnoreError();  // never fails
   bytes_ = new_bytes;
@@ -89,14 +89,14 @@ void MemoryCharge::ForceResize(uint64_t new_bytes) {
 // ---------------------------------------------------------------------------
 // MemoryLedger
 
-MemoryLedger::MemoryLedger(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+MemoryLedger::MemoryLedger(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
 MemoryLedger::~MemoryLedger() {
   MutexLock l(&mu_);
   assert(live_.empty() && "MemoryLedger destroyed with live charges");
 }
 
-bool MemoryLedger::FitsLocked(uint64_t extra) const {
+bool MemoryLedger::FitsLocked(size_t extra) const {
   if (budget_bytes_ == 0 || extra == 0) return true;
   if (charged_bytes_ >= budget_bytes_) return false;
   return extra <= budget_bytes_ - charged_bytes_;
@@ -107,8 +107,8 @@ bool MemoryLedger::OverLocked() const {
 }
 
 MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::AddLocked(const std::string& owner,
-                                                          ChargeKind kind, uint64_t bytes) {
-  assert(charged_bytes_ <= std::numeric_limits<uint64_t>::max() - bytes);
+                                                          ChargeKind kind, size_t bytes) {
+  assert(charged_bytes_ <= std::numeric_limits<size_t>::max() - bytes);
   charged_bytes_ += bytes;
   over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
   if (charged_bytes_ > peak_bytes_) peak_bytes_ = charged_bytes_;
@@ -120,7 +120,7 @@ MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::AddLocked(const std::string& own
 }
 
 MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::SubLocked(const std::string& owner,
-                                                          ChargeKind kind, uint64_t bytes) {
+                                                          ChargeKind kind, size_t bytes) {
   assert(charged_bytes_ >= bytes);
   charged_bytes_ -= bytes;
   over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
@@ -132,7 +132,7 @@ MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::SubLocked(const std::string& own
   return it->second;
 }
 
-Status MemoryLedger::ExhaustedLocked(const std::string& owner, ChargeKind kind, uint64_t bytes,
+Status MemoryLedger::ExhaustedLocked(const std::string& owner, ChargeKind kind, size_t bytes,
                                      std::string_view what) {
   ++refusals_;
   // Built with append(): GCC 12 warns (-Wrestrict, a false positive) on
@@ -149,7 +149,7 @@ Status MemoryLedger::ExhaustedLocked(const std::string& owner, ChargeKind kind, 
 }
 
 Result<MemoryCharge> MemoryLedger::TryCharge(std::string owner, ChargeKind kind,
-                                             uint64_t bytes) {
+                                             size_t bytes) {
   MutexLock l(&mu_);
   if (!FitsLocked(bytes)) return ExhaustedLocked(owner, kind, bytes, "charging");
   const uint64_t id = next_id_++;
@@ -158,7 +158,7 @@ Result<MemoryCharge> MemoryLedger::TryCharge(std::string owner, ChargeKind kind,
   return MemoryCharge(this, id, std::move(owner), kind, bytes);
 }
 
-MemoryCharge MemoryLedger::Charge(std::string owner, ChargeKind kind, uint64_t bytes) {
+MemoryCharge MemoryLedger::Charge(std::string owner, ChargeKind kind, size_t bytes) {
   MutexLock l(&mu_);
   const uint64_t id = next_id_++;
   ++AddLocked(owner, kind, bytes).live_charges;
@@ -177,7 +177,7 @@ void MemoryLedger::ReleaseCharge(uint64_t id) {
   live_.erase(it);
 }
 
-Status MemoryLedger::ResizeCharge(uint64_t id, uint64_t new_bytes, bool force) {
+Status MemoryLedger::ResizeCharge(uint64_t id, size_t new_bytes, bool force) {
   MutexLock l(&mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return InternalError("MemoryLedger: resize of an unknown charge");
@@ -198,25 +198,25 @@ Status MemoryLedger::ResizeCharge(uint64_t id, uint64_t new_bytes, bool force) {
   return OkStatus();
 }
 
-void MemoryLedger::SetBudget(uint64_t budget_bytes) {
+void MemoryLedger::SetBudget(size_t budget_bytes) {
   MutexLock l(&mu_);
   budget_bytes_ = budget_bytes;
   over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
 }
 
-uint64_t MemoryLedger::budget_bytes() const {
+size_t MemoryLedger::budget_bytes() const {
   MutexLock l(&mu_);
   return budget_bytes_;
 }
 
-uint64_t MemoryLedger::charged_bytes() const {
+size_t MemoryLedger::charged_bytes() const {
   MutexLock l(&mu_);
   return charged_bytes_;
 }
 
-uint64_t MemoryLedger::available_bytes() const {
+size_t MemoryLedger::available_bytes() const {
   MutexLock l(&mu_);
-  if (budget_bytes_ == 0) return std::numeric_limits<uint64_t>::max();
+  if (budget_bytes_ == 0) return std::numeric_limits<size_t>::max();
   return charged_bytes_ >= budget_bytes_ ? 0 : budget_bytes_ - charged_bytes_;
 }
 
@@ -237,12 +237,12 @@ MemoryLedgerSnapshot MemoryLedger::Snapshot() const {
   return s;
 }
 
-void MemoryLedger::SetRuntimeBytes(uint64_t bytes) {
+void MemoryLedger::SetRuntimeBytes(size_t bytes) {
   MutexLock l(&mu_);
   runtime_bytes_ = bytes;
 }
 
-uint64_t MemoryLedger::runtime_bytes() const {
+size_t MemoryLedger::runtime_bytes() const {
   MutexLock l(&mu_);
   return runtime_bytes_;
 }
@@ -251,7 +251,7 @@ uint64_t MemoryLedger::runtime_bytes() const {
 // ResolveBudget
 
 Result<uint64_t> ResolveBudget(std::optional<std::string> budget_text,
-                               std::string headroom_text, uint64_t total_ram_bytes) {
+                               std::string headroom_text, size_t total_ram_bytes) {
   Result<uint64_t> headroom = ParseSize(headroom_text, total_ram_bytes);
   if (!headroom.ok()) {
     return InvalidArgumentError("[memory] headroom = \"" + headroom_text +

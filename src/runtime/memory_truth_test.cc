@@ -69,7 +69,9 @@ TEST_F(MemoryTruthTest, LedgerPlusRuntimeMatchesResidentMemoryAndComesBack) {
   ASSERT_GE(loaded.ledger.kind_bytes(ChargeKind::kKvSlot), 4ull << 20);
   ASSERT_GE(loaded.ledger.charged_bytes, 20ull << 20);
   // Charged and untouched would be about −20 MiB here; leaked, positive.
-  EXPECT_LE(std::llabs(Pages(loaded.unaccounted_bytes)), 1024)
+  // 8 MiB of slack: the first request's own allocations (OpenBLAS's
+  // per-thread buffers, tokenizer and heap growth) are not charged.
+  EXPECT_LE(std::llabs(Pages(loaded.unaccounted_bytes)), 2048)
       << "charged " << loaded.ledger.charged_bytes << " runtime " << loaded.ledger.runtime_bytes
       << " resident " << loaded.process_resident_bytes;
 

@@ -106,7 +106,7 @@ TEST(ServerMetrics, CountsEventsAndSnapshots) {
   WeightCacheStats w;
   w.resident_bytes = 300;
   w.max_bytes = 900;
-  w.budget.weight_pool = 950;
+  w.budget.weight_pool_bytes = 950;
   w.loads = 3;
   w.evicts = 1;
   w.load_seconds = 0.5;

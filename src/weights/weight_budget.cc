@@ -34,13 +34,13 @@ Result<WeightBudget> SolveWeightBudget(size_t arena_bytes, double fraction, doub
         "wiggle must be in [0, 1) (the share of the arena kept free); got {}", wiggle));
   }
   WeightBudget b;
-  b.scratch_ceiling = FloorShare(1.0 - wiggle, arena_bytes);
+  b.scratch_ceiling_bytes = FloorShare(1.0 - wiggle, arena_bytes);
   const uint64_t by_fraction = FloorShare(fraction, arena_bytes);
   const uint64_t by_scratch =
-      b.scratch_ceiling > max_scratch_bytes ? b.scratch_ceiling - max_scratch_bytes : 0;
-  b.weight_pool = std::min(by_fraction, by_scratch);
-  b.on_demand_budget = b.weight_pool > pinned_bytes ? b.weight_pool - pinned_bytes : 0;
-  b.pinned_over_commit = pinned_bytes > b.weight_pool;
+      b.scratch_ceiling_bytes > max_scratch_bytes ? b.scratch_ceiling_bytes - max_scratch_bytes : 0;
+  b.weight_pool_bytes = std::min(by_fraction, by_scratch);
+  b.on_demand_budget_bytes = b.weight_pool_bytes > pinned_bytes ? b.weight_pool_bytes - pinned_bytes : 0;
+  b.pinned_over_commit = pinned_bytes > b.weight_pool_bytes;
   return b;
 }
 

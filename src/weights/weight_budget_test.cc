@@ -36,9 +36,9 @@ TEST(WeightBudgetTest, ReferenceTable) {
                                     << " max_scratch " << r.max_scratch << " pinned " << r.pinned);
     Result<WeightBudget> b = SolveWeightBudget(r.arena, r.fraction, 0.1, r.max_scratch, r.pinned);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
-    EXPECT_EQ(b->scratch_ceiling, r.arena == 0 ? 0u : 900u);
-    EXPECT_EQ(b->weight_pool, r.want_pool);
-    EXPECT_EQ(b->on_demand_budget, r.want_budget);
+    EXPECT_EQ(b->scratch_ceiling_bytes, r.arena == 0 ? 0u : 900u);
+    EXPECT_EQ(b->weight_pool_bytes, r.want_pool);
+    EXPECT_EQ(b->on_demand_budget_bytes, r.want_budget);
     EXPECT_EQ(b->pinned_over_commit, r.want_over_commit);
   }
 }
@@ -47,17 +47,17 @@ TEST(WeightBudgetTest, FloorsLikeTheReferenceInDouble) {
   // (1 − 0.3) × 1000 is 700.0 in double; a wider type would floor to 699.
   Result<WeightBudget> b = SolveWeightBudget(1000, 1.0, 0.3, 0, 0);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->scratch_ceiling, 700u);
+  EXPECT_EQ(b->scratch_ceiling_bytes, 700u);
   b = SolveWeightBudget(1001, 0.5, 0.0, 0, 0);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->scratch_ceiling, 1001u);
-  EXPECT_EQ(b->weight_pool, 500u);
+  EXPECT_EQ(b->scratch_ceiling_bytes, 1001u);
+  EXPECT_EQ(b->weight_pool_bytes, 500u);
 }
 
 TEST(WeightBudgetTest, PinnedEqualToPoolIsNotAnOverCommit) {
   Result<WeightBudget> b = SolveWeightBudget(1000, 1.0, 0.1, 300, 600);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->on_demand_budget, 0u);
+  EXPECT_EQ(b->on_demand_budget_bytes, 0u);
   EXPECT_FALSE(b->pinned_over_commit);
 }
 
@@ -65,11 +65,11 @@ TEST(WeightBudgetTest, HugeArenaStaysWithinArena) {
   const uint64_t arena = std::numeric_limits<uint64_t>::max();
   Result<WeightBudget> b = SolveWeightBudget(arena, 1.0, 0.0, 0, 0);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->scratch_ceiling, arena);
-  EXPECT_EQ(b->weight_pool, arena);
+  EXPECT_EQ(b->scratch_ceiling_bytes, arena);
+  EXPECT_EQ(b->weight_pool_bytes, arena);
   b = SolveWeightBudget(uint64_t{1} << 40, 1.0, 0.1, 0, 0);  // 1 TiB
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->weight_pool, static_cast<uint64_t>(std::floor(0.9 * (uint64_t{1} << 40))));
+  EXPECT_EQ(b->weight_pool_bytes, static_cast<uint64_t>(std::floor(0.9 * (uint64_t{1} << 40))));
 }
 
 TEST(WeightBudgetTest, FractionOutOfRangeNamesTheParameter) {

@@ -424,7 +424,7 @@ WeightCache::Entry* WeightCache::LruVictimLocked(const Entry* except) const {
 
 void WeightCache::PickVictimsLocked(uint64_t incoming, const Entry* except,
                                     std::vector<Victim>* out) {
-  const uint64_t budget = BudgetLocked().on_demand_budget;
+  const uint64_t budget = BudgetLocked().on_demand_budget_bytes;
   uint64_t footprint = OnDemandResidentLocked();
   while (footprint + incoming > budget) {
     Entry* victim = LruVictimLocked(except);
@@ -694,7 +694,7 @@ Result<WeightLease> WeightCache::Acquire(std::string_view key) {
     e->loading = true;
     e->attempt++;
     if (e->residency != ResidencyState::kPinnedDevice) {
-      const uint64_t budget = BudgetLocked().on_demand_budget;
+      const uint64_t budget = BudgetLocked().on_demand_budget_bytes;
       oversize = e->block_bytes > budget;
       // Our own bytes count as loading in the footprint already.
       PickVictimsLocked(0, e, &victims);
@@ -769,7 +769,7 @@ Result<ResidencyState> WeightCache::SetResidency(std::string_view key, Residency
             "cannot pin '{}' ({}) to the device: device-pinned weights would take {} of the {} "
             "weight pool (arena {}, scratch {}); unpin another model or raise [memory] "
             "device_arena",
-            key, FormatSize(e->block_bytes), FormatSize(pinned), FormatSize(b->weight_pool),
+            key, FormatSize(e->block_bytes), FormatSize(pinned), FormatSize(b->weight_pool_bytes),
             FormatSize(pool_->limit_bytes()), FormatSize(max_scratch_)),
             ErrorReason::kPinDoesNotFit);
       }
@@ -967,7 +967,7 @@ WeightCacheStats WeightCache::Stats() const {
   MutexLock l(&mu_);
   s.mode = options_.mode;
   s.budget = BudgetLocked();
-  s.max_bytes = s.budget.on_demand_budget;
+  s.max_bytes = s.budget.on_demand_budget_bytes;
   s.max_scratch_bytes = max_scratch_;
   s.loads = loads_;
   s.evicts = evicts_;

@@ -284,7 +284,7 @@ TEST_F(WeightCacheTest, PinnedDeviceModelIsResidentFromTheStartAndNeverFreed) {
   // Pinned models are outside the on-demand budget.
   WeightCacheStats s = cache_->Stats();
   EXPECT_EQ(s.pinned_bytes, p.bytes());
-  EXPECT_EQ(s.budget.on_demand_budget, s.budget.weight_pool - p.bytes());
+  EXPECT_EQ(s.budget.on_demand_budget_bytes, s.budget.weight_pool_bytes - p.bytes());
 }
 
 // docs/weights.md acceptance 4.
@@ -592,7 +592,7 @@ TEST_F(WeightCacheTest, ScratchOfPinnedModelsIsReserved) {
   ASSERT_TRUE(cache_->Register(a.Make(ResidencyState::kUnpinned, 10 << 10)).ok());
   WeightCacheStats s = cache_->Stats();
   EXPECT_EQ(s.max_scratch_bytes, 30u << 10);
-  EXPECT_EQ(s.budget.weight_pool, (100u << 10) - (30u << 10));
+  EXPECT_EQ(s.budget.weight_pool_bytes, (100u << 10) - (30u << 10));
 }
 
 TEST_F(WeightCacheTest, FullLedgerEvictsIdleCopiesThenAsksReclaimThenRefusesWhileLeased) {

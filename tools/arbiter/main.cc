@@ -295,9 +295,9 @@ int RunBudget(const BudgetFlags& f) {
   if (!b.ok()) return BudgetUsage("--" + b.status().message());
 
   if (f.json) {
-    nlohmann::json j = {{"scratch_ceiling", b->scratch_ceiling},
-                        {"weight_pool", b->weight_pool},
-                        {"on_demand_budget", b->on_demand_budget},
+    nlohmann::json j = {{"scratch_ceiling", b->scratch_ceiling_bytes},
+                        {"weight_pool", b->weight_pool_bytes},
+                        {"on_demand_budget", b->on_demand_budget_bytes},
                         {"pinned_over_commit", b->pinned_over_commit}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -307,9 +307,9 @@ int RunBudget(const BudgetFlags& f) {
   std::printf("wiggle              %g\n", f.wiggle);
   std::printf("max scratch         %s\n", SizeText(*max_scratch).c_str());
   std::printf("pinned              %s\n", SizeText(*pinned).c_str());
-  std::printf("scratch ceiling     %s\n", SizeText(b->scratch_ceiling).c_str());
-  std::printf("weight pool         %s\n", SizeText(b->weight_pool).c_str());
-  std::printf("on-demand budget    %s\n", SizeText(b->on_demand_budget).c_str());
+  std::printf("scratch ceiling     %s\n", SizeText(b->scratch_ceiling_bytes).c_str());
+  std::printf("weight pool         %s\n", SizeText(b->weight_pool_bytes).c_str());
+  std::printf("on-demand budget    %s\n", SizeText(b->on_demand_budget_bytes).c_str());
   std::printf("pinned over-commit  %s\n",
               b->pinned_over_commit ? "yes: pinned weights exceed the weight pool" : "no");
   return 0;

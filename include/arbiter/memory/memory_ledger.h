@@ -74,14 +74,14 @@ inline constexpr size_t kChargeKindCount = 7;
 std::string_view ChargeKindName(ChargeKind kind);
 
 // Bytes per kind, indexed by static_cast<size_t>(ChargeKind).
-using ChargeKindBytes = std::array<uint64_t, kChargeKindCount>;
+using ChargeKindBytes = std::array<size_t, kChargeKindCount>;
 
 // A point-in-time copy of the ledger's books (STYLE.md rule 9).
 struct MemoryLedgerSnapshot {
-  uint64_t budget_bytes = 0;       // 0 = unlimited
-  uint64_t charged_bytes = 0;      // Σ live charges
-  uint64_t peak_bytes = 0;         // max charged_bytes since construction
-  uint64_t over_budget_bytes = 0;  // max(0, charged − budget); 0 if unlimited
+  size_t budget_bytes = 0;       // 0 = unlimited
+  size_t charged_bytes = 0;      // Σ live charges
+  size_t peak_bytes = 0;         // max charged_bytes since construction
+  size_t over_budget_bytes = 0;  // max(0, charged − budget); 0 if unlimited
   uint64_t live_charges = 0;       // number of live MemoryCharge tokens
   // Calls to Charge()/ForceResize() that added bytes and left the ledger
   // over its budget.
@@ -92,16 +92,16 @@ struct MemoryLedgerSnapshot {
   // The process's own memory that no model owns (SetRuntimeBytes): part of
   // the ledger's view of the process, not of charged_bytes, not against the
   // budget.
-  uint64_t runtime_bytes = 0;
+  size_t runtime_bytes = 0;
 
   struct OwnerUsage {
     ChargeKindBytes by_kind{};
-    uint64_t total_bytes = 0;
+    size_t total_bytes = 0;
     uint64_t live_charges = 0;  // an owner with live 0-byte charges is listed
   };
   std::map<std::string, OwnerUsage> by_owner;  // owners with live charges
 
-  uint64_t kind_bytes(ChargeKind kind) const { return by_kind[static_cast<size_t>(kind)]; }
+  size_t kind_bytes(ChargeKind kind) const { return by_kind[static_cast<size_t>(kind)]; }
 };
 
 class MemoryLedger;
@@ -128,34 +128,34 @@ class MemoryCharge {
   // succeeds. Growing fails with kResourceExhausted, leaving the charge
   // unchanged, if the growth would take the ledger past its budget.
   // Errors: kFailedPrecondition on a released/empty token.
-  Status Resize(uint64_t new_bytes);
+  Status Resize(size_t new_bytes);
   // Like Resize() but never refused; an overshoot counts as an over-commit.
   // Does nothing on a released/empty token.
-  void ForceResize(uint64_t new_bytes);
+  void ForceResize(size_t new_bytes);
 
   // 0 / "" / kOther on a released token.
-  uint64_t bytes() const { return bytes_; }
+  size_t bytes() const { return bytes_; }
   const std::string& owner() const { return owner_; }
   ChargeKind kind() const { return kind_; }
 
  private:
   friend class MemoryLedger;
   MemoryCharge(MemoryLedger* ledger, uint64_t id, std::string owner, ChargeKind kind,
-               uint64_t bytes)
+               size_t bytes)
       : ledger_(ledger), id_(id), owner_(std::move(owner)), kind_(kind), bytes_(bytes) {}
 
   MemoryLedger* ledger_ = nullptr;  // null when empty/released
   uint64_t id_ = 0;
   std::string owner_;
   ChargeKind kind_ = ChargeKind::kOther;
-  uint64_t bytes_ = 0;
+  size_t bytes_ = 0;
 };
 
 // The byte budget. See the file comment.
 class MemoryLedger {
  public:
   // `budget_bytes` 0 means unlimited.
-  explicit MemoryLedger(uint64_t budget_bytes = 0);
+  explicit MemoryLedger(size_t budget_bytes = 0);
   // REQUIRES: no live charges (every MemoryCharge destroyed or released).
   ~MemoryLedger();
   MemoryLedger(const MemoryLedger&) = delete;
@@ -165,25 +165,25 @@ class MemoryLedger {
   // unlimited). A 0-byte charge always succeeds.
   // Errors: kResourceExhausted naming the owner, kind, bytes, budget and
   // what is charged; nothing is charged then.
-  Result<MemoryCharge> TryCharge(std::string owner, ChargeKind kind, uint64_t bytes)
+  Result<MemoryCharge> TryCharge(std::string owner, ChargeKind kind, size_t bytes)
       EXCLUDES(mu_);
 
   // Charges unconditionally. If this takes the ledger past its budget it is
   // counted in Snapshot().over_commits and shows in over_budget_bytes; the
   // caller should log it (docs/memory.md "Fixed defects of the reference":
   // the budget holds at every instant; an overshoot is logged and reported).
-  // REQUIRES: charged + bytes fits in uint64_t.
-  MemoryCharge Charge(std::string owner, ChargeKind kind, uint64_t bytes) EXCLUDES(mu_);
+  // REQUIRES: charged + bytes fits in size_t.
+  MemoryCharge Charge(std::string owner, ChargeKind kind, size_t bytes) EXCLUDES(mu_);
 
   // Replaces the budget (0 = unlimited). Existing charges stay; the ledger
   // may then be over budget until they are released.
-  void SetBudget(uint64_t budget_bytes) EXCLUDES(mu_);
+  void SetBudget(size_t budget_bytes) EXCLUDES(mu_);
 
-  uint64_t budget_bytes() const EXCLUDES(mu_);
-  uint64_t charged_bytes() const EXCLUDES(mu_);
+  size_t budget_bytes() const EXCLUDES(mu_);
+  size_t charged_bytes() const EXCLUDES(mu_);
   // Bytes TryCharge() could still grant now: budget − charged, 0 when over
-  // budget, UINT64_MAX when unlimited.
-  uint64_t available_bytes() const EXCLUDES(mu_);
+  // budget, SIZE_MAX when unlimited.
+  size_t available_bytes() const EXCLUDES(mu_);
 
   MemoryLedgerSnapshot Snapshot() const EXCLUDES(mu_);
 
@@ -192,8 +192,8 @@ class MemoryLedger {
   // runtime (docs/memory.md "The ledger is the truth"). Reported next to
   // charged_bytes so charged + runtime can be compared with the process's
   // RSS; never counted against the budget (the headroom covers it).
-  void SetRuntimeBytes(uint64_t bytes) EXCLUDES(mu_);
-  uint64_t runtime_bytes() const EXCLUDES(mu_);
+  void SetRuntimeBytes(size_t bytes) EXCLUDES(mu_);
+  size_t runtime_bytes() const EXCLUDES(mu_);
 
   // Lock-free: whether charged > budget (budget ≠ 0) as of the last change.
   // A hint for hot paths (the MemoryArbiter's acquire fast path takes its
@@ -209,32 +209,32 @@ class MemoryLedger {
   struct Record {
     std::string owner;
     ChargeKind kind;
-    uint64_t bytes;
+    size_t bytes;
   };
 
   // Called by MemoryCharge.
   void ReleaseCharge(uint64_t id) EXCLUDES(mu_);
-  Status ResizeCharge(uint64_t id, uint64_t new_bytes, bool force) EXCLUDES(mu_);
+  Status ResizeCharge(uint64_t id, size_t new_bytes, bool force) EXCLUDES(mu_);
 
   // Whether `extra` more bytes fit under the budget.
-  bool FitsLocked(uint64_t extra) const REQUIRES(mu_);
+  bool FitsLocked(size_t extra) const REQUIRES(mu_);
   // Adds/subtracts `bytes` for `owner`/`kind` in every aggregate.
   // Both return the owner's usage.
   MemoryLedgerSnapshot::OwnerUsage& AddLocked(const std::string& owner, ChargeKind kind,
-                                              uint64_t bytes) REQUIRES(mu_);
+                                              size_t bytes) REQUIRES(mu_);
   MemoryLedgerSnapshot::OwnerUsage& SubLocked(const std::string& owner, ChargeKind kind,
-                                              uint64_t bytes) REQUIRES(mu_);
+                                              size_t bytes) REQUIRES(mu_);
   bool OverLocked() const REQUIRES(mu_);
-  Status ExhaustedLocked(const std::string& owner, ChargeKind kind, uint64_t bytes,
+  Status ExhaustedLocked(const std::string& owner, ChargeKind kind, size_t bytes,
                          std::string_view what) REQUIRES(mu_);
 
   mutable Mutex mu_;
-  uint64_t budget_bytes_ GUARDED_BY(mu_);
-  uint64_t charged_bytes_ GUARDED_BY(mu_) = 0;
-  uint64_t peak_bytes_ GUARDED_BY(mu_) = 0;
+  size_t budget_bytes_ GUARDED_BY(mu_);
+  size_t charged_bytes_ GUARDED_BY(mu_) = 0;
+  size_t peak_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t over_commits_ GUARDED_BY(mu_) = 0;
   uint64_t refusals_ GUARDED_BY(mu_) = 0;
-  uint64_t runtime_bytes_ GUARDED_BY(mu_) = 0;
+  size_t runtime_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   ChargeKindBytes by_kind_ GUARDED_BY(mu_){};
   // Hashed (charge/release are O(1) with many owners, e.g. 1000 resident
@@ -261,6 +261,6 @@ inline constexpr std::string_view kDefaultMemoryHeadroom = "1536MiB";
 // "[memory] headroom") for unparsable sizes, a zero budget, or (budget unset)
 // a headroom ≥ total RAM.
 Result<uint64_t> ResolveBudget(std::optional<std::string> budget_text,
-                               std::string headroom_text, uint64_t total_ram_bytes);
+                               std::string headroom_text, size_t total_ram_bytes);
 
 }  // namespace arbiter

@@ -36,9 +36,9 @@ inline constexpr double kDefaultWeightWiggle = 0.1;    // of the arena
 
 // The solution. All sizes in bytes.
 struct WeightBudget {
-  size_t scratch_ceiling = 0;    // arena minus the wiggle reserve
-  size_t weight_pool = 0;        // bytes for all weights, pinned included
-  size_t on_demand_budget = 0;   // bytes for the LRU (pool minus pinned)
+  size_t scratch_ceiling_bytes = 0;    // arena minus the wiggle reserve
+  size_t weight_pool_bytes = 0;        // bytes for all weights, pinned included
+  size_t on_demand_budget_bytes = 0;   // bytes for the LRU (pool minus pinned)
   bool pinned_over_commit = false; // pinned weights alone exceed the pool
 
   friend bool operator==(const WeightBudget&, const WeightBudget&) = default;

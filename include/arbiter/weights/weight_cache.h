@@ -173,7 +173,7 @@ struct WeightModelStats {
 struct WeightCacheStats {
   ResidencyMode mode = ResidencyMode::kSelfManaged;
   WeightBudget budget;              // the current solution
-  size_t max_bytes = 0;             // = budget.on_demand_budget
+  size_t max_bytes = 0;             // = budget.on_demand_budget_bytes
   size_t resident_bytes = 0;        // device bytes of non-device-pinned models
   size_t pinned_bytes = 0;          // device bytes of device-pinned models
   size_t host_bytes = 0;            // Σ host floors' mapped bytes

@@ -258,7 +258,7 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
       set("arbiter_weight_cache_max_bytes", w->max_bytes);
       set("arbiter_weight_cache_pinned_bytes", w->pinned_bytes);
       set("arbiter_weight_cache_max_scratch_bytes", w->max_scratch_bytes);
-      set("arbiter_weight_pool_bytes", w->budget.weight_pool);
+      set("arbiter_weight_pool_bytes", w->budget.weight_pool_bytes);
       set("arbiter_host_floor_bytes", w->host_bytes);
       set("arbiter_device_memory_in_use_bytes", w->pool.in_use_bytes);
       set("arbiter_device_memory_limit_bytes", w->pool.limit_bytes);
