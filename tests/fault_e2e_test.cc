@@ -88,12 +88,8 @@ class FaultE2E : public ::testing::Test {
     char tmpl[] = "/tmp/arbiter-fault-e2e-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = new std::string(tmpl);
-    const std::string chat = *dir_ + "/chat";
-    ASSERT_TRUE(MakeModel("tiny", chat, 1).ok());
     // Only the RoPE table grows: long streams stay cheap to compute.
-    json cfg = json::parse(ReadAll(chat + "/config.json"));
-    cfg["max_position_embeddings"] = kLongCtx;
-    std::ofstream(chat + "/config.json") << cfg.dump(2);
+    ASSERT_TRUE(::arbiter::testing::MakeTinyModelWithContext(*dir_ + "/chat", 1, kLongCtx).ok());
     ASSERT_TRUE(MakeModel("tiny", *dir_ + "/embed", 2).ok());
   }
   static void TearDownTestSuite() {

@@ -58,11 +58,8 @@ class KvE2E : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = new std::string(tmpl);
     const std::string model = *dir_ + "/chat";
-    ASSERT_TRUE(MakeModel("tiny", model, 3).ok());
     // A longer context for the 4k-token prefix.
-    json cfg = json::parse(ReadAll(model + "/config.json"));
-    cfg["max_position_embeddings"] = 8192;
-    std::ofstream(model + "/config.json") << cfg.dump(2);
+    ASSERT_TRUE(::arbiter::testing::MakeTinyModelWithContext(model, 3, 8192).ok());
     // A system prompt of 4000–4400 tokens as the chat template renders it.
     Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::Load(model + "/tokenizer.json");
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();

@@ -23,6 +23,9 @@
 #include <vector>
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "tools/model_maker/model_maker.h"
 
 extern char** environ;
 
@@ -37,6 +40,16 @@ inline std::string ReadAll(const std::filesystem::path& p) {
 
 // A loopback port free at the time of the call; -1 when none could be bound.
 // A TCP connection to 127.0.0.1:`port`; -1 when it cannot connect.
+// MakeModel("tiny", dir, seed) with a longer context: config.json's
+// max_position_embeddings set to `ctx` (only the RoPE table grows).
+inline Status MakeTinyModelWithContext(const std::string& dir, uint64_t seed, int ctx) {
+  ARBITER_RETURN_IF_ERROR(MakeModel("tiny", dir, seed));
+  nlohmann::json cfg = nlohmann::json::parse(ReadAll(dir + "/config.json"));
+  cfg["max_position_embeddings"] = ctx;
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+  return OkStatus();
+}
+
 inline int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
