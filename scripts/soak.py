@@ -211,7 +211,13 @@ def request(client, stats, endpoint, path, body, bad=False, stream=False):
         return None
     seconds = time.monotonic() - t0
     status = resp.status
-    stats.record(endpoint, status, seconds)
+    key = status
+    if status != 200:  # counted by status and error code, e.g. 503/budget_exceeded
+        try:
+            key = f"{status}/{json.loads(raw)['error']['code']}"
+        except (ValueError, KeyError, TypeError):
+            pass
+    stats.record(endpoint, key, seconds)
     client.finish(resp)
     if status == 503:
         if not resp.getheader("Retry-After"):
