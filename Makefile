@@ -7,7 +7,7 @@ TSA_DIR ?= build-tsa
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 
-.PHONY: all deps build run test test-asan test-tsan tsa fuzz clean
+.PHONY: all deps build run test test-asan test-tsan tsa fuzz fuzz-run clean
 
 all: build
 
@@ -27,10 +27,14 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build running the unit tests.
+# LeakSanitizer is on explicitly (detect_leaks=1): a leak fails the test. Any
+# UBSan report fails it too (halt_on_error, with a stack trace).
+ASAN_ENV = ASAN_OPTIONS="detect_leaks=1 abort_on_error=0 $(ASAN_OPTIONS)" \
+           UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 $(UBSAN_OPTIONS)"
 test-asan: deps
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_SANITIZE=ON
 	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) -L unit
+	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L unit
 
 # ThreadSanitizer build (gcc's libtsan) running the tests labelled `tsan`: the
 # test binaries that start threads, marked arbiter_test(... TSAN) in CMake.
@@ -52,11 +56,18 @@ tsa:
 	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(TSA_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_TESTS=OFF -DARBITER_WERROR_TSA=ON
 	$(CMAKE) --build $(TSA_DIR) -j $(JOBS)
 
-# libFuzzer targets, built with clang-16 (not part of CI yet).
+# libFuzzer targets, built with clang-16 (fuzz/CMakeLists.txt).
 fuzz:
 	@scripts/install-deps.sh --with-fuzz
 	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_FUZZ=ON -DARBITER_TESTS=OFF
-	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS)
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets
+
+# Runs every fuzz target for SECONDS each from its seeds (fuzz/corpus/<name>/)
+# and prints executions, crashes and coverage per target; fails on a crash.
+# TARGETS="kv_file safetensors" limits the run. See scripts/fuzz-run.sh.
+SECONDS ?= 60
+fuzz-run: fuzz
+	FUZZ_DIR=$(FUZZ_DIR) scripts/fuzz-run.sh $(SECONDS) $(TARGETS)
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(TSA_DIR)

@@ -1,6 +1,6 @@
 // libFuzzer target: the OpenAI request parsers (ParseChatRequest,
-// ParseCompletionRequest, ParseEmbeddingRequest) on arbitrary bytes, i.e. an
-// untrusted HTTP body. No exception may escape; every error must be
+// ParseCompletionRequest, ParseEmbeddingRequest) and the /admin/prewarm body
+// (ParsePrewarmRequest) on arbitrary bytes, i.e. an untrusted HTTP body. No exception may escape; every error must be
 // kInvalidArgument with a message; accepted requests must satisfy the ranges
 // openai.h promises on each struct.
 #include <cstddef>
@@ -63,6 +63,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (s.empty()) __builtin_trap();
     }
     if (embedding->dimensions && *embedding->dimensions < 1) __builtin_trap();
+  }
+
+  arbiter::Result<arbiter::PrewarmRequest> prewarm = arbiter::ParsePrewarmRequest(body);
+  if (CheckError(prewarm)) {
+    if (prewarm->model.empty() || prewarm->cache.conversation_id.empty()) __builtin_trap();
+    if (prewarm->messages.empty() == prewarm->prompt.empty()) __builtin_trap();  // exactly one
   }
   return 0;
 }

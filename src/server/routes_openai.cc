@@ -75,26 +75,40 @@ void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
 }
 
 // The text runner: one admitted generation as SSE chunks, ending in
-// `data: [DONE]`; errors after the headers are reported in-band.
+// `data: [DONE]`. The headers (and the role or echo chunk) go out with the
+// first piece of text, or when the generation ends: an error before that —
+// the weights cannot get room in the budget, externally managed weights were
+// demoted — is still a plain JSON error with its status and Retry-After
+// (docs/http-api.md "Streaming"). Errors after the headers are reported
+// in-band.
 void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
-  if (!out.StartStream(200, "text/event-stream",
-                       {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
-    return;  // the client is gone already
-  }
   bool client_ok = true;
-  auto send = [&](const std::string& payload) {
+  bool started = false;
+  auto write = [&](const std::string& payload) {
     if (client_ok && !out.Write(SseData(payload))) client_ok = false;
     return client_ok;
   };
   const std::string assistant = "assistant";
   const std::string empty;
   const std::string& echo = job.generation->echo_text();
-  if (job.chat) {
-    send(ChatChunkJson(job.id, job.created, job.model, &assistant, &empty, nullptr,
-                       job.include_usage));
-  } else if (!echo.empty()) {
-    send(CompletionChunkJson(job.id, job.created, job.model, echo, nullptr, job.include_usage));
-  }
+  auto start = [&] {
+    if (started) return client_ok;
+    started = true;
+    if (!out.StartStream(200, "text/event-stream",
+                         {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+      client_ok = false;  // the client is gone already
+      return false;
+    }
+    if (job.chat) {
+      write(ChatChunkJson(job.id, job.created, job.model, &assistant, &empty, nullptr,
+                          job.include_usage));
+    } else if (!echo.empty()) {
+      write(CompletionChunkJson(job.id, job.created, job.model, echo, nullptr,
+                                job.include_usage));
+    }
+    return client_ok;
+  };
+  auto send = [&](const std::string& payload) { return start() && write(payload); };
   TextCallback on_text = [&](std::string_view delta) {
     const std::string text(delta);
     return send(job.chat ? ChatChunkJson(job.id, job.created, job.model, nullptr, &text, nullptr,
@@ -108,14 +122,16 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     return;
   }
   if (!result.ok()) {
-    // Headers are gone; report in-band, then end the stream.
     const Status& st = result.status();
+    if (!started) return SendStatus(out, st);  // nothing sent yet: a normal error
+    // Headers are gone; report in-band, then end the stream.
     spdlog::error("stream {}: generation failed: {}", job.id, st.ToString());
     send(ErrorJson(st.message(), kServerErrorType, "generation_failed"));
   } else if (result->generation.finish_reason == FinishReason::kCancelled) {
     spdlog::info("stream {}: cancelled after {} tokens ({})", job.id,
                  result->generation.output_ids.size(),
                  ctx.stopping.load() ? "server stopping" : "client went away");
+    if (!started) SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
     return;
   } else {
     const GenerationResult& g = result->generation;

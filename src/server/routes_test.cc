@@ -240,6 +240,115 @@ TEST_F(RoutesTest, MetricsAndModels) {
   EXPECT_EQ(models["data"].size(), 2u);
 }
 
+// A Runtime whose text generations fail in Run() with `error` after
+// `pieces` pieces of text (the real one's, wrapped): what a stream sees when
+// the weights cannot get room in the budget after the admission.
+class FailingRunRuntime : public Runtime {
+ public:
+  FailingRunRuntime(Runtime* real, ::arbiter::Status error, int pieces)
+      : real_(real), error_(std::move(error)), pieces_(pieces) {}
+  void Shutdown() override { real_->Shutdown(); }
+  const Config& config() const override { return real_->config(); }
+  std::vector<std::pair<std::string, Capability>> ModelNames() const override {
+    return real_->ModelNames();
+  }
+  Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) override {
+    ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<TextGeneration> g,
+                             real_->StartText(std::move(request)));
+    return std::unique_ptr<TextGeneration>(new Failing(std::move(g), error_, pieces_));
+  }
+  Result<EmbedResult> Embed(const EmbedRequest& r, const CancelFn& c) override {
+    return real_->Embed(r, c);
+  }
+  RuntimeStatus Status() const override { return real_->Status(); }
+  Result<KvStatus> Kv(bool with_files) const override { return real_->Kv(with_files); }
+  Result<ModelStatus> LoadModel(const std::string& n) override { return real_->LoadModel(n); }
+  Result<UnloadResult> UnloadModel(const std::string& n, int64_t t) override {
+    return real_->UnloadModel(n, t);
+  }
+  Result<std::pair<ResidencyState, ModelStatus>> SetResidency(const std::string& n,
+                                                              ResidencyState t) override {
+    return real_->SetResidency(n, t);
+  }
+  Result<CompactResult> Compact(const std::vector<std::string>& r) override {
+    return real_->Compact(r);
+  }
+  MemoryPressureLevel DispatchPressure(MemoryPressureLevel l,
+                                       std::optional<uint64_t> f) override {
+    return real_->DispatchPressure(l, f);
+  }
+  Result<PrewarmResult> Prewarm(const PrewarmSpec& r) override { return real_->Prewarm(r); }
+  Result<std::vector<std::string>> CloseConversation(const std::string& id,
+                                                     const std::string& m) override {
+    return real_->CloseConversation(id, m);
+  }
+  ArbiterEventSubscription OnEvent(ArbiterEventListener l) override {
+    return real_->OnEvent(std::move(l));
+  }
+  ReclaimPolicy& reclaim_policy() override { return real_->reclaim_policy(); }
+
+ private:
+  class Failing : public TextGeneration {
+   public:
+    Failing(std::unique_ptr<TextGeneration> g, ::arbiter::Status error, int pieces)
+        : g_(std::move(g)), error_(std::move(error)), pieces_(pieces) {}
+    const std::string& model() const override { return g_->model(); }
+    int prompt_tokens() const override { return g_->prompt_tokens(); }
+    const std::vector<int32_t>& prompt_ids() const override { return g_->prompt_ids(); }
+    const std::string& echo_text() const override { return g_->echo_text(); }
+    Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) override {
+      for (int i = 0; i < pieces_; ++i) {
+        if (!on_text("x")) break;
+      }
+      return error_;
+    }
+
+   private:
+    std::unique_ptr<TextGeneration> g_;
+    ::arbiter::Status error_;
+    int pieces_;
+  };
+
+  Runtime* real_;
+  ::arbiter::Status error_;
+  int pieces_;
+};
+
+// Regression (scripts/soak.py): a stream whose weights could not get room
+// after the admission answered 200 and then an in-band "generation_failed"
+// event. Nothing has been sent before the first piece of text, so the
+// error keeps its status: 503 budget_exceeded with Retry-After.
+TEST_F(RoutesTest, AStreamThatFailsBeforeItsFirstTokenGetsAPlainErrorStatus) {
+  const ::arbiter::Status budget =
+      ResourceExhaustedError("weights of 'chat': no room", ErrorReason::kBudgetExceeded);
+  for (const char* route : {"POST /v1/chat/completions", "POST /v1/completions"}) {
+    FailingRunRuntime failing(rt_.get(), budget, /*pieces=*/0);
+    ctx_.runtime = &failing;
+    json req = json::parse(kChat);
+    if (std::string(route) == "POST /v1/completions") {
+      req.erase("messages");
+      req["prompt"] = "hello";
+      req["echo"] = true;
+    }
+    req["stream"] = true;
+    auto s = Call(route, req.dump());
+    EXPECT_FALSE(s->streamed()) << route;
+    EXPECT_EQ(s->status(), 503) << route << " " << s->body();
+    EXPECT_EQ(Body(*s)["error"]["code"], "budget_exceeded") << route;
+    EXPECT_EQ(s->header("Retry-After"), "5") << route;
+
+    // After text went out, the error can only be reported in-band.
+    FailingRunRuntime late(rt_.get(), budget, /*pieces=*/2);
+    ctx_.runtime = &late;
+    auto l = Call(route, req.dump());
+    EXPECT_TRUE(l->streamed()) << route;
+    EXPECT_EQ(l->status(), 200) << route;
+    EXPECT_NE(l->body().find("generation_failed"), std::string::npos) << l->body();
+    EXPECT_EQ(l->body().substr(l->body().size() - 14), "data: [DONE]\n\n");
+    ctx_.runtime = rt_.get();
+  }
+}
+
 TEST_F(RoutesTest, AnEventStreamEndsWhenTheServerStops) {
   http::FakeResponder out;
   std::thread t([&] {

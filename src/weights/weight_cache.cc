@@ -37,9 +37,13 @@
 // caches, idle models — whose unload evicts their weights here —, idle
 // device copies), then evicts its own idle device copies (what is left when
 // there is no policy), and retries. Only if
-// that fails and no other model is leased does it charge anyway — the
+// that fails and no other model is leased or busy does it charge anyway — the
 // documented "single model larger than the whole budget" exception, which
-// the ledger counts as an over-commit and we log. A failed load releases its
+// the ledger counts as an over-commit and we log. A busy model (a device load
+// or a floor in flight) counts as in use: it holds its charge and is leased
+// as soon as it is done, and an over-commit next to it would put two models'
+// weights over the budget at once; the load is refused (kBudgetExceeded,
+// retry later) instead. A failed load releases its
 // block and its charge before returning (docs/weights.md, 'Leaks after a
 // failed transfer').
 //
@@ -389,9 +393,9 @@ uint64_t WeightCache::OnDemandResidentLocked() const {
   return total;
 }
 
-bool WeightCache::OtherLeasesLocked(const Entry* e) const {
+bool WeightCache::OtherInUseLocked(const Entry* e) const {
   for (const auto& o : entries_) {
-    if (o.get() != e && o->leases > 0) return true;
+    if (o.get() != e && (o->leases > 0 || o->busy)) return true;
   }
   return false;
 }
@@ -484,12 +488,13 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
   }
   {
     MutexLock l(&mu_);
-    if (OtherLeasesLocked(e)) {
+    if (OtherInUseLocked(e)) {
       std::string holders;
       for (const auto& o : entries_) {
-        if (o.get() != e && o->leases > 0) {
+        if (o.get() != e && (o->leases > 0 || o->busy)) {
           if (!holders.empty()) holders += ", ";
-          holders += fmt::format("'{}' ({} lease(s))", o->model.key, o->leases);
+          holders += o->leases > 0 ? fmt::format("'{}' ({} lease(s))", o->model.key, o->leases)
+                                   : fmt::format("'{}' (loading)", o->model.key);
         }
       }
       return ResourceExhaustedError(fmt::format(

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -630,6 +633,61 @@ TEST_F(WeightCacheTest, FullLedgerEvictsIdleCopiesThenAsksReclaimThenRefusesWhil
   Result<WeightLease> lb2 = cache_->Acquire("b");
   EXPECT_TRUE(lb2.ok()) << lb2.status().ToString();
   EXPECT_EQ(ledger_->Snapshot().over_commits, 1u);
+}
+
+// Regression (scripts/soak.py: two 204 MiB chat models charged together
+// over a 393 MiB budget): a load in flight holds its charge and is about to
+// be leased, so a second load that cannot make room is refused, not
+// over-committed next to it. The over-budget exception stays for a model
+// alone.
+TEST_F(WeightCacheTest, ALoadInFlightCountsAsInUseSoASecondLoadIsRefusedNotOverCommitted) {
+  MakeCache(64 << 10, ResidencyMode::kSelfManaged, 3 << 10);  // ledger: one 2 KiB model
+  FakeModel a{"a"}, b{"b"};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool filling = false, go = false;
+  WeightModel ma = a.Make();
+  WeightFill fill_a = ma.fill;
+  ma.fill = [&, fill_a](const std::vector<void*>& arrays) -> Status {
+    std::unique_lock<std::mutex> l(mu);
+    filling = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return go; });
+    return fill_a(arrays);
+  };
+  ASSERT_TRUE(cache_->Register(std::move(ma)).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  Result<WeightLease> la = InternalError("not run");
+  std::thread loader([&] { la = cache_->Acquire("a"); });
+  bool a_in_flight;
+  {
+    std::unique_lock<std::mutex> l(mu);
+    a_in_flight = cv.wait_for(l, std::chrono::seconds(30), [&] { return filling; });
+  }
+  EXPECT_TRUE(a_in_flight);
+  if (a_in_flight) {
+    Result<WeightLease> lb = cache_->Acquire("b");
+    EXPECT_FALSE(lb.ok());
+    EXPECT_EQ(lb.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(lb.status().reason(), ErrorReason::kBudgetExceeded);
+    EXPECT_TRUE(Contains(lb.status().message(), "'a' (loading)")) << lb.status().message();
+    EXPECT_LE(ledger_->charged_bytes(), ledger_->budget_bytes());
+    EXPECT_EQ(ledger_->Snapshot().over_commits, 0u);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    go = true;
+  }
+  cv.notify_all();
+  loader.join();
+  ASSERT_TRUE(la.ok()) << la.status().ToString();
+  la->Release();
+  // a is idle now: b evicts it and loads within the budget.
+  Result<WeightLease> lb = cache_->Acquire("b");
+  EXPECT_TRUE(lb.ok()) << lb.status().ToString();
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_EQ(ledger_->Snapshot().over_commits, 0u);
+  ExpectLedgerMatches();
 }
 
 TEST_F(WeightCacheTest, ReleaseAllDropsDeviceAndFloorButNotWhileLeased) {

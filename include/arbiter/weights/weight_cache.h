@@ -340,7 +340,9 @@ class WeightCache {
   Status LoadDevice(Entry* e) EXCLUDES(mu_);
   Status MaterializeFloor(Entry* e) EXCLUDES(mu_);
   Result<MemoryCharge> ChargeRoom(Entry* e, ChargeKind kind, uint64_t bytes) EXCLUDES(mu_);
-  bool OtherLeasesLocked(const Entry* e) const REQUIRES(mu_);
+  // Another entry is leased or busy (a load or floor in flight holds its
+  // charge and is about to be used): ChargeRoom must not over-commit.
+  bool OtherInUseLocked(const Entry* e) const REQUIRES(mu_);
   void MaybeAutoCompact(const std::string& just_loaded) EXCLUDES(mu_);
 
   const WeightCacheOptions options_;

@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets (fuzz/corpus/<target>/).
+
+Each seed is a small, valid (or nearly valid) input of its reader, so the
+fuzzer starts from the accepting paths instead of discovering the format
+byte by byte. Run from anywhere; it rewrites the files it owns and leaves
+others (e.g. crash reproducers added by hand) in place. The binary seeds
+(safetensors, KV file, weight region) follow the layouts documented in
+include/arbiter/formats/safetensors.h, include/arbiter/kv/kv_file.h and
+include/arbiter/weights/region_format.h; the KV trailer is XXH3-64 computed
+by the system libxxhash (the library the writer links).
+"""
+import ctypes
+import ctypes.util
+import json
+import os
+import struct
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- safetensors ----------------------------------------------------------
+def safetensors(tensors, metadata=None):
+    header, blob = {}, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(blob), len(blob) + len(payload)]}
+        blob += payload
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+put("safetensors", "tiny_f32.safetensors",
+    safetensors([("model.norm.weight", "F32", [4], f32(1, 1, 0.5, -2)),
+                 ("lm_head.weight", "F32", [2, 2], f32(0.25, -1, 3, 0))],
+                {"format": "pt"}))
+put("safetensors", "mixed_dtypes.safetensors",
+    safetensors([("a.bf16", "BF16", [3], struct.pack("<3H", 0x3f80, 0xbf80, 0x7f80)),
+                 ("b.f16", "F16", [2], struct.pack("<2H", 0x3c00, 0xfc00)),
+                 ("c.i8", "I8", [4], bytes([1, 255, 127, 128])),
+                 ("d.empty", "F32", [0, 3], b""),
+                 ("e.f8", "F8_E4M3", [2], bytes([0x38, 0xff])),
+                 ("f.bool", "BOOL", [1], b"\x01")]))
+
+# ---- config.json ----------------------------------------------------------
+put("model_config", "qwen3.json", json.dumps({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300,
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+    "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": [2, 3],
+    "torch_dtype": "bfloat16", "attention_bias": False}, indent=2))
+put("model_config", "llama3_rope.json", json.dumps({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 172, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "float32"}, indent=2))
+put("model_config", "qwen2_bias.json", json.dumps({
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "vocab_size": 100, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+    "rope_scaling": {"type": "linear", "factor": 2.0}}))
+
+# ---- tokenizer.json -------------------------------------------------------
+byte_vocab = {}
+for b in list(range(ord("!"), ord("~") + 1)) + list(range(0xa1, 0xad)) + list(range(0xae, 0x100)):
+    byte_vocab[chr(b)] = len(byte_vocab)
+n = 0
+for b in range(256):
+    if chr(b) not in byte_vocab:
+        byte_vocab[chr(256 + n)] = len(byte_vocab)
+        n += 1
+merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ w", "l l", "Ġ s"]
+vocab = dict(byte_vocab)
+for m in merges:
+    vocab.setdefault(m.replace(" ", ""), len(vocab))
+specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+put("tokenizer_json", "bytelevel_chatml.json", json.dumps({
+    "version": "1.0",
+    "added_tokens": [{"id": len(vocab) + i, "content": s, "single_word": False, "lstrip": False,
+                      "rstrip": False, "normalized": False, "special": True}
+                     for i, s in enumerate(specials)],
+    "normalizer": {"type": "NFC"},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+    "post_processor": None,
+    "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+              "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+              "ignore_merges": False, "vocab": vocab, "merges": merges}}, ensure_ascii=False))
+put("tokenizer_json", "sentencepiece_llama3.json", json.dumps({
+    "added_tokens": [{"id": 8, "content": "<|begin_of_text|>", "special": True},
+                     {"id": 9, "content": "<|start_header_id|>", "special": True},
+                     {"id": 10, "content": "<|end_header_id|>", "special": True},
+                     {"id": 11, "content": "<|eot_id|>", "special": True}],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+    "pre_tokenizer": None,
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": True, "fuse_unk": True,
+              "vocab": {"<unk>": 0, "<0x41>": 1, "▁": 2, "h": 3, "▁h": 4, "i": 5, "hi": 6, "▁hi": 7},
+              "merges": [["▁", "h"], ["h", "i"], ["▁h", "i"]]}}, ensure_ascii=False))
+
+# ---- server config TOML ---------------------------------------------------
+put("server_config", "full.toml", """[server]
+host = "127.0.0.1"
+port = 8080
+api_key = "change-me"
+max_body_bytes = "8MiB"
+threads = 0
+max_connections = 1024
+queue_max = 256
+read_timeout_s = 30
+request_timeout_s = 60
+write_timeout_s = 30
+keep_alive_max = 100
+keep_alive_timeout_s = 5
+acquire_timeout_s = 300
+preload = false
+metrics_public = false
+
+[memory]
+budget = "75%"
+device_arena = "2GiB"
+weight_cache_fraction = 1.0
+wiggle_fraction = 0.1
+shared_host_weights = true
+shared_host_weights_mode = "0660"
+shared_host_weights_prefix = "arbiter"
+mode = "self_managed"
+compaction_interval = 0
+same_role = "coexist"
+
+[pressure]
+source = "auto"
+
+[kv]
+prompt_cache = "512MiB"
+disk_budget = "4GiB"
+
+[[models]]
+name = "qwen3-0.6b"
+path = "/models/Qwen3-0.6B"
+parallel = 2
+ctx = 4096
+system_prompt = "You are a helpful assistant."
+
+[[models]]
+name = "embed"
+path = "models/embed"
+capability = "embedding"
+idle_ttl = "10m"
+""")
+put("server_config", "minimal.toml", """[memory]
+budget = "6GiB"
+
+[[models]]
+name = "tiny"
+path = "/tmp/tiny"
+""")
+put("server_config", "headroom_swap.toml", """[memory]
+headroom = "1536MiB"
+same_role = "swap"
+mode = "externally_managed"
+
+[[models]]
+name = "a"
+path = "/m/a"
+residency = "pinned_system"
+same_role = "swap"
+parallel = 4
+ctx = 512
+""")
+
+# ---- OpenAI request bodies ------------------------------------------------
+bodies = {
+    "chat.json": {"model": "demo-chat", "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hello!"}], "max_tokens": 16, "temperature": 0.7,
+        "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["\n\n", "END"], "user": "u1"},
+    "chat_stream.json": {"model": "demo-chat", "stream": True,
+                         "stream_options": {"include_usage": True},
+                         "messages": [{"role": "developer", "content": "x"},
+                                      {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                         "max_completion_tokens": 8},
+    "chat_conversation.json": {"model": "demo-chat", "conversation_id": "conv-42",
+                               "prompt_cache_key": "k", "cache_ttl": "long",
+                               "messages": [{"role": "user", "content": "a"},
+                                            {"role": "assistant", "content": "b"},
+                                            {"role": "user", "content": "c"}]},
+    "completion.json": {"model": "demo-chat", "prompt": "Once upon a time", "max_tokens": 20,
+                        "echo": True, "stop": "\n", "temperature": 0},
+    "completion_ids.json": {"model": "demo-chat", "prompt": [1, 2, 3, 400], "stream": True},
+    "completion_array.json": {"model": "demo-chat", "prompt": ["only one"], "seed": -1},
+    "embedding.json": {"model": "demo-embed", "input": "The food was delicious",
+                       "encoding_format": "float"},
+    "embedding_batch.json": {"model": "demo-embed", "input": ["a", "b c"],
+                             "encoding_format": "base64", "dimensions": 384},
+    "prewarm_messages.json": {"model": "demo-chat", "conversation_id": "c1",
+                              "messages": [{"role": "system", "content": "sys"}],
+                              "cache_ttl": "extended"},
+    "prewarm_prompt.json": {"model": "demo-chat", "conversation_id": "__system_prefix__",
+                            "prompt": "You are a helpful assistant."},
+}
+for name, body in bodies.items():
+    put("openai_request", name, json.dumps(body))
+
+# ---- HTTP requests --------------------------------------------------------
+def http(method, path, body=b"", headers=()):
+    h = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    for k, v in headers:
+        h += f"{k}: {v}\r\n"
+    if body:
+        h += f"Content-Length: {len(body)}\r\nContent-Type: application/json\r\n"
+    return h.encode() + b"\r\n" + body
+
+
+put("http_request", "get_health.http", http("GET", "/health"))
+put("http_request", "post_body.http", http("POST", "/v1/chat/completions",
+                                           json.dumps(bodies["chat.json"]).encode(),
+                                           [("Authorization", "Bearer k")]))
+put("http_request", "keepalive_two.http", http("GET", "/health") +
+    http("GET", "/health", headers=[("Connection", "close")]))
+put("http_request", "chunked.http",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"5\r\nhello\r\n0\r\n\r\n")
+put("http_request", "http10.http", b"GET /health HTTP/1.0\r\n\r\n")
+
+# ---- KV file --------------------------------------------------------------
+xxh = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+xxh.XXH3_64bits.restype = ctypes.c_uint64
+xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def kv_file(model_hash, n_layers, kv_dim, tokens):
+    header = b"ARBKV001" + struct.pack("<II", 1, 0) + model_hash.encode()
+    header += struct.pack("<III", n_layers, kv_dim, len(tokens))
+    header += b"\0" * (64 - len(header))
+    body = struct.pack("<%di" % len(tokens), *tokens)
+    n = 2 * n_layers * len(tokens) * kv_dim
+    body += struct.pack("<%df" % n, *[(i % 17) * 0.125 - 1 for i in range(n)])
+    data = header + body
+    return data + struct.pack("<Q", xxh.XXH3_64bits(data, len(data)))
+
+
+put("kv_file", "two_layers.bin", kv_file("0123456789abcdef", 2, 8, [1, 17, 42]))
+put("kv_file", "empty_prefix.bin", kv_file("fedcba9876543210", 1, 4, []))
+
+# ---- shared weight region -------------------------------------------------
+def region(digest, specs):
+    """specs: [(nbytes)] in order; returns a READY region's bytes."""
+    table_end = 64 + 16 * len(specs)
+    data_offset = (table_end + 63) // 64 * 64
+    cursor, offsets = data_offset, []
+    for nbytes in specs:
+        off = (cursor + 63) // 64 * 64
+        offsets.append((off, nbytes))
+        cursor = off + nbytes
+    out = bytearray(cursor)
+    struct.pack_into("<8sIIQQQQQ", out, 0, b"ARBWFLR1", 1, 1, digest, cursor, len(specs), 64,
+                     data_offset)
+    for i, (off, nbytes) in enumerate(offsets):
+        struct.pack_into("<QQ", out, 64 + 16 * i, off, nbytes)
+        out[off:off + nbytes] = bytes((off + j) & 0xff for j in range(nbytes))
+    return bytes(out)
+
+
+# The target's fixed layout: tok_embd f32 [4,4], norm f16 [3], empty u8 [0].
+put("weight_region", "fixed_layout.bin", region(0x0123456789abcdef, [64, 6, 0]))
+# The derived layout read from the bytes themselves: 'A' → 1 tensor,
+# 'R' → dtype 82 % 15 = I8, 'B' → rank 2, dims 'W' × 'F' = 87 × 70 bytes.
+put("weight_region", "derived_layout.bin", region(0, [87 * 70]))

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets (built by `make fuzz`) for a fixed time each and
+# prints, per target, the executions, crashes and coverage libFuzzer reports.
+#
+# Usage: scripts/fuzz-run.sh SECONDS [TARGET...]
+#   SECONDS  run time of each target (-max_total_time)
+#   TARGET   target names without _fuzz (default: every fuzz/<name>_fuzz.cc)
+# Environment: FUZZ_DIR (default build-fuzz), FUZZ_ARGS (extra libFuzzer flags).
+#
+# Each target reads its committed seeds fuzz/corpus/<name>/ read-only and
+# writes what it discovers to a scratch corpus FUZZ_DIR/fuzz-run/corpus/<name>/
+# (kept between runs, so a later run starts from everything found before);
+# the committed corpus is never grown in place. Crash, timeout and OOM
+# inputs are written to FUZZ_DIR/fuzz-run/artifacts/<name>/, the log of each
+# run to FUZZ_DIR/fuzz-run/<name>.log, and the table printed at the end also
+# goes to FUZZ_DIR/fuzz-run/summary.txt. A target that crashes stops there
+# (libFuzzer's behaviour) and the others still run.
+# Exit status: 0 when every target ran without a crash, 1 otherwise, 2 on bad
+# usage or a missing binary.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ $# -lt 1 || ! "$1" =~ ^[0-9]+$ || "$1" -lt 1 ]]; then
+  echo "usage: $0 SECONDS [TARGET...]" >&2
+  exit 2
+fi
+seconds=$1
+shift
+fuzz_dir=${FUZZ_DIR:-build-fuzz}
+out=$fuzz_dir/fuzz-run
+
+targets=("$@")
+if [[ ${#targets[@]} -eq 0 ]]; then
+  for src in fuzz/*_fuzz.cc; do
+    name=$(basename "$src" _fuzz.cc)
+    targets+=("$name")
+  done
+fi
+
+mkdir -p "$out"
+summary=$out/summary.txt
+header=$(printf '%-16s %12s %9s %7s %7s %8s %10s %s' target executions exec/s cov ft corpus crashes "")
+rows=()
+failed=0
+for name in "${targets[@]}"; do
+  bin=$fuzz_dir/fuzz/${name}_fuzz
+  if [[ ! -x "$bin" ]]; then
+    echo "fuzz-run: no binary $bin (run make fuzz)" >&2
+    exit 2
+  fi
+  seeds=fuzz/corpus/$name
+  corpus=$out/corpus/$name
+  artifacts=$out/artifacts/$name
+  log=$out/$name.log
+  mkdir -p "$corpus" "$artifacts"
+  seed_dirs=()
+  [[ -d "$seeds" ]] && seed_dirs+=("$seeds")
+  echo "fuzz-run: $name for ${seconds} s ($(ls "$seeds" 2>/dev/null | wc -l) seeds, $(ls "$corpus" | wc -l) in scratch corpus)"
+  # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
+  "$bin" -max_total_time="$seconds" -print_final_stats=1 -timeout=30 \
+      -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "$corpus" "${seed_dirs[@]}" >"$log" 2>&1
+  rc=$?
+  execs=$(awk '/^stat::number_of_executed_units:/ {print $2}' "$log" | tail -1)
+  rate=$(awk '/^stat::average_exec_per_sec:/ {print $2}' "$log" | tail -1)
+  # The last status line carries the final coverage: "#N DONE cov: C ft: F corp: U/B ...".
+  last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)
+  cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")
+  ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$last")
+  corp=$(sed -nE 's/.* corp: ([0-9]+\/[0-9]+[a-zA-Z]*).*/\1/p' <<<"$last")
+  crash_files=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log")
+  crashes=$(grep -c 'Test unit written to' "$log")
+  note=""
+  if [[ $rc -ne 0 || $crashes -gt 0 ]]; then
+    failed=1
+    [[ $crashes -eq 0 ]] && crashes=1  # died without writing an input
+    note="FAILED (exit $rc); log $log"
+    [[ -n "$crash_files" ]] && note+="; input $crash_files"
+    echo "fuzz-run: $name failed; the end of its log:" >&2
+    grep -E 'ERROR|SUMMARY|deadly|Test unit|==[0-9]+==' "$log" | tail -15 >&2
+  fi
+  rows+=("$(printf '%-16s %12s %9s %7s %7s %8s %10s %s' "$name" "${execs:-?}" "${rate:-?}" \
+      "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes" "$note")")
+  echo "fuzz-run: ${rows[-1]}"
+done
+
+{
+  echo "fuzz-run: ${seconds} s per target, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "$header"
+  printf '%s\n' "${rows[@]}"
+} | tee "$summary"
+exit $failed
