@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -48,10 +50,19 @@ std::string Exchange(int port, std::string_view bytes) {
   ::shutdown(fd, SHUT_WR);
   std::string got;
   char buf[16384];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (true) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0) __builtin_trap();  // the server never closed
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) __builtin_trap();  // the server never closed
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    // EINTR: libFuzzer's -timeout watchdog is a SIGALRM every second or so;
+    // an interrupted poll is not a hang (this was the campaign's "hang").
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) __builtin_trap();  // the server never closed
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }
