@@ -257,7 +257,7 @@ class FailingRunRuntime : public Runtime {
                              real_->StartText(std::move(request)));
     return std::unique_ptr<TextGeneration>(new Failing(std::move(g), error_, pieces_));
   }
-  Result<EmbedResult> Embed(const EmbedRequest& r, const CancelFn& c) override {
+  Result<EmbedResult> Embed(const EmbedRequest& r, const Cancellation& c) override {
     return real_->Embed(r, c);
   }
   RuntimeStatus Status() const override { return real_->Status(); }
@@ -296,7 +296,7 @@ class FailingRunRuntime : public Runtime {
     int prompt_tokens() const override { return g_->prompt_tokens(); }
     const std::vector<int32_t>& prompt_ids() const override { return g_->prompt_ids(); }
     const std::string& echo_text() const override { return g_->echo_text(); }
-    Result<TextResult> Run(const TextCallback& on_text, const CancelFn& cancelled) override {
+    Result<TextResult> Run(const TextCallback& on_text, const Cancellation& cancelled) override {
       for (int i = 0; i < pieces_; ++i) {
         if (!on_text("x")) break;
       }
