@@ -263,8 +263,8 @@ size_t MemoryArbiterImpl::EvictIdleByPriority(size_t max_entries, UnloadReason r
   {
     MutexLock l(&mu_);
     if (shutting_down_) return 0;
-    // Lowest-priority role first; text-target is never listed (fixed defect
-    // 1) and held entries are set aside (fixed defect 2).
+    // Lowest-priority role first; text-target is never listed (docs/memory-arbiter.md,
+    // fixed defect 1) and held entries are set aside (fixed defect 2).
     std::vector<Entry*> held;
     for (auto& by_role : idle_by_role_) {
       while (unloaded.size() < max_entries) {

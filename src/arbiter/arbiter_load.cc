@@ -90,7 +90,7 @@ Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
           }
           continue;
         }
-        // Same-role conflicts, loads in flight included (fixed defect 4).
+        // Same-role conflicts, loads in flight included (docs/memory-arbiter.md, fixed defect 4).
         Entry* conflict = nullptr;
         if (e->swap_same_role) {
           for (Entry* o : role_members_[Index(e->role)]) {
@@ -295,8 +295,8 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
         }
         AddIdleLocked(e);
         // The measured size may exceed the estimate: make room again. Not for
-        // a preload (fixed defect 7: preload never evicts); the next
-        // acquire's evict-to-fit makes room.
+        // a preload (docs/memory-arbiter.md, fixed defect 7: preload never
+        // evicts); the next acquire's evict-to-fit makes room.
         if (pin && options_.reclaimer == nullptr) EvictToFitLocked(0, &unloaded);
         fit_after = pin && options_.reclaimer != nullptr && ledger_->OverBudgetHint();
       }
@@ -399,8 +399,8 @@ bool MemoryArbiterImpl::Preload(Capability capability, std::string_view model_ke
     if (e->state == ModelState::kLoading) return false;
     const size_t incoming = e->measured ? e->bytes : EstimateFor(*reg, e->model_key);
     if (incoming == 0 || ledger_->charged_bytes() + incoming > budget) return false;
-    // A same-role conflict would need a swap; preload never evicts (fixed
-    // defect 7).
+    // A same-role conflict would need a swap; preload never evicts
+    // (docs/memory-arbiter.md, fixed defect 7).
     if (e->swap_same_role && !role_members_[Index(e->role)].empty()) return false;
     ClaimLocked(e, incoming);
   }
