@@ -43,7 +43,6 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/size.h"
-#include "arbiter/memory/system_memory.h"
 
 namespace arbiter {
 
@@ -103,19 +102,19 @@ arbiter::Status RuntimeImpl::Build() {
   pressure_sub_ = pressure_->composite->Subscribe(
       [this](const MemoryPressureEvent& e) { policy_.OnPressure(e); });
   kv_thread_ = std::thread([this] { KvMaintenanceLoop(); });
-  MeasureRuntimeBytes();
+  (void)MeasureRuntimeBytes();
   return OkStatus();
 }
 
-void RuntimeImpl::MeasureRuntimeBytes() const {
+Result<ProcessMemoryInfo> RuntimeImpl::MeasureRuntimeBytes() const {
   // Empty before and after the read: no charge or load overlapped it.
   auto empty = [this] {
     return ledger_->charged_bytes() == 0 && arbiter_->Stats().loading_bytes == 0;
   };
-  if (!empty()) return;
+  const bool empty_before = empty();
   Result<ProcessMemoryInfo> mem = ReadProcessMemory();
-  if (!mem.ok() || !empty()) return;
-  ledger_->SetRuntimeBytes(mem->resident_bytes());
+  if (empty_before && mem.ok() && empty()) ledger_->SetRuntimeBytes(mem->resident_bytes());
+  return mem;
 }
 
 void RuntimeImpl::Shutdown() {
@@ -221,11 +220,11 @@ ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
 }
 
 RuntimeStatus RuntimeImpl::Status() const {
-  MeasureRuntimeBytes();
+  const Result<ProcessMemoryInfo> mem = MeasureRuntimeBytes();
   RuntimeStatus s;
   s.arbiter = arbiter_->Stats();
   s.ledger = ledger_->Snapshot();
-  if (Result<ProcessMemoryInfo> mem = ReadProcessMemory(); mem.ok()) {
+  if (mem.ok()) {
     s.process_resident_bytes = mem->resident_bytes();
     s.unaccounted_bytes = static_cast<int64_t>(mem->resident_bytes()) -
                           static_cast<int64_t>(s.ledger.charged_bytes + s.ledger.runtime_bytes);
@@ -397,7 +396,7 @@ void RuntimeImpl::KvMaintenanceLoop() {
     if (now >= next_evict) {
       next_evict = now + std::chrono::milliseconds(evict_every);
       KvEvictionPass();
-      MeasureRuntimeBytes();
+      (void)MeasureRuntimeBytes();
     }
     if (now >= next_keepalive) {
       next_keepalive = now + std::chrono::milliseconds(keepalive_every);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arbiter/base/mutex.h"
+#include "arbiter/memory/system_memory.h"
 #include "arbiter/runtime/kv_service.h"
 #include "arbiter/runtime/models.h"
 #include "arbiter/runtime/pressure.h"
@@ -64,9 +65,10 @@ class RuntimeImpl final : public Runtime {
 
  private:
   void KvMaintenanceLoop();
-  // Re-measures the ledger's runtime_bytes while no model memory is charged
-  // or loading (Note [Runtime bytes] in runtime.cc); a no-op otherwise.
-  void MeasureRuntimeBytes() const;
+  // Reads the process's memory once and, when no model memory was charged
+  // or loading around the read, makes it the ledger's runtime_bytes (Note
+  // [Runtime bytes] in runtime.cc). Returns the read (Status() reports it).
+  Result<ProcessMemoryInfo> MeasureRuntimeBytes() const;
   void KvEvictionPass();
   void StopMaintenance();
 
