@@ -468,15 +468,8 @@ TEST_F(ServeE2E, ConcurrentRequestsShareOneLoad) {
 // Opens a raw connection and sends one POST /v1/chat/completions. Returns the
 // socket (or -1).
 int SendChatRaw(int port, const std::string& body) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
+  const int fd = ::arbiter::testing::ConnectLoopback(port);
+  if (fd < 0) return -1;
   const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                               "Authorization: Bearer " + std::string(kApiKey) +
                               "\r\nContent-Type: application/json\r\nContent-Length: " +
