@@ -76,7 +76,50 @@ std::string TensorLabel(const WeightSpec& spec, size_t index) {
   return "tensor '" + spec.name + "' (spec " + std::to_string(index) + ")";
 }
 
+namespace {
+
+// CheckedSpecBytes for a ggml block type: rows × row bytes.
+Result<size_t> CheckedGgmlSpecBytes(const WeightSpec& spec, size_t index) {
+  const std::optional<GgmlTypeTraits> t = GgmlTypeTraitsOf(*spec.ggml_type);
+  if (!t) {
+    return InvalidArgumentError(TensorLabel(spec, index) + ": unknown ggml type " +
+                                std::to_string(static_cast<uint32_t>(*spec.ggml_type)));
+  }
+  if (spec.shape.empty()) {
+    return InvalidArgumentError(TensorLabel(spec, index) + ": a " + std::string(t->name) +
+                                " tensor needs at least one dimension");
+  }
+  uint64_t rows = 1;
+  for (size_t axis = 0; axis < spec.shape.size(); ++axis) {
+    const int64_t d = spec.shape[axis];
+    if (d < 0) {
+      return InvalidArgumentError(TensorLabel(spec, index) + ": dimension " +
+                                  std::to_string(axis) + " is " + std::to_string(d) +
+                                  "; dimensions must be >= 0");
+    }
+    if (axis + 1 < spec.shape.size() &&
+        __builtin_mul_overflow(rows, static_cast<uint64_t>(d), &rows)) {
+      return InvalidArgumentError(TensorLabel(spec, index) + ": size overflows 64 bits");
+    }
+  }
+  const std::optional<size_t> row_bytes = GgmlRowBytes(*spec.ggml_type, spec.shape.back());
+  if (!row_bytes) {
+    return InvalidArgumentError(TensorLabel(spec, index) + ": rows of " +
+                                std::to_string(spec.shape.back()) + " elements are not whole " +
+                                std::string(t->name) + " blocks of " +
+                                std::to_string(t->block_elems));
+  }
+  uint64_t bytes;
+  if (__builtin_mul_overflow(rows, static_cast<uint64_t>(*row_bytes), &bytes)) {
+    return InvalidArgumentError(TensorLabel(spec, index) + ": size overflows 64 bits");
+  }
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
 Result<size_t> CheckedSpecBytes(const WeightSpec& spec, size_t index) {
+  if (spec.ggml_type) return CheckedGgmlSpecBytes(spec, index);
   const uint64_t elem = DTypeSize(spec.dtype);
   if (elem == 0) {
     return InvalidArgumentError(TensorLabel(spec, index) + ": unknown dtype " +

@@ -160,9 +160,19 @@ std::string WeightsDigestPreimage(std::string_view model_key,
     s.push_back(':');
     s.append(spec.name);
     s.push_back(' ');
-    s.append(DTypeName(spec.dtype));
-    s.push_back(' ');
-    num(DTypeSize(spec.dtype));
+    if (spec.ggml_type) {
+      const std::optional<GgmlTypeTraits> t = GgmlTypeTraitsOf(*spec.ggml_type);
+      s.append("ggml:");
+      s.append(GgmlTypeName(*spec.ggml_type));
+      s.push_back(' ');
+      num(t ? t->block_elems : 0);
+      s.push_back('/');
+      num(t ? t->block_bytes : 0);
+    } else {
+      s.append(DTypeName(spec.dtype));
+      s.push_back(' ');
+      num(DTypeSize(spec.dtype));
+    }
     s.append(" [");
     for (size_t i = 0; i < spec.shape.size(); ++i) {
       if (i > 0) s.push_back(',');

@@ -15,6 +15,7 @@
 
 #include "arbiter/base/file.h"
 #include "arbiter/formats/llama_tensors.h"
+#include "arbiter/weights/weight_store.h"
 
 namespace arbiter {
 namespace {
@@ -338,6 +339,27 @@ TEST(WeightsDigestTest, ChangesWithOrderAndIsInjectiveOverSeparators) {
   EXPECT_NE(WeightsDigestPreimage("a 1:b", {}, 0), WeightsDigestPreimage("a", {}, 0));
   EXPECT_NE(WeightsDigestPreimage("k", {{"a\n1:b", DType::kF32, {}}}, 0),
             WeightsDigestPreimage("k", {{"a", DType::kF32, {}}, {"b", DType::kF32, {}}}, 0));
+}
+
+TEST(WeightsDigestTest, GgmlTypedSpecNamesItsBlockType) {
+  const WeightSpec q{"w", DType::kU8, {4, 256}, GgmlType::kQ4_K};
+  EXPECT_EQ(WeightsDigestPreimage("m", {q}, 7),
+            "arbiter-weights-digest-v1\nkey 1:m\ncontent 7\ntensors 1\n1:w ggml:Q4_K 256/144 [4,256]\n");
+  WeightSpec q6 = q;
+  q6.ggml_type = GgmlType::kQ6_K;
+  EXPECT_NE(WeightsDigest("m", {q}, 7), WeightsDigest("m", {q6}, 7));
+}
+
+TEST(WeightSpecBytesTest, GgmlTypedSpecIsRowsTimesRowBytes) {
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {4, 512}, GgmlType::kQ4_K}), 4u * 2 * 144);
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {3, 64}, GgmlType::kQ8_0}), 3u * 2 * 34);
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {64}, GgmlType::kQ8_0}), 2u * 34);
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {0, 64}, GgmlType::kQ8_0}), 0u);
+  // Rows that are not whole blocks, an unknown type and no shape are refused.
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {2, 100}, GgmlType::kQ4_K}), SIZE_MAX);
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {2, 32}, static_cast<GgmlType>(4)}), SIZE_MAX);
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {}, GgmlType::kQ8_0}), SIZE_MAX);
+  EXPECT_EQ(WeightSpecBytes({"w", DType::kU8, {-1, 32}, GgmlType::kQ8_0}), SIZE_MAX);
 }
 
 }  // namespace

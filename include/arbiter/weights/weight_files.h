@@ -22,11 +22,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "arbiter/formats/ggml_type.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
 
@@ -70,8 +72,13 @@ Result<size_t> WeightsNbytes(const SafetensorsModel& model, const std::vector<st
 // One tensor's layout, as the digest and the host stores see it.
 struct WeightSpec {
   std::string name;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;   // the element type; unused when ggml_type is set
   std::vector<int64_t> shape;  // row-major, outermost first
+  // Set for a buffer stored in a ggml block type (a GGUF file's Q4_K, Q8_0,
+  // … tensors, computed in that type — issue 13): its size is
+  // prod(shape[0 .. n-2]) × GgmlRowBytes(*ggml_type, shape.back()), and the
+  // innermost dimension must be a multiple of the type's block size.
+  std::optional<GgmlType> ggml_type = std::nullopt;
 };
 
 // The specs of `names`, in that order. Errors: as WeightsNbytes.
@@ -98,6 +105,7 @@ uint64_t WeightsFileToken(const std::string& path);
 //   "tensors " <count> "\n"
 //   per spec, in order:
 //     <len(name)> ":" <name> " " <DTypeName(dtype)> " " <DTypeSize(dtype)>
+//       (for a ggml-typed spec: "ggml:" <GgmlTypeName> " " <block_elems> "/" <block_bytes>)
 //     " [" <d0> "," <d1> "," ... "]\n"
 // All numbers are unsigned/signed decimal ASCII without padding; strings are
 // length-prefixed so any byte in a key or name (spaces, newlines, ':') keeps
