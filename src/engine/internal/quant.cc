@@ -1,0 +1,183 @@
+// engine/internal/quant.cc — see quant.h: the dispatch of the quantized
+// kernels to the active path, and why the activations are quantized.
+//
+// Files: quant_reference.cc (reference dequantizers and the quantizers of
+// QuantizeRow), quant_scalar.cc (the portable path), quant_avx2.cc (the
+// AVX2+FMA+F16C path), quant_internal.h (block layouts and the per-path
+// kernel tables). A path's table is built once; the active table is an
+// atomic pointer chosen at first use from CPUID, replaced only by
+// SetKernelPathForTest.
+//
+// Note [Activation quantization]
+// For the integer block types (Q4_0 … Q8_0, the K-quants) decode does not
+// dequantize weights to f32: it quantizes x once per product to 8 bits per
+// element in blocks that line up with the weight blocks (Q8_0 for the
+// symmetric 32-element types, Q8_1 — with s = d·Σq — for Q4_1/Q5_1, whose
+// mins multiply Σx, and Q8_K — with 16-element sums — for the K-quants,
+// whose mins and Q6_K's −32 offset multiply partial sums of x), and computes
+// each block's Σ q_w·q_x in integers: AVX2's maddubs multiplies 32 u8×i8
+// pairs per instruction and adds adjacent pairs, madd folds to 8 × i32, so
+// one 256-bit multiply covers 32 elements where an f32 FMA covers 8, and the
+// activation operand is 1 byte per element instead of 4. The block scales
+// are applied once per block (K-quants: the 6-/8-bit sub-block scales as
+// integer multipliers, the f32 scales once per 256 elements). The
+// dequantize-to-f32 alternative must expand every weight nibble to a float
+// and FMA it with a 4-byte x: 4–8× the lanes of work per weight byte, which
+// at 4 bits per weight cannot keep up with the memory stream on one core
+// (docs/BENCHMARKS.md "Quantized kernels" has the microbenchmark's
+// comparison). The price is x's rounding: 8 bits per element with a scale
+// per 32 (or 256) elements, a relative error of ~0.4 % per element, well
+// under the weights' own 4–6-bit error; ggml computes the same way, so
+// results stay comparable with llama.cpp on the same file.
+// F16/BF16 weights keep x in f32: their weights are already 16 bits, the
+// widening to f32 is one instruction (vcvtph2ps; a 16-bit shift for bf16),
+// and quantizing x would add an error the weights do not have.
+#include "engine/internal/quant.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "engine/internal/quant_internal.h"
+
+namespace arbiter::engine_internal {
+namespace {
+
+using quant::KernelTable;
+using quant::Slot;
+
+bool CpuHasAvx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+const KernelTable& ScalarTable() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    quant::FillScalarKernels(&t);
+    return t;
+  }();
+  return table;
+}
+
+const KernelTable& Avx2Table() {
+  static const KernelTable table = [] {
+    KernelTable t = ScalarTable();
+#if defined(__x86_64__)
+    quant::FillAvx2Kernels(&t);
+#endif
+    return t;
+  }();
+  return table;
+}
+
+const KernelTable* TableOf(KernelPath path) {
+  return path == KernelPath::kAvx2 ? &Avx2Table() : &ScalarTable();
+}
+
+std::atomic<const KernelTable*>& ActiveTableSlot() {
+  static std::atomic<const KernelTable*> active{
+      TableOf(CpuHasAvx2() ? KernelPath::kAvx2 : KernelPath::kScalar)};
+  return active;
+}
+
+const KernelTable& Active() { return *ActiveTableSlot().load(std::memory_order_acquire); }
+
+}  // namespace
+
+std::string_view KernelPathName(KernelPath path) {
+  return path == KernelPath::kAvx2 ? "avx2" : "scalar";
+}
+
+std::vector<KernelPath> SupportedKernelPaths() {
+  std::vector<KernelPath> paths = {KernelPath::kScalar};
+  if (CpuHasAvx2()) paths.push_back(KernelPath::kAvx2);
+  return paths;
+}
+
+KernelPath ActiveKernelPath() {
+  return &Active() == &Avx2Table() ? KernelPath::kAvx2 : KernelPath::kScalar;
+}
+
+void SetKernelPathForTest(KernelPath path) {
+  ActiveTableSlot().store(TableOf(path), std::memory_order_release);
+}
+
+bool IsComputeType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ8_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+GgmlType ActivationType(GgmlType weight_type) {
+  switch (weight_type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ8_0:
+      return GgmlType::kQ8_0;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+      return GgmlType::kQ8_1;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ8_K:
+      return GgmlType::kQ8_K;
+    default:
+      return GgmlType::kF32;
+  }
+}
+
+void PrepareActivation(GgmlType weight_type, const float* x, int64_t n, void* out) {
+  const KernelTable& t = Active();
+  auto* o = static_cast<uint8_t*>(out);
+  switch (ActivationType(weight_type)) {
+    case GgmlType::kQ8_0:
+      t.quantize_q8_0(x, n, o);
+      return;
+    case GgmlType::kQ8_1:
+      t.quantize_q8_1(x, n, o);
+      return;
+    case GgmlType::kQ8_K:
+      t.quantize_q8_K(x, n, o);
+      return;
+    default:
+      std::copy(x, x + n, reinterpret_cast<float*>(o));
+      return;
+  }
+}
+
+void DotRows(GgmlType type, const void* w, int64_t n, const void* xa, int64_t r0, int64_t r1,
+             float* y, bool accumulate) {
+  if (r1 <= r0) return;
+  const size_t row_bytes = *GgmlRowBytes(type, n);
+  const auto* rows = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * row_bytes;
+  Active().dot_rows[Slot(type)](rows, row_bytes, n, xa, r1 - r0, y, accumulate);
+}
+
+void DequantizeRows(GgmlType type, const void* w, int64_t n, int64_t r0, int64_t r1, float* out) {
+  const size_t row_bytes = *GgmlRowBytes(type, n);
+  const quant::DequantizeRowFn fn = Active().dequantize_row[Slot(type)];
+  const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * row_bytes;
+  for (int64_t r = r0; r < r1; ++r, row += row_bytes, out += n) fn(row, n, out);
+}
+
+}  // namespace arbiter::engine_internal
