@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arbiter/engine/engine.h"
+#include "arbiter/engine/model_files.h"
 #include "bench/bench_stats.h"
 #include "bench/memory_bandwidth.h"
 #include "engine/internal/engine_impl.h"
@@ -29,7 +30,8 @@ std::vector<int32_t> BenchPrompt(int n, int vocab, uint64_t seed) {
 }  // namespace
 
 Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_threads,
-                                         int prompt_tokens, int gen_tokens, int repetitions) {
+                                         int prompt_tokens, int gen_tokens, int repetitions,
+                                         bool compute_f32) {
   if (n_threads < 1 || prompt_tokens < 1 || gen_tokens < 1 || repetitions < 1) {
     return InvalidArgumentError(
         "bench: n_threads, prompt_tokens, gen_tokens and repetitions "
@@ -51,7 +53,10 @@ Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_thr
   opts.prefill_batch = 512;
   opts.n_threads = n_threads;
   const double t0 = NowSeconds();
-  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Load(model_dir, opts));
+  ARBITER_ASSIGN_OR_RETURN(
+      std::shared_ptr<const ModelFiles> files,
+      OpenModelFiles(model_dir, ModelFilesOptions{.compute_f32 = compute_f32}));
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Load(std::move(files), opts));
   r.load_ms = MsSince(t0);
   if (engine->n_ctx() < prompt_tokens + gen_tokens + 1) {
     return InvalidArgumentError("bench: the model's context (" + std::to_string(engine->n_ctx()) +
@@ -112,7 +117,7 @@ std::string FormatDecodeBench(const DecodeBenchResult& r) {
                 "load            %.0f ms\n"
                 "prefill         %d tokens: %.1f ms, %.1f tok/s (best of %d)\n"
                 "decode          %d tokens: %.1f ms, %.2f tok/s (best of %d)\n"
-                "weights         %.1f MB f32; %.1f MB streamed per decoded token (+%.2f MB KV)\n"
+                "weights         %.1f MB; %.1f MB streamed per decoded token (+%.2f MB KV)\n"
                 "memcpy          %.2f GB/s (%d threads, bytes copied per second, best of 5)\n"
                 "roofline        %.2f tok/s = memcpy bandwidth / weight bytes per token\n"
                 "achieved        %.0f%% of roofline\n"

@@ -59,9 +59,11 @@ struct DecodeBenchResult {
   double read_roofline_fraction = 0;  // decode_tok_s / read_roofline_tok_s
 };
 
+// `compute_f32`: convert the weights to f32 at load (`compute_dtype =
+// "f32"`) instead of computing them in their stored type.
 Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_threads,
                                          int prompt_tokens = 512, int gen_tokens = 128,
-                                         int repetitions = 3);
+                                         int repetitions = 3, bool compute_f32 = false);
 
 // Multi-line human-readable report. Scripts parse its lines
 //   prefill         N tokens: X ms, Y tok/s (best of R)

@@ -177,7 +177,7 @@ EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<
   for (int i = 0; i < options.n_slots; ++i) {
     auto st = std::make_unique<SlotState>();
     st->kv = KvCache(d.n_layers, n_ctx, d.kv_dim);
-    st->scratch = ForwardScratch(d, batch, n_ctx);
+    st->scratch = ForwardScratch(d, batch, n_ctx, layout_->typed());
     slot_states_.push_back(std::move(st));
   }
   MutexLock l(&mu_);
@@ -890,7 +890,7 @@ Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files
   constexpr uint64_t kAlign = 64;
   uint64_t arena = kAlign;
   for (size_t i = 0; i < layout.buffers.size(); ++i) {
-    arena += (layout.buffer_floats(i) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+    arena += (layout.buffer_bytes(i) + kAlign - 1) / kAlign * kAlign;
   }
   engine_internal::WeightSource src;
   ARBITER_ASSIGN_OR_RETURN(src.owned_device, CpuDeviceBackend::Create(arena));
@@ -914,7 +914,7 @@ uint64_t ScratchBytesPerSlot(const ModelFiles& files, const EngineOptions& optio
   const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
   const int n_ctx = ClampedContext(options, layout.config);
   return engine_internal::ForwardScratch::BytesFor(
-      layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx);
+      layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx, layout.typed());
 }
 
 }  // namespace

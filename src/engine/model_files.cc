@@ -22,8 +22,9 @@ uint64_t ModelFiles::WeightsDigestFor(std::string_view key) const {
   return WeightsDigest(key, layout_->buffers, files_token_);
 }
 
-Result<std::shared_ptr<const ModelFiles>> OpenModelFiles(const std::string& model_dir) {
-  return engine_internal::ModelFilesAccess::Open(model_dir, /*with_tokenizer=*/true);
+Result<std::shared_ptr<const ModelFiles>> OpenModelFiles(const std::string& model_dir,
+                                                         const ModelFilesOptions& options) {
+  return engine_internal::ModelFilesAccess::Open(model_dir, /*with_tokenizer=*/true, options);
 }
 
 namespace engine_internal {
@@ -39,7 +40,8 @@ uint64_t FilesToken(const std::vector<std::string>& paths) {
 }
 
 Result<std::shared_ptr<const ModelFiles>> ModelFilesAccess::Open(const std::string& model_dir,
-                                                                 bool with_tokenizer) {
+                                                                 bool with_tokenizer,
+                                                                 const ModelFilesOptions& options) {
   const std::string dir =
       model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
   try {
@@ -52,7 +54,9 @@ Result<std::shared_ptr<const ModelFiles>> ModelFilesAccess::Open(const std::stri
       files->tokenizer_ = std::move(tokenizer);
     }
     ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-    ARBITER_ASSIGN_OR_RETURN(ComputeLayout layout, PlanComputeLayout(config, st, model_dir));
+    ARBITER_ASSIGN_OR_RETURN(
+        ComputeLayout layout,
+        PlanComputeLayout(config, st, model_dir, ComputeOptions{.f32 = options.compute_f32}));
     files->layout_ = std::make_shared<const ComputeLayout>(std::move(layout));
     files->weight_files_ = st.files();
     files->files_token_ = FilesToken(st.files());

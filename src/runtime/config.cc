@@ -490,9 +490,17 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
       if (!parsed.ok()) return KeyError(p + "same_role", parsed.status().message());
       m.same_role = *parsed;
     }
+    if (t->get("compute_dtype") != nullptr) {
+      std::string dtype;
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "compute_dtype", p, &dtype));
+      if (dtype != "auto" && dtype != "f32") {
+        return KeyError(p + "compute_dtype", fmt::format("\"auto\" or \"f32\" (got \"{}\")", dtype));
+      }
+      m.compute_f32 = dtype == "f32";
+    }
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
-                 "residency", "system_prompt", "same_role"},
+                 "residency", "system_prompt", "same_role", "compute_dtype"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));
   }

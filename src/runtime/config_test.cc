@@ -215,6 +215,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nresidency = \"pinned\"\n",
                   "[[models]][0].residency must be \"unpinned\", \"pinned_system\" or "
                   "\"pinned_device\" (got \"pinned\")"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\ncompute_dtype = \"f16\"\n",
+                  "[[models]][0].compute_dtype must be \"auto\" or \"f32\" (got \"f16\")"},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
         BadConfig{"server = 5\n", "[server] must be a table"}));
 
@@ -311,9 +313,11 @@ compaction_interval = 8
 name = "a"
 path = "/a"
 residency = "pinned_device"
+compute_dtype = "f32"
 [[models]]
 name = "b"
 path = "/b"
+compute_dtype = "auto"
 )",
                            "a.toml", kMemTotal);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -328,6 +332,8 @@ path = "/b"
   EXPECT_EQ(c->weights.compaction_every_loads, 8u);
   EXPECT_EQ(c->models[0].residency, ResidencyState::kPinnedDevice);
   EXPECT_EQ(c->models[1].residency, ResidencyState::kUnpinned);
+  EXPECT_TRUE(c->models[0].compute_f32);
+  EXPECT_FALSE(c->models[1].compute_f32);
 }
 
 TEST(Config, KvSection) {

@@ -37,7 +37,8 @@ Result<std::shared_ptr<const ModelFiles>> OpenEntryFiles(const ModelEntry& entry
     return NotFoundError(fmt::format("model directory {} does not exist or is not a directory",
                                      entry.path));
   }
-  Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(entry.path);
+  Result<std::shared_ptr<const ModelFiles>> files =
+      OpenModelFiles(entry.path, ModelFilesOptions{.compute_f32 = entry.compute_f32});
   if (!files.ok()) return files.status().WithPrefix(entry.path);
   return files;
 }

@@ -32,6 +32,7 @@ struct DecodeFlags {
   int gen_tokens = 128;
   int repetitions = 3;
   bool json = false;
+  std::string compute_dtype = "auto";
 };
 
 int RunDecode(const DecodeFlags& f) {
@@ -42,7 +43,8 @@ int RunDecode(const DecodeFlags& f) {
                           ? f.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Result<DecodeBenchResult> r =
-      RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions);
+      RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions,
+                     f.compute_dtype == "f32");
   if (!r.ok()) return Fail("decode", r.status());
   std::cout << (f.json ? FormatDecodeBenchJson(*r) : FormatDecodeBench(*r));
   return 0;
@@ -117,6 +119,9 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   c.decode->add_option("--repetitions", d.repetitions, "Repetitions, best kept (default 3)")
       ->check(CLI::PositiveNumber);
   c.decode->add_flag("--json", d.json, "Print the result as JSON");
+  c.decode->add_option("--compute-dtype", d.compute_dtype,
+                       "auto (weights computed in their stored type, default) or f32")
+      ->check(CLI::IsMember({"auto", "f32"}));
 
   c.arbiter = bench->add_subcommand(
       "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");

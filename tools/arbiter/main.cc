@@ -140,6 +140,7 @@ struct GenerateFlags {
   int ctx = 2048;
   bool ignore_eos = false;
   bool json = false;
+  std::string compute_dtype = "auto";
 };
 
 Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
@@ -189,6 +190,7 @@ int RunGenerate(const GenerateFlags& f) {
   m.path = fs::absolute(f.model).string();
   m.ctx = f.ctx;
   m.parallel = 1;
+  m.compute_f32 = f.compute_dtype == "f32";
   config.models.push_back(m);
   Result<std::unique_ptr<Runtime>> runtime = Runtime::Create(config);
   if (!runtime.ok()) return Fail(fmt::format("cannot load {}: {}", f.model, runtime.status().message()));
@@ -683,6 +685,9 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--seed", gen.seed, "Sampling seed (default: random)");
   gen_cmd->add_option("--ctx", gen.ctx, "Context tokens (default 2048)")->check(CLI::PositiveNumber);
   gen_cmd->add_flag("--ignore-eos", gen.ignore_eos, "Keep generating past end-of-sequence");
+  gen_cmd->add_option("--compute-dtype", gen.compute_dtype,
+                      "auto (weights computed in their stored type, default) or f32")
+      ->check(CLI::IsMember({"auto", "f32"}));
   gen_cmd->add_flag("--json", gen.json,
                     "Print {prompt_ids, output_ids, text, finish_reason, timings} as JSON");
 

@@ -59,8 +59,8 @@ class ModelFiles {
   // XXH3-64 over WeightsFileToken (size and mtime) of every weight file at
   // open, 8 bytes little-endian each, in weight_files() order; never 0.
   uint64_t files_token() const { return files_token_; }
-  // The compute layout's buffers (dtype F32, the order Engine::WeightModelFor
-  // documents) and their total size in bytes.
+  // The compute layout's buffers (each in the type it computes in, the order
+  // Engine::WeightModelFor documents) and their total size in bytes.
   const std::vector<WeightSpec>& weight_specs() const;
   size_t weight_bytes() const;
   // WeightsDigest(key, weight_specs(), files_token()): the digest of the
@@ -78,6 +78,14 @@ class ModelFiles {
   uint64_t files_token_ = 0;
 };
 
+// How OpenModelFiles plans the compute layout.
+struct ModelFilesOptions {
+  // Convert every weight matrix to f32 at load (`[[models]] compute_dtype =
+  // "f32"`) instead of computing it in its stored type (F16, BF16 and the
+  // GGUF block types; engine/internal/model_weights.h Note [Compute types]).
+  bool compute_f32 = false;
+};
+
 // Opens `model_dir`: parses config.json and tokenizer.json, reads the
 // safetensors headers (model.safetensors, or the shards of
 // model.safetensors.index.json) and plans the compute layout, checking that
@@ -88,6 +96,7 @@ class ModelFiles {
 // kUnimplemented (an unsupported architecture or tokenizer),
 // kInvalidArgument (a config the forward pass cannot run),
 // kResourceExhausted (out of memory reading the headers).
-Result<std::shared_ptr<const ModelFiles>> OpenModelFiles(const std::string& model_dir);
+Result<std::shared_ptr<const ModelFiles>> OpenModelFiles(const std::string& model_dir,
+                                                         const ModelFilesOptions& options = {});
 
 }  // namespace arbiter

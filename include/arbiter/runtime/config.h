@@ -27,7 +27,9 @@
 //             ResidentRoleName), idle_ttl (duration: "30s", "5m", "1h", or
 //             integer seconds), parallel, ctx, residency ("unpinned" |
 //             "pinned_system" | "pinned_device"), system_prompt (prefilled
-//             at load), same_role ("coexist" | "swap"; default [memory]'s)
+//             at load), same_role ("coexist" | "swap"; default [memory]'s),
+//             compute_dtype ("auto": matrices computed in their stored type |
+//             "f32": converted to f32 at load)
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -186,6 +188,9 @@ struct ModelEntry {
   std::string system_prompt;
   // Overrides [memory] same_role for this model; empty = the [memory] one.
   std::optional<SameRolePolicy> same_role;
+  // compute_dtype = "f32": weight matrices converted to f32 at load instead
+  // of computed in their stored type (ModelFilesOptions::compute_f32).
+  bool compute_f32 = false;
 };
 
 struct Config {

@@ -29,6 +29,13 @@
 // still (docs/BENCHMARKS.md "Engine benchmarks", "Optimizations made"). Rows
 // are split across the decoder's MatVecPool (matvec_pool.h).
 //
+// Note [Prefill on typed weights]
+// A chunk's projection through a matrix that is not f32 dequantizes row
+// panels of at most ForwardScratch::kPanelFloats floats (512 KiB, about an
+// L2 cache) and runs one sgemm per panel: the dequantization costs one pass
+// over the weights per chunk, amortized over the chunk's tokens, and sgemm
+// keeps prefill at f32 speed whatever the stored type.
+//
 // Note [Residual in place]
 // o_proj and down_proj accumulate into the residual stream with beta = 1,
 // so no separate add pass or temporary is needed.
@@ -56,6 +63,7 @@
 #include <cstring>
 #include <numbers>
 
+#include "engine/internal/quant.h"
 #include "engine/internal/vec_ops.h"
 
 namespace arbiter::engine_internal {
@@ -128,7 +136,18 @@ void KvCache::WriteRows(int n, const float* in) {
   }
 }
 
-ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx)
+namespace {
+
+size_t XqFloats(const ModelDims& d, bool typed) {
+  return typed ? size_t{3} * std::max({d.hidden, d.q_dim, d.inter}) : 0;
+}
+size_t PanelFloats(int batch, bool typed) {
+  return typed && batch > 1 ? ForwardScratch::kPanelFloats : 0;
+}
+
+}  // namespace
+
+ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool typed)
     : x(size_t{1} * batch * d.hidden),
       xn(size_t{1} * batch * d.hidden),
       qkv(size_t{1} * batch * d.qkv_dim),
@@ -136,19 +155,69 @@ ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx)
       gu(size_t{2} * batch * d.inter),
       act(size_t{1} * batch * d.inter),
       scores(size_t{1} * std::max(batch, d.n_heads) * n_ctx),
+      xq(XqFloats(d, typed)),
+      panel(PanelFloats(batch, typed)),
       batch_(batch) {}
 
 size_t ForwardScratch::bytes() const {
   return x.size_bytes() + xn.size_bytes() + qkv.size_bytes() + attn.size_bytes() +
-         gu.size_bytes() + act.size_bytes() + scores.size_bytes();
+         gu.size_bytes() + act.size_bytes() + scores.size_bytes() + xq.size_bytes() +
+         panel.size_bytes();
 }
 
-size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx) {
+size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed) {
   const size_t floats = size_t{1} * batch * d.hidden * 2 + size_t{1} * batch * d.qkv_dim +
                         size_t{1} * batch * d.q_dim + size_t{2} * batch * d.inter +
                         size_t{1} * batch * d.inter +
-                        size_t{1} * std::max(batch, d.n_heads) * n_ctx;
+                        size_t{1} * std::max(batch, d.n_heads) * n_ctx + XqFloats(d, typed) +
+                        PanelFloats(batch, typed);
   return floats * sizeof(float);
+}
+
+void Decoder::Project(const WeightMatrix& w, ForwardScratch& s, const float* x, int nt, float* y,
+                      int ldy, bool accumulate) const {
+  if (nt == 1) {
+    // Each segment's activation type once (Note [Activation quantization]
+    // in quant.cc); f32 activations are x itself.
+    const void* xa[3] = {x, x, x};
+    uint8_t* free_bytes = reinterpret_cast<uint8_t*>(s.xq.data());
+    for (int k = 0; k < w.n_segments; ++k) {
+      const GgmlType at = ActivationType(w.segments[k].type);
+      if (at == GgmlType::kF32) continue;
+      int same = -1;
+      for (int j = 0; j < k; ++j) {
+        if (ActivationType(w.segments[j].type) == at) same = j;
+      }
+      if (same >= 0) {
+        xa[k] = xa[same];
+        continue;
+      }
+      PrepareActivation(w.segments[k].type, x, w.cols, free_bytes);
+      xa[k] = free_bytes;
+      free_bytes += *GgmlRowBytes(at, w.cols);
+    }
+    pool_->Run(w, xa, accumulate, y);
+    return;
+  }
+  const float beta = accumulate ? 1.0f : 0.0f;
+  int row0 = 0;
+  for (int k = 0; k < w.n_segments; row0 += w.segments[k].rows, ++k) {
+    const MatrixSegment& seg = w.segments[k];
+    if (seg.type == GgmlType::kF32) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, seg.rows, w.cols, 1.0f, x, w.cols,
+                  reinterpret_cast<const float*>(seg.data), w.cols, beta, y + row0, ldy);
+      continue;
+    }
+    // Note [Prefill on typed weights]: panels of rows dequantized to f32.
+    const int panel_rows =
+        std::max(1, static_cast<int>(ForwardScratch::kPanelFloats / static_cast<size_t>(w.cols)));
+    for (int p0 = 0; p0 < seg.rows; p0 += panel_rows) {
+      const int p1 = std::min(seg.rows, p0 + panel_rows);
+      DequantizeRows(seg.type, seg.data, w.cols, p0, p1, s.panel.data());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, p1 - p0, w.cols, 1.0f, x, w.cols,
+                  s.panel.data(), w.cols, beta, y + row0 + p0, ldy);
+    }
+  }
 }
 
 Decoder::Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads)
@@ -197,20 +266,15 @@ void Decoder::Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s,
     }
     if (out.all_logits != nullptr) {
       float* dst = out.all_logits + size_t{1} * c * d.vocab;
-      if (nt == 1) {
-        pool_->Run(w.lm_head_data(), d.vocab, d.hidden, s.xn.data(), false, dst);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, d.vocab, d.hidden, 1.0f,
-                    s.xn.data(), d.hidden, w.lm_head_data(), d.hidden, 0.0f, dst, d.vocab);
-      }
+      Project(w.output(), s, s.xn.data(), nt, dst, d.vocab, false);
       if (last_chunk && out.last_logits != nullptr) {
         std::memcpy(out.last_logits, dst + size_t{1} * (nt - 1) * d.vocab,
                     sizeof(float) * d.vocab);
       }
     } else if (last_chunk && out.last_logits != nullptr) {
       const int row = need_all_rows ? nt - 1 : 0;
-      pool_->Run(w.lm_head_data(), d.vocab, d.hidden, s.xn.data() + size_t{1} * row * d.hidden,
-             false, out.last_logits);
+      Project(w.output(), s, s.xn.data() + size_t{1} * row * d.hidden, 1, out.last_logits,
+              d.vocab, false);
     }
   }
 }
@@ -227,10 +291,7 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
   float* gu = s.gu.data();    // [nt, 2I]
   float* act = s.act.data();  // [nt, I]
 
-  for (int t = 0; t < nt; ++t) {
-    std::memcpy(x + size_t{1} * t * H, w.embed.data() + size_t{1} * tokens[t] * H,
-                sizeof(float) * H);
-  }
+  for (int t = 0; t < nt; ++t) w.embed.RowToF32(tokens[t], x + size_t{1} * t * H);
 
   for (int li = 0; li < d.n_layers; ++li) {
     const LayerWeights& L = w.layers[li];
@@ -239,12 +300,7 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
     for (int t = 0; t < nt; ++t) {
       RmsNorm(x + size_t{1} * t * H, L.attn_norm.data(), eps, H, xn + size_t{1} * t * H);
     }
-    if (nt == 1) {
-      pool_->Run(L.wqkv.data(), QKV, H, xn, false, qkv);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, QKV, H, 1.0f, xn, H,
-                  L.wqkv.data(), H, 0.0f, qkv, QKV);
-    }
+    Project(L.wqkv, s, xn, nt, qkv, QKV, false);
     float* kc = kv.k(li);  // [n_ctx, KV]
     float* vc = kv.v(li);  // [n_ctx, KV]
     for (int t = 0; t < nt; ++t) {
@@ -266,35 +322,20 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
     }
     Attention(kv, s, li, nt, pos);
     // x += attn · Woᵀ  (Note [Residual in place])
-    if (nt == 1) {
-      pool_->Run(L.wo.data(), H, Q, s.attn.data(), true, x);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, H, Q, 1.0f, s.attn.data(), Q,
-                  L.wo.data(), Q, 1.0f, x, H);
-    }
+    Project(L.wo, s, s.attn.data(), nt, x, H, true);
 
     // --- MLP block
     for (int t = 0; t < nt; ++t) {
       RmsNorm(x + size_t{1} * t * H, L.ffn_norm.data(), eps, H, xn + size_t{1} * t * H);
     }
-    if (nt == 1) {
-      pool_->Run(L.w_gate_up.data(), 2 * I, H, xn, false, gu);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, 2 * I, H, 1.0f, xn, H,
-                  L.w_gate_up.data(), H, 0.0f, gu, 2 * I);
-    }
+    Project(L.w_gate_up, s, xn, nt, gu, 2 * I, false);
     for (int t = 0; t < nt; ++t) {
       const float* g = gu + size_t{2} * t * I;
       const float* u = g + I;
       float* a = act + size_t{1} * t * I;
       for (int i = 0; i < I; ++i) a[i] = g[i] / (1.0f + ExpF(-g[i])) * u[i];
     }
-    if (nt == 1) {
-      pool_->Run(L.w_down.data(), H, I, act, true, x);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, H, I, 1.0f, act, I,
-                  L.w_down.data(), I, 1.0f, x, H);
-    }
+    Project(L.w_down, s, act, nt, x, H, true);
   }
 
   // Final norm into xn: every row when needed, else only the last (into row 0).

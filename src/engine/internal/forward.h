@@ -1,4 +1,5 @@
-// engine/internal/forward.h — the decoder forward pass over f32 weights.
+// engine/internal/forward.h — the decoder forward pass over weights in the
+// types they are stored in (f32, f16, bf16, ggml block types; quant.h).
 //
 // `Decoder` holds the model's shape, the RoPE tables and the decode thread
 // pool, and is immutable (shared by all slots). It does not own the weights:
@@ -10,7 +11,9 @@
 // One call of Decoder::Forward runs tokens [pos, pos + n) of a sequence whose
 // positions [0, pos) are already in the KV cache. It processes the tokens in
 // chunks of at most scratch.batch(): for a chunk of more than one token every
-// projection is one cblas_sgemm ([n_tokens, in] × W^T) and attention is two
+// projection is one cblas_sgemm ([n_tokens, in] × W^T) per f32 segment of W,
+// or one per panel of rows dequantized to f32 for other types, and attention
+// is two
 // sgemm per head and query tile (Q·Kᵀ then P·V) with the causal mask applied
 // before the softmax; a single token (decode) uses row-streaming
 // matrix-vector products (MatVecPool; faster than cblas_sgemv here, see
@@ -78,14 +81,18 @@ class KvCache {
 };
 
 // Activations of one chunk, sized for `batch` tokens and `n_ctx` positions.
+// `typed`: the weights have matrices that are not f32 (ModelWeights::typed),
+// which need room for quantized activations and prefill's dequantized panels.
 class ForwardScratch {
  public:
   ForwardScratch() = default;
-  ForwardScratch(const ModelDims& d, int batch, int n_ctx);
+  ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool typed = false);
   int batch() const { return batch_; }
   size_t bytes() const;
-  // bytes() of ForwardScratch(d, batch, n_ctx), without allocating it.
-  static size_t BytesFor(const ModelDims& d, int batch, int n_ctx);
+  // bytes() of ForwardScratch(d, batch, n_ctx, typed), without allocating it.
+  static size_t BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed = false);
+  // Floats of one dequantized prefill panel (rows × cols ≤ this).
+  static constexpr size_t kPanelFloats = size_t{1} << 17;  // 512 KiB
 
   AlignedFloats x;       // [batch, hidden]      residual stream
   AlignedFloats xn;      // [batch, hidden]      normed input of a sub-layer
@@ -95,6 +102,8 @@ class ForwardScratch {
   AlignedFloats act;     // [batch, inter]       silu(gate) · up
   AlignedFloats scores;  // [max(batch, n_heads), n_ctx] attention probabilities
                          // (prefill: [batch, L] of one head; decode: [n_heads, L])
+  AlignedFloats xq;      // typed: [3 × max(hidden, q_dim, inter)] quantized activations
+  AlignedFloats panel;   // typed and batch > 1: [kPanelFloats] dequantized rows
 
  private:
   int batch_ = 0;
@@ -135,7 +144,7 @@ class Decoder {
   // dims) and valid for the whole call; n ≥ 1; pos + n ≤ kv.n_ctx() ≤
   // n_ctx(); every token in [0, vocab); positions [0, pos) of `kv` hold this
   // sequence's K/V (computed with the same weights); logits outputs require
-  // has_lm_head().
+  // has_lm_head(); `s` made with typed = w.typed().
   void Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n,
                int pos, const ForwardOutputs& out) const;
 
@@ -144,6 +153,10 @@ class Decoder {
   void ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens,
                     int nt, int pos, bool need_all_rows) const;
   void Attention(KvCache& kv, ForwardScratch& s, int layer, int nt, int pos) const;
+  // y[t·ldy + r] = Σ_j W[r, j] · x[t·W.cols + j] (+= when `accumulate`) for
+  // t < nt, r < W.rows: the matrix-vector pool for nt == 1, sgemm otherwise.
+  void Project(const WeightMatrix& w, ForwardScratch& s, const float* x, int nt, float* y,
+               int ldy, bool accumulate) const;
   void Rope(float* head, int pos) const;
 
   const ModelConfig config_;

@@ -1,9 +1,10 @@
 // engine/internal/matvec_pool.cc — see matvec_pool.h (Note [Pool handshake]).
 #include "engine/internal/matvec_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
-#include "engine/internal/vec_ops.h"
+#include "engine/internal/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -42,9 +43,14 @@ MatVecPool::~MatVecPool() {
 }
 
 void MatVecPool::RunRows(const Job& job, int r0, int r1) {
-  for (int r = r0; r < r1; ++r) {
-    const float dot = Dot(job.w + static_cast<size_t>(r) * job.cols, job.x, job.cols);
-    job.y[r] = job.accumulate ? job.y[r] + dot : dot;
+  const WeightMatrix& w = *job.w;
+  int start = 0;  // first row of segment s
+  for (int s = 0; s < w.n_segments && start < r1; start += w.segments[s].rows, ++s) {
+    const MatrixSegment& seg = w.segments[s];
+    const int lo = std::max(r0, start), hi = std::min(r1, start + seg.rows);
+    if (lo >= hi) continue;
+    DotRows(seg.type, seg.data, w.cols, job.xa[s], lo - start, hi - start, job.y + lo,
+            job.accumulate);
   }
 }
 
@@ -61,7 +67,7 @@ void MatVecPool::WorkOn(uint32_t gen) {
     // chunk is reported done, so reading job_ is safe.
     const Job& job = job_;
     const int r0 = static_cast<int>(chunk) * kChunkRows;
-    const int r1 = std::min(job.rows, r0 + kChunkRows);
+    const int r1 = std::min(job.w->rows, r0 + kChunkRows);
     RunRows(job, r0, r1);
     done_chunks_.fetch_add(1, std::memory_order_release);
     s = state_.load(std::memory_order_acquire);
@@ -95,12 +101,21 @@ void MatVecPool::WorkerLoop() {
 
 void MatVecPool::Run(const float* w, int rows, int cols, const float* x, bool accumulate,
                      float* y) {
-  Job job{w, x, y, rows, cols, accumulate,
-          static_cast<uint32_t>((rows + kChunkRows - 1) / kChunkRows)};
+  WeightMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.segments[0] = MatrixSegment{GgmlType::kF32, reinterpret_cast<const uint8_t*>(w), rows};
+  m.n_segments = 1;
+  const void* xa[1] = {x};
+  Run(m, xa, accumulate, y);
+}
+
+void MatVecPool::Run(const WeightMatrix& w, const void* const* xa, bool accumulate, float* y) {
+  Job job{&w, xa, y, accumulate, static_cast<uint32_t>((w.rows + kChunkRows - 1) / kChunkRows)};
   bool expected = false;
   if (workers_.empty() || job.n_chunks < 2 || job.n_chunks > kMaxChunks ||
       !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-    RunRows(job, 0, rows);
+    RunRows(job, 0, w.rows);
     return;
   }
   // No worker holds a chunk of the previous job (its caller waited for all

@@ -1,7 +1,9 @@
 // engine/internal/matvec_pool.h — decode's matrix-vector product, split
 // across a small pool of threads.
 //
-// y [rows] = W [rows, cols] · x [cols] (+ y). Rows are cut into chunks of
+// y [rows] = W [rows, cols] · x [cols] (+ y), W in the type it is stored in
+// (a WeightMatrix of up to 3 typed row segments; quant.h's DotRows computes
+// each chunk on the stored blocks). Rows are cut into chunks of
 // kChunkRows; the calling thread and the workers claim chunks from one atomic
 // counter (work sharing), so a worker that the OS has descheduled only delays
 // the chunk it already holds — the caller takes the rest. Each chunk is a
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "arbiter/base/mutex.h"
+#include "engine/internal/model_weights.h"
 
 namespace arbiter::engine_internal {
 
@@ -44,16 +47,18 @@ class MatVecPool {
 
   int n_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // y = W·x, or y += W·x when `accumulate`. REQUIRES: y does not overlap W or x.
+  // y = W·x, or y += W·x when `accumulate`. xa[s] is x as
+  // PrepareActivation(w.segments[s].type, x, w.cols, …) made it (x itself
+  // for an f32 activation type). REQUIRES: y does not overlap W or xa.
+  void Run(const WeightMatrix& w, const void* const* xa, bool accumulate, float* y);
+  // The same for an f32 matrix [rows, cols].
   void Run(const float* w, int rows, int cols, const float* x, bool accumulate, float* y);
 
  private:
   struct Job {
-    const float* w = nullptr;
-    const float* x = nullptr;
+    const WeightMatrix* w = nullptr;
+    const void* const* xa = nullptr;  // one per segment
     float* y = nullptr;
-    int rows = 0;
-    int cols = 0;
     bool accumulate = false;
     uint32_t n_chunks = 0;
   };

@@ -25,7 +25,8 @@ struct ModelFilesAccess {
   // OpenModelFiles; without reading tokenizer.json when !with_tokenizer
   // (then tokenizer() must not be called).
   static Result<std::shared_ptr<const ModelFiles>> Open(const std::string& model_dir,
-                                                        bool with_tokenizer);
+                                                        bool with_tokenizer,
+                                                        const ModelFilesOptions& options = {});
 };
 
 // XXH3-64 over WeightsFileToken of every path (8 bytes little-endian each,

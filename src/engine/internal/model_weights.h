@@ -1,5 +1,6 @@
 // engine/internal/model_weights.h — a Llama-family decoder's compute layout
-// (the f32 buffers the forward pass reads) and views of those buffers.
+// (the weight buffers the forward pass reads, each in the type it computes
+// in) and views of those buffers.
 //
 // The engine never owns weight memory (docs/architecture.md "Weight tiers"):
 // a WeightCache holds the buffers and hands the engine a WeightLease per
@@ -7,16 +8,29 @@
 //   - PlanComputeLayout validates the checkpoint against the ModelConfig —
 //     every tensor the architecture needs must be present with exactly the
 //     expected shape, headers only — and plans the compute buffers
-//     (`ComputeLayout::buffers`, WeightSpecs, dtype F32) and where each
-//     safetensors tensor goes in them (buffer index, float offset).
-//   - FillComputeLayout converts (F32/F16/BF16 → f32) every tensor into its
-//     slice: the WeightFill of the model's WeightCache registration.
+//     (`ComputeLayout::buffers`, WeightSpecs) and where each safetensors
+//     tensor goes in them (buffer index, byte offset).
+//   - FillComputeLayout copies every tensor into its slice, converting it
+//     only when the buffer's type differs from the stored one: the
+//     WeightFill of the model's WeightCache registration.
 //   - BindModelWeights turns the buffers' addresses (a lease's tensors) into
 //     a ModelWeights of non-owning views: cheap, once per request.
 // Two fusions are made so decode issues fewer, larger matrix-vector products:
 //   wqkv      = [q_proj; k_proj; v_proj]   rows concatenated (bias: bqkv)
 //   w_gate_up = [gate_proj; up_proj]       rows concatenated
 // (row-major [out, in] matrices concatenated along `out` are contiguous).
+// A group whose parts are computed in different types (a Q4_K_M file's
+// Q4_K q/k and Q6_K v) keeps one buffer per part instead ("wq", "wk", "wv";
+// "w_gate", "w_up"); the forward pass sees one WeightMatrix either way.
+//
+// Note [Compute types]
+// Matrices (the embedding table, projections, lm_head) are computed in the
+// type they are stored in (issue 13): F32, F16 and BF16 from safetensors,
+// and any type quant.h computes from GGUF. Norm weights and biases are
+// always F32 (they are tiny and read once per token). ComputeOptions::f32
+// (`[[models]] compute_dtype = "f32"`) converts every matrix to F32 instead,
+// as arbiter did before; so does a safetensors dtype other than F32, F16 or
+// BF16.
 //
 // Buffer order and names (Engine::WeightModelFor documents the same order):
 //   model.embed                         [vocab, hidden]
@@ -47,10 +61,14 @@
 // thread-safe reads. FillComputeLayout writes only `arrays`.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "arbiter/formats/ggml_type.h"
+#include "arbiter/formats/llama_tensors.h"
 
 #include "arbiter/base/status.h"
 #include "arbiter/formats/model_config.h"
@@ -75,16 +93,42 @@ class FloatView {
   size_t size_ = 0;
 };
 
+// Rows of a weight matrix stored in one type.
+struct MatrixSegment {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;  // rows × GgmlRowBytes(type, cols) bytes
+  int rows = 0;
+};
+
+// A weight matrix W [rows, cols] (row-major, y = W·x) as 1–3 row segments,
+// each in its own type (Note [Compute types]); non-owning, valid while the
+// lease it was bound from is.
+struct WeightMatrix {
+  int rows = 0;  // Σ segment rows
+  int cols = 0;
+  std::array<MatrixSegment, 3> segments{};
+  int n_segments = 0;
+
+  bool empty() const { return n_segments == 0; }
+  // Bytes of all segments.
+  size_t bytes() const;
+  // Writes row r as f32 to out[cols] (an embedding lookup).
+  // REQUIRES: 0 ≤ r < rows.
+  void RowToF32(int r, float* out) const;
+  // Whether every segment is F32 (the forward pass can hand it to sgemm as is).
+  bool all_f32() const;
+};
+
 struct LayerWeights {
-  FloatView attn_norm;  // [hidden]
-  FloatView wqkv;       // [q_dim + 2 × kv_dim, hidden]; rows q, then k, then v
-  FloatView bqkv;       // [q_dim + 2 × kv_dim]; empty unless attention_bias
-  FloatView q_norm;     // [head_dim]; empty unless qk_norm
-  FloatView k_norm;     // [head_dim]; empty unless qk_norm
-  FloatView wo;         // [hidden, q_dim]
-  FloatView ffn_norm;   // [hidden]
-  FloatView w_gate_up;  // [2 × intermediate, hidden]; rows gate, then up
-  FloatView w_down;     // [hidden, intermediate]
+  FloatView attn_norm;     // [hidden]
+  WeightMatrix wqkv;       // [q_dim + 2 × kv_dim, hidden]; rows q, then k, then v
+  FloatView bqkv;          // [q_dim + 2 × kv_dim]; empty unless attention_bias
+  FloatView q_norm;        // [head_dim]; empty unless qk_norm
+  FloatView k_norm;        // [head_dim]; empty unless qk_norm
+  WeightMatrix wo;         // [hidden, q_dim]
+  FloatView ffn_norm;      // [hidden]
+  WeightMatrix w_gate_up;  // [2 × intermediate, hidden]; rows gate, then up
+  WeightMatrix w_down;     // [hidden, intermediate]
 };
 
 // Derived sizes, all in elements.
@@ -108,14 +152,16 @@ ModelDims DimsOf(const ModelConfig& config);
 struct ModelWeights {
   ModelConfig config;
   ModelDims dims;
-  FloatView embed;       // [vocab, hidden]
+  WeightMatrix embed;       // [vocab, hidden]
   std::vector<LayerWeights> layers;
-  FloatView final_norm;  // [hidden]
-  FloatView lm_head;     // [vocab, hidden]; empty when tied or headless
+  FloatView final_norm;     // [hidden]
+  WeightMatrix lm_head;     // [vocab, hidden]; empty when tied or headless
   bool has_lm_head = false;  // false for a headless model without tied embeddings
 
   // The output projection [vocab, hidden] (embed when tied). REQUIRES: has_lm_head.
-  const float* lm_head_data() const { return lm_head.empty() ? embed.data() : lm_head.data(); }
+  const WeightMatrix& output() const { return lm_head.empty() ? embed : lm_head; }
+  // Whether any matrix is not F32 (the forward pass then needs panel scratch).
+  bool typed() const;
   // Bytes of all viewed buffers.
   size_t bytes() const;
   // Weight bytes a decode step streams from memory: every layer matrix, the
@@ -123,19 +169,31 @@ struct ModelWeights {
   size_t decode_bytes_per_token() const;
 };
 
-// Where one safetensors tensor goes: floats [offset, offset + numel) of
-// buffer `buffer`.
+// Where one source tensor goes: bytes [byte_offset, byte_offset + its
+// size in the buffer's type) of buffer `buffer`.
 struct ComputePart {
-  std::string tensor;           // safetensors name
-  std::vector<int64_t> shape;   // expected shape
+  std::string tensor;           // name in the source file
+  std::vector<int64_t> shape;   // expected shape, row-major [out, in] or [n]
   size_t buffer = 0;            // index into ComputeLayout::buffers
-  size_t offset = 0;            // floats from the buffer start
+  size_t byte_offset = 0;       // from the buffer start
 };
 
-// Buffer indices of one layer; -1 for an absent optional buffer.
+// The buffers of one weight matrix: one fused buffer, or one per part.
+struct MatrixBuffers {
+  std::array<int, 3> buffer = {-1, -1, -1};
+  int n = 0;  // 0: absent
+};
+
+// Buffer indices of one layer; -1 / n 0 for an absent optional buffer.
 struct LayerBuffers {
-  int attn_norm = -1, wqkv = -1, bqkv = -1, q_norm = -1, k_norm = -1, wo = -1, ffn_norm = -1,
-      w_gate_up = -1, w_down = -1;
+  int attn_norm = -1, bqkv = -1, q_norm = -1, k_norm = -1, ffn_norm = -1;
+  MatrixBuffers wqkv, wo, w_gate_up, w_down;
+};
+
+// How to plan a layout.
+struct ComputeOptions {
+  // Compute every matrix in f32 (`[[models]] compute_dtype = "f32"`).
+  bool f32 = false;
 };
 
 // The planned compute layout of one checkpoint (see the file comment).
@@ -143,20 +201,26 @@ struct ComputeLayout {
   ModelConfig config;
   ModelDims dims;
   bool has_lm_head = false;
-  std::vector<WeightSpec> buffers;  // dtype F32, in the order of the file comment
+  // In the order of the file comment. A buffer's type: dtype F32/F16/BF16,
+  // or ggml_type for a block type (Note [Compute types]).
+  std::vector<WeightSpec> buffers;
   std::vector<ComputePart> parts;   // llama_tensors.h order; together they cover
-                                    // every element of every buffer exactly once
-  int embed = -1;
+                                    // every byte of every buffer exactly once
+  MatrixBuffers embed;
   std::vector<LayerBuffers> layers;
   int final_norm = -1;
-  int lm_head = -1;                 // -1 when tied or headless
+  MatrixBuffers lm_head;            // n 0 when tied or headless
 
-  // Elements of buffer i.
-  size_t buffer_floats(size_t i) const;
+  // The type buffer i computes in.
+  GgmlType buffer_type(size_t i) const;
+  // Bytes of buffer i (WeightSpecBytes).
+  size_t buffer_bytes(size_t i) const;
   // Σ buffer bytes (no alignment padding).
   size_t bytes() const;
   // As ModelWeights::decode_bytes_per_token, from the plan alone.
   size_t decode_bytes_per_token() const;
+  // Whether any matrix is not F32.
+  bool typed() const;
 };
 
 // Checks the checkpoint against `config` (headers only) and plans its layout.
@@ -165,19 +229,37 @@ struct ComputeLayout {
 // kDataLoss `<file>: tensor "<name>" has shape [a, b], expected [c, d]`;
 // kInvalidArgument for a config the forward pass cannot run (a non-positive
 // dimension, odd head_dim, heads not divisible by KV heads).
+// Matrices stored as F32, F16 or BF16 get a buffer of that type, unless
+// options.f32 (Note [Compute types]).
 Result<ComputeLayout> PlanComputeLayout(const ModelConfig& config, const SafetensorsModel& st,
-                                        const std::string& model_dir);
+                                        const std::string& model_dir,
+                                        const ComputeOptions& options = {});
+
+// kInvalidArgument (naming model_dir) for dims the forward pass cannot run:
+// a non-positive dimension, an odd head_dim, heads not a multiple of KV heads.
+Status CheckComputeDims(const ModelDims& d, const std::string& model_dir);
+
+// Routes `plan`'s tensors, each computed in types[k] (matrices) or F32
+// (vectors), into buffers (fused groups as the file comment says): fills
+// layout.buffers, parts, embed, layers, final_norm, lm_head and has_lm_head.
+// Shared by the safetensors and GGUF planners.
+// REQUIRES: layout.config and dims set and passing CheckComputeDims;
+// types.size() == plan.tensors.size(); the plan's shapes consistent with dims.
+Result<ComputeLayout> RouteParts(ComputeLayout layout, const LlamaTensorPlan& plan,
+                                 const std::vector<GgmlType>& types,
+                                 const std::string& model_dir);
 
 // PlanComputeLayout's checks without keeping the plan. Errors as it.
 Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& st,
                             const std::string& model_dir);
 
-// Converts every tensor of `st` into its slice of `arrays` (one per
-// layout.buffers entry, each buffer_floats(i) floats, 4-byte aligned; their
-// previous contents are irrelevant: every element is written). `st` is looked
-// up again by name (the file may have changed since planning): presence and
-// shape errors as PlanComputeLayout (model_dir in messages); kUnimplemented
-// (from ConvertToF32, naming the tensor and file) for a dtype that cannot be
+// Copies (or converts to f32) every tensor of `st` into its slice of
+// `arrays` (one per layout.buffers entry, each buffer_bytes(i) bytes,
+// 4-byte aligned; their previous contents are irrelevant: every byte is
+// written). `st` is looked up again by name (the file may have changed since
+// planning): presence and shape errors as PlanComputeLayout (model_dir in
+// messages); kDataLoss when a tensor's dtype changed; kUnimplemented (from
+// ConvertToF32, naming the tensor and file) for a dtype that cannot be
 // converted; kInvalidArgument when `arrays` does not match the layout.
 Status FillComputeLayout(const ComputeLayout& layout, const SafetensorsModel& st,
                          const std::string& model_dir, const std::vector<void*>& arrays);

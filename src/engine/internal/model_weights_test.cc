@@ -40,14 +40,15 @@ TEST(ModelWeightsTest, LoadsAndFusesLlama) {
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->w.layers.size(), 2u);
   EXPECT_EQ(w->w.dims.qkv_dim, 4 * 16 + 2 * 2 * 16);
-  EXPECT_EQ(w->w.layers[0].wqkv.size(), size_t{128} * 64);
-  EXPECT_EQ(w->w.layers[0].w_gate_up.size(), size_t{2} * 96 * 64);
+  EXPECT_EQ(w->w.layers[0].wqkv.bytes(), size_t{128} * 64 * 4);
+  EXPECT_EQ(w->w.layers[0].w_gate_up.bytes(), size_t{2} * 96 * 64 * 4);
+  EXPECT_EQ(w->w.layers[0].wqkv.n_segments, 1);  // fused: one f32 buffer
   EXPECT_TRUE(w->w.layers[0].bqkv.empty());
   EXPECT_TRUE(w->w.has_lm_head);
   EXPECT_FALSE(w->w.lm_head.empty());
-  for (const FloatView* buf :
+  for (const WeightMatrix* buf :
        {&w->w.embed, &w->w.layers[1].wqkv, &w->w.layers[1].w_down, &w->w.lm_head}) {
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->segments[0].data) % 64, 0u);
   }
   // k_proj rows start right after q_proj rows in the fused matrix.
   Result<SafetensorsModel> st = SafetensorsModel::Open(dir);
@@ -56,7 +57,9 @@ TEST(ModelWeightsTest, LoadsAndFusesLlama) {
   ASSERT_NE(k, nullptr);
   float first;
   std::memcpy(&first, k->data, 4);
-  EXPECT_EQ(w->w.layers[1].wqkv[size_t{64} * 64], first);
+  float got;
+  std::memcpy(&got, w->w.layers[1].wqkv.segments[0].data + size_t{64} * 64 * 4, 4);
+  EXPECT_EQ(got, first);
 }
 
 TEST(ModelWeightsTest, WrongShapeNamesFileTensorAndShapes) {
@@ -122,7 +125,7 @@ TEST(ModelWeightsTest, TiedModelNeedsNoLmHead) {
   Result<TestWeights> w = LoadDir(WriteModel(spec));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_TRUE(w->w.lm_head.empty());
-  EXPECT_EQ(w->w.lm_head_data(), w->w.embed.data());
+  EXPECT_EQ(&w->w.output(), &w->w.embed);
 
   TestModelSpec untied;
   untied.edit = [](auto& list) { list.pop_back(); };  // drop lm_head.weight
@@ -167,7 +170,7 @@ TEST(DecoderTest, MatchesNumpyReference) {
     double err_all = 0;
     for (int batch : {5, 100}) {
       KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
-      ForwardScratch s(dec.dims(), batch, kCtx);
+      ForwardScratch s(dec.dims(), batch, kCtx, w->w.typed());
       std::vector<float> all(ids.size() * vocab);
       dec.Forward(w->w, kv, s, ids.data(), ids.size(), 0,
                   ForwardOutputs{.all_logits = all.data()});
@@ -178,7 +181,7 @@ TEST(DecoderTest, MatchesNumpyReference) {
     double err_dec = 0;
     {
       KvCache kv2(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
-      ForwardScratch s(dec.dims(), 100, kCtx);
+      ForwardScratch s(dec.dims(), 100, kCtx, w->w.typed());
       std::vector<float> last(vocab);
       dec.Forward(w->w, kv2, s, ids.data(), 140, 0, ForwardOutputs{.last_logits = last.data()});
       err_dec = std::max(err_dec,
@@ -268,7 +271,7 @@ TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
     std::vector<float> all(ids.size() * vocab);
     for (int batch : {7, kTokens}) {
       KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
-      ForwardScratch s(dec.dims(), batch, kCtx);
+      ForwardScratch s(dec.dims(), batch, kCtx, w->w.typed());
       dec.Forward(w->w, kv, s, ids.data(), ids.size(), 0,
                   ForwardOutputs{.all_logits = all.data()});
       err_all = std::max(err_all, MaxRelativeError(all.data(), ref->data(), all.size()));
@@ -277,7 +280,7 @@ TEST(DecoderTest, RopeScalingMatchesNumpyReference) {
     double err_dec = 0;
     {
       KvCache kv(dec.dims().n_layers, kCtx, dec.dims().kv_dim);
-      ForwardScratch s(dec.dims(), 32, kCtx);
+      ForwardScratch s(dec.dims(), 32, kCtx, w->w.typed());
       std::vector<float> last(vocab);
       dec.Forward(w->w, kv, s, ids.data(), 100, 0, ForwardOutputs{.last_logits = last.data()});
       err_dec = MaxRelativeError(last.data(), ref->data() + size_t{99} * vocab, vocab);
@@ -355,8 +358,9 @@ TEST(ComputeLayoutTest, BufferOrderNamesAndShapes) {
   EXPECT_EQ(l.buffers[8].shape, (std::vector<int64_t>{64, 96}));       // w_down
   EXPECT_EQ(l.bytes(), w->w.bytes());
   EXPECT_EQ(l.decode_bytes_per_token(), w->w.decode_bytes_per_token());
-  EXPECT_EQ(l.layers[1].wqkv, 10);
-  EXPECT_EQ(l.lm_head, static_cast<int>(l.buffers.size()) - 1);
+  EXPECT_EQ(l.layers[1].wqkv.n, 1);
+  EXPECT_EQ(l.layers[1].wqkv.buffer[0], 10);
+  EXPECT_EQ(l.lm_head.buffer[0], static_cast<int>(l.buffers.size()) - 1);
 
   TestModelSpec q2;
   q2.architecture = "Qwen2ForCausalLM";  // q/k/v bias, tied
@@ -369,9 +373,9 @@ TEST(ComputeLayoutTest, BufferOrderNamesAndShapes) {
   EXPECT_EQ(names[3], "model.layers.0.bqkv");
   EXPECT_EQ(w->layout.buffers[3].shape, (std::vector<int64_t>{128}));
   EXPECT_EQ(names.back(), "model.final_norm");
-  EXPECT_EQ(w->layout.lm_head, -1);
+  EXPECT_EQ(w->layout.lm_head.n, 0);
   EXPECT_TRUE(w->layout.has_lm_head);
-  EXPECT_EQ(w->w.lm_head_data(), w->w.embed.data());
+  EXPECT_EQ(&w->w.output(), &w->w.embed);
   // Tied: the output projection is still streamed every decode step.
   EXPECT_EQ(w->layout.decode_bytes_per_token(), w->w.decode_bytes_per_token());
   EXPECT_GT(w->layout.decode_bytes_per_token(), size_t{4} * 128 * 64);
@@ -391,7 +395,7 @@ TEST(ComputeLayoutTest, FillOverwritesOldContents) {
   std::vector<AlignedFloats> dirty;
   std::vector<void*> arrays;
   for (size_t i = 0; i < clean->layout.buffers.size(); ++i) {
-    dirty.emplace_back(clean->layout.buffer_floats(i));
+    dirty.emplace_back((clean->layout.buffer_bytes(i) + 3) / 4);
     std::memset(dirty.back().data(), 0xA5, dirty.back().size_bytes());
     arrays.push_back(dirty.back().data());
   }
@@ -422,7 +426,7 @@ TEST(ComputeLayoutTest, AFileTruncatedDuringTheFillIsAnErrorNotACrash) {
   std::vector<AlignedFloats> out;
   std::vector<void*> arrays;
   for (size_t i = 0; i < clean->layout.buffers.size(); ++i) {
-    out.emplace_back(clean->layout.buffer_floats(i));
+    out.emplace_back((clean->layout.buffer_bytes(i) + 3) / 4);
     arrays.push_back(out.back().data());
   }
   const Status s = FillComputeLayout(clean->layout, *st, dir, arrays);

@@ -48,7 +48,7 @@ Result<TestWeights> LoadTestWeights(const std::string& dir) {
   std::vector<void*> arrays;
   std::vector<const void*> views;
   for (size_t i = 0; i < t.layout.buffers.size(); ++i) {
-    t.buffers.emplace_back(t.layout.buffer_floats(i));
+    t.buffers.emplace_back((t.layout.buffer_bytes(i) + sizeof(float) - 1) / sizeof(float));
     arrays.push_back(t.buffers.back().data());
     views.push_back(t.buffers.back().data());
   }
