@@ -1,4 +1,6 @@
-// config.json reader for Llama-family decoders.
+// config.json reader for Llama-family decoders, and the same ModelConfig
+// from a GGUF file's metadata (ModelConfigFromGguf, at the end; its key
+// table is in model_config.h).
 //
 // Parses into native ModelConfig values at once (STYLE.md: "parse everything
 // into native types as early as possible"). nlohmann exceptions are caught
@@ -16,6 +18,7 @@
 
 #include "arbiter/formats/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -24,6 +27,7 @@
 #include "formats/internal/json_type_name.h"
 
 #include "arbiter/base/file.h"
+#include "arbiter/formats/gguf.h"
 
 namespace arbiter {
 namespace {
@@ -299,6 +303,199 @@ Result<ModelConfig> LoadModelConfig(const std::string& path) {
   Result<std::string> text = ReadFile(path, kMaxConfigBytes);
   if (!text.ok()) return text.status();
   return ParseModelConfig(*text, path);
+}
+
+// ---------------------------------------------------------------------------
+// GGUF metadata → ModelConfig (the key table is in model_config.h).
+
+namespace {
+
+struct GgufArchEntry {
+  std::string_view name;  // general.architecture
+  Architecture arch;
+  std::string_view architecture_name;
+};
+
+constexpr GgufArchEntry kGgufArchitectures[] = {
+    {"llama", Architecture::kLlama, "LlamaForCausalLM"},
+    {"mistral", Architecture::kLlama, "LlamaForCausalLM"},
+    {"qwen2", Architecture::kQwen2, "Qwen2ForCausalLM"},
+    {"qwen3", Architecture::kQwen3, "Qwen3ForCausalLM"},
+};
+
+class GgufConfigReader {
+ public:
+  explicit GgufConfigReader(const GgufFile& gguf) : gguf_(gguf) {}
+
+  Status Error(const std::string& key, const std::string& what) const {
+    return DataLossError(gguf_.name() + ": key \"" + key + "\": " + what);
+  }
+
+  // A count in 1..INT_MAX. `fallback` < 0: required.
+  Status PositiveInt(const std::string& key, int fallback, int* out) const {
+    Result<uint64_t> v = gguf_.GetUint(key);
+    if (v.status().code() == StatusCode::kNotFound) {
+      if (fallback < 0) return DataLossError(v.status().message());
+      *out = fallback;
+      return OkStatus();
+    }
+    if (!v.ok()) return v.status();
+    if (*v == 0 || *v > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+      return Error(key, "is " + std::to_string(*v) + ", expected 1.." +
+                            std::to_string(std::numeric_limits<int>::max()));
+    }
+    *out = static_cast<int>(*v);
+    return OkStatus();
+  }
+
+  // A positive finite float; absent keeps *out unless `required`.
+  Status PositiveFloat(const std::string& key, bool required, float* out) const {
+    Result<double> v = gguf_.GetFloat(key);
+    if (v.status().code() == StatusCode::kNotFound) {
+      return required ? DataLossError(v.status().message()) : OkStatus();
+    }
+    if (!v.ok()) return v.status();
+    const float f = static_cast<float>(*v);
+    if (!(*v > 0) || !std::isfinite(f) || f == 0.0f) {
+      return Error(key, "is " + std::to_string(*v) + ", expected a positive number within float range");
+    }
+    *out = f;
+    return OkStatus();
+  }
+
+  // Appends the token id at `key`, when present, unless already listed.
+  Status TokenId(const std::string& key, std::vector<int>* ids) const {
+    Result<uint64_t> v = gguf_.GetUint(key);
+    if (v.status().code() == StatusCode::kNotFound) return OkStatus();
+    if (!v.ok()) return v.status();
+    if (*v > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+      return Error(key, "is " + std::to_string(*v) + ", which is not a valid token id");
+    }
+    const int id = static_cast<int>(*v);
+    if (std::find(ids->begin(), ids->end(), id) == ids->end()) ids->push_back(id);
+    return OkStatus();
+  }
+
+ private:
+  const GgufFile& gguf_;
+};
+
+}  // namespace
+
+Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf) {
+  const std::string& file = gguf.name();
+  GgufConfigReader r(gguf);
+  ModelConfig c;
+
+  Result<std::string> arch = gguf.GetString("general.architecture");
+  if (arch.status().code() == StatusCode::kNotFound) return DataLossError(arch.status().message());
+  if (!arch.ok()) return arch.status();
+  const GgufArchEntry* entry = nullptr;
+  for (const GgufArchEntry& e : kGgufArchitectures) {
+    if (e.name == *arch) entry = &e;
+  }
+  if (entry == nullptr) {
+    std::string shown = arch->substr(0, 100);
+    return UnimplementedError(file + ": key \"general.architecture\": \"" + shown +
+                              "\" is not supported (supported: llama, mistral, qwen2, qwen3)");
+  }
+  c.arch = entry->arch;
+  c.architecture_name = std::string(entry->architecture_name);
+  const std::string a = *arch + ".";
+
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "block_count", -1, &c.num_hidden_layers));
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "embedding_length", -1, &c.hidden_size));
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "feed_forward_length", -1, &c.intermediate_size));
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "attention.head_count", -1, &c.num_attention_heads));
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "attention.head_count_kv", c.num_attention_heads,
+                                        &c.num_key_value_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return r.Error(a + "attention.head_count_kv",
+                   "is " + std::to_string(c.num_key_value_heads) + ", which does not divide " +
+                       a + "attention.head_count " + std::to_string(c.num_attention_heads));
+  }
+  if (gguf.FindValue(a + "attention.key_length") == nullptr &&
+      c.hidden_size % c.num_attention_heads != 0) {
+    return r.Error(a + "attention.key_length",
+                   "is missing and " + a + "embedding_length " + std::to_string(c.hidden_size) +
+                       " is not a multiple of " + a + "attention.head_count " +
+                       std::to_string(c.num_attention_heads));
+  }
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "attention.key_length",
+                                        c.hidden_size / c.num_attention_heads, &c.head_dim));
+  for (const char* k : {"attention.value_length", "rope.dimension_count"}) {
+    int v = c.head_dim;
+    ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + k, c.head_dim, &v));
+    if (v != c.head_dim) {
+      return UnimplementedError(file + ": key \"" + a + k + "\": " + std::to_string(v) +
+                                " differs from the head dimension " + std::to_string(c.head_dim) +
+                                "; only models whose keys, values and RoPE span the whole head "
+                                "are supported");
+    }
+  }
+  ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "context_length", -1, &c.max_position_embeddings));
+  ARBITER_RETURN_IF_ERROR(
+      r.PositiveFloat(a + "attention.layer_norm_rms_epsilon", /*required=*/true, &c.rms_norm_eps));
+  ARBITER_RETURN_IF_ERROR(r.PositiveFloat(a + "rope.freq_base", /*required=*/false, &c.rope_theta));
+
+  // RoPE scaling.
+  Result<std::string> scaling = gguf.GetString(a + "rope.scaling.type");
+  if (!scaling.ok() && scaling.status().code() != StatusCode::kNotFound) return scaling.status();
+  if (scaling.ok() && *scaling != "none") {
+    if (*scaling != "linear") {
+      return UnimplementedError(file + ": key \"" + a + "rope.scaling.type\": \"" +
+                                scaling->substr(0, 100) +
+                                "\" is not supported (supported: none, linear); running it as "
+                                "plain RoPE would give wrong logits");
+    }
+    c.rope_scaling.type = RopeScalingType::kLinear;
+    ARBITER_RETURN_IF_ERROR(
+        r.PositiveFloat(a + "rope.scaling.factor", /*required=*/true, &c.rope_scaling.factor));
+  } else if (!scaling.ok() && gguf.FindValue(a + "rope.scale_linear") != nullptr) {
+    ARBITER_RETURN_IF_ERROR(
+        r.PositiveFloat(a + "rope.scale_linear", /*required=*/true, &c.rope_scaling.factor));
+    if (c.rope_scaling.factor != 1.0f) c.rope_scaling.type = RopeScalingType::kLinear;
+  }
+  if (gguf.FindTensor("rope_freqs.weight") != nullptr) {
+    return UnimplementedError(file + ": tensor \"rope_freqs.weight\" (per-dimension RoPE "
+                              "frequency factors, as in Llama 3.1+) is not supported yet; running "
+                              "the model with plain RoPE would give wrong logits");
+  }
+
+  // Vocabulary.
+  if (const GgufValue* tokens = gguf.FindValue("tokenizer.ggml.tokens")) {
+    if (!tokens->is_array() || tokens->element_type() != GgufValueType::kString) {
+      return r.Error("tokenizer.ggml.tokens",
+                     "is " + std::string(tokens->is_array() ? "array of " : "") +
+                         std::string(GgufValueTypeName(tokens->is_array() ? tokens->element_type()
+                                                                          : tokens->type())) +
+                         ", expected an array of string");
+    }
+    if (tokens->size() == 0 ||
+        tokens->size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return r.Error("tokenizer.ggml.tokens", "holds " + std::to_string(tokens->size()) +
+                                                  " tokens, expected 1.." +
+                                                  std::to_string(std::numeric_limits<int>::max()));
+    }
+    c.vocab_size = static_cast<int>(tokens->size());
+  } else if (gguf.FindValue(a + "vocab_size") != nullptr) {
+    ARBITER_RETURN_IF_ERROR(r.PositiveInt(a + "vocab_size", -1, &c.vocab_size));
+  } else {
+    return DataLossError(file + ": key \"tokenizer.ggml.tokens\": is missing (and so is \"" + a +
+                         "vocab_size\"); the vocabulary size is unknown");
+  }
+
+  ARBITER_RETURN_IF_ERROR(r.TokenId("tokenizer.ggml.bos_token_id", &c.bos_token_ids));
+  for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                        "tokenizer.ggml.eom_token_id"}) {
+    ARBITER_RETURN_IF_ERROR(r.TokenId(k, &c.eos_token_ids));
+  }
+
+  c.tie_word_embeddings = gguf.FindTensor("output.weight") == nullptr;
+  c.attention_bias =
+      c.arch == Architecture::kQwen2 || gguf.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = c.arch == Architecture::kQwen3;
+  return c;
 }
 
 }  // namespace arbiter

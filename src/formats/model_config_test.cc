@@ -5,8 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "arbiter/formats/gguf.h"
 
 namespace arbiter {
 namespace {
@@ -505,6 +508,238 @@ TEST(ModelConfigTest, LoadFromFile) {
   EXPECT_CONFIG_ERROR(LoadModelConfig(path), StatusCode::kDataLoss, path + ": field \"architectures\"");
   EXPECT_EQ(LoadModelConfig(tmpl + "/missing.json").status().code(), StatusCode::kNotFound);
   fs::remove_all(tmpl);
+}
+
+// ---------------------------------------------------------------------------
+// ModelConfigFromGguf
+
+// GGUF metadata as llama.cpp's converter writes it for a tiny model of
+// `arch`; Set/Erase edit it, Tensors lists the (1-element) tensors the file
+// holds, Parse builds the file and maps it.
+class GgufModel {
+ public:
+  explicit GgufModel(const std::string& arch) {
+    Set("general.architecture", GgufValue::String(arch));
+    Set("general.name", GgufValue::String("tiny"));
+    Set(arch + ".block_count", GgufValue::Uint32(2));
+    Set(arch + ".context_length", GgufValue::Uint32(4096));
+    Set(arch + ".embedding_length", GgufValue::Uint32(8));
+    Set(arch + ".feed_forward_length", GgufValue::Uint32(12));
+    Set(arch + ".attention.head_count", GgufValue::Uint32(2));
+    Set(arch + ".attention.head_count_kv", GgufValue::Uint32(1));
+    Set(arch + ".rope.freq_base", GgufValue::Float32(500000.0f));
+    Set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::Float32(1e-5f));
+    Set(arch + ".rope.dimension_count", GgufValue::Uint32(4));
+    Set("tokenizer.ggml.model", GgufValue::String("gpt2"));
+    std::vector<std::string> tokens;
+    for (int i = 0; i < 16; ++i) tokens.push_back("t" + std::to_string(i));
+    Set("tokenizer.ggml.tokens", GgufValue::StringArray(tokens));
+    Set("tokenizer.ggml.bos_token_id", GgufValue::Uint32(1));
+    Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(2));
+    tensors_ = {"token_embd.weight", "output_norm.weight", "output.weight"};
+  }
+  GgufModel& Set(const std::string& key, GgufValue v) {
+    Erase(key);
+    kv_.emplace_back(key, std::move(v));
+    return *this;
+  }
+  GgufModel& Erase(const std::string& key) {
+    std::erase_if(kv_, [&](const auto& e) { return e.first == key; });
+    return *this;
+  }
+  GgufModel& Tensors(std::vector<std::string> names) {
+    tensors_ = std::move(names);
+    return *this;
+  }
+  Result<ModelConfig> Parse() const {
+    GgufWriter w;
+    for (const auto& [k, v] : kv_) EXPECT_TRUE(w.Add(k, v).ok()) << k;
+    static const std::string kOne(4, '\0');
+    for (const std::string& n : tensors_) {
+      EXPECT_TRUE(w.AddTensor(n, {1}, GgmlType::kF32, kOne).ok()) << n;
+    }
+    Result<GgufFile> f = ParseGguf(w.Serialize(), "model.gguf");
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    if (!f.ok()) return f.status();
+    return ModelConfigFromGguf(*f);
+  }
+
+ private:
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<std::string> tensors_;
+};
+
+TEST(ModelConfigGgufTest, Llama) {
+  GgufModel m("llama");
+  m.Set("tokenizer.ggml.eot_token_id", GgufValue::Uint32(3));
+  m.Set("tokenizer.ggml.eom_token_id", GgufValue::Uint32(2));  // repeats eos
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kLlama);
+  EXPECT_EQ(c->architecture_name, "LlamaForCausalLM");
+  EXPECT_EQ(c->num_hidden_layers, 2);
+  EXPECT_EQ(c->hidden_size, 8);
+  EXPECT_EQ(c->intermediate_size, 12);
+  EXPECT_EQ(c->num_attention_heads, 2);
+  EXPECT_EQ(c->num_key_value_heads, 1);
+  EXPECT_EQ(c->head_dim, 4);  // 8 / 2: no key_length
+  EXPECT_EQ(c->max_position_embeddings, 4096);
+  EXPECT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_EQ(c->vocab_size, 16);
+  EXPECT_EQ(c->bos_token_ids, (std::vector<int>{1}));
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int>{2, 3}));
+  EXPECT_FALSE(c->tie_word_embeddings);  // output.weight present
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_TRUE(c->torch_dtype.empty());
+}
+
+TEST(ModelConfigGgufTest, MistralIsLlama) {
+  Result<ModelConfig> c = GgufModel("mistral").Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kLlama);
+  EXPECT_EQ(c->architecture_name, "LlamaForCausalLM");
+}
+
+TEST(ModelConfigGgufTest, Qwen2HasBiasAndTiesWithoutOutputWeight) {
+  GgufModel m("qwen2");
+  m.Tensors({"token_embd.weight", "output_norm.weight"});
+  m.Erase("qwen2.attention.head_count_kv").Erase("qwen2.rope.freq_base");
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kQwen2);
+  EXPECT_EQ(c->architecture_name, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->num_key_value_heads, 2);  // defaults to head_count
+  EXPECT_EQ(c->rope_theta, 10000.0f);    // default
+}
+
+TEST(ModelConfigGgufTest, Qwen3HasQkNormAndKeyLength) {
+  GgufModel m("qwen3");
+  m.Set("qwen3.attention.key_length", GgufValue::Uint32(16));
+  m.Set("qwen3.attention.value_length", GgufValue::Uint32(16));
+  m.Set("qwen3.rope.dimension_count", GgufValue::Uint32(16));
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Architecture::kQwen3);
+  EXPECT_EQ(c->architecture_name, "Qwen3ForCausalLM");
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+}
+
+TEST(ModelConfigGgufTest, LlamaWithBiasTensorHasAttentionBias) {
+  GgufModel m("llama");
+  m.Tensors({"token_embd.weight", "output.weight", "blk.0.attn_q.bias"});
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->attention_bias);
+}
+
+TEST(ModelConfigGgufTest, AnyFittingNumericTypeIsAccepted) {
+  GgufModel m("llama");
+  m.Set("llama.block_count", GgufValue::Uint64(3));
+  m.Set("llama.embedding_length", GgufValue::Int32(8));
+  m.Set("llama.feed_forward_length", GgufValue::Uint16(12));
+  m.Set("llama.attention.layer_norm_rms_epsilon", GgufValue::Float64(1e-6));
+  m.Set("tokenizer.ggml.bos_token_id", GgufValue::Int64(7));
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->num_hidden_layers, 3);
+  EXPECT_EQ(c->intermediate_size, 12);
+  EXPECT_EQ(c->rms_norm_eps, 1e-6f);
+  EXPECT_EQ(c->bos_token_ids, (std::vector<int>{7}));
+}
+
+TEST(ModelConfigGgufTest, VocabSizeFallsBackToTheArchitectureKey) {
+  GgufModel m("llama");
+  m.Erase("tokenizer.ggml.tokens").Set("llama.vocab_size", GgufValue::Uint32(32));
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->vocab_size, 32);
+  m.Erase("llama.vocab_size");
+  EXPECT_CONFIG_ERROR(m.Parse(), StatusCode::kDataLoss,
+                      "model.gguf: key \"tokenizer.ggml.tokens\": is missing (and so is "
+                      "\"llama.vocab_size\")");
+  m.Set("tokenizer.ggml.tokens", GgufValue::Uint32(5));
+  EXPECT_CONFIG_ERROR(m.Parse(), StatusCode::kDataLoss,
+                      "key \"tokenizer.ggml.tokens\": is u32, expected an array of string");
+  m.Set("tokenizer.ggml.tokens", GgufValue::StringArray({}));
+  EXPECT_CONFIG_ERROR(m.Parse(), StatusCode::kDataLoss, "holds 0 tokens");
+}
+
+TEST(ModelConfigGgufTest, LinearRopeScaling) {
+  GgufModel m("llama");
+  m.Set("llama.rope.scaling.type", GgufValue::String("linear"))
+      .Set("llama.rope.scaling.factor", GgufValue::Float32(4.0f));
+  Result<ModelConfig> c = m.Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(c->rope_scaling.factor, 4.0f);
+  m.Erase("llama.rope.scaling.factor");
+  EXPECT_CONFIG_ERROR(m.Parse(), StatusCode::kDataLoss,
+                      "key \"llama.rope.scaling.factor\": is missing");
+  m.Set("llama.rope.scaling.type", GgufValue::String("none"));
+  EXPECT_EQ(m.Parse()->rope_scaling.type, RopeScalingType::kNone);
+  // The older spelling.
+  GgufModel old("llama");
+  old.Set("llama.rope.scale_linear", GgufValue::Float32(2.0f));
+  EXPECT_EQ(old.Parse()->rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(old.Parse()->rope_scaling.factor, 2.0f);
+}
+
+TEST(ModelConfigGgufTest, UnsupportedFeaturesAreRefusedByName) {
+  EXPECT_CONFIG_ERROR(GgufModel("gemma2").Parse(), StatusCode::kUnimplemented,
+                      "model.gguf: key \"general.architecture\": \"gemma2\" is not supported "
+                      "(supported: llama, mistral, qwen2, qwen3)");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.rope.scaling.type", GgufValue::String("yarn")).Parse(),
+                      StatusCode::kUnimplemented,
+                      "key \"llama.rope.scaling.type\": \"yarn\" is not supported");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Tensors({"output.weight", "rope_freqs.weight"}).Parse(),
+                      StatusCode::kUnimplemented, "tensor \"rope_freqs.weight\"");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.rope.dimension_count", GgufValue::Uint32(2)).Parse(),
+                      StatusCode::kUnimplemented,
+                      "key \"llama.rope.dimension_count\": 2 differs from the head dimension 4");
+  EXPECT_CONFIG_ERROR(GgufModel("qwen3").Set("qwen3.attention.value_length", GgufValue::Uint32(8)).Parse(),
+                      StatusCode::kUnimplemented, "key \"qwen3.attention.value_length\": 8");
+}
+
+TEST(ModelConfigGgufTest, BadValuesNameTheKey) {
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Erase("general.architecture").Parse(),
+                      StatusCode::kDataLoss, "model.gguf: key \"general.architecture\": is missing");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("general.architecture", GgufValue::Uint8(1)).Parse(),
+                      StatusCode::kDataLoss, "key \"general.architecture\": is u8, expected a string");
+  for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+                          "llama.attention.head_count", "llama.context_length",
+                          "llama.attention.layer_norm_rms_epsilon"}) {
+    EXPECT_CONFIG_ERROR(GgufModel("llama").Erase(key).Parse(), StatusCode::kDataLoss,
+                        "model.gguf: key \"" + std::string(key) + "\": is missing");
+  }
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.block_count", GgufValue::String("2")).Parse(),
+                      StatusCode::kDataLoss, "key \"llama.block_count\": is string, expected an integer");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.block_count", GgufValue::Uint32(0)).Parse(),
+                      StatusCode::kDataLoss, "key \"llama.block_count\": is 0, expected 1..");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.block_count", GgufValue::Int32(-2)).Parse(),
+                      StatusCode::kDataLoss, "key \"llama.block_count\": is i32 -2");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.context_length", GgufValue::Uint64(1ull << 40)).Parse(),
+                      StatusCode::kDataLoss, "key \"llama.context_length\": is 1099511627776");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.attention.head_count_kv", GgufValue::Uint32(3)).Parse(),
+                      StatusCode::kDataLoss,
+                      "key \"llama.attention.head_count_kv\": is 3, which does not divide");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.embedding_length", GgufValue::Uint32(9)).Parse(),
+                      StatusCode::kDataLoss, "key \"llama.attention.key_length\": is missing and");
+  EXPECT_CONFIG_ERROR(
+      GgufModel("llama").Set("llama.attention.layer_norm_rms_epsilon", GgufValue::Float32(-1.0f)).Parse(),
+      StatusCode::kDataLoss, "key \"llama.attention.layer_norm_rms_epsilon\": is -1");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.rope.freq_base", GgufValue::Uint32(10000)).Parse(),
+                      StatusCode::kDataLoss, "key \"llama.rope.freq_base\": is u32, expected f32 or f64");
+  EXPECT_CONFIG_ERROR(
+      GgufModel("llama").Set("tokenizer.ggml.eos_token_id", GgufValue::Uint64(1ull << 33)).Parse(),
+      StatusCode::kDataLoss, "key \"tokenizer.ggml.eos_token_id\": is 8589934592, which is not a valid token id");
 }
 
 }  // namespace

@@ -29,6 +29,30 @@
 // the file has one. Extra tensors in a file (rotary inv_freq, ...) are not
 // listed.
 //
+// GGUF files (PlanLlamaTensorsGguf) hold the same tensors, in the same order
+// here, under llama.cpp's names:
+//   token_embd.weight                 embed_tokens.weight
+//   blk.<i>.attn_norm.weight          input_layernorm.weight
+//   blk.<i>.attn_{q,k,v}.weight       self_attn.{q,k,v}_proj.weight
+//   blk.<i>.attn_{q,k,v}.bias         self_attn.{q,k,v}_proj.bias
+//   blk.<i>.attn_{q,k}_norm.weight    self_attn.{q,k}_norm.weight
+//   blk.<i>.attn_output.weight        self_attn.o_proj.weight
+//   blk.<i>.ffn_norm.weight           post_attention_layernorm.weight
+//   blk.<i>.ffn_{gate,up,down}.weight mlp.{gate,up,down}_proj.weight
+//   output_norm.weight                norm.weight
+//   output.weight                     lm_head.weight (absent when tied)
+// The plan's shapes stay the row-major [out, in] shapes above; a GGUF
+// tensor's dims are those reversed (GgufTensorInfo::RowMajorShape).
+//
+// Note [GGUF q/k row order]: llama.cpp's converter stores the q and k
+// projections of "llama"-architecture files (and their biases) with the rows
+// of each head permuted, because llama.cpp applies RoPE to adjacent pairs
+// (x[2i], x[2i+1]) while Hugging Face checkpoints rotate the two halves of a
+// head (x[i], x[i + head_dim/2]). Within each head of head_dim rows, GGUF row
+// 2i + s holds HF row s·head_dim/2 + i (s ∈ {0, 1}). The engine, which
+// rotates halves, must undo it (GgufRowToHfRow) for files where
+// GgufQkRowsPermuted() holds; qwen2 and qwen3 files are stored unpermuted.
+//
 // Thread safety: pure function over immutable inputs.
 #pragma once
 
@@ -84,5 +108,20 @@ struct LlamaTensorPlan {
 // hidden_size / num_attention_heads); a non-positive dimension yields
 // non-positive shape entries, which the engine refuses before calling.
 LlamaTensorPlan PlanLlamaTensors(const ModelConfig& config, const SafetensorsModel& st);
+
+// The same list under GGUF names (see above). lm_head ("output.weight") is
+// listed unless config.tie_word_embeddings; has_lm_head is always true.
+LlamaTensorPlan PlanLlamaTensorsGguf(const ModelConfig& config);
+
+// Note [GGUF q/k row order]: whether a GGUF file of `config`'s architecture
+// stores its q/k projection rows permuted (true for kLlama).
+bool GgufQkRowsPermuted(const ModelConfig& config);
+
+// Note [GGUF q/k row order]: the Hugging Face row index of row `gguf_row` of
+// a permuted q or k projection (or bias) of `n_heads` heads of `head_dim`
+// rows each (for k: the KV heads). A bijection on [0, n_heads × head_dim);
+// -1 when gguf_row is outside that range or head_dim is not a positive even
+// number.
+int64_t GgufRowToHfRow(int64_t gguf_row, int64_t n_heads, int64_t head_dim);
 
 }  // namespace arbiter

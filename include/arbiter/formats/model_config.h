@@ -1,5 +1,6 @@
-// arbiter/formats/model_config.h — Hugging Face config.json for Llama-family
-// decoders.
+// arbiter/formats/model_config.h — the description of a Llama-family
+// decoder, from a Hugging Face config.json or from a GGUF file's metadata
+// (ModelConfigFromGguf, at the end).
 //
 // Supported `architectures[0]`: LlamaForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM (and their headless *Model variants, for embedding
@@ -87,5 +88,49 @@ struct ModelConfig {
 Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& file);
 // Reads and parses `path`.
 Result<ModelConfig> LoadModelConfig(const std::string& path);
+
+class GgufFile;
+
+// The ModelConfig of a GGUF file (arbiter/formats/gguf.h), from the metadata
+// keys llama.cpp's converter writes (<a> is the value of
+// general.architecture) and from which tensors the file holds:
+//   general.architecture                 "llama" or "mistral" → kLlama
+//                                        ("LlamaForCausalLM"), "qwen2" → kQwen2
+//                                        ("Qwen2ForCausalLM"), "qwen3" → kQwen3
+//                                        ("Qwen3ForCausalLM"); the ModelConfig
+//                                        names config.json would carry
+//   <a>.block_count                      num_hidden_layers        required
+//   <a>.embedding_length                 hidden_size              required
+//   <a>.feed_forward_length              intermediate_size        required
+//   <a>.attention.head_count             num_attention_heads      required
+//   <a>.attention.head_count_kv          num_key_value_heads      default head_count; divides it
+//   <a>.attention.key_length             head_dim                 default embedding_length / head_count
+//   <a>.attention.value_length           must equal head_dim when present
+//   <a>.rope.dimension_count             must equal head_dim when present
+//   <a>.context_length                   max_position_embeddings  required
+//   <a>.attention.layer_norm_rms_epsilon rms_norm_eps             required
+//   <a>.rope.freq_base                   rope_theta               default 10000
+//   <a>.rope.scaling.type                "none" or absent → kNone; "linear" →
+//                                        kLinear with <a>.rope.scaling.factor
+//                                        (or the older <a>.rope.scale_linear)
+//   tokenizer.ggml.tokens                vocab_size = its length; without it
+//                                        <a>.vocab_size; one of them required
+//   tokenizer.ggml.bos_token_id          bos_token_ids
+//   tokenizer.ggml.{eos,eot,eom}_token_id  eos_token_ids, in that order, without
+//                                        repeats (llama.cpp stops on all three)
+//   tie_word_embeddings                  the file has no "output.weight"
+//   attention_bias                       qwen2, or the file has "blk.0.attn_q.bias"
+//   qk_norm                              qwen3
+// torch_dtype stays empty. Integers may be stored in any integer type, the
+// floats as f32 or f64.
+// Errors: kDataLoss naming the file and the key for a missing required key,
+// a value of the wrong type, or one out of range (counts 1..2^31 − 1, floats
+// positive and finite, head_count_kv dividing head_count);
+// kUnimplemented, naming the key and value, for another architecture, a
+// value_length or rope.dimension_count other than head_dim (partial RoPE),
+// a rope scaling type other than none/linear (yarn, longrope, ...), and a
+// "rope_freqs.weight" tensor (Llama 3.1+ per-dimension RoPE frequency
+// factors): running any of these as plain RoPE would give wrong logits.
+Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf);
 
 }  // namespace arbiter
