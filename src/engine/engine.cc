@@ -64,6 +64,7 @@
 
 #include "arbiter/base/clock.h"
 #include "arbiter/engine/sampler.h"
+#include "arbiter/formats/gguf.h"
 #include "arbiter/formats/safetensors.h"
 #include "arbiter/weights/weight_files.h"
 #include "engine/internal/engine_impl.h"
@@ -864,17 +865,21 @@ WeightModel MakeWeightModel(const ModelFiles& files, const std::string& key,
   m.digest = files.WeightsDigestFor(key);
   m.fill = [dir = files.dir(), token = files.files_token(),
             layout](const std::vector<void*>& arrays) -> Status {
+    const Status changed = FailedPreconditionError(
+        dir + ": the weight files changed since the model was opened (their size or mtime "
+              "differs from the token in the weights digest); reload the model to plan "
+              "and register the new files");
     try {
-      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
-      if (engine_internal::FilesToken(st.files()) != token) {
-        return FailedPreconditionError(
-            dir + ": the weight files changed since the model was opened (their size or mtime "
-                  "differs from the token in the weights digest); reload the model to plan "
-                  "and register the new files");
+      if (layout->source == engine_internal::ComputeSource::kGguf) {
+        if (engine_internal::FilesToken({dir}) != token) return changed;
+        ARBITER_ASSIGN_OR_RETURN(GgufFile gguf, OpenGguf(dir));
+        return engine_internal::FillComputeLayoutGguf(*layout, gguf, dir, arrays);
       }
+      ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(dir));
+      if (engine_internal::FilesToken(st.files()) != token) return changed;
       return engine_internal::FillComputeLayout(*layout, st, dir, arrays);
     } catch (const std::bad_alloc&) {
-      return ResourceExhaustedError(dir + ": out of memory converting weights to f32");
+      return ResourceExhaustedError(dir + ": out of memory reading the weights");
     }
   };
   m.residency = residency;

@@ -1,9 +1,14 @@
 // engine/model_files.cc — OpenModelFiles (arbiter/engine/model_files.h).
 #include "arbiter/engine/model_files.h"
 
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <new>
 
 #include "arbiter/base/hash.h"
+#include "arbiter/formats/gguf.h"
+#include "arbiter/formats/gguf_tokenizer.h"
 #include "arbiter/formats/safetensors.h"
 #include "engine/internal/model_files_internal.h"
 #include "engine/internal/model_weights.h"
@@ -39,24 +44,54 @@ uint64_t FilesToken(const std::vector<std::string>& paths) {
   return h == 0 ? 1 : h;
 }
 
+namespace {
+
+// A GGUF file: a regular file whose first four bytes are "GGUF".
+bool IsGgufFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const ModelFiles>> ModelFilesAccess::Open(const std::string& model_dir,
                                                                  bool with_tokenizer,
                                                                  const ModelFilesOptions& options) {
-  const std::string dir =
-      model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+  const ComputeOptions compute{.f32 = options.compute_f32};
   try {
-    ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
     std::shared_ptr<ModelFiles> files(new ModelFiles());
     files->dir_ = model_dir;
+    if (IsGgufFile(model_dir)) {
+      // One file holds the config, the tokenizer and the tensors.
+      ARBITER_ASSIGN_OR_RETURN(GgufFile gguf, OpenGguf(model_dir));
+      ARBITER_ASSIGN_OR_RETURN(ModelConfig config, ModelConfigFromGguf(gguf));
+      if (with_tokenizer) {
+        ARBITER_ASSIGN_OR_RETURN(TokenizerJsonSpec spec, TokenizerSpecFromGguf(gguf));
+        ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                                 Tokenizer::FromSpec(std::move(spec), model_dir));
+        files->tokenizer_ = std::move(tokenizer);
+      }
+      ARBITER_ASSIGN_OR_RETURN(ComputeLayout layout,
+                               PlanComputeLayoutGguf(config, gguf, model_dir, compute));
+      files->layout_ = std::make_shared<const ComputeLayout>(std::move(layout));
+      files->weight_files_ = {model_dir};
+      files->files_token_ = FilesToken(files->weight_files_);
+      return std::shared_ptr<const ModelFiles>(std::move(files));
+    }
+    const std::string dir =
+        model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+    ARBITER_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir + "config.json"));
     if (with_tokenizer) {
       ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                                Tokenizer::Load(dir + "tokenizer.json"));
       files->tokenizer_ = std::move(tokenizer);
     }
     ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-    ARBITER_ASSIGN_OR_RETURN(
-        ComputeLayout layout,
-        PlanComputeLayout(config, st, model_dir, ComputeOptions{.f32 = options.compute_f32}));
+    ARBITER_ASSIGN_OR_RETURN(ComputeLayout layout,
+                             PlanComputeLayout(config, st, model_dir, compute));
     files->layout_ = std::make_shared<const ComputeLayout>(std::move(layout));
     files->weight_files_ = st.files();
     files->files_token_ = FilesToken(st.files());

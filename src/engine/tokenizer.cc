@@ -575,6 +575,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json_tex
   return BpeTokenizer::Build(std::move(spec), name);
 }
 
+Result<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerJsonSpec spec,
+                                                       const std::string& name) {
+  return BpeTokenizer::Build(std::move(spec), name);
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& tokenizer_json_path) {
   ARBITER_ASSIGN_OR_RETURN(std::string text, ReadFile(tokenizer_json_path));
   return FromJson(text, tokenizer_json_path);

@@ -33,9 +33,9 @@ namespace fs = std::filesystem;
 // failed rather than only on the first request.
 Result<std::shared_ptr<const ModelFiles>> OpenEntryFiles(const ModelEntry& entry) {
   std::error_code ec;
-  if (!fs::is_directory(entry.path, ec)) {
-    return NotFoundError(fmt::format("model directory {} does not exist or is not a directory",
-                                     entry.path));
+  if (!fs::is_directory(entry.path, ec) && !fs::is_regular_file(entry.path, ec)) {
+    return NotFoundError(fmt::format(
+        "model {} does not exist (a model directory or a .gguf file)", entry.path));
   }
   Result<std::shared_ptr<const ModelFiles>> files =
       OpenModelFiles(entry.path, ModelFilesOptions{.compute_f32 = entry.compute_f32});

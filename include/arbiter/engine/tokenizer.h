@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "arbiter/formats/tokenizer_json.h"
 
 namespace arbiter {
 
@@ -41,6 +42,10 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> Load(const std::string& tokenizer_json_path);
   // `name` is used in error messages (e.g. the file path).
   static Result<std::unique_ptr<Tokenizer>> FromJson(std::string_view json_text,
+                                                     const std::string& name);
+  // From an already parsed spec (a GGUF file's vocabulary,
+  // TokenizerSpecFromGguf). Errors as FromJson's, after the parse.
+  static Result<std::unique_ptr<Tokenizer>> FromSpec(TokenizerJsonSpec spec,
                                                      const std::string& name);
 
   // Token ids for `text`. With `parse_special`, special/added tokens written

@@ -54,6 +54,23 @@ ModelDims DimsOf(const ModelConfig& c) {
   return d;
 }
 
+bool IsMatrixRole(LlamaTensorRole role) {
+  switch (role) {
+    case LlamaTensorRole::kEmbed:
+    case LlamaTensorRole::kQProj:
+    case LlamaTensorRole::kKProj:
+    case LlamaTensorRole::kVProj:
+    case LlamaTensorRole::kOProj:
+    case LlamaTensorRole::kGateProj:
+    case LlamaTensorRole::kUpProj:
+    case LlamaTensorRole::kDownProj:
+    case LlamaTensorRole::kLmHead:
+      return true;
+    default:
+      return false;
+  }
+}
+
 size_t WeightMatrix::bytes() const {
   size_t total = 0;
   for (int i = 0; i < n_segments; ++i) {
@@ -88,22 +105,6 @@ size_t LayerBytes(const LayerWeights& l) {
          l.w_down.bytes();
 }
 
-bool IsMatrixRole(LlamaTensorRole role) {
-  switch (role) {
-    case LlamaTensorRole::kEmbed:
-    case LlamaTensorRole::kQProj:
-    case LlamaTensorRole::kKProj:
-    case LlamaTensorRole::kVProj:
-    case LlamaTensorRole::kOProj:
-    case LlamaTensorRole::kGateProj:
-    case LlamaTensorRole::kUpProj:
-    case LlamaTensorRole::kDownProj:
-    case LlamaTensorRole::kLmHead:
-      return true;
-    default:
-      return false;
-  }
-}
 
 }  // namespace
 

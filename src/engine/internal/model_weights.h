@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "arbiter/formats/ggml_type.h"
+#include "arbiter/formats/gguf.h"
 #include "arbiter/formats/llama_tensors.h"
 
 #include "arbiter/base/status.h"
@@ -176,6 +177,13 @@ struct ComputePart {
   std::vector<int64_t> shape;   // expected shape, row-major [out, in] or [n]
   size_t buffer = 0;            // index into ComputeLayout::buffers
   size_t byte_offset = 0;       // from the buffer start
+  // GGUF: the tensor's stored type at planning (the fill refuses a change),
+  // and, when > 0, the number of heads whose rows the file stores permuted
+  // (a "llama" file's q/k projections and biases, Note [GGUF q/k row order]
+  // in arbiter/formats/llama_tensors.h); the fill puts them back in
+  // Hugging Face order.
+  GgmlType stored = GgmlType::kF32;
+  int permute_heads = 0;
 };
 
 // The buffers of one weight matrix: one fused buffer, or one per part.
@@ -196,8 +204,12 @@ struct ComputeOptions {
   bool f32 = false;
 };
 
+// Where a layout's tensors come from.
+enum class ComputeSource { kSafetensors, kGguf };
+
 // The planned compute layout of one checkpoint (see the file comment).
 struct ComputeLayout {
+  ComputeSource source = ComputeSource::kSafetensors;
   ModelConfig config;
   ModelDims dims;
   bool has_lm_head = false;
@@ -235,6 +247,10 @@ Result<ComputeLayout> PlanComputeLayout(const ModelConfig& config, const Safeten
                                         const std::string& model_dir,
                                         const ComputeOptions& options = {});
 
+// Whether a tensor of `role` is a weight matrix (computed in its stored
+// type) rather than a vector (norm, bias; always F32).
+bool IsMatrixRole(LlamaTensorRole role);
+
 // kInvalidArgument (naming model_dir) for dims the forward pass cannot run:
 // a non-positive dimension, an odd head_dim, heads not a multiple of KV heads.
 Status CheckComputeDims(const ModelDims& d, const std::string& model_dir);
@@ -263,6 +279,24 @@ Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& s
 // converted; kInvalidArgument when `arrays` does not match the layout.
 Status FillComputeLayout(const ComputeLayout& layout, const SafetensorsModel& st,
                          const std::string& model_dir, const std::vector<void*>& arrays);
+
+// The GGUF counterparts of PlanComputeLayout and FillComputeLayout
+// (gguf_weights.cc), for a file whose config ModelConfigFromGguf read.
+// Matrices compute in their stored ggml type when quant.h computes it
+// (IsComputeType), in F32 with options.f32; vectors (norms, biases) must be
+// F32, F16 or BF16 and become F32. q/k rows of "llama" files are put back
+// in Hugging Face order by the fill. `path` is used in messages.
+// Errors: kNotFound naming a missing tensor; kDataLoss for a tensor of the
+// wrong shape, a vector in a block type, or (fill) a tensor whose type or
+// shape changed since planning or a file shorter than a tensor's end;
+// kUnimplemented naming a tensor in a type arbiter does not compute
+// (Q2_K, IQ*, …); kInvalidArgument as PlanComputeLayout and
+// FillComputeLayout.
+Result<ComputeLayout> PlanComputeLayoutGguf(const ModelConfig& config, const GgufFile& gguf,
+                                            const std::string& path,
+                                            const ComputeOptions& options = {});
+Status FillComputeLayoutGguf(const ComputeLayout& layout, const GgufFile& gguf,
+                             const std::string& path, const std::vector<void*>& arrays);
 
 // Views of `arrays` (one per layout.buffers entry, holding what
 // FillComputeLayout wrote). Allocates only the layer vector.
