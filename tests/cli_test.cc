@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/base/file.h"
+#include "arbiter/formats/gguf.h"
 #include "arbiter/formats/safetensors.h"
 
 namespace arbiter {
@@ -118,6 +119,61 @@ TEST_F(CliTest, InspectTruncatedFileFails) {
   RunResult r = RunArbiter("inspect " + (bad / "model.safetensors").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("model.safetensors"), std::string::npos) << r.output;
+}
+
+// A one-layer llama GGUF with `arch` as general.architecture.
+std::string WriteGguf(const fs::path& path, const std::string& arch) {
+  GgufWriter w;
+  EXPECT_TRUE(w.AddString("general.architecture", arch).ok());
+  for (const char* key : {".block_count", ".attention.head_count"}) {
+    EXPECT_TRUE(w.AddUint32(arch + key, 1).ok());
+  }
+  EXPECT_TRUE(w.AddUint32(arch + ".embedding_length", 32).ok());
+  EXPECT_TRUE(w.AddUint32(arch + ".feed_forward_length", 64).ok());
+  EXPECT_TRUE(w.AddUint32(arch + ".context_length", 128).ok());
+  EXPECT_TRUE(w.AddFloat32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f).ok());
+  EXPECT_TRUE(w.AddStringArray("tokenizer.ggml.tokens", {"<s>", "</s>", "a", "b"}).ok());
+  static const std::string embd(4 * 34, '\0'), norm(32 * 4, '\0');
+  EXPECT_TRUE(w.AddTensor("token_embd.weight", {32, 4}, GgmlType::kQ8_0, embd).ok());
+  EXPECT_TRUE(w.AddTensor("output_norm.weight", {32}, GgmlType::kF32, norm).ok());
+  EXPECT_TRUE(w.Write(path.string()).ok());
+  return path.string();
+}
+
+TEST_F(CliTest, InspectGgufFile) {
+  const std::string path = WriteGguf(*dir_ / "tiny.gguf", "llama");
+  RunResult r = RunArbiter("inspect " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("format: GGUF version 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("token_embd.weight"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Q8_0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("LlamaForCausalLM"), std::string::npos) << r.output;
+  RunResult j = RunArbiter("inspect --json " + path);
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  auto doc = nlohmann::json::parse(j.output, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << j.output;
+  EXPECT_EQ(doc["format"], "gguf");
+  EXPECT_EQ(doc["totals"]["tensors"], 2);
+  EXPECT_EQ(doc["tensors"][0]["shape"], nlohmann::json::array({4, 32}));
+  EXPECT_EQ(doc["config"]["vocab_size"], 4);
+}
+
+TEST_F(CliTest, InspectGgufOfAnotherArchitectureFailsNamingIt) {
+  const std::string path = WriteGguf(*dir_ / "phi.gguf", "phi3");
+  RunResult r = RunArbiter("inspect " + path);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("token_embd.weight"), std::string::npos) << r.output;  // still listed
+  EXPECT_NE(r.output.find("key \"general.architecture\": \"phi3\" is not supported"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(CliTest, InspectTruncatedGgufFails) {
+  const std::string path = WriteGguf(*dir_ / "cut.gguf", "llama");
+  fs::resize_file(path, 100);
+  RunResult r = RunArbiter("inspect " + path);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(path + ": "), std::string::npos) << r.output;
 }
 
 TEST_F(CliTest, GenerateJsonIsDeterministic) {

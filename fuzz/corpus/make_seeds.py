@@ -5,10 +5,11 @@ Each seed is a small, valid (or nearly valid) input of its reader, so the
 fuzzer starts from the accepting paths instead of discovering the format
 byte by byte. Run from anywhere; it rewrites the files it owns and leaves
 others (e.g. crash reproducers added by hand) in place. The binary seeds
-(safetensors, KV file, weight region) follow the layouts documented in
-include/arbiter/formats/safetensors.h, include/arbiter/kv/kv_file.h and
-include/arbiter/weights/region_format.h; the KV trailer is XXH3-64 computed
-by the system libxxhash (the library the writer links).
+(safetensors, GGUF, KV file, weight region) follow the layouts documented in
+include/arbiter/formats/safetensors.h, include/arbiter/formats/gguf.h,
+include/arbiter/kv/kv_file.h and include/arbiter/weights/region_format.h; the
+KV trailer is XXH3-64 computed by the system libxxhash (the library the
+writer links).
 """
 import ctypes
 import ctypes.util
@@ -54,6 +55,113 @@ put("safetensors", "mixed_dtypes.safetensors",
                  ("d.empty", "F32", [0, 3], b""),
                  ("e.f8", "F8_E4M3", [2], bytes([0x38, 0xff])),
                  ("f.bool", "BOOL", [1], b"\x01")]))
+
+# ---- GGUF -----------------------------------------------------------------
+# Value types (gguf_type) and the struct formats of the scalars.
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
+          BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
+GGML_BYTES = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q8_0: (32, 34), GGML_BF16: (1, 2)}
+
+
+def gguf_str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_payload(vtype, value):
+    """A value without its type tag; arrays are (element_type, [items])."""
+    if vtype == STR:
+        return gguf_str(value)
+    if vtype == ARR:
+        et, items = value
+        return struct.pack("<IQ", et, len(items)) + b"".join(gguf_payload(et, v) for v in items)
+    return struct.pack(SCALAR[vtype], value)
+
+
+def gguf(kv, tensors, version=3):
+    """kv: [(key, type, value)]; tensors: [(name, dims in ggml order, ggml type, bytes)]."""
+    alignment = 32
+    for key, vtype, value in kv:
+        if key == "general.alignment":
+            alignment = value
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kv))
+    for key, vtype, value in kv:
+        out += gguf_str(key) + struct.pack("<I", vtype) + gguf_payload(vtype, value)
+    offset, blob = 0, b""
+    for name, dims, gtype, payload in tensors:
+        offset = (offset + alignment - 1) // alignment * alignment
+        blob += b"\0" * (offset - len(blob)) + payload
+        out += gguf_str(name) + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", gtype, offset)
+        offset += len(payload)
+    if tensors:
+        out += b"\0" * ((alignment - len(out) % alignment) % alignment)
+    return out + blob
+
+
+def zeros(dims, gtype):
+    n = 1
+    for d in dims:
+        n *= d
+    block, size = GGML_BYTES[gtype]
+    return b"\0" * (n // block * size)
+
+
+def llm_kv(arch, layers, hidden, ffn, heads, kv_heads, tokens, extra=()):
+    return [("general.architecture", STR, arch), ("general.name", STR, "seed"),
+            (arch + ".block_count", U32, layers), (arch + ".context_length", U32, 256),
+            (arch + ".embedding_length", U32, hidden), (arch + ".feed_forward_length", U32, ffn),
+            (arch + ".attention.head_count", U32, heads),
+            (arch + ".attention.head_count_kv", U32, kv_heads),
+            (arch + ".attention.layer_norm_rms_epsilon", F32, 1e-6),
+            (arch + ".rope.freq_base", F32, 1000000.0),
+            ("tokenizer.ggml.model", STR, "gpt2"),
+            ("tokenizer.ggml.tokens", ARR, (STR, tokens)),
+            ("tokenizer.ggml.bos_token_id", U32, 1), ("tokenizer.ggml.eos_token_id", U32, 2),
+            *extra]
+
+
+# qwen3, one layer, every tensor of its plan (tied embeddings: no output.weight).
+qwen3_tokens = ["<unk>", "<s>", "</s>"] + ["t%d" % i for i in range(9)]
+H, FFN, HEADS, KVH, HD, V = 8, 16, 2, 1, 4, len(qwen3_tokens)
+qwen3_tensors = [("token_embd.weight", [H, V], GGML_F32)]
+for name, dims in [("attn_norm", [H]), ("attn_q", [H, HEADS * HD]), ("attn_k", [H, KVH * HD]),
+                   ("attn_v", [H, KVH * HD]), ("attn_q_norm", [HD]), ("attn_k_norm", [HD]),
+                   ("attn_output", [HEADS * HD, H]), ("ffn_norm", [H]), ("ffn_gate", [H, FFN]),
+                   ("ffn_up", [H, FFN]), ("ffn_down", [FFN, H])]:
+    qwen3_tensors.append(("blk.0.%s.weight" % name, dims, GGML_F32))
+qwen3_tensors.append(("output_norm.weight", [H], GGML_F32))
+put("gguf", "qwen3_tiny.gguf",
+    gguf(llm_kv("qwen3", 1, H, FFN, HEADS, KVH, qwen3_tokens,
+                [("qwen3.attention.key_length", U32, HD), ("qwen3.attention.value_length", U32, HD)]),
+         [(n, d, t, zeros(d, t)) for n, d, t in qwen3_tensors]))
+
+# llama with Q8_0 tensors, an output.weight, linear rope scaling and EOT.
+put("gguf", "llama_q8_0.gguf",
+    gguf(llm_kv("llama", 1, 32, 64, 4, 2, ["<s>", "</s>", "a", "b"],
+                [("llama.rope.scaling.type", STR, "linear"),
+                 ("llama.rope.scaling.factor", F32, 2.0),
+                 ("tokenizer.ggml.eot_token_id", U32, 3)]),
+         [("token_embd.weight", [32, 4], GGML_Q8_0, bytes(range(4 * 34))),
+          ("output.weight", [32, 4], GGML_Q8_0, zeros([32, 4], GGML_Q8_0)),
+          ("blk.0.attn_q.bias", [32], GGML_F16, zeros([32], GGML_F16))]))
+
+# Version 2, every value type, nested arrays, alignment 64.
+put("gguf", "all_types_v2.gguf",
+    gguf([("general.alignment", U32, 64),
+          ("u8", U8, 255), ("i8", I8, -128), ("u16", U16, 65535), ("i16", I16, -32768),
+          ("u32", U32, 4294967295), ("i32", I32, -1), ("f32", F32, 0.5), ("bool", BOOL, True),
+          ("string", STR, "héllo"), ("u64", U64, 2**64 - 1), ("i64", I64, -2**63),
+          ("f64", F64, -1e300),
+          ("arr.i16", ARR, (I16, [1, -2, 3])), ("arr.f64", ARR, (F64, [0.25])),
+          ("arr.bool", ARR, (BOOL, [True, False])), ("arr.empty", ARR, (STR, [])),
+          ("arr.nested", ARR, (ARR, [(U8, [1, 2]), (ARR, [(STR, ["x"])]), (F32, [])]))],
+         [("a", [3], GGML_F16, zeros([3], GGML_F16)),
+          ("b", [2, 2], GGML_BF16, struct.pack("<4H", 0x3f80, 0xbf80, 0, 0x7f80))],
+         version=2))
 
 # ---- config.json ----------------------------------------------------------
 put("model_config", "qwen3.json", json.dumps({

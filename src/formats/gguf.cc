@@ -1065,7 +1065,8 @@ Status GgufWriter::Emit(const std::function<Status(const void*, size_t)>& append
     StoreLE(static_cast<uint32_t>(t.type), 4, &head);
     StoreLE(offset, 8, &head);
   }
-  head.resize(AlignUp(head.size(), alignment_), '\0');
+  // The data section starts aligned; a file without tensors has none.
+  if (!tensors_.empty()) head.resize(AlignUp(head.size(), alignment_), '\0');
   ARBITER_RETURN_IF_ERROR(append(head.data(), head.size()));
 
   static const char kZeros[4096] = {};

@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <limits>
 
+#include "arbiter/base/file.h"
+#include "arbiter/formats/model_config.h"
+
 namespace arbiter {
 namespace {
 
@@ -593,6 +596,24 @@ TEST(GgufTest, LargeTokenArray) {
   EXPECT_EQ(v->StringAt(151935), "tok151935");
   EXPECT_EQ(r->GetStringArray("tokenizer.ggml.tokens")->size(), tokens.size());
   EXPECT_EQ(r->GetFloatArray("tokenizer.ggml.scores")->back(), -1.0);
+}
+
+// The fuzz seeds (fuzz/corpus/make_seeds.py) are valid files, so the fuzzer
+// starts from the accepting paths.
+TEST(GgufTest, FuzzSeedsAreValid) {
+  const fs::path dir = fs::path(ARBITER_SOURCE_DIR) / "fuzz" / "corpus" / "gguf";
+  int n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    SCOPED_TRACE(e.path().string());
+    Result<GgufFile> f = OpenGguf(e.path().string());
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    if (f->FindValue("general.architecture") != nullptr) {
+      Result<ModelConfig> c = ModelConfigFromGguf(*f);
+      EXPECT_TRUE(c.ok()) << c.status().ToString();
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 3);
 }
 
 }  // namespace

@@ -1,19 +1,26 @@
-// Model inspection: SafetensorsModel + optional config.json → a
-// ModelInspection value, rendered as a text table or JSON. Only headers are
-// read; tensor data pages are never touched.
+// Model inspection: a GGUF file (OpenGguf + ModelConfigFromGguf), or
+// SafetensorsModel + optional config.json → a ModelInspection value, rendered
+// as a text table or JSON. Only headers are read; tensor data pages are
+// never touched.
 
 #include "arbiter/formats/inspect.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
+#include "arbiter/base/fd.h"
 #include "arbiter/base/size.h"
+#include "arbiter/formats/safetensors.h"
 
 namespace arbiter {
 namespace {
@@ -95,14 +102,192 @@ json ConfigJson(const ModelConfig& c) {
   return j;
 }
 
+// ---- GGUF metadata values -------------------------------------------------
+
+// Items of an array shown; strings cut at this many bytes in text.
+constexpr size_t kArrayItems = 8;
+constexpr size_t kTextStringBytes = 80;
+
+// A regular file named *.gguf or starting with the GGUF magic.
+bool IsGgufPath(const std::string& path) {
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) return true;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  Result<UniqueFd> fd = UniqueFd::Open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (!fd.ok()) return false;
+  char magic[4];
+  return ::pread(fd->get(), magic, 4, 0) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+// "u32", "array[string]".
+std::string TypeText(const GgufValue& v) {
+  if (!v.is_array()) return std::string(GgufValueTypeName(v.type()));
+  return "array[" + std::string(GgufValueTypeName(v.element_type())) + "]";
+}
+
+// "\"text\"", escaped, cut at `max` bytes with the full length after it.
+std::string QuoteText(std::string_view s, size_t max) {
+  std::string out = "\"";
+  const size_t n = std::min(s.size(), max);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  out += "\"";
+  if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+// The shortest text that reads back as the same float (or double).
+std::string FloatText(double d, bool is_f32) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, d);
+    if (is_f32 ? std::strtof(buf, nullptr) == static_cast<float>(d)
+               : std::strtod(buf, nullptr) == d) {
+      break;
+    }
+  }
+  return buf;
+}
+
+std::string ScalarText(const GgufValue& v) {
+  if (std::optional<std::string_view> s = v.AsString()) return QuoteText(*s, kTextStringBytes);
+  if (std::optional<bool> b = v.AsBool()) return *b ? "true" : "false";
+  if (std::optional<double> d = v.AsFloat()) {
+    return FloatText(*d, v.type() == GgufValueType::kFloat32);
+  }
+  if (std::optional<int64_t> i = v.AsInt()) return std::to_string(*i);
+  if (std::optional<uint64_t> u = v.AsUint()) return std::to_string(*u);
+  return "?";
+}
+
+// A value in one line: scalars as themselves, arrays as their first items
+// ("151936 items: [...]" when cut); an array inside an array as
+// "[N × type]".
+std::string ValueText(const GgufValue& v, int depth) {
+  if (!v.is_array()) return ScalarText(v);
+  if (depth > 0) {
+    return "[" + std::to_string(v.size()) + " × " +
+           std::string(GgufValueTypeName(v.element_type())) + "]";
+  }
+  const size_t shown = std::min(v.size(), kArrayItems);
+  std::string out = v.size() > kArrayItems ? std::to_string(v.size()) + " items: [" : "[";
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += ", ";
+    if (v.element_type() == GgufValueType::kString) {
+      out += QuoteText(v.StringAt(i), kTextStringBytes);
+    } else if (v.element_type() == GgufValueType::kArray) {
+      out += ValueText(v.ArrayAt(i), depth + 1);
+    } else {
+      out += ScalarText(v.At(i));
+    }
+  }
+  if (v.size() > kArrayItems) out += ", ...";
+  return out + "]";
+}
+
+json ScalarJson(const GgufValue& v) {
+  if (std::optional<std::string_view> s = v.AsString()) return std::string(*s);
+  if (std::optional<bool> b = v.AsBool()) return *b;
+  if (std::optional<double> d = v.AsFloat()) {
+    if (!std::isfinite(*d)) return nullptr;
+    return v.type() == GgufValueType::kFloat32 ? ShortestDouble(static_cast<float>(*d)) : *d;
+  }
+  if (std::optional<int64_t> i = v.AsInt()) return *i;
+  if (std::optional<uint64_t> u = v.AsUint()) return *u;
+  return nullptr;
+}
+
+// Note the JSON shape in inspect.h.
+json ValueJson(const GgufValue& v, int depth) {
+  json j = json::object();
+  if (!v.is_array()) {
+    j["type"] = std::string(GgufValueTypeName(v.type()));
+    j["value"] = ScalarJson(v);
+    return j;
+  }
+  j["type"] = "array";
+  j["element_type"] = std::string(GgufValueTypeName(v.element_type()));
+  j["count"] = v.size();
+  if (depth > 0) return j;
+  json items = json::array();
+  const size_t shown = std::min(v.size(), kArrayItems);
+  for (size_t i = 0; i < shown; ++i) {
+    if (v.element_type() == GgufValueType::kString) {
+      items.push_back(std::string(v.StringAt(i)));
+    } else if (v.element_type() == GgufValueType::kArray) {
+      items.push_back(ValueJson(v.ArrayAt(i), depth + 1));
+    } else {
+      items.push_back(ScalarJson(v.At(i)));
+    }
+  }
+  j["value"] = std::move(items);
+  j["truncated"] = v.size() > kArrayItems;
+  return j;
+}
+
 }  // namespace
 
+ModelInspection InspectGguf(const GgufFile& gguf) {
+  ModelInspection out;
+  out.path = gguf.name();
+  out.format = "gguf";
+  out.files = {gguf.name()};
+  out.gguf_version = gguf.version();
+  out.gguf_alignment = gguf.alignment();
+  out.gguf_data_offset = gguf.data_offset();
+  out.gguf_metadata = gguf.metadata();
+  out.tensors.reserve(gguf.tensors().size());
+  for (const GgufTensorInfo& t : gguf.tensors()) {
+    InspectedTensor it;
+    it.name = t.name;
+    it.dtype = std::string(GgmlTypeName(t.type));
+    it.shape = t.RowMajorShape();
+    it.size_bytes = t.size_bytes;
+    it.file = gguf.name();
+    out.total_bytes += t.size_bytes;
+    out.total_parameters += static_cast<uint64_t>(t.n_elements);
+    out.bytes_by_dtype[it.dtype] += t.size_bytes;
+    out.tensors.push_back(std::move(it));
+  }
+  out.total_tensors = out.tensors.size();
+  // A GGUF file without general.architecture (a test file, a vocabulary)
+  // describes no model: like a safetensors file without config.json.
+  if (gguf.FindValue("general.architecture") == nullptr) return out;
+  out.config_path = gguf.name();
+  Result<ModelConfig> config = ModelConfigFromGguf(gguf);
+  if (config.ok()) {
+    out.config = std::move(*config);
+  } else {
+    out.config_error = config.status().ToString();
+  }
+  return out;
+}
+
 Result<ModelInspection> InspectModel(const std::string& path) {
+  if (IsGgufPath(path)) {
+    Result<GgufFile> gguf = OpenGguf(path);
+    if (!gguf.ok()) return gguf.status();
+    return InspectGguf(*gguf);
+  }
   Result<SafetensorsModel> model = SafetensorsModel::Open(path);
   if (!model.ok()) return model.status();
 
   ModelInspection out;
   out.path = path;
+  out.format = "safetensors";
   out.files = model->files();
   out.metadata = model->metadata();
   const std::vector<const TensorInfo*> tensors = model->tensors();
@@ -110,7 +295,7 @@ Result<ModelInspection> InspectModel(const std::string& path) {
   for (const TensorInfo* t : tensors) {
     InspectedTensor it;
     it.name = t->name;
-    it.dtype = t->dtype;
+    it.dtype = std::string(DTypeName(t->dtype));
     it.shape = t->shape;
     it.size_bytes = t->size_bytes;
     it.file = t->file;
@@ -142,8 +327,25 @@ Result<ModelInspection> InspectModel(const std::string& path) {
 std::string RenderInspectionText(const ModelInspection& m) {
   std::string out;
   out += "path: " + m.path + "\n";
+  if (m.format == "gguf") {
+    out += "format: GGUF version " + std::to_string(m.gguf_version) + ", alignment " +
+           std::to_string(m.gguf_alignment) + ", data section at byte " +
+           std::to_string(m.gguf_data_offset) + "\n";
+  }
   out += "files (" + std::to_string(m.files.size()) + "):\n";
   for (const std::string& f : m.files) out += "  " + f + "\n";
+  if (!m.gguf_metadata.empty()) {
+    size_t w_key = 0, w_type = 0;
+    for (const GgufMetadataEntry& e : m.gguf_metadata) {
+      w_key = std::max(w_key, std::min<size_t>(e.key.size(), 48));
+      w_type = std::max(w_type, TypeText(e.value).size());
+    }
+    out += "metadata (" + std::to_string(m.gguf_metadata.size()) + "):\n";
+    for (const GgufMetadataEntry& e : m.gguf_metadata) {
+      out += "  " + Pad(e.key, w_key) + "  " + Pad(TypeText(e.value), w_type) + "  " +
+             ValueText(e.value, 0) + "\n";
+    }
+  }
   if (!m.metadata.empty()) {
     out += "metadata:\n";
     for (const auto& [key, value] : m.metadata) out += "  " + key + " = " + value + "\n";
@@ -182,7 +384,7 @@ std::string RenderInspectionText(const ModelInspection& m) {
     shapes.push_back(ShapeString(t.shape));
     sizes.push_back(FormatSize(t.size_bytes));
     w_name = std::max(w_name, t.name.size());
-    w_dtype = std::max(w_dtype, DTypeName(t.dtype).size());
+    w_dtype = std::max(w_dtype, t.dtype.size());
     w_shape = std::max(w_shape, shapes.back().size());
     w_size = std::max(w_size, sizes.back().size());
   }
@@ -191,7 +393,7 @@ std::string RenderInspectionText(const ModelInspection& m) {
          "  " + Pad("SIZE", w_size) + (multi_file ? "  FILE" : "") + "\n";
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const InspectedTensor& t = m.tensors[i];
-    std::string line = "  " + Pad(t.name, w_name) + "  " + Pad(std::string(DTypeName(t.dtype)), w_dtype) +
+    std::string line = "  " + Pad(t.name, w_name) + "  " + Pad(t.dtype, w_dtype) +
                        "  " + Pad(shapes[i], w_shape) + "  " + Pad(sizes[i], w_size);
     if (multi_file) line += "  " + std::filesystem::path(t.file).filename().string();
     while (!line.empty() && line.back() == ' ') line.pop_back();
@@ -209,19 +411,29 @@ std::string RenderInspectionText(const ModelInspection& m) {
 std::string RenderInspectionJson(const ModelInspection& m) {
   json j = json::object();
   j["path"] = m.path;
+  j["format"] = m.format;
   j["files"] = m.files;
   json tensors = json::array();
   for (const InspectedTensor& t : m.tensors) {
     json e = json::object();
     e["name"] = t.name;
-    e["dtype"] = std::string(DTypeName(t.dtype));
+    e["dtype"] = t.dtype;
     e["shape"] = t.shape;
     e["bytes"] = t.size_bytes;
     e["file"] = t.file;
     tensors.push_back(std::move(e));
   }
   j["tensors"] = std::move(tensors);
-  j["metadata"] = m.metadata;
+  if (m.format == "gguf") {
+    json meta = json::object();
+    for (const GgufMetadataEntry& e : m.gguf_metadata) meta[e.key] = ValueJson(e.value, 0);
+    j["metadata"] = std::move(meta);
+    j["gguf"] = {{"version", m.gguf_version},
+                 {"alignment", m.gguf_alignment},
+                 {"data_offset", m.gguf_data_offset}};
+  } else {
+    j["metadata"] = m.metadata;
+  }
   json totals = json::object();
   totals["tensors"] = m.total_tensors;
   totals["bytes"] = m.total_bytes;

@@ -104,10 +104,11 @@ int RunMakeModel(const std::string& preset, const std::string& out, uint64_t see
 // ---- inspect ----------------------------------------------------------------
 
 // Prints the inspection (even of a model with problems, so the tensors can
-// be seen), then, for a model directory with a config.json, runs the
-// engine's header-only validation (config.json, tokenizer.json, every
-// tensor's presence and shape against the config) and exits 1 with its error
-// when `serve` could not load the model.
+// be seen) and exits 1 when its config did not parse or map (config.json, or
+// a GGUF file's metadata); then, for a model directory with a config.json,
+// runs the engine's header-only validation (config.json, tokenizer.json,
+// every tensor's presence and shape against the config) and exits 1 with its
+// error when `serve` could not load the model.
 int RunInspect(const std::string& path, bool as_json) {
   Result<ModelInspection> info = InspectModel(path);
   if (!info.ok()) return Fail(fmt::format("cannot inspect {}: {}", path, info.status().message()));
@@ -662,8 +663,9 @@ int main(int argc, char** argv) {
   std::string inspect_path;
   bool inspect_json = false;
   CLI::App* inspect_cmd = app.add_subcommand(
-      "inspect", "Describe a safetensors file or model directory (tensors, dtypes, config)");
-  inspect_cmd->add_option("PATH", inspect_path, "A .safetensors file or a model directory")
+      "inspect",
+      "Describe a GGUF file, safetensors file or model directory (metadata, tensors, types, config)");
+  inspect_cmd->add_option("PATH", inspect_path, "A .gguf file, a .safetensors file or a model directory")
       ->required();
   inspect_cmd->add_flag("--json", inspect_json, "Print one JSON object instead of text");
 

@@ -263,7 +263,8 @@ Result<GgufFile> OpenGguf(const std::string& path);
 // Builds a GGUF version 3 file: metadata in the order added, then the tensor
 // infos, then each tensor's bytes at the next multiple of the alignment (the
 // value of "general.alignment" when added, else 32; padding is zeros). The
-// file ends with the last tensor's bytes.
+// file ends with the last tensor's bytes (a file without tensors ends after
+// the metadata, unpadded).
 //
 // Usage:
 //   GgufWriter w;
