@@ -200,7 +200,11 @@ TEST_P(QuantKernelTest, DotRowsMatchesReferenceOnRandomBlocks) {
   // One block, many blocks, and (block size 1) lengths that leave tails.
   std::vector<int64_t> lengths = {be == 1 ? 32 : be, be == 1 ? 512 : 16 * std::max<int64_t>(be, 32)};
   if (be == 1) lengths.insert(lengths.end(), {1, 7, 37, 515});
-  if (be == 32) lengths.push_back(3 * 32);  // an odd block count
+  if (be == 32) {  // AVX2 works in groups of 8 blocks: none, and one plus a tail
+    lengths.push_back(3 * 32);
+    lengths.push_back(11 * 32);
+  }
+  if (be == 256) lengths.push_back(3 * 256);
   for (int64_t n : lengths) {
     const int64_t rows = 5;
     std::vector<uint8_t> w;
