@@ -6,14 +6,16 @@
 //   stream  a [rows, n] matrix of `stream_bytes` weight bytes (far larger
 //           than the caches): PrepareActivation + DotRows over all rows,
 //           i.e. one decode matvec; GB/s = weight bytes / seconds. Best and
-//           median of `repetitions` passes after one untimed pass.
+//           median of 3 × `repetitions` passes after one untimed pass (on a
+//           shared machine the best pass is the undisturbed one).
 //   cached  the same on a matrix of `cached_bytes` (fits in L2): the
 //           kernel's compute ceiling, weight bytes / seconds, best of
 //           max(20, 5 × repetitions) passes of ≥ 2 ms each.
 //   dequant the dequantize-to-f32 alternative on the stream matrix, for the
 //           integer types: each row DequantizeRows'd into an L1 buffer and
 //           dotted with x in f32 (DotRows F32 on the same path); GB/s of
-//           the same weight bytes (Note [Activation quantization]).
+//           the same weight bytes, best of `repetitions` passes (Note
+//           [Activation quantization]).
 // Limits (same run, 1 thread, 256 MiB): sequential read (a sum of floats)
 // and memcpy bandwidth (bench/memory_bandwidth.h). ratio = stream GB/s /
 // read GB/s. Matrices are made from QuantizeRow'd random rows (a 64-row
