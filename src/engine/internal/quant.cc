@@ -21,14 +21,20 @@
 // activation operand is 1 byte per element instead of 4. The block scales
 // are applied once per block (K-quants: the 6-/8-bit sub-block scales as
 // integer multipliers, the f32 scales once per 256 elements). The
-// dequantize-to-f32 alternative must expand every weight nibble to a float
-// and FMA it with a 4-byte x: 4–8× the lanes of work per weight byte, which
-// at 4 bits per weight cannot keep up with the memory stream on one core
-// (docs/BENCHMARKS.md "Quantized kernels" has the microbenchmark's
-// comparison). The price is x's rounding: 8 bits per element with a scale
-// per 32 (or 256) elements, a relative error of ~0.4 % per element, well
-// under the weights' own 4–6-bit error; ggml computes the same way, so
-// results stay comparable with llama.cpp on the same file.
+// dequantize-to-f32 alternative must expand every weight to a float and FMA
+// it with a 4-byte x: 4–8× the vector work per weight byte, and at 4–6 bits
+// per weight one core cannot do it as fast as memory delivers the weights.
+// Measured with `arbiter bench kernels` (1 thread, AVX2, rows of 768, a
+// 134 MB matrix streamed from memory): the integer kernels stream 3–6× more
+// weight bytes per second than dequantizing each row (DequantizeRows, into
+// L1) and dotting it in f32 — Q4_0 8.8 vs 2.1 GB/s, Q4_K 9.3 vs 2.0, Q6_K
+// 10.4 vs 3.0, Q8_0 12.1 vs 4.5 on a busy 2-vCPU Zen 3 (docs/BENCHMARKS.md
+// "Quantized kernels" has the table and the caveats; a fused dequantizing
+// kernel would close part of that gap, not the 4–8× in vector work). The
+// price is x's rounding: 8 bits per element with a scale per 32 (or 256)
+// elements, an error of at most 0.4 % of the block's largest |x|, well under the
+// weights' own 4–6-bit error; ggml computes the same way, so results stay
+// comparable with llama.cpp on the same file.
 // F16/BF16 weights keep x in f32: their weights are already 16 bits, the
 // widening to f32 is one instruction (vcvtph2ps; a 16-bit shift for bf16),
 // and quantizing x would add an error the weights do not have.
