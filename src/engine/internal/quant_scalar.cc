@@ -93,7 +93,7 @@ float DotF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += HalfToFloat(w + 2 * (i + l)) * x[i + l];
+    for (int l = 0; l < kLanes; ++l) acc[l] += HalfToFloatBranchless(LoadU16(w + 2 * (i + l))) * x[i + l];
   }
   float s = 0;
   for (int l = 0; l < kLanes; ++l) s += acc[l];

@@ -439,6 +439,8 @@ TEST(QuantLayout, HalfToFloatIsExact) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float a = quant::HalfToFloat(static_cast<uint16_t>(h));
     const float b = F16ToF32(static_cast<uint16_t>(h));
+    const float c = quant::HalfToFloatBranchless(static_cast<uint16_t>(h));
+    EXPECT_EQ(std::memcmp(&a, &c, 4), 0) << h;  // NaN payloads too
     if (std::isnan(b)) {
       EXPECT_TRUE(std::isnan(a)) << h;
     } else {
