@@ -78,8 +78,9 @@ void DequantizeRowReference(GgmlType type, const void* row, int64_t n, float* ou
 
 // Quantizes n floats into one row of `type` (the reference quantizers, as
 // the ggml specification defines each block; used by `make-model --format
-// gguf` and tests). kInvalidArgument when n is not a multiple of the block
-// size or the type is not a compute type (or Q8_1).
+// gguf` and tests; quant_reference.cc says which formulas). kInvalidArgument
+// when n is not a multiple of the block size or the type is not a compute
+// type (or Q8_1). REQUIRES: x is finite.
 Status QuantizeRow(GgmlType type, const float* x, int64_t n, void* out);
 
 }  // namespace arbiter::engine_internal

@@ -185,6 +185,14 @@ void DequantQ8_K(const uint8_t* row, int64_t n, float* out) {
 
 // --- Quantizers ------------------------------------------------------------
 
+// v rounded half to even and clamped to [lo, hi] — clamped as a float
+// first, so a huge quotient (a tiny scale) never overflows the int.
+int RoundClamp(double v, int lo, int hi) {
+  if (!(v > lo)) return lo;  // also NaN
+  if (v >= hi) return hi;
+  return static_cast<int>(std::nearbyint(v));
+}
+
 // The value of largest magnitude (the first, on ties) and its magnitude.
 void SignedAbsMax(const float* x, int n, float* max, float* amax) {
   *max = 0;
@@ -322,7 +330,7 @@ void QuantQ8_K(const float* x, int64_t n, uint8_t* out) {
     if (amax == 0) continue;  // d = 0, all quants 0
     const float iscale = -127.0f / max;
     for (int j = 0; j < kQKK; ++j) {
-      b[i].qs[j] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[j]))));
+      b[i].qs[j] = static_cast<int8_t>(RoundClamp(iscale * x[j], -127, 127));
     }
     for (int s = 0; s < 16; ++s) {
       int16_t sum = 0;
@@ -350,7 +358,7 @@ void FitScaleMin(const float* x, int n, int nmax, float* s_out, float* m_out) {
     double e = 0;
     for (int i = 0; i < n; ++i) {
       const float inv = s > 0 ? 1 / s : 0;
-      const int q = std::clamp(static_cast<int>(std::nearbyint((x[i] - b) * inv)), 0, nmax);
+      const int q = RoundClamp((x[i] - b) * inv, 0, nmax);
       const double r = static_cast<double>(s) * q + b - x[i];
       e += r * r;
     }
@@ -362,7 +370,7 @@ void FitScaleMin(const float* x, int n, int nmax, float* s_out, float* m_out) {
     double sq = 0, sqq = 0, sx = 0, sqx = 0;
     for (int i = 0; i < n; ++i) {
       const int q =
-          std::clamp(static_cast<int>(std::nearbyint((x[i] - min) * iscale)), 0, nmax);
+          RoundClamp((x[i] - min) * iscale, 0, nmax);
       sq += q;
       sqq += static_cast<double>(q) * q;
       sx += x[i];
@@ -402,8 +410,8 @@ void QuantizeKSuperBlock(const float* x, int nmax, uint8_t sc[8], uint8_t m[8], 
   const float inv_s = max_s > 0 ? 63 / max_s : 0;
   const float inv_m = max_m > 0 ? 63 / max_m : 0;
   for (int j = 0; j < 8; ++j) {
-    sc[j] = static_cast<uint8_t>(std::min(63, static_cast<int>(std::nearbyint(s[j] * inv_s))));
-    m[j] = static_cast<uint8_t>(std::min(63, static_cast<int>(std::nearbyint(mins[j] * inv_m))));
+    sc[j] = static_cast<uint8_t>(RoundClamp(s[j] * inv_s, 0, 63));
+    m[j] = static_cast<uint8_t>(RoundClamp(mins[j] * inv_m, 0, 63));
   }
   *d_half = F32ToF16(max_s / 63);
   *dmin_half = F32ToF16(max_m / 63);
@@ -411,8 +419,7 @@ void QuantizeKSuperBlock(const float* x, int nmax, uint8_t sc[8], uint8_t m[8], 
   for (int j = 0; j < 8; ++j) {
     const float ds = d * sc[j], dm = dmin * m[j];
     for (int l = 0; l < 32; ++l) {
-      const int v = ds > 0 ? static_cast<int>(std::nearbyint((x[32 * j + l] + dm) / ds)) : 0;
-      q[32 * j + l] = static_cast<uint8_t>(std::clamp(v, 0, nmax));
+      q[32 * j + l] = static_cast<uint8_t>(ds > 0 ? RoundClamp((x[32 * j + l] + dm) / ds, 0, nmax) : 0);
     }
   }
 }
@@ -462,7 +469,7 @@ float FitScaleQ6(const float* x) {
   auto error = [&](float s) {
     double e = 0;
     for (int i = 0; i < 16; ++i) {
-      const int q = std::clamp(static_cast<int>(std::nearbyint(x[i] / s)), -32, 31);
+      const int q = RoundClamp(x[i] / s, -32, 31);
       const double r = static_cast<double>(s) * q - x[i];
       e += r * r;
     }
@@ -475,7 +482,7 @@ float FitScaleQ6(const float* x) {
       const float iscale = target / max;
       double sqq = 0, sqx = 0;
       for (int i = 0; i < 16; ++i) {
-        const int q = std::clamp(static_cast<int>(std::nearbyint(x[i] * iscale)), -32, 31);
+        const int q = RoundClamp(x[i] * iscale, -32, 31);
         sqq += static_cast<double>(q) * q;
         sqx += static_cast<double>(q) * x[i];
       }
@@ -512,7 +519,7 @@ void QuantQ6_K(const float* x, int64_t n, uint8_t* out) {
     }
     const float iscale = -128 / max_s;
     for (int j = 0; j < 16; ++j) {
-      b[i].scales[j] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * s[j]))));
+      b[i].scales[j] = static_cast<int8_t>(RoundClamp(iscale * s[j], -128, 127));
     }
     const uint16_t d_half = F32ToF16(1 / iscale);
     StoreU16(b[i].d, d_half);
@@ -521,8 +528,7 @@ void QuantQ6_K(const float* x, int64_t n, uint8_t* out) {
     for (int j = 0; j < 16; ++j) {
       const float ds = d * b[i].scales[j];
       for (int l = 0; l < 16; ++l) {
-        const int v = ds != 0 ? static_cast<int>(std::nearbyint(x[16 * j + l] / ds)) : 0;
-        q[16 * j + l] = static_cast<uint8_t>(std::clamp(v, -32, 31) + 32);
+        q[16 * j + l] = static_cast<uint8_t>((ds != 0 ? RoundClamp(x[16 * j + l] / ds, -32, 31) : 0) + 32);
       }
     }
     for (int h = 0; h < 2; ++h) {
