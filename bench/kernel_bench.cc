@@ -97,7 +97,7 @@ Result<KernelBenchResult> RunKernelBench(const KernelBenchOptions& o) {
     return InvalidArgumentError("bench kernels: n must be a positive multiple of 256, got " +
                                 std::to_string(o.n));
   }
-  if (o.repetitions < 1 || o.stream_bytes == 0 || o.cached_bytes == 0) {
+  if (o.repetitions < 1 || o.stream_bytes == 0 || o.cached_bytes == 0 || o.limit_bytes == 0) {
     return InvalidArgumentError("bench kernels: repetitions and sizes must be positive");
   }
   KernelBenchResult r;
@@ -105,9 +105,10 @@ Result<KernelBenchResult> RunKernelBench(const KernelBenchOptions& o) {
   r.stream_bytes = o.stream_bytes;
   r.cached_bytes = o.cached_bytes;
   r.repetitions = o.repetitions;
+  r.limit_bytes = o.limit_bytes;
   r.loadavg_start = LoadAverage1();
-  r.read_gb_s = MeasureReadBandwidth(size_t{256} << 20, 1) / 1e9;
-  r.memcpy_gb_s = MeasureMemcpyBandwidth(size_t{256} << 20, 1) / 1e9;
+  r.read_gb_s = MeasureReadBandwidth(o.limit_bytes, 1) / 1e9;
+  r.memcpy_gb_s = MeasureMemcpyBandwidth(o.limit_bytes, 1) / 1e9;
 
   const KernelPath saved = engine_internal::ActiveKernelPath();
   std::mt19937 rng(2);
@@ -167,10 +168,11 @@ Result<KernelBenchResult> RunKernelBench(const KernelBenchOptions& o) {
 std::string FormatKernelBench(const KernelBenchResult& r) {
   std::string s = fmt::format(
       "row length {} elements; streamed matrix {:.0f} MB, cached matrix {:.0f} KB; 1 thread\n"
-      "limits: read {:.2f} GB/s, memcpy {:.2f} GB/s (1 thread, 256 MiB, best of 5)\n"
+      "limits: read {:.2f} GB/s, memcpy {:.2f} GB/s (1 thread, {:.0f} MiB, best of 5)\n"
       "load average {:.2f} → {:.2f}\n\n"
       "{:<6} {:<7} {:>5} {:>11} {:>9} {:>8} {:>10} {:>13}\n",
       r.n, r.stream_bytes / 1e6, r.cached_bytes / 1e3, r.read_gb_s, r.memcpy_gb_s,
+      r.limit_bytes / 1048576.0,
       r.loadavg_start, r.loadavg_end, "type", "path", "bits", "stream GB/s", "p50 GB/s",
       "vs read", "cached", "dequant+f32");
   for (const KernelBenchRow& row : r.rows) {
@@ -200,6 +202,7 @@ std::string FormatKernelBenchJson(const KernelBenchResult& r) {
                             {"stream_bytes", r.stream_bytes},
                             {"cached_bytes", r.cached_bytes},
                             {"repetitions", r.repetitions},
+                            {"limit_bytes", r.limit_bytes},
                             {"read_gb_s", r.read_gb_s},
                             {"memcpy_gb_s", r.memcpy_gb_s},
                             {"loadavg_start", r.loadavg_start},

@@ -16,7 +16,7 @@
 //           dotted with x in f32 (DotRows F32 on the same path); GB/s of
 //           the same weight bytes, best of `repetitions` passes (Note
 //           [Activation quantization]).
-// Limits (same run, 1 thread, 256 MiB): sequential read (a sum of floats)
+// Limits (same run, 1 thread, `limit_bytes` = 256 MiB): sequential read (a sum of floats)
 // and memcpy bandwidth (bench/memory_bandwidth.h). ratio = stream GB/s /
 // read GB/s. Matrices are made from QuantizeRow'd random rows (a 64-row
 // band repeated); the figures do not depend on the values.
@@ -42,6 +42,7 @@ struct KernelBenchOptions {
   size_t stream_bytes = size_t{128} << 20;  // weight bytes of the streamed matrix
   size_t cached_bytes = size_t{256} << 10;  // weight bytes of the cache-resident one
   int repetitions = 7;
+  size_t limit_bytes = size_t{256} << 20;  // buffer of the read / memcpy limits
 };
 
 struct KernelBenchRow {
@@ -60,6 +61,7 @@ struct KernelBenchResult {
   size_t stream_bytes = 0;
   size_t cached_bytes = 0;
   int repetitions = 0;
+  size_t limit_bytes = 0;
   double read_gb_s = 0;    // 1 thread, best of 5
   double memcpy_gb_s = 0;  // 1 thread, best of 5
   double loadavg_start = 0;
