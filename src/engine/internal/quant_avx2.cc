@@ -227,7 +227,8 @@ ARBITER_AVX2 inline __m256 Gather8Halves(const uint8_t* w, size_t stride) {
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
-// Σ_groups-of-4 of q_w·q_x for block i as 8 × i32 (offsets removed).
+// Σ over groups of 4 of q_w·q_x for one block, as 8 × i32; Q4_0/Q5_0 with
+// their unsigned codes (DotRow32 takes the offsets out).
 template <Kind32 kKind>
 ARBITER_AVX2 inline __m256i BlockSum32(const uint8_t* blk, const uint8_t* xblk) {
   if constexpr (kKind == Kind32::kQ8_0) {
