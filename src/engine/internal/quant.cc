@@ -25,12 +25,13 @@
 // it with a 4-byte x: 4–8× the vector work per weight byte, and at 4–6 bits
 // per weight one core cannot do it as fast as memory delivers the weights.
 // Measured with `arbiter bench kernels` (1 thread, AVX2, rows of 768, a
-// 134 MB matrix streamed from memory): the integer kernels stream 3–6× more
-// weight bytes per second than dequantizing each row (DequantizeRows, into
-// L1) and dotting it in f32 — Q4_0 8.8 vs 2.1 GB/s, Q4_K 9.3 vs 2.0, Q6_K
-// 10.4 vs 3.0, Q8_0 12.1 vs 4.5 on a busy 2-vCPU Zen 3 (docs/BENCHMARKS.md
-// "Quantized kernels" has the table and the caveats; a fused dequantizing
-// kernel would close part of that gap, not the 4–8× in vector work). The
+// 134 MB matrix streamed from memory): the integer kernels stream 2.4×
+// (8-bit) to 4.5× (4-bit) more weight bytes per second than dequantizing
+// each row (DequantizeRows, into L1) and dotting it in f32 — Q4_0 12.3 vs
+// 3.2 GB/s, Q4_K 12.6 vs 2.8, Q6_K 14.6 vs 4.2, Q8_0 14.7 vs 6.1 on a busy
+// 2-vCPU Zen 3 (docs/BENCHMARKS.md "Quantized kernels" has the table and
+// the caveats; a fused dequantizing kernel would save the trip through L1,
+// not the 4–8× in vector work). The
 // price is x's rounding: 8 bits per element with a scale per 32 (or 256)
 // elements, an error of at most 0.4 % of the block's largest |x|, well under the
 // weights' own 4–6-bit error; ggml computes the same way, so results stay
