@@ -31,11 +31,11 @@
 // 3.2 GB/s, Q4_K 12.6 vs 2.8, Q6_K 14.6 vs 4.2, Q8_0 14.7 vs 6.1 on a busy
 // 2-vCPU Zen 3 (docs/BENCHMARKS.md "Quantized kernels" has the table and
 // the caveats; a fused dequantizing kernel would save the trip through L1,
-// not the 4–8× in vector work). The
-// price is x's rounding: 8 bits per element with a scale per 32 (or 256)
-// elements, an error of at most 0.4 % of the block's largest |x|, well under the
-// weights' own 4–6-bit error; ggml computes the same way, so results stay
-// comparable with llama.cpp on the same file.
+// not the 4–8× in vector work). The price is x's rounding: 8 bits per
+// element with a scale per 32 (or 256) elements, an error of at most 0.4 %
+// of the block's largest |x|, well under the weights' own 4–6-bit error;
+// ggml computes the same way, so results stay comparable with llama.cpp on
+// the same file.
 // F16/BF16 weights keep x in f32: their weights are already 16 bits, the
 // widening to f32 is one instruction (vcvtph2ps; a 16-bit shift for bf16),
 // and quantizing x would add an error the weights do not have.
