@@ -43,7 +43,8 @@ Status FillMatrix(GgmlType type, int64_t n, int64_t rows, uint8_t* out) {
     ARBITER_RETURN_IF_ERROR(engine_internal::QuantizeRow(type, x.data(), n, out + r * row_bytes));
   }
   for (int64_t r = band; r < rows; r += band) {
-    std::memcpy(out + r * row_bytes, out, static_cast<size_t>(std::min(band, rows - r)) * row_bytes);
+    std::memcpy(out + r * row_bytes, out,
+                static_cast<size_t>(std::min(band, rows - r)) * row_bytes);
   }
   return OkStatus();
 }
@@ -120,8 +121,10 @@ Result<KernelBenchResult> RunKernelBench(const KernelBenchOptions& o) {
 
   for (GgmlType type : kTypes) {
     const size_t row_bytes = *GgmlRowBytes(type, o.n);
-    const int64_t stream_rows = std::max<int64_t>(1, static_cast<int64_t>(o.stream_bytes / row_bytes));
-    const int64_t cached_rows = std::max<int64_t>(1, static_cast<int64_t>(o.cached_bytes / row_bytes));
+    const int64_t stream_rows =
+        std::max<int64_t>(1, static_cast<int64_t>(o.stream_bytes / row_bytes));
+    const int64_t cached_rows =
+        std::max<int64_t>(1, static_cast<int64_t>(o.cached_bytes / row_bytes));
     Bytes stream(static_cast<size_t>(stream_rows) * row_bytes);
     Bytes cached(static_cast<size_t>(cached_rows) * row_bytes);
     ARBITER_RETURN_IF_ERROR(FillMatrix(type, o.n, stream_rows, stream.data()));
@@ -172,17 +175,17 @@ std::string FormatKernelBench(const KernelBenchResult& r) {
       "load average {:.2f} → {:.2f}\n\n"
       "{:<6} {:<7} {:>5} {:>11} {:>9} {:>8} {:>10} {:>13}\n",
       r.n, r.stream_bytes / 1e6, r.cached_bytes / 1e3, r.read_gb_s, r.memcpy_gb_s,
-      r.limit_bytes / 1048576.0,
-      r.loadavg_start, r.loadavg_end, "type", "path", "bits", "stream GB/s", "p50 GB/s",
-      "vs read", "cached", "dequant+f32");
+      r.limit_bytes / 1048576.0, r.loadavg_start, r.loadavg_end, "type", "path", "bits",
+      "stream GB/s", "p50 GB/s", "vs read", "cached", "dequant+f32");
   for (const KernelBenchRow& row : r.rows) {
-    s += fmt::format("{:<6} {:<7} {:>5.2f} {:>11.2f} {:>9.2f} {:>8.2f} {:>10.2f} {:>13}\n", row.type,
-                     row.path, row.bits_per_weight, row.stream_gb_s, row.stream_p50_gb_s,
+    s += fmt::format("{:<6} {:<7} {:>5.2f} {:>11.2f} {:>9.2f} {:>8.2f} {:>10.2f} {:>13}\n",
+                     row.type, row.path, row.bits_per_weight, row.stream_gb_s, row.stream_p50_gb_s,
                      row.ratio_to_read, row.cached_gb_s,
                      row.dequant_gb_s > 0 ? fmt::format("{:.2f}", row.dequant_gb_s) : "-");
   }
   s += "\nGB/s = weight bytes streamed per second (PrepareActivation + DotRows over every row);\n"
-       "cached = the same on an L2-resident matrix; dequant+f32 = DequantizeRows into L1 + f32 dot.\n";
+       "cached = the same on an L2-resident matrix; dequant+f32 = DequantizeRows into L1 + f32 "
+       "dot.\n";
   return s;
 }
 

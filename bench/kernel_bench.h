@@ -38,7 +38,7 @@
 namespace arbiter {
 
 struct KernelBenchOptions {
-  int64_t n = 768;                         // row length (demo-chat's hidden size)
+  int64_t n = 768;                          // row length (demo-chat's hidden size)
   size_t stream_bytes = size_t{128} << 20;  // weight bytes of the streamed matrix
   size_t cached_bytes = size_t{256} << 10;  // weight bytes of the cache-resident one
   int repetitions = 7;
@@ -52,7 +52,7 @@ struct KernelBenchRow {
   double stream_gb_s = 0;  // best pass
   double stream_p50_gb_s = 0;
   double cached_gb_s = 0;
-  double dequant_gb_s = 0;  // 0 = not measured (f32/f16/bf16)
+  double dequant_gb_s = 0;   // 0 = not measured (f32/f16/bf16)
   double ratio_to_read = 0;  // stream_gb_s / read_gb_s
 };
 

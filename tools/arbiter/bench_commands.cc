@@ -217,8 +217,9 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       "\"Quantized kernels\"");
   c.kernels->add_option("--n", kn.n, "Row length, a multiple of 256 (default 768)")
       ->check(CLI::PositiveNumber);
-  c.kernels->add_option("--stream-mb", c.kernels_stream_mb,
-                        "Weight MB of the streamed matrix (default 128)")
+  c.kernels
+      ->add_option("--stream-mb", c.kernels_stream_mb,
+                   "Weight MB of the streamed matrix (default 128)")
       ->check(CLI::PositiveNumber);
   c.kernels->add_option("--repetitions", kn.repetitions, "Timed passes, best kept (default 7)")
       ->check(CLI::PositiveNumber);

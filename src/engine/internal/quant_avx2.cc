@@ -24,10 +24,10 @@
 // quant_avx2.h.
 #if defined(__x86_64__)
 
+#include "engine/internal/quant_avx2.h"
+
 #include <cstring>
 #include <vector>
-
-#include "engine/internal/quant_avx2.h"
 
 namespace arbiter::engine_internal::quant {
 namespace {
@@ -40,7 +40,8 @@ using namespace avx2;  // NOLINT: this path's helpers
 ARBITER_AVX2 inline float AbsMax(const float* x, int n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_setzero_ps();
-  for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+  for (int j = 0; j < n; j += 8)
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
@@ -60,8 +61,8 @@ ARBITER_AVX2 inline __m256i QuantizeBlock32(const float* x, __m256 id) {
 }
 
 ARBITER_AVX2 inline int SumBytes(__m256i q) {
-  const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
-                                      _mm256_set1_epi16(1));
+  const __m256i s =
+      _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
   __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
@@ -74,7 +75,8 @@ ARBITER_AVX2 void ActQ8_0(const float* x, int64_t n, uint8_t* out) {
     const float amax = AbsMax(x, kQK);
     const float id = amax != 0 ? 127.0f / amax : 0.0f;
     StoreU16(b[i].d, _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), QuantizeBlock32(x, _mm256_set1_ps(id)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs),
+                        QuantizeBlock32(x, _mm256_set1_ps(id)));
   }
 }
 
@@ -127,12 +129,12 @@ ARBITER_AVX2 float DotF32(const uint8_t* w8, const uint8_t* xa, int64_t n) {
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
   float s = Hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; i < n; ++i) s += w[i] * x[i];
   return s;
 }
-
 
 ARBITER_AVX2 float DotF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
   const auto* x = reinterpret_cast<const float*>(xa);
@@ -160,7 +162,8 @@ ARBITER_AVX2 float DotBF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
     a2 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i + 32), _mm256_loadu_ps(x + i + 16), a2);
     a3 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i + 48), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i), _mm256_loadu_ps(x + i), a0);
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i), _mm256_loadu_ps(x + i), a0);
   float s = Hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; i < n; ++i) s += Bf16ToFloat(LoadU16(w + 2 * i)) * x[i];
   return s;
@@ -178,8 +181,8 @@ ARBITER_AVX2 float DotBF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
 enum class Kind32 { kQ4_0, kQ5_0, kQ8_0, kQ4_1, kQ5_1 };
 
 struct Prepared32 {
-  const float* dx = nullptr;       // [nb]
-  const float* sx = nullptr;       // [nb]: s_x (Q8_1), or o·d_x·Σ q_x (Q4_0, Q5_0)
+  const float* dx = nullptr;  // [nb]
+  const float* sx = nullptr;  // [nb]: s_x (Q8_1), or o·d_x·Σ q_x (Q4_0, Q5_0)
 };
 
 // Per-thread scratch for Prepared32, grown as needed (DotRows is called per
@@ -276,7 +279,8 @@ ARBITER_AVX2 inline float DotRow32(const uint8_t* w, const uint8_t* xa, int64_t 
     const uint8_t* xb = xa + i * kX;
     const __m256 dw = Gather8Halves(b, kB);
     _mm256_store_ps(scale, _mm256_mul_ps(dw, _mm256_loadu_ps(p.dx + i)));
-    if constexpr (kMins) acc_m = _mm256_fmadd_ps(Gather8Halves(b + kAuxAt, kB), _mm256_loadu_ps(p.sx + i), acc_m);
+    if constexpr (kMins)
+      acc_m = _mm256_fmadd_ps(Gather8Halves(b + kAuxAt, kB), _mm256_loadu_ps(p.sx + i), acc_m);
     if constexpr (!kMins && kAux) acc_m = _mm256_fmadd_ps(dw, _mm256_loadu_ps(p.sx + i), acc_m);
     acc0 = ScaledAdd(scale + 0, BlockSum32<kKind>(b + 0 * kB, xb + 0 * kX), acc0);
     acc1 = ScaledAdd(scale + 1, BlockSum32<kKind>(b + 1 * kB, xb + 1 * kX), acc1);
@@ -315,10 +319,11 @@ ARBITER_AVX2 void Rows32(const uint8_t* w, size_t row_bytes, int64_t n, const vo
 // words, in vector registers) as i16: lanes 0-7 the scales, 8-15 the mins.
 // Reads 16 bytes from `packed` (the 12 scale bytes and 4 quant bytes).
 ARBITER_AVX2 inline __m256i ScalesMinsK4(const uint8_t* packed) {
-  const __m128i v = Load128(packed);  // dwords u0, u1, u2, (quants)
+  const __m128i v = Load128(packed);                         // dwords u0, u1, u2, (quants)
   const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x3f));  // sc0-3, m0-3
   const __m128i u2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
-  const __m128i nib = _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
+  const __m128i nib =
+      _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
   const __m128i top = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));
   const __m128i hi = _mm_or_si128(nib, top);  // sc4-7, m4-7
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(lo, hi));
@@ -363,10 +368,13 @@ ARBITER_AVX2 inline float DotK4(const uint8_t* w, const uint8_t* xa, int64_t n) 
       }
       const __m256i p0 = _mm256_maddubs_epi16(lo, Load256(y[i].qs + 64 * c));
       const __m256i p1 = _mm256_maddubs_epi16(hi, Load256(y[i].qs + 64 * c + 32));
-      sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c))));
-      sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c + 1))));
+      sum0 = _mm256_add_epi32(
+          sum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c))));
+      sum1 = _mm256_add_epi32(
+          sum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c + 1))));
     }
-    acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
+    acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd),
+                          _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
   }
   return Hsum(acc) - Hsum128(acc_m);
 }
@@ -410,13 +418,19 @@ ARBITER_AVX2 float DotQ6_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
       const __m256i p1 = _mm256_maddubs_epi16(q1, Load256(yq + 32));
       const __m256i p2 = _mm256_maddubs_epi16(q2, Load256(yq + 64));
       const __m256i p3 = _mm256_maddubs_epi16(q3, Load256(yq + 96));
-      sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0))));
-      sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1))));
-      sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p2, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2))));
-      sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p3, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3))));
+      sum0 = _mm256_add_epi32(sum0,
+                              _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0))));
+      sum1 = _mm256_add_epi32(sum1,
+                              _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1))));
+      sum0 = _mm256_add_epi32(sum0,
+                              _mm256_madd_epi16(p2, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2))));
+      sum1 = _mm256_add_epi32(sum1,
+                              _mm256_madd_epi16(p3, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3))));
     }
-    const __m256i total = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(offset, 5));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * LoadF32(y[i].d)), _mm256_cvtepi32_ps(total), acc);
+    const __m256i total =
+        _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(offset, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * LoadF32(y[i].d)), _mm256_cvtepi32_ps(total),
+                          acc);
   }
   return Hsum(acc);
 }
@@ -429,7 +443,8 @@ ARBITER_AVX2 float DotQ8_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
     __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
     for (int c = 0; c < 8; c += 2) {
       sum0 = _mm256_add_epi32(sum0, MulSumI8(Load256(b[i].qs + 32 * c), Load256(y[i].qs + 32 * c)));
-      sum1 = _mm256_add_epi32(sum1, MulSumI8(Load256(b[i].qs + 32 * c + 32), Load256(y[i].qs + 32 * c + 32)));
+      sum1 = _mm256_add_epi32(
+          sum1, MulSumI8(Load256(b[i].qs + 32 * c + 32), Load256(y[i].qs + 32 * c + 32)));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(LoadF32(b[i].d) * LoadF32(y[i].d)),
                           _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);

@@ -14,19 +14,23 @@ namespace {
 ARBITER_AVX2 inline void StoreScaled32(__m256i q, __m256 d, float* out) {
   const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
   _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
-  _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+  _mm256_storeu_ps(
+      out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
   _mm256_storeu_ps(out + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
-  _mm256_storeu_ps(out + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+  _mm256_storeu_ps(
+      out + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
 }
 // out[0..32) = float(q_j) · d + m.
 ARBITER_AVX2 inline void StoreScaledPlus32(__m256i q, __m256 d, __m256 m, float* out) {
   StoreScaled32(q, d, out);
-  for (int k = 0; k < 32; k += 8) _mm256_storeu_ps(out + k, _mm256_add_ps(_mm256_loadu_ps(out + k), m));
+  for (int k = 0; k < 32; k += 8)
+    _mm256_storeu_ps(out + k, _mm256_add_ps(_mm256_loadu_ps(out + k), m));
 }
 // out[0..32) = float(q_j) · d − m (the K-quants' order: d·q first).
 ARBITER_AVX2 inline void StoreScaledMinus32(__m256i q, __m256 d, __m256 m, float* out) {
   StoreScaled32(q, d, out);
-  for (int k = 0; k < 32; k += 8) _mm256_storeu_ps(out + k, _mm256_sub_ps(_mm256_loadu_ps(out + k), m));
+  for (int k = 0; k < 32; k += 8)
+    _mm256_storeu_ps(out + k, _mm256_sub_ps(_mm256_loadu_ps(out + k), m));
 }
 
 ARBITER_AVX2 void DequantF16(const uint8_t* row, int64_t n, float* out) {
@@ -42,19 +46,22 @@ ARBITER_AVX2 void DequantBF16(const uint8_t* row, int64_t n, float* out) {
 ARBITER_AVX2 void DequantQ4_0(const uint8_t* row, int64_t n, float* out) {
   const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
   for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    StoreScaled32(_mm256_sub_epi8(Nibbles32(b[i].qs), _mm256_set1_epi8(8)), _mm256_set1_ps(Half(b[i].d)), out);
+    StoreScaled32(_mm256_sub_epi8(Nibbles32(b[i].qs), _mm256_set1_epi8(8)),
+                  _mm256_set1_ps(Half(b[i].d)), out);
   }
 }
 ARBITER_AVX2 void DequantQ4_1(const uint8_t* row, int64_t n, float* out) {
   const auto* b = reinterpret_cast<const BlockQ4_1*>(row);
   for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    StoreScaledPlus32(Nibbles32(b[i].qs), _mm256_set1_ps(Half(b[i].d)), _mm256_set1_ps(Half(b[i].m)), out);
+    StoreScaledPlus32(Nibbles32(b[i].qs), _mm256_set1_ps(Half(b[i].d)),
+                      _mm256_set1_ps(Half(b[i].m)), out);
   }
 }
 ARBITER_AVX2 void DequantQ5_0(const uint8_t* row, int64_t n, float* out) {
   const auto* b = reinterpret_cast<const BlockQ5_0*>(row);
   for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    const __m256i high = _mm256_andnot_si256(BitsToBytes(LoadU32(b[i].qh)), _mm256_set1_epi8(static_cast<char>(0xF0)));
+    const __m256i high = _mm256_andnot_si256(BitsToBytes(LoadU32(b[i].qh)),
+                                             _mm256_set1_epi8(static_cast<char>(0xF0)));
     StoreScaled32(_mm256_or_si256(Nibbles32(b[i].qs), high), _mm256_set1_ps(Half(b[i].d)), out);
   }
 }
@@ -100,8 +107,12 @@ ARBITER_AVX2 inline void DequantK4(const uint8_t* row, int64_t n, float* out) {
     }
   }
 }
-ARBITER_AVX2 void DequantQ4_K(const uint8_t* row, int64_t n, float* out) { DequantK4<false>(row, n, out); }
-ARBITER_AVX2 void DequantQ5_K(const uint8_t* row, int64_t n, float* out) { DequantK4<true>(row, n, out); }
+ARBITER_AVX2 void DequantQ4_K(const uint8_t* row, int64_t n, float* out) {
+  DequantK4<false>(row, n, out);
+}
+ARBITER_AVX2 void DequantQ5_K(const uint8_t* row, int64_t n, float* out) {
+  DequantK4<true>(row, n, out);
+}
 
 ARBITER_AVX2 void DequantQ6_K(const uint8_t* row, int64_t n, float* out) {
   const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
@@ -115,9 +126,12 @@ ARBITER_AVX2 void DequantQ6_K(const uint8_t* row, int64_t n, float* out) {
       const __m256i qlb = Load256(b[i].ql + 64 * h + 32);
       const __m256i qh = Load256(b[i].qh + 32 * h);
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(qla, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-      q[1] = _mm256_or_si256(_mm256_and_si256(qlb, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4), _mm256_and_si256(qh, bits45));
+      q[0] = _mm256_or_si256(_mm256_and_si256(qla, low4),
+                             _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+      q[1] = _mm256_or_si256(_mm256_and_si256(qlb, low4),
+                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4),
+                             _mm256_and_si256(qh, bits45));
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
       const int8_t* sc = b[i].scales + 8 * h;
@@ -128,9 +142,13 @@ ARBITER_AVX2 void DequantQ6_K(const uint8_t* row, int64_t n, float* out) {
         const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(sc[2 * k + 1]));
         float* o = out + 32 * k;
         _mm256_storeu_ps(o, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-        _mm256_storeu_ps(o + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+        _mm256_storeu_ps(
+            o + 8,
+            _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
         _mm256_storeu_ps(o + 16, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-        _mm256_storeu_ps(o + 24, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+        _mm256_storeu_ps(
+            o + 24,
+            _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
       }
     }
   }

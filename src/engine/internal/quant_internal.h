@@ -25,7 +25,7 @@ inline constexpr int kQK = 32;    // elements of the 32-element block types
 inline constexpr int kQKK = 256;  // elements of a K-quant super-block
 
 struct BlockQ4_0 {
-  uint8_t d[2];  // f16 scale
+  uint8_t d[2];    // f16 scale
   uint8_t qs[16];  // element j: low nibble of qs[j]; element j + 16: high nibble
 };
 struct BlockQ4_1 {
@@ -85,8 +85,8 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 &&
-              sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+              sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 &&
+              sizeof(BlockQ8_K) == 292);
 
 inline uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -132,7 +132,9 @@ inline float HalfToFloatBranchless(uint16_t h) {
   const uint32_t bits = ((em | 0x7f800000u) & special) | (finite & ~special);
   return std::bit_cast<float>(bits | sign);
 }
-inline float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+inline float Bf16ToFloat(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 // The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block (ggml's
 // get_scale_min_k4, for all j at once): sub-blocks 0-3 keep their scale and

@@ -369,8 +369,7 @@ void FitScaleMin(const float* x, int n, int nmax, float* s_out, float* m_out) {
     const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (max - min);
     double sq = 0, sqq = 0, sx = 0, sqx = 0;
     for (int i = 0; i < n; ++i) {
-      const int q =
-          RoundClamp((x[i] - min) * iscale, 0, nmax);
+      const int q = RoundClamp((x[i] - min) * iscale, 0, nmax);
       sq += q;
       sqq += static_cast<double>(q) * q;
       sx += x[i];
@@ -419,7 +418,8 @@ void QuantizeKSuperBlock(const float* x, int nmax, uint8_t sc[8], uint8_t m[8], 
   for (int j = 0; j < 8; ++j) {
     const float ds = d * sc[j], dm = dmin * m[j];
     for (int l = 0; l < 32; ++l) {
-      q[32 * j + l] = static_cast<uint8_t>(ds > 0 ? RoundClamp((x[32 * j + l] + dm) / ds, 0, nmax) : 0);
+      q[32 * j + l] =
+          static_cast<uint8_t>(ds > 0 ? RoundClamp((x[32 * j + l] + dm) / ds, 0, nmax) : 0);
     }
   }
 }
@@ -478,7 +478,8 @@ float FitScaleQ6(const float* x) {
   float best_s = max / -32;
   double best_e = error(best_s);
   for (int k = -9; k <= 9; ++k) {
-    for (float target : {-32.0f - 0.1f * static_cast<float>(k), 31.0f + 0.1f * static_cast<float>(k)}) {
+    for (float target :
+         {-32.0f - 0.1f * static_cast<float>(k), 31.0f + 0.1f * static_cast<float>(k)}) {
       const float iscale = target / max;
       double sqq = 0, sqx = 0;
       for (int i = 0; i < 16; ++i) {
@@ -528,7 +529,8 @@ void QuantQ6_K(const float* x, int64_t n, uint8_t* out) {
     for (int j = 0; j < 16; ++j) {
       const float ds = d * b[i].scales[j];
       for (int l = 0; l < 16; ++l) {
-        q[16 * j + l] = static_cast<uint8_t>((ds != 0 ? RoundClamp(x[16 * j + l] / ds, -32, 31) : 0) + 32);
+        q[16 * j + l] =
+            static_cast<uint8_t>((ds != 0 ? RoundClamp(x[16 * j + l] / ds, -32, 31) : 0) + 32);
       }
     }
     for (int h = 0; h < 2; ++h) {
@@ -559,20 +561,34 @@ using QuantizeFn = void (*)(const float* x, int64_t n, uint8_t* out);
 
 QuantizeFn ReferenceQuantizer(GgmlType type) {
   switch (type) {
-    case GgmlType::kF32: return QuantF32;
-    case GgmlType::kF16: return QuantF16;
-    case GgmlType::kBF16: return QuantBF16;
-    case GgmlType::kQ4_0: return QuantQ4_0;
-    case GgmlType::kQ4_1: return QuantQ4_1;
-    case GgmlType::kQ5_0: return QuantQ5_0;
-    case GgmlType::kQ5_1: return QuantQ5_1;
-    case GgmlType::kQ8_0: return QuantQ8_0;
-    case GgmlType::kQ8_1: return QuantQ8_1;
-    case GgmlType::kQ4_K: return QuantQ4_K;
-    case GgmlType::kQ5_K: return QuantQ5_K;
-    case GgmlType::kQ6_K: return QuantQ6_K;
-    case GgmlType::kQ8_K: return QuantQ8_K;
-    default: return nullptr;
+    case GgmlType::kF32:
+      return QuantF32;
+    case GgmlType::kF16:
+      return QuantF16;
+    case GgmlType::kBF16:
+      return QuantBF16;
+    case GgmlType::kQ4_0:
+      return QuantQ4_0;
+    case GgmlType::kQ4_1:
+      return QuantQ4_1;
+    case GgmlType::kQ5_0:
+      return QuantQ5_0;
+    case GgmlType::kQ5_1:
+      return QuantQ5_1;
+    case GgmlType::kQ8_0:
+      return QuantQ8_0;
+    case GgmlType::kQ8_1:
+      return QuantQ8_1;
+    case GgmlType::kQ4_K:
+      return QuantQ4_K;
+    case GgmlType::kQ5_K:
+      return QuantQ5_K;
+    case GgmlType::kQ6_K:
+      return QuantQ6_K;
+    case GgmlType::kQ8_K:
+      return QuantQ8_K;
+    default:
+      return nullptr;
   }
 }
 
@@ -580,20 +596,34 @@ QuantizeFn ReferenceQuantizer(GgmlType type) {
 
 DequantizeRowFn ReferenceDequantizer(GgmlType type) {
   switch (type) {
-    case GgmlType::kF32: return DequantF32;
-    case GgmlType::kF16: return DequantF16;
-    case GgmlType::kBF16: return DequantBF16;
-    case GgmlType::kQ4_0: return DequantQ4_0;
-    case GgmlType::kQ4_1: return DequantQ4_1;
-    case GgmlType::kQ5_0: return DequantQ5_0;
-    case GgmlType::kQ5_1: return DequantQ5_1;
-    case GgmlType::kQ8_0: return DequantQ8_0;
-    case GgmlType::kQ8_1: return DequantQ8_1;
-    case GgmlType::kQ4_K: return DequantQ4_K;
-    case GgmlType::kQ5_K: return DequantQ5_K;
-    case GgmlType::kQ6_K: return DequantQ6_K;
-    case GgmlType::kQ8_K: return DequantQ8_K;
-    default: return nullptr;
+    case GgmlType::kF32:
+      return DequantF32;
+    case GgmlType::kF16:
+      return DequantF16;
+    case GgmlType::kBF16:
+      return DequantBF16;
+    case GgmlType::kQ4_0:
+      return DequantQ4_0;
+    case GgmlType::kQ4_1:
+      return DequantQ4_1;
+    case GgmlType::kQ5_0:
+      return DequantQ5_0;
+    case GgmlType::kQ5_1:
+      return DequantQ5_1;
+    case GgmlType::kQ8_0:
+      return DequantQ8_0;
+    case GgmlType::kQ8_1:
+      return DequantQ8_1;
+    case GgmlType::kQ4_K:
+      return DequantQ4_K;
+    case GgmlType::kQ5_K:
+      return DequantQ5_K;
+    case GgmlType::kQ6_K:
+      return DequantQ6_K;
+    case GgmlType::kQ8_K:
+      return DequantQ8_K;
+    default:
+      return nullptr;
   }
 }
 
@@ -611,8 +641,10 @@ Status QuantizeRow(GgmlType type, const float* x, int64_t n, void* out) {
                                 "Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K)");
   }
   if (!GgmlRowBytes(type, n).has_value()) {
-    return InvalidArgumentError("QuantizeRow: " + std::to_string(n) + " elements is not a whole "
-                                "number of " + std::string(GgmlTypeName(type)) + " blocks");
+    return InvalidArgumentError("QuantizeRow: " + std::to_string(n) +
+                                " elements is not a whole "
+                                "number of " +
+                                std::string(GgmlTypeName(type)) + " blocks");
   }
   fn(x, n, static_cast<uint8_t*>(out));
   return OkStatus();
