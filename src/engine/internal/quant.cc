@@ -1,12 +1,13 @@
 // engine/internal/quant.cc — see quant.h: the dispatch of the quantized
 // kernels to the active path, and why the activations are quantized.
 //
-// Files: quant_reference.cc (reference dequantizers and the quantizers of
-// QuantizeRow), quant_scalar.cc (the portable path), quant_avx2.cc (the
-// AVX2+FMA+F16C path), quant_internal.h (block layouts and the per-path
-// kernel tables). A path's table is built once; the active table is an
-// atomic pointer chosen at first use from CPUID, replaced only by
-// SetKernelPathForTest.
+// Files: quant_reference.cc (reference dequantizers, QuantizeRow and the
+// ggml-formula quantizers), quant_kquants.cc (the K-quants' search-based
+// quantizers), quant_scalar.cc (the portable path), quant_avx2.cc and
+// quant_avx2_dequant.cc (the AVX2+FMA+F16C path; helpers in quant_avx2.h),
+// quant_internal.h (block layouts and the per-path kernel tables). A path's
+// table is built once; the active table is an atomic pointer chosen at
+// first use from CPUID, replaced only by SetKernelPathForTest.
 //
 // Note [Activation quantization]
 // For the integer block types (Q4_0 … Q8_0, the K-quants) decode does not

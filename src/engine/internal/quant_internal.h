@@ -12,6 +12,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -157,6 +158,44 @@ inline void PackScalesMinsK4(const uint8_t sc[8], const uint8_t m[8], uint8_t* p
     packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
   }
 }
+
+// ---------------------------------------------------------------------------
+// Quantizer helpers (quant_reference.cc, quant_kquants.cc).
+
+// v rounded half to even and clamped to [lo, hi] — clamped as a float
+// first, so a huge quotient (a tiny scale) never overflows the int.
+inline int RoundClamp(double v, int lo, int hi) {
+  if (!(v > lo)) return lo;  // also NaN
+  if (v >= hi) return hi;
+  return static_cast<int>(std::nearbyint(v));
+}
+
+// The value of largest magnitude (the first, on ties) and its magnitude.
+inline void SignedAbsMax(const float* x, int n, float* max, float* amax) {
+  *max = 0;
+  *amax = 0;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > *amax) {
+      *amax = std::fabs(x[j]);
+      *max = x[j];
+    }
+  }
+}
+
+// min and max of x[0, n). REQUIRES: n ≥ 1.
+inline void MinMax(const float* x, int n, float* min, float* max) {
+  *min = x[0];
+  *max = x[0];
+  for (int j = 1; j < n; ++j) {
+    *min = std::min(*min, x[j]);
+    *max = std::max(*max, x[j]);
+  }
+}
+
+// The K-quant reference quantizers (quant_kquants.cc): n floats → one row.
+void QuantizeRowQ4_K(const float* x, int64_t n, uint8_t* out);
+void QuantizeRowQ5_K(const float* x, int64_t n, uint8_t* out);
+void QuantizeRowQ6_K(const float* x, int64_t n, uint8_t* out);
 
 // ---------------------------------------------------------------------------
 // Kernel tables. One per path; quant.cc picks the active one.
