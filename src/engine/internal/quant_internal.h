@@ -1,5 +1,5 @@
 // engine/internal/quant_internal.h — what the files of the quantized kernels
-// (quant.cc, quant_reference.cc, quant_scalar.cc, quant_avx2.cc) share: the
+// (quant.cc, quant_reference.cc, quant_kquants.cc, quant_scalar.cc, the AVX2 files) share: the
 // ggml block layouts as byte offsets, f16/bf16 decoding, and the per-path
 // kernel tables that quant.cc dispatches through.
 //
