@@ -1,7 +1,8 @@
 // engine/internal/quant_internal.h — what the files of the quantized kernels
-// (quant.cc, quant_reference.cc, quant_kquants.cc, quant_scalar.cc, the AVX2 files) share: the
-// ggml block layouts as byte offsets, f16/bf16 decoding, and the per-path
-// kernel tables that quant.cc dispatches through.
+// (quant.cc, quant_reference.cc, quant_kquants.cc, quant_scalar.cc, the AVX2
+// files) share: the ggml block layouts as byte offsets, f16/bf16 decoding,
+// the quantizer helpers, and the per-path kernel tables that quant.cc
+// dispatches through.
 //
 // Blocks are read through byte pointers (every struct here has alignment 1):
 // a row of 18-byte Q4_0 blocks or 292-byte Q8_K blocks is not aligned for
