@@ -13,6 +13,7 @@
 #include "arbiter/base/status.h"
 #include "bench/arbiter_bench.h"
 #include "bench/decode_bench.h"
+#include "bench/kernel_bench.h"
 #include "bench/kv_bench.h"
 #include "bench/memory_bench.h"
 #include "bench/weights_bench.h"
@@ -73,6 +74,13 @@ int RunKv(const KvBenchOptions& options, bool json) {
   return 0;
 }
 
+int RunKernels(const KernelBenchOptions& options, bool json) {
+  Result<KernelBenchResult> r = RunKernelBench(options);
+  if (!r.ok()) return Fail("kernels", r.status());
+  std::cout << (json ? FormatKernelBenchJson(*r) : FormatKernelBench(*r));
+  return 0;
+}
+
 int RunMemory(const MemoryBenchOptions& options, bool json) {
   // As RunDecode: keep stdout to the report.
   spdlog::set_level(spdlog::level::warn);
@@ -90,6 +98,7 @@ struct BenchCommands::Commands {
   CLI::App* weights = nullptr;
   CLI::App* kv = nullptr;
   CLI::App* memory = nullptr;
+  CLI::App* kernels = nullptr;
   DecodeFlags decode_flags;
   int arbiter_iterations = 100000;
   bool arbiter_json = false;
@@ -99,6 +108,9 @@ struct BenchCommands::Commands {
   bool kv_json = false;
   MemoryBenchOptions memory_options;
   bool memory_json = false;
+  KernelBenchOptions kernels_options;
+  int kernels_stream_mb = 128;
+  bool kernels_json = false;
 };
 
 BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Commands>()) {
@@ -200,6 +212,23 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
                        "About this many tokens per conversation (default 400)")
       ->check(CLI::PositiveNumber);
   c.memory->add_flag("--json", c.memory_json, "Print the result as JSON");
+
+  KernelBenchOptions& kn = c.kernels_options;
+  c.kernels = bench->add_subcommand(
+      "kernels",
+      "The quantized decode kernels, 1 thread: GB/s of weight bytes streamed per type and kernel "
+      "path (scalar, avx2) against the read and memcpy bandwidth measured in the same run, on a "
+      "cache-resident matrix, and the dequantize-to-f32 alternative. See docs/BENCHMARKS.md "
+      "\"Quantized kernels\"");
+  c.kernels->add_option("--n", kn.n, "Row length, a multiple of 256 (default 768)")
+      ->check(CLI::PositiveNumber);
+  c.kernels
+      ->add_option("--stream-mb", c.kernels_stream_mb,
+                   "Weight MB of the streamed matrix (default 128)")
+      ->check(CLI::PositiveNumber);
+  c.kernels->add_option("--repetitions", kn.repetitions, "Timed passes, best kept (default 7)")
+      ->check(CLI::PositiveNumber);
+  c.kernels->add_flag("--json", c.kernels_json, "Print the result as JSON");
 }
 
 BenchCommands::~BenchCommands() = default;
@@ -207,7 +236,7 @@ BenchCommands::~BenchCommands() = default;
 bool BenchCommands::parsed() const {
   const Commands& c = *commands_;
   return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed() ||
-         c.memory->parsed();
+         c.memory->parsed() || c.kernels->parsed();
 }
 
 int BenchCommands::Run() {
@@ -217,6 +246,10 @@ int BenchCommands::Run() {
   if (c.weights->parsed()) return RunWeights(c.weights_options, c.weights_json);
   if (c.kv->parsed()) return RunKv(c.kv_options, c.kv_json);
   if (c.memory->parsed()) return RunMemory(c.memory_options, c.memory_json);
+  if (c.kernels->parsed()) {
+    c.kernels_options.stream_bytes = static_cast<size_t>(c.kernels_stream_mb) << 20;
+    return RunKernels(c.kernels_options, c.kernels_json);
+  }
   return 2;  // not parsed: bad usage
 }
 

@@ -8,6 +8,7 @@
 //                         [--workers N] [--gen-tokens N] [--threads N] [--json]
 //   arbiter bench kv --model DIR [--prefix-tokens N] [--turn-tokens N]
 //                    [--repetitions N] [--threads N] [--only SCENARIO] [--json]
+//   arbiter bench kernels [--n N] [--stream-mb MB] [--repetitions N] [--json]
 //
 // Each prints its scenario's text report (Format*Bench) or, with --json, one
 // JSON object (Format*BenchJson) on stdout; docs/BENCHMARKS.md describes

@@ -1,12 +1,13 @@
 // engine/internal/quant.cc — see quant.h: the dispatch of the quantized
 // kernels to the active path, and why the activations are quantized.
 //
-// Files: quant_reference.cc (reference dequantizers and the quantizers of
-// QuantizeRow), quant_scalar.cc (the portable path), quant_avx2.cc (the
-// AVX2+FMA+F16C path), quant_internal.h (block layouts and the per-path
-// kernel tables). A path's table is built once; the active table is an
-// atomic pointer chosen at first use from CPUID, replaced only by
-// SetKernelPathForTest.
+// Files: quant_reference.cc (reference dequantizers, QuantizeRow and the
+// ggml-formula quantizers), quant_kquants.cc (the K-quants' search-based
+// quantizers), quant_scalar.cc (the portable path), quant_avx2.cc and
+// quant_avx2_dequant.cc (the AVX2+FMA+F16C path; helpers in quant_avx2.h),
+// quant_internal.h (block layouts and the per-path kernel tables). A path's
+// table is built once; the active table is an atomic pointer chosen at
+// first use from CPUID, replaced only by SetKernelPathForTest.
 //
 // Note [Activation quantization]
 // For the integer block types (Q4_0 … Q8_0, the K-quants) decode does not
@@ -21,14 +22,21 @@
 // activation operand is 1 byte per element instead of 4. The block scales
 // are applied once per block (K-quants: the 6-/8-bit sub-block scales as
 // integer multipliers, the f32 scales once per 256 elements). The
-// dequantize-to-f32 alternative must expand every weight nibble to a float
-// and FMA it with a 4-byte x: 4–8× the lanes of work per weight byte, which
-// at 4 bits per weight cannot keep up with the memory stream on one core
-// (docs/BENCHMARKS.md "Quantized kernels" has the microbenchmark's
-// comparison). The price is x's rounding: 8 bits per element with a scale
-// per 32 (or 256) elements, a relative error of ~0.4 % per element, well
-// under the weights' own 4–6-bit error; ggml computes the same way, so
-// results stay comparable with llama.cpp on the same file.
+// dequantize-to-f32 alternative must expand every weight to a float and FMA
+// it with a 4-byte x: 4–8× the vector work per weight byte, and at 4–6 bits
+// per weight one core cannot do it as fast as memory delivers the weights.
+// Measured with `arbiter bench kernels` (1 thread, AVX2, rows of 768, a
+// 134 MB matrix streamed from memory): the integer kernels stream 2.4×
+// (8-bit) to 4.5× (4-bit) more weight bytes per second than dequantizing
+// each row (DequantizeRows, into L1) and dotting it in f32 — Q4_0 12.3 vs
+// 3.2 GB/s, Q4_K 12.6 vs 2.8, Q6_K 14.6 vs 4.2, Q8_0 14.7 vs 6.1 on a busy
+// 2-vCPU Zen 3 (docs/BENCHMARKS.md "Quantized kernels" has the table and
+// the caveats; a fused dequantizing kernel would save the trip through L1,
+// not the 4–8× in vector work). The price is x's rounding: 8 bits per
+// element with a scale per 32 (or 256) elements, an error of at most 0.4 %
+// of the block's largest |x|, well under the weights' own 4–6-bit error;
+// ggml computes the same way, so results stay comparable with llama.cpp on
+// the same file.
 // F16/BF16 weights keep x in f32: their weights are already 16 bits, the
 // widening to f32 is one instruction (vcvtph2ps; a 16-bit shift for bf16),
 // and quantizing x would add an error the weights do not have.

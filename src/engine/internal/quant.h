@@ -52,17 +52,24 @@ GgmlType ActivationType(GgmlType weight_type);
 
 // Converts x[n] into ActivationType(weight_type): writes
 // GgmlRowBytes(ActivationType(weight_type), n) bytes to `out` (a plain copy
-// of the floats for F32/F16/BF16 weights).
+// of the floats for F32/F16/BF16 weights). Each 8-bit block has
+// d = max|x| / 127 and q = x·127 / max|x| rounded half to even (all zero for
+// an all-zero block); the bytes are the same on every kernel path.
 // REQUIRES: n is a multiple of the weight type's block size.
 void PrepareActivation(GgmlType weight_type, const float* x, int64_t n, void* out);
 
 // y[r - r0] = dot(row r of W, x) (or += when `accumulate`) for r in [r0, r1).
 // W: rows of n elements of `type`, row stride GgmlRowBytes(type, n);
-// xa: x as PrepareActivation(type, x, n, xa) wrote it.
+// xa: x as PrepareActivation(type, x, n, xa) wrote it. The paths differ only
+// in the order of float additions. The AVX2 path prepares x's block scales
+// once per call in a per-thread scratch (grown on first use: 8 bytes per
+// 32 elements), so a call should cover many rows (a chunk, not one row).
+// REQUIRES: IsComputeType(type); y does not overlap W or xa.
 void DotRows(GgmlType type, const void* w, int64_t n, const void* xa, int64_t r0, int64_t r1,
              float* y, bool accumulate);
 
-// Rows [r0, r1) of W (as DotRows) as f32: out[(r - r0) × n + j].
+// Rows [r0, r1) of W (as DotRows) as f32: out[(r - r0) × n + j] [r1 − r0, n],
+// bit-identical to DequantizeRowReference on every path.
 void DequantizeRows(GgmlType type, const void* w, int64_t n, int64_t r0, int64_t r1, float* out);
 
 // The scalar reference: one row of n elements of `type` → n floats.
@@ -71,8 +78,9 @@ void DequantizeRowReference(GgmlType type, const void* row, int64_t n, float* ou
 
 // Quantizes n floats into one row of `type` (the reference quantizers, as
 // the ggml specification defines each block; used by `make-model --format
-// gguf` and tests). kInvalidArgument when n is not a multiple of the block
-// size or the type is not a compute type (or Q8_1).
+// gguf` and tests; quant_reference.cc says which formulas). kInvalidArgument
+// when n is not a multiple of the block size or the type is not a compute
+// type (or Q8_1). REQUIRES: x is finite.
 Status QuantizeRow(GgmlType type, const float* x, int64_t n, void* out);
 
 }  // namespace arbiter::engine_internal

@@ -10,109 +10,29 @@
 //
 // Integer dot products: weights are unpacked to bytes (nibbles by a
 // shift-and-mask; 5th/6th bits or'ed in), multiplied with the 8-bit
-// activations by maddubs (u8 × i8 → i16 pairs) and madd (→ i32). Signed
-// weights (Q4_0, Q5_0, Q8_0, Q8_K) go through the sign trick: |w| as the
-// unsigned operand and x·sign(w) as the signed one. Ranges: |w| ≤ 128 and
-// |x| ≤ 127 (activations never hold −128) keep every i16 pair sum below
-// 2·128·127 = 32512, so maddubs never saturates. K-quant sub-block scales
+// activations by maddubs (u8 × i8 → i16 pairs) and madd (→ i32). The
+// signed 8-bit weights (Q8_0, Q8_K) go through the sign trick: |w| as the
+// unsigned operand and x·sign(w) as the signed one; |w| ≤ 128 and |x| ≤ 127
+// (activations never hold −128) keep every i16 pair sum below
+// 2·128·127 = 32512, so maddubs never saturates. The offset types (Q4_0,
+// Q5_0, Q6_K) multiply their unsigned codes and take the offset out with
+// x's block sums (see the 32-element types and DotQ6_K). K-quant sub-block scales
 // are applied in the integer domain (madd by the scale), so a 256-element
 // super-block needs one int→float conversion and one FMA.
 //
-// Dequantizers compute each value with the reference's float operations in
-// the reference's order (no FMA contraction: the quant files build with
-// -ffp-contract=off), so their output is bit-identical.
+// The dequantizers are in quant_avx2_dequant.cc, the shared helpers in
+// quant_avx2.h.
 #if defined(__x86_64__)
 
-#include <immintrin.h>
+#include "engine/internal/quant_avx2.h"
 
 #include <cstring>
-
-#include "engine/internal/quant_internal.h"
-
-#define ARBITER_AVX2 __attribute__((target("avx2,fma,f16c")))
+#include <vector>
 
 namespace arbiter::engine_internal::quant {
 namespace {
 
-// --- Helpers -----------------------------------------------------------------
-
-ARBITER_AVX2 inline float Hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-ARBITER_AVX2 inline float Hsum128(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-ARBITER_AVX2 inline float Half(const uint8_t* p) { return _cvtsh_ss(LoadU16(p)); }
-
-ARBITER_AVX2 inline __m256i Load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-ARBITER_AVX2 inline __m128i Load128(const void* p) {
-  return _mm_loadu_si128(static_cast<const __m128i*>(p));
-}
-
-// Σ over groups of 4 of x·y, x and y signed bytes (|x| ≤ 128, |y| ≤ 127).
-ARBITER_AVX2 inline __m256i MulSumI8(__m256i x, __m256i y) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-// The same with x unsigned (≤ 255 and pair sums within i16).
-ARBITER_AVX2 inline __m256i MulSumU8I8(__m256i x, __m256i y) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
-}
-
-// The 32 nibbles of a 32-element block's 16 bytes, in element order: lane 0
-// the low nibbles (elements 0-15), lane 1 the high nibbles (16-31).
-ARBITER_AVX2 inline __m256i Nibbles32(const uint8_t* qs) {
-  const __m256i v = _mm256_broadcastsi128_si256(Load128(qs));
-  const __m256i shifted = _mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4));
-  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F));
-}
-
-// Byte j = 0xFF when bit j of `bits` is set, else 0.
-ARBITER_AVX2 inline __m256i BitsToBytes(uint32_t bits) {
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
-  return _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
-}
-
-// vpshufb controls: kBroadcast16.b[k] copies i16 lane k to every lane of
-// both halves; kPairQ6.b[k] copies lane 2k to the low half and lane 2k + 1
-// to the high half.
-struct alignas(32) ShuffleTable {
-  uint8_t b[8][32];
-};
-constexpr ShuffleTable MakeBroadcast16() {
-  ShuffleTable t{};
-  for (int k = 0; k < 8; ++k) {
-    for (int j = 0; j < 32; ++j) t.b[k][j] = static_cast<uint8_t>(2 * k + (j & 1));
-  }
-  return t;
-}
-constexpr ShuffleTable MakePairQ6() {
-  ShuffleTable t{};
-  for (int k = 0; k < 4; ++k) {
-    for (int j = 0; j < 32; ++j) {
-      t.b[k][j] = static_cast<uint8_t>(4 * k + (j >= 16 ? 2 : 0) + (j & 1));
-    }
-  }
-  return t;
-}
-constexpr ShuffleTable kBroadcast16 = MakeBroadcast16();
-constexpr ShuffleTable kPairQ6 = MakePairQ6();
-
-ARBITER_AVX2 inline __m256i Shuffle(const ShuffleTable& t, int k) {
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t.b[k]));
-}
+using namespace avx2;  // NOLINT: this path's helpers
 
 // --- Activation quantizers (quant_internal.h: identical to the scalar ones) ---
 
@@ -120,7 +40,8 @@ ARBITER_AVX2 inline __m256i Shuffle(const ShuffleTable& t, int k) {
 ARBITER_AVX2 inline float AbsMax(const float* x, int n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_setzero_ps();
-  for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+  for (int j = 0; j < n; j += 8)
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
@@ -140,8 +61,8 @@ ARBITER_AVX2 inline __m256i QuantizeBlock32(const float* x, __m256 id) {
 }
 
 ARBITER_AVX2 inline int SumBytes(__m256i q) {
-  const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
-                                      _mm256_set1_epi16(1));
+  const __m256i s =
+      _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
   __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
@@ -154,7 +75,8 @@ ARBITER_AVX2 void ActQ8_0(const float* x, int64_t n, uint8_t* out) {
     const float amax = AbsMax(x, kQK);
     const float id = amax != 0 ? 127.0f / amax : 0.0f;
     StoreU16(b[i].d, _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), QuantizeBlock32(x, _mm256_set1_ps(id)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs),
+                        QuantizeBlock32(x, _mm256_set1_ps(id)));
   }
 }
 
@@ -207,13 +129,12 @@ ARBITER_AVX2 float DotF32(const uint8_t* w8, const uint8_t* xa, int64_t n) {
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
   float s = Hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; i < n; ++i) s += w[i] * x[i];
   return s;
 }
-
-ARBITER_AVX2 inline __m256 LoadF16x8(const uint8_t* p) { return _mm256_cvtph_ps(Load128(p)); }
 
 ARBITER_AVX2 float DotF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
   const auto* x = reinterpret_cast<const float*>(xa);
@@ -231,11 +152,6 @@ ARBITER_AVX2 float DotF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
   return s;
 }
 
-// 8 bf16 → 8 f32: widen to 32 bits, shift into the high half.
-ARBITER_AVX2 inline __m256 LoadBf16x8(const uint8_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(Load128(p)), 16));
-}
-
 ARBITER_AVX2 float DotBF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
   const auto* x = reinterpret_cast<const float*>(xa);
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -246,106 +162,171 @@ ARBITER_AVX2 float DotBF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
     a2 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i + 32), _mm256_loadu_ps(x + i + 16), a2);
     a3 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i + 48), _mm256_loadu_ps(x + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i), _mm256_loadu_ps(x + i), a0);
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(LoadBf16x8(w + 2 * i), _mm256_loadu_ps(x + i), a0);
   float s = Hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; i < n; ++i) s += Bf16ToFloat(LoadU16(w + 2 * i)) * x[i];
   return s;
 }
 
-// The 32-element types: per block an i32×8 partial sum, scaled by d_w·d_x.
-// Two blocks per iteration into two accumulators.
-ARBITER_AVX2 inline __m256i BlockQ4_0Sum(const BlockQ4_0& b, const BlockQ8_0& y) {
-  const __m256i q = _mm256_sub_epi8(Nibbles32(b.qs), _mm256_set1_epi8(8));
-  return MulSumI8(q, Load256(y.qs));
-}
-ARBITER_AVX2 inline __m256i BlockQ5_0Sum(const BlockQ5_0& b, const BlockQ8_0& y) {
-  // A clear 5th bit makes the byte 0xF0 | nibble = nibble − 16; a set one
-  // leaves nibble + 16 − 16.
-  const __m256i high = _mm256_andnot_si256(BitsToBytes(LoadU32(b.qh)), _mm256_set1_epi8(static_cast<char>(0xF0)));
-  return MulSumI8(_mm256_or_si256(Nibbles32(b.qs), high), Load256(y.qs));
-}
-ARBITER_AVX2 inline __m256i BlockQ8_0Sum(const BlockQ8_0& b, const BlockQ8_0& y) {
-  return MulSumI8(Load256(b.qs), Load256(y.qs));
+// The 32-element types. Once per DotRows call, x's blocks are prepared
+// (Prepared32): their f32 scales d_x, Q8_1's s_x, and for the offset types
+// (Q4_0: w = d·(q − 8), Q5_0: d·(q − 16)) offset·d_x·Σx per block, so the
+// weights go through maddubs as unsigned values (no sign trick) and
+// d_w·d_x·Σ (q − o)·x = d_w·d_x·Σ q·x − d_w·(o·d_x·Σx) takes the offset
+// out with one FMA per 8 blocks. Per 8 blocks of a row, the 8 f16 scales
+// d_w are gathered in general-purpose registers and converted and multiplied
+// by d_x with one instruction each; each block then only broadcasts its
+// scale from memory. Q4_1/Q5_1's mins add m_w·s_x for 8 blocks in one FMA.
+enum class Kind32 { kQ4_0, kQ5_0, kQ8_0, kQ4_1, kQ5_1 };
+
+struct Prepared32 {
+  const float* dx = nullptr;  // [nb]
+  const float* sx = nullptr;  // [nb]: s_x (Q8_1), or o·d_x·Σ q_x (Q4_0, Q5_0)
+};
+
+// Per-thread scratch for Prepared32, grown as needed (DotRows is called per
+// chunk of rows, from any thread).
+struct Scratch32 {
+  std::vector<float> dx, sx;
+};
+thread_local Scratch32 t_scratch32;
+
+template <Kind32 kKind>
+ARBITER_AVX2 Prepared32 Prepare32(const uint8_t* xa, int64_t nb) {
+  constexpr bool kQ81 = kKind == Kind32::kQ4_1 || kKind == Kind32::kQ5_1;
+  constexpr size_t kXBytes = kQ81 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+  constexpr int kOffset = kKind == Kind32::kQ4_0 ? 8 : (kKind == Kind32::kQ5_0 ? 16 : 0);
+  Scratch32& s = t_scratch32;
+  const size_t need = static_cast<size_t>(nb);
+  if (s.dx.size() < need) s.dx.resize(need);
+  Prepared32 p;
+  p.dx = s.dx.data();
+  for (int64_t i = 0; i < nb; ++i) s.dx[i] = Half(xa + i * kXBytes);
+  if (s.sx.size() < need) s.sx.resize(need);
+  p.sx = s.sx.data();
+  if constexpr (kQ81) {
+    for (int64_t i = 0; i < nb; ++i) s.sx[i] = Half(xa + i * kXBytes + 2);
+  } else if constexpr (kOffset != 0) {
+    for (int64_t i = 0; i < nb; ++i) {
+      const int sum = SumBytes(Load256(xa + i * kXBytes + 2));
+      s.sx[i] = static_cast<float>(kOffset) * s.dx[i] * static_cast<float>(sum);
+    }
+  }
+  return p;
 }
 
-template <typename Block, __m256i (*Sum)(const Block&, const BlockQ8_0&)>
-ARBITER_AVX2 inline float DotSymmetric32(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  const auto* b = reinterpret_cast<const Block*>(w);
-  const auto* y = reinterpret_cast<const BlockQ8_0*>(xa);
-  const int64_t nb = n / kQK;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+// The 8 f16 values at w + k·stride (k < 8) as f32. The 16-bit loads are
+// combined in general-purpose registers (the empty asm keeps GCC from
+// "vectorizing" the combination into a dozen vector shuffles, which would
+// compete with the dot product for the vector pipes).
+ARBITER_AVX2 inline __m256 Gather8Halves(const uint8_t* w, size_t stride) {
+  uint64_t lo = 0, hi = 0;
+  for (int k = 0; k < 4; ++k) {
+    lo |= static_cast<uint64_t>(LoadU16(w + k * stride)) << (16 * k);
+    hi |= static_cast<uint64_t>(LoadU16(w + (k + 4) * stride)) << (16 * k);
+    __asm__("" : "+r"(lo), "+r"(hi));
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+}
+
+// Σ over groups of 4 of q_w·q_x for one block, as 8 × i32; Q4_0/Q5_0 with
+// their unsigned codes (DotRow32 takes the offsets out).
+template <Kind32 kKind>
+ARBITER_AVX2 inline __m256i BlockSum32(const uint8_t* blk, const uint8_t* xblk) {
+  if constexpr (kKind == Kind32::kQ8_0) {
+    return MulSumI8(Load256(blk + 2), Load256(xblk + 2));
+  } else if constexpr (kKind == Kind32::kQ4_0) {
+    return MulSumU8I8(Nibbles32(blk + 2), Load256(xblk + 2));
+  } else if constexpr (kKind == Kind32::kQ5_0) {
+    const __m256i high = _mm256_and_si256(BitsToBytes(LoadU32(blk + 2)), _mm256_set1_epi8(0x10));
+    const __m256i q = _mm256_or_si256(Nibbles32(blk + 6), high);
+    return MulSumU8I8(q, Load256(xblk + 2));
+  } else if constexpr (kKind == Kind32::kQ4_1) {
+    return MulSumU8I8(Nibbles32(blk + 4), Load256(xblk + 4));
+  } else {  // Q5_1
+    const __m256i high = _mm256_and_si256(BitsToBytes(LoadU32(blk + 4)), _mm256_set1_epi8(0x10));
+    return MulSumU8I8(_mm256_or_si256(Nibbles32(blk + 8), high), Load256(xblk + 4));
+  }
+}
+
+// acc + (*scale) · float(sum).
+ARBITER_AVX2 inline __m256 ScaledAdd(const float* scale, __m256i sum, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_broadcast_ss(scale), _mm256_cvtepi32_ps(sum), acc);
+}
+
+template <Kind32 kKind>
+ARBITER_AVX2 inline float DotRow32(const uint8_t* w, const uint8_t* xa, int64_t nb,
+                                   const Prepared32& p) {
+  // Q4_1/Q5_1: + m_w·s_x; Q4_0/Q5_0: − d_w·(o·d_x·Σx). Both per block
+  // from Prepared32::sx, with the f16 at offset kAux of the block.
+  constexpr bool kMins = kKind == Kind32::kQ4_1 || kKind == Kind32::kQ5_1;
+  constexpr bool kAux = kMins || kKind == Kind32::kQ4_0 || kKind == Kind32::kQ5_0;
+  constexpr size_t kAuxAt = kMins ? 2 : 0;
+  constexpr size_t kB = kKind == Kind32::kQ4_0   ? sizeof(BlockQ4_0)
+                        : kKind == Kind32::kQ5_0 ? sizeof(BlockQ5_0)
+                        : kKind == Kind32::kQ8_0 ? sizeof(BlockQ8_0)
+                        : kKind == Kind32::kQ4_1 ? sizeof(BlockQ4_1)
+                                                 : sizeof(BlockQ5_1);
+  constexpr size_t kX = kMins ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+  // Four accumulators (an FMA's latency is ~4 cycles, a block's work ~2),
+  // as named variables: an array indexed by k & 3 ends up on the stack.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc_m = acc0;
+  alignas(32) float scale[8];
   int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m256 s0 = _mm256_cvtepi32_ps(Sum(b[i], y[i]));
-    const __m256 s1 = _mm256_cvtepi32_ps(Sum(b[i + 1], y[i + 1]));
-    a0 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * Half(y[i].d)), s0, a0);
-    a1 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i + 1].d) * Half(y[i + 1].d)), s1, a1);
+  for (; i + 8 <= nb; i += 8) {
+    const uint8_t* b = w + i * kB;
+    const uint8_t* xb = xa + i * kX;
+    const __m256 dw = Gather8Halves(b, kB);
+    _mm256_store_ps(scale, _mm256_mul_ps(dw, _mm256_loadu_ps(p.dx + i)));
+    if constexpr (kMins)
+      acc_m = _mm256_fmadd_ps(Gather8Halves(b + kAuxAt, kB), _mm256_loadu_ps(p.sx + i), acc_m);
+    if constexpr (!kMins && kAux) acc_m = _mm256_fmadd_ps(dw, _mm256_loadu_ps(p.sx + i), acc_m);
+    acc0 = ScaledAdd(scale + 0, BlockSum32<kKind>(b + 0 * kB, xb + 0 * kX), acc0);
+    acc1 = ScaledAdd(scale + 1, BlockSum32<kKind>(b + 1 * kB, xb + 1 * kX), acc1);
+    acc2 = ScaledAdd(scale + 2, BlockSum32<kKind>(b + 2 * kB, xb + 2 * kX), acc2);
+    acc3 = ScaledAdd(scale + 3, BlockSum32<kKind>(b + 3 * kB, xb + 3 * kX), acc3);
+    acc0 = ScaledAdd(scale + 4, BlockSum32<kKind>(b + 4 * kB, xb + 4 * kX), acc0);
+    acc1 = ScaledAdd(scale + 5, BlockSum32<kKind>(b + 5 * kB, xb + 5 * kX), acc1);
+    acc2 = ScaledAdd(scale + 6, BlockSum32<kKind>(b + 6 * kB, xb + 6 * kX), acc2);
+    acc3 = ScaledAdd(scale + 7, BlockSum32<kKind>(b + 7 * kB, xb + 7 * kX), acc3);
   }
-  if (i < nb) {
-    a0 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * Half(y[i].d)),
-                         _mm256_cvtepi32_ps(Sum(b[i], y[i])), a0);
-  }
-  return Hsum(_mm256_add_ps(a0, a1));
-}
-
-ARBITER_AVX2 float DotQ4_0(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  return DotSymmetric32<BlockQ4_0, BlockQ4_0Sum>(w, xa, n);
-}
-ARBITER_AVX2 float DotQ5_0(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  return DotSymmetric32<BlockQ5_0, BlockQ5_0Sum>(w, xa, n);
-}
-ARBITER_AVX2 float DotQ8_0(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  return DotSymmetric32<BlockQ8_0, BlockQ8_0Sum>(w, xa, n);
-}
-
-// Q4_1/Q5_1 × Q8_1: d_w·d_x·Σ q_w·q_x + m_w·s_x (s_x = d_x·Σ q_x).
-ARBITER_AVX2 inline __m256i BlockQ4_1Sum(const BlockQ4_1& b, const BlockQ8_1& y) {
-  return MulSumU8I8(Nibbles32(b.qs), Load256(y.qs));
-}
-ARBITER_AVX2 inline __m256i BlockQ5_1Sum(const BlockQ5_1& b, const BlockQ8_1& y) {
-  const __m256i high = _mm256_and_si256(BitsToBytes(LoadU32(b.qh)), _mm256_set1_epi8(0x10));
-  return MulSumU8I8(_mm256_or_si256(Nibbles32(b.qs), high), Load256(y.qs));
-}
-
-template <typename Block, __m256i (*Sum)(const Block&, const BlockQ8_1&)>
-ARBITER_AVX2 inline float DotWithMin32(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  const auto* b = reinterpret_cast<const Block*>(w);
-  const auto* y = reinterpret_cast<const BlockQ8_1*>(xa);
-  const int64_t nb = n / kQK;
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   float mins = 0;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m256 s0 = _mm256_cvtepi32_ps(Sum(b[i], y[i]));
-    const __m256 s1 = _mm256_cvtepi32_ps(Sum(b[i + 1], y[i + 1]));
-    a0 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * Half(y[i].d)), s0, a0);
-    a1 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i + 1].d) * Half(y[i + 1].d)), s1, a1);
-    mins += Half(b[i].m) * Half(y[i].s) + Half(b[i + 1].m) * Half(y[i + 1].s);
+  for (; i < nb; ++i) {
+    const uint8_t* b = w + i * kB;
+    const __m256i s = BlockSum32<kKind>(b, xa + i * kX);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b) * p.dx[i]), _mm256_cvtepi32_ps(s), acc0);
+    if constexpr (kAux) mins += Half(b + kAuxAt) * p.sx[i];
   }
-  if (i < nb) {
-    a0 = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * Half(y[i].d)),
-                         _mm256_cvtepi32_ps(Sum(b[i], y[i])), a0);
-    mins += Half(b[i].m) * Half(y[i].s);
-  }
-  return Hsum(_mm256_add_ps(a0, a1)) + mins;
+  if constexpr (kAux) mins += Hsum(acc_m);
+  if constexpr (!kMins && kAux) mins = -mins;
+  return Hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))) + mins;
 }
 
-ARBITER_AVX2 float DotQ4_1(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  return DotWithMin32<BlockQ4_1, BlockQ4_1Sum>(w, xa, n);
-}
-ARBITER_AVX2 float DotQ5_1(const uint8_t* w, const uint8_t* xa, int64_t n) {
-  return DotWithMin32<BlockQ5_1, BlockQ5_1Sum>(w, xa, n);
+template <Kind32 kKind>
+ARBITER_AVX2 void Rows32(const uint8_t* w, size_t row_bytes, int64_t n, const void* xa,
+                         int64_t rows, float* y, bool accumulate) {
+  const auto* x = static_cast<const uint8_t*>(xa);
+  const int64_t nb = n / kQK;
+  const Prepared32 p = Prepare32<kKind>(x, nb);
+  for (int64_t r = 0; r < rows; ++r, w += row_bytes) {
+    const float dot = DotRow32<kKind>(w, x, nb, p);
+    y[r] = accumulate ? y[r] + dot : dot;
+  }
 }
 
-// Q4_K/Q5_K: unpacks the 6-bit scales and mins (UnpackScalesMinsK4 on
-// 32-bit words) to i16: lanes 0-7 the scales, 8-15 the mins.
+// Q4_K/Q5_K: the 6-bit scales and mins (UnpackScalesMinsK4 on 32-bit
+// words, in vector registers) as i16: lanes 0-7 the scales, 8-15 the mins.
+// Reads 16 bytes from `packed` (the 12 scale bytes and 4 quant bytes).
 ARBITER_AVX2 inline __m256i ScalesMinsK4(const uint8_t* packed) {
-  const uint32_t u0 = LoadU32(packed), u1 = LoadU32(packed + 4), u2 = LoadU32(packed + 8);
-  const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
-  return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
-                                             static_cast<int>(m_lo), static_cast<int>(m_hi)));
+  const __m128i v = Load128(packed);                         // dwords u0, u1, u2, (quants)
+  const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x3f));  // sc0-3, m0-3
+  const __m128i u2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
+  const __m128i nib =
+      _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
+  const __m128i top = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));
+  const __m128i hi = _mm_or_si128(nib, top);  // sc4-7, m4-7
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(lo, hi));
 }
 
 // Σ_j m_j·(bsum_2j + bsum_2j+1), as 4 × i32.
@@ -367,9 +348,11 @@ ARBITER_AVX2 inline float DotK4(const uint8_t* w, const uint8_t* xa, int64_t n) 
     // Q4_K and Q5_K share d, dmin and scales at the same offsets.
     const auto& b = *reinterpret_cast<const BlockQ4_K*>(w);
     const uint8_t* qs = kFiveBits ? reinterpret_cast<const BlockQ5_K*>(w)->qs : b.qs;
-    const float dy = LoadF32(y[i].d);
+    // [d·d_x, dmin·d_x] from the two adjacent f16s.
+    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(LoadU32(b.d)))),
+                                 _mm_set1_ps(LoadF32(y[i].d)));
     const __m256i sm = ScalesMinsK4(b.scales);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(Half(b.dmin) * dy), _mm_cvtepi32_ps(MinsTerm(sm, y[i])), acc_m);
+    acc_m = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(MinsTerm(sm, y[i])), acc_m);
     const __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
     __m256i hbits = kFiveBits ? Load256(reinterpret_cast<const BlockQ5_K*>(w)->qh) : __m256i{};
     __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
@@ -385,10 +368,12 @@ ARBITER_AVX2 inline float DotK4(const uint8_t* w, const uint8_t* xa, int64_t n) 
       }
       const __m256i p0 = _mm256_maddubs_epi16(lo, Load256(y[i].qs + 64 * c));
       const __m256i p1 = _mm256_maddubs_epi16(hi, Load256(y[i].qs + 64 * c + 32));
-      sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c))));
-      sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c + 1))));
+      sum0 = _mm256_add_epi32(
+          sum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c))));
+      sum1 = _mm256_add_epi32(
+          sum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c + 1))));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(b.d) * dy),
+    acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd),
                           _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
   }
   return Hsum(acc) - Hsum128(acc_m);
@@ -433,13 +418,19 @@ ARBITER_AVX2 float DotQ6_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
       const __m256i p1 = _mm256_maddubs_epi16(q1, Load256(yq + 32));
       const __m256i p2 = _mm256_maddubs_epi16(q2, Load256(yq + 64));
       const __m256i p3 = _mm256_maddubs_epi16(q3, Load256(yq + 96));
-      sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0))));
-      sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1))));
-      sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p2, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2))));
-      sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p3, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3))));
+      sum0 = _mm256_add_epi32(sum0,
+                              _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0))));
+      sum1 = _mm256_add_epi32(sum1,
+                              _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1))));
+      sum0 = _mm256_add_epi32(sum0,
+                              _mm256_madd_epi16(p2, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2))));
+      sum1 = _mm256_add_epi32(sum1,
+                              _mm256_madd_epi16(p3, _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3))));
     }
-    const __m256i total = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(offset, 5));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * LoadF32(y[i].d)), _mm256_cvtepi32_ps(total), acc);
+    const __m256i total =
+        _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(offset, 5));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(b[i].d) * LoadF32(y[i].d)), _mm256_cvtepi32_ps(total),
+                          acc);
   }
   return Hsum(acc);
 }
@@ -452,7 +443,8 @@ ARBITER_AVX2 float DotQ8_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
     __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
     for (int c = 0; c < 8; c += 2) {
       sum0 = _mm256_add_epi32(sum0, MulSumI8(Load256(b[i].qs + 32 * c), Load256(y[i].qs + 32 * c)));
-      sum1 = _mm256_add_epi32(sum1, MulSumI8(Load256(b[i].qs + 32 * c + 32), Load256(y[i].qs + 32 * c + 32)));
+      sum1 = _mm256_add_epi32(
+          sum1, MulSumI8(Load256(b[i].qs + 32 * c + 32), Load256(y[i].qs + 32 * c + 32)));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(LoadF32(b[i].d) * LoadF32(y[i].d)),
                           _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
@@ -470,142 +462,6 @@ ARBITER_AVX2 void Rows(const uint8_t* w, size_t row_bytes, int64_t n, const void
   }
 }
 
-// --- Dequantizers (bit-identical to quant_reference.cc) ------------------------
-
-// out[0..32) = float(q_j) · d for 32 signed bytes q.
-ARBITER_AVX2 inline void StoreScaled32(__m256i q, __m256 d, float* out) {
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
-  _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
-  _mm256_storeu_ps(out + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
-  _mm256_storeu_ps(out + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
-}
-// out[0..32) = float(q_j) · d + m.
-ARBITER_AVX2 inline void StoreScaledPlus32(__m256i q, __m256 d, __m256 m, float* out) {
-  StoreScaled32(q, d, out);
-  for (int k = 0; k < 32; k += 8) _mm256_storeu_ps(out + k, _mm256_add_ps(_mm256_loadu_ps(out + k), m));
-}
-// out[0..32) = float(q_j) · d − m (the K-quants' order: d·q first).
-ARBITER_AVX2 inline void StoreScaledMinus32(__m256i q, __m256 d, __m256 m, float* out) {
-  StoreScaled32(q, d, out);
-  for (int k = 0; k < 32; k += 8) _mm256_storeu_ps(out + k, _mm256_sub_ps(_mm256_loadu_ps(out + k), m));
-}
-
-ARBITER_AVX2 void DequantF16(const uint8_t* row, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, LoadF16x8(row + 2 * i));
-  for (; i < n; ++i) out[i] = _cvtsh_ss(LoadU16(row + 2 * i));
-}
-ARBITER_AVX2 void DequantBF16(const uint8_t* row, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, LoadBf16x8(row + 2 * i));
-  for (; i < n; ++i) out[i] = Bf16ToFloat(LoadU16(row + 2 * i));
-}
-ARBITER_AVX2 void DequantQ4_0(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
-  for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    StoreScaled32(_mm256_sub_epi8(Nibbles32(b[i].qs), _mm256_set1_epi8(8)), _mm256_set1_ps(Half(b[i].d)), out);
-  }
-}
-ARBITER_AVX2 void DequantQ4_1(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ4_1*>(row);
-  for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    StoreScaledPlus32(Nibbles32(b[i].qs), _mm256_set1_ps(Half(b[i].d)), _mm256_set1_ps(Half(b[i].m)), out);
-  }
-}
-ARBITER_AVX2 void DequantQ5_0(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ5_0*>(row);
-  for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    const __m256i high = _mm256_andnot_si256(BitsToBytes(LoadU32(b[i].qh)), _mm256_set1_epi8(static_cast<char>(0xF0)));
-    StoreScaled32(_mm256_or_si256(Nibbles32(b[i].qs), high), _mm256_set1_ps(Half(b[i].d)), out);
-  }
-}
-ARBITER_AVX2 void DequantQ5_1(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ5_1*>(row);
-  for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    const __m256i high = _mm256_and_si256(BitsToBytes(LoadU32(b[i].qh)), _mm256_set1_epi8(0x10));
-    StoreScaledPlus32(_mm256_or_si256(Nibbles32(b[i].qs), high), _mm256_set1_ps(Half(b[i].d)),
-                      _mm256_set1_ps(Half(b[i].m)), out);
-  }
-}
-ARBITER_AVX2 void DequantQ8_0(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
-  for (int64_t i = 0; i < n / kQK; ++i, out += kQK) {
-    StoreScaled32(Load256(b[i].qs), _mm256_set1_ps(Half(b[i].d)), out);
-  }
-}
-
-template <bool kFiveBits>
-ARBITER_AVX2 inline void DequantK4(const uint8_t* row, int64_t n, float* out) {
-  constexpr size_t kBlockBytes = kFiveBits ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
-  for (int64_t i = 0; i < n / kQKK; ++i, row += kBlockBytes) {
-    const auto& b = *reinterpret_cast<const BlockQ4_K*>(row);
-    const uint8_t* qs = kFiveBits ? reinterpret_cast<const BlockQ5_K*>(row)->qs : b.qs;
-    __m256i hbits = kFiveBits ? Load256(reinterpret_cast<const BlockQ5_K*>(row)->qh) : __m256i{};
-    const float d = Half(b.d), dmin = Half(b.dmin);
-    uint8_t sc[8], m[8];
-    UnpackScalesMinsK4(b.scales, sc, m);
-    for (int c = 0; c < 4; ++c, out += 64) {
-      const __m256i q = Load256(qs + 32 * c);
-      __m256i lo = _mm256_and_si256(q, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      if constexpr (kFiveBits) {
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-        hbits = _mm256_srli_epi16(hbits, 2);
-      }
-      StoreScaledMinus32(lo, _mm256_set1_ps(d * sc[2 * c]), _mm256_set1_ps(dmin * m[2 * c]), out);
-      StoreScaledMinus32(hi, _mm256_set1_ps(d * sc[2 * c + 1]), _mm256_set1_ps(dmin * m[2 * c + 1]),
-                         out + 32);
-    }
-  }
-}
-ARBITER_AVX2 void DequantQ4_K(const uint8_t* row, int64_t n, float* out) { DequantK4<false>(row, n, out); }
-ARBITER_AVX2 void DequantQ5_K(const uint8_t* row, int64_t n, float* out) { DequantK4<true>(row, n, out); }
-
-ARBITER_AVX2 void DequantQ6_K(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bits45 = _mm256_set1_epi8(0x30);
-  const __m256i k32 = _mm256_set1_epi8(32);
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    const float d = Half(b[i].d);
-    for (int h = 0; h < 2; ++h, out += 128) {
-      const __m256i qla = Load256(b[i].ql + 64 * h);
-      const __m256i qlb = Load256(b[i].ql + 64 * h + 32);
-      const __m256i qh = Load256(b[i].qh + 32 * h);
-      __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(qla, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-      q[1] = _mm256_or_si256(_mm256_and_si256(qlb, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4), _mm256_and_si256(qh, bits45));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
-                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-      const int8_t* sc = b[i].scales + 8 * h;
-      for (int k = 0; k < 4; ++k) {
-        const __m256i v = _mm256_sub_epi8(q[k], k32);
-        const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-        const __m256 d0 = _mm256_set1_ps(d * static_cast<float>(sc[2 * k]));
-        const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(sc[2 * k + 1]));
-        float* o = out + 32 * k;
-        _mm256_storeu_ps(o, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-        _mm256_storeu_ps(o + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
-        _mm256_storeu_ps(o + 16, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-        _mm256_storeu_ps(o + 24, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-      }
-    }
-  }
-}
-
-ARBITER_AVX2 void DequantQ8_K(const uint8_t* row, int64_t n, float* out) {
-  const auto* b = reinterpret_cast<const BlockQ8_K*>(row);
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    const __m256 d = _mm256_set1_ps(LoadF32(b[i].d));
-    for (int c = 0; c < 8; ++c, out += 32) StoreScaled32(Load256(b[i].qs + 32 * c), d, out);
-  }
-}
-
 }  // namespace
 
 void FillAvx2Kernels(KernelTable* t) {
@@ -615,26 +471,16 @@ void FillAvx2Kernels(KernelTable* t) {
   t->dot_rows[Slot(GgmlType::kF32)] = Rows<DotF32>;
   t->dot_rows[Slot(GgmlType::kF16)] = Rows<DotF16>;
   t->dot_rows[Slot(GgmlType::kBF16)] = Rows<DotBF16>;
-  t->dot_rows[Slot(GgmlType::kQ4_0)] = Rows<DotQ4_0>;
-  t->dot_rows[Slot(GgmlType::kQ4_1)] = Rows<DotQ4_1>;
-  t->dot_rows[Slot(GgmlType::kQ5_0)] = Rows<DotQ5_0>;
-  t->dot_rows[Slot(GgmlType::kQ5_1)] = Rows<DotQ5_1>;
-  t->dot_rows[Slot(GgmlType::kQ8_0)] = Rows<DotQ8_0>;
+  t->dot_rows[Slot(GgmlType::kQ4_0)] = Rows32<Kind32::kQ4_0>;
+  t->dot_rows[Slot(GgmlType::kQ4_1)] = Rows32<Kind32::kQ4_1>;
+  t->dot_rows[Slot(GgmlType::kQ5_0)] = Rows32<Kind32::kQ5_0>;
+  t->dot_rows[Slot(GgmlType::kQ5_1)] = Rows32<Kind32::kQ5_1>;
+  t->dot_rows[Slot(GgmlType::kQ8_0)] = Rows32<Kind32::kQ8_0>;
   t->dot_rows[Slot(GgmlType::kQ4_K)] = Rows<DotQ4_K>;
   t->dot_rows[Slot(GgmlType::kQ5_K)] = Rows<DotQ5_K>;
   t->dot_rows[Slot(GgmlType::kQ6_K)] = Rows<DotQ6_K>;
   t->dot_rows[Slot(GgmlType::kQ8_K)] = Rows<DotQ8_K>;
-  t->dequantize_row[Slot(GgmlType::kF16)] = DequantF16;
-  t->dequantize_row[Slot(GgmlType::kBF16)] = DequantBF16;
-  t->dequantize_row[Slot(GgmlType::kQ4_0)] = DequantQ4_0;
-  t->dequantize_row[Slot(GgmlType::kQ4_1)] = DequantQ4_1;
-  t->dequantize_row[Slot(GgmlType::kQ5_0)] = DequantQ5_0;
-  t->dequantize_row[Slot(GgmlType::kQ5_1)] = DequantQ5_1;
-  t->dequantize_row[Slot(GgmlType::kQ8_0)] = DequantQ8_0;
-  t->dequantize_row[Slot(GgmlType::kQ4_K)] = DequantQ4_K;
-  t->dequantize_row[Slot(GgmlType::kQ5_K)] = DequantQ5_K;
-  t->dequantize_row[Slot(GgmlType::kQ6_K)] = DequantQ6_K;
-  t->dequantize_row[Slot(GgmlType::kQ8_K)] = DequantQ8_K;
+  avx2::FillAvx2Dequantizers(t);
 }
 
 }  // namespace arbiter::engine_internal::quant

@@ -1,7 +1,8 @@
 // engine/internal/quant_internal.h — what the files of the quantized kernels
-// (quant.cc, quant_reference.cc, quant_scalar.cc, quant_avx2.cc) share: the
-// ggml block layouts as byte offsets, f16/bf16 decoding, and the per-path
-// kernel tables that quant.cc dispatches through.
+// (quant.cc, quant_reference.cc, quant_kquants.cc, quant_scalar.cc, the AVX2
+// files) share: the ggml block layouts as byte offsets, f16/bf16 decoding,
+// the quantizer helpers, and the per-path kernel tables that quant.cc
+// dispatches through.
 //
 // Blocks are read through byte pointers (every struct here has alignment 1):
 // a row of 18-byte Q4_0 blocks or 292-byte Q8_K blocks is not aligned for
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -25,7 +27,7 @@ inline constexpr int kQK = 32;    // elements of the 32-element block types
 inline constexpr int kQKK = 256;  // elements of a K-quant super-block
 
 struct BlockQ4_0 {
-  uint8_t d[2];  // f16 scale
+  uint8_t d[2];    // f16 scale
   uint8_t qs[16];  // element j: low nibble of qs[j]; element j + 16: high nibble
 };
 struct BlockQ4_1 {
@@ -85,8 +87,8 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 &&
-              sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+              sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 &&
+              sizeof(BlockQ8_K) == 292);
 
 inline uint16_t LoadU16(const uint8_t* p) {
   uint16_t v;
@@ -118,7 +120,23 @@ inline float HalfToFloat(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 inline float HalfToFloat(const uint8_t* p) { return HalfToFloat(LoadU16(p)); }
-inline float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+// The same without branches, for loops the compiler should vectorize (the
+// scalar path's f16 dot): the f16 exponent and mantissa are placed in an
+// f32 and scaled by 2^112, which rebiases the exponent (15 → 127) and turns
+// f16 subnormals (f32 subnormals here) into exact f32 normals; inf/NaN are
+// selected apart. Equal to HalfToFloat for every input (quant_test.cc), as
+// long as subnormal inputs are not flushed (no DAZ; the engine never sets it).
+inline float HalfToFloatBranchless(uint16_t h) {
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t finite = std::bit_cast<uint32_t>(std::bit_cast<float>(em) * 0x1p112f);
+  const uint32_t special = 0u - static_cast<uint32_t>(em >= (0x7c00u << 13));  // all ones: inf/NaN
+  const uint32_t bits = ((em | 0x7f800000u) & special) | (finite & ~special);
+  return std::bit_cast<float>(bits | sign);
+}
+inline float Bf16ToFloat(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 // The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block (ggml's
 // get_scale_min_k4, for all j at once): sub-blocks 0-3 keep their scale and
@@ -141,6 +159,44 @@ inline void PackScalesMinsK4(const uint8_t sc[8], const uint8_t m[8], uint8_t* p
     packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
   }
 }
+
+// ---------------------------------------------------------------------------
+// Quantizer helpers (quant_reference.cc, quant_kquants.cc).
+
+// v rounded half to even and clamped to [lo, hi] — clamped as a float
+// first, so a huge quotient (a tiny scale) never overflows the int.
+inline int RoundClamp(double v, int lo, int hi) {
+  if (!(v > lo)) return lo;  // also NaN
+  if (v >= hi) return hi;
+  return static_cast<int>(std::nearbyint(v));
+}
+
+// The value of largest magnitude (the first, on ties) and its magnitude.
+inline void SignedAbsMax(const float* x, int n, float* max, float* amax) {
+  *max = 0;
+  *amax = 0;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > *amax) {
+      *amax = std::fabs(x[j]);
+      *max = x[j];
+    }
+  }
+}
+
+// min and max of x[0, n). REQUIRES: n ≥ 1.
+inline void MinMax(const float* x, int n, float* min, float* max) {
+  *min = x[0];
+  *max = x[0];
+  for (int j = 1; j < n; ++j) {
+    *min = std::min(*min, x[j]);
+    *max = std::max(*max, x[j]);
+  }
+}
+
+// The K-quant reference quantizers (quant_kquants.cc): n floats → one row.
+void QuantizeRowQ4_K(const float* x, int64_t n, uint8_t* out);
+void QuantizeRowQ5_K(const float* x, int64_t n, uint8_t* out);
+void QuantizeRowQ6_K(const float* x, int64_t n, uint8_t* out);
 
 // ---------------------------------------------------------------------------
 // Kernel tables. One per path; quant.cc picks the active one.

@@ -93,7 +93,8 @@ float DotF16(const uint8_t* w, const uint8_t* xa, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += HalfToFloat(w + 2 * (i + l)) * x[i + l];
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += HalfToFloatBranchless(LoadU16(w + 2 * (i + l))) * x[i + l];
   }
   float s = 0;
   for (int l = 0; l < kLanes; ++l) s += acc[l];
@@ -284,8 +285,8 @@ float DotQ8_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
 }
 
 template <float (*RowDot)(const uint8_t*, const uint8_t*, int64_t)>
-void RowsLoop(const uint8_t* w, size_t row_bytes, int64_t n, const void* xa, int64_t rows,
-              float* y, bool accumulate) {
+void RowsLoop(const uint8_t* w, size_t row_bytes, int64_t n, const void* xa, int64_t rows, float* y,
+              bool accumulate) {
   const auto* x = static_cast<const uint8_t*>(xa);
   for (int64_t r = 0; r < rows; ++r, w += row_bytes) {
     const float dot = RowDot(w, x, n);

@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -67,11 +70,17 @@ std::vector<uint8_t> RandomRow(GgmlType type, int64_t n, std::mt19937& rng) {
         std::memcpy(p, &v, 4);
         break;
       }
-      case GgmlType::kF16: StoreU16(p, F32ToF16(nd(rng))); break;
-      case GgmlType::kBF16: StoreU16(p, F32ToBF16(nd(rng))); break;
+      case GgmlType::kF16:
+        StoreU16(p, F32ToF16(nd(rng)));
+        break;
+      case GgmlType::kBF16:
+        StoreU16(p, F32ToBF16(nd(rng)));
+        break;
       case GgmlType::kQ4_0:
       case GgmlType::kQ5_0:
-      case GgmlType::kQ8_0: StoreU16(p, RandomHalf(rng, -0.1f, 0.1f)); break;
+      case GgmlType::kQ8_0:
+        StoreU16(p, RandomHalf(rng, -0.1f, 0.1f));
+        break;
       case GgmlType::kQ4_1:
       case GgmlType::kQ5_1:
         StoreU16(p, RandomHalf(rng, -0.1f, 0.1f));
@@ -82,13 +91,16 @@ std::vector<uint8_t> RandomRow(GgmlType type, int64_t n, std::mt19937& rng) {
         StoreU16(p, RandomHalf(rng, 0.0f, 0.01f));
         StoreU16(p + 2, RandomHalf(rng, 0.0f, 0.01f));
         break;
-      case GgmlType::kQ6_K: StoreU16(p + 208, RandomHalf(rng, -0.01f, 0.01f)); break;
+      case GgmlType::kQ6_K:
+        StoreU16(p + 208, RandomHalf(rng, -0.01f, 0.01f));
+        break;
       case GgmlType::kQ8_K: {
         const float d = std::uniform_real_distribution<float>(-0.01f, 0.01f)(rng);
         std::memcpy(p, &d, 4);
         break;
       }
-      default: ADD_FAILURE() << "no random rows of " << GgmlTypeName(type);
+      default:
+        ADD_FAILURE() << "no random rows of " << GgmlTypeName(type);
     }
   }
   return row;
@@ -182,7 +194,8 @@ class QuantKernelTest : public ::testing::TestWithParam<TypePath> {
         double dot, scale;
         ReferenceDot(Dequant(type_, row, n), a.values, &dot, &scale);
         const double want = (accumulate ? y0[r - r0 + 1] : 0.0) + dot;
-        const double tol = 2e-6 * scale + MinRoundingAllowance(type_, row, a, n) + 1e-6 * std::fabs(want) + 1e-30;
+        const double tol =
+            2e-6 * scale + MinRoundingAllowance(type_, row, a, n) + 1e-6 * std::fabs(want) + 1e-30;
         EXPECT_NEAR(y[r - r0 + 1], want, tol)
             << what << " row " << r << " accumulate " << accumulate << " (scale " << scale << ")";
       }
@@ -198,9 +211,14 @@ TEST_P(QuantKernelTest, DotRowsMatchesReferenceOnRandomBlocks) {
   std::mt19937 rng(static_cast<uint32_t>(type_) * 31 + 1);
   const int64_t be = BlockElems(type_);
   // One block, many blocks, and (block size 1) lengths that leave tails.
-  std::vector<int64_t> lengths = {be == 1 ? 32 : be, be == 1 ? 512 : 16 * std::max<int64_t>(be, 32)};
+  std::vector<int64_t> lengths = {be == 1 ? 32 : be,
+                                  be == 1 ? 512 : 16 * std::max<int64_t>(be, 32)};
   if (be == 1) lengths.insert(lengths.end(), {1, 7, 37, 515});
-  if (be == 32) lengths.push_back(3 * 32);  // an odd block count
+  if (be == 32) {  // AVX2 works in groups of 8 blocks: none, and one plus a tail
+    lengths.push_back(3 * 32);
+    lengths.push_back(11 * 32);
+  }
+  if (be == 256) lengths.push_back(3 * 256);
   for (int64_t n : lengths) {
     const int64_t rows = 5;
     std::vector<uint8_t> w;
@@ -225,7 +243,8 @@ TEST_P(QuantKernelTest, DotRowsEdgeCases) {
   if (be > 1) {
     const size_t d_at = type_ == GgmlType::kQ6_K ? 208 : 0;
     std::memset(zero_scale.data() + d_at, 0, type_ == GgmlType::kQ8_K ? 4 : 2);
-    if (type_ == GgmlType::kQ4_K || type_ == GgmlType::kQ5_K) std::memset(zero_scale.data() + 2, 0, 2);
+    if (type_ == GgmlType::kQ4_K || type_ == GgmlType::kQ5_K)
+      std::memset(zero_scale.data() + 2, 0, 2);
   }
   // Rows 2 and 3: every quant field at its minimum (all bits 0) and maximum
   // (all bits 1), scales kept.
@@ -239,16 +258,29 @@ TEST_P(QuantKernelTest, DotRowsEdgeCases) {
         std::memset(h + from, 0xFF, to - from);
       };
       switch (type_) {
-        case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ8_0: fill(2, bb); break;
-        case GgmlType::kQ4_1: case GgmlType::kQ5_1: fill(4, bb); break;
-        case GgmlType::kQ4_K: case GgmlType::kQ5_K: fill(16, bb); break;  // scales too: 0 and 63
-        case GgmlType::kQ6_K: fill(0, 192); break;
+        case GgmlType::kQ4_0:
+        case GgmlType::kQ5_0:
+        case GgmlType::kQ8_0:
+          fill(2, bb);
+          break;
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ5_1:
+          fill(4, bb);
+          break;
+        case GgmlType::kQ4_K:
+        case GgmlType::kQ5_K:
+          fill(16, bb);
+          break;  // scales too: 0 and 63
+        case GgmlType::kQ6_K:
+          fill(0, 192);
+          break;
         case GgmlType::kQ8_K: {  // −128 and 127 (0xFF would be −1)
           std::memset(l + 4, 0x80, 256);
           std::memset(h + 4, 0x7F, 256);
           break;
         }
-        default: break;
+        default:
+          break;
       }
       if (type_ == GgmlType::kQ8_0) {
         std::memset(l + 2, 0x80, 32);
@@ -283,7 +315,8 @@ TEST_P(QuantKernelTest, DotRowsEdgeCases) {
 TEST_P(QuantKernelTest, DequantizeRowsEqualsReferenceBitForBit) {
   std::mt19937 rng(static_cast<uint32_t>(type_) + 5);
   const int64_t be = BlockElems(type_);
-  for (int64_t n : {be == 1 ? int64_t{37} : be, be == 1 ? int64_t{512} : 8 * std::max<int64_t>(be, 32)}) {
+  for (int64_t n :
+       {be == 1 ? int64_t{37} : be, be == 1 ? int64_t{512} : 8 * std::max<int64_t>(be, 32)}) {
     const int64_t rows = 4;
     std::vector<uint8_t> w;
     for (int64_t r = 0; r < rows; ++r) {
@@ -306,7 +339,7 @@ TEST_P(QuantKernelTest, ActivationsAreIdenticalOnEveryPath) {
   std::mt19937 rng(3);
   const int64_t n = 1024;
   std::vector<float> x = RandomFloats(n, rng, 0.01f);
-  for (int64_t i = 0; i < 32; ++i) x[i] = 0;                              // an all-zero block
+  for (int64_t i = 0; i < 32; ++i) x[i] = 0;                             // an all-zero block
   for (int64_t i = 256; i < 288; ++i) x[i] = static_cast<float>(i % 5);  // ties at .5 steps
   const Activation here = Prepare(type_, x);
   Activation scalar;
@@ -332,7 +365,8 @@ TEST_P(QuantKernelTest, ActivationsAreIdenticalOnEveryPath) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t blk = ActivationType(type_) == GgmlType::kQ8_K ? 256 : 32;
     float amax = 0;
-    for (int64_t j = i / blk * blk; j < (i / blk + 1) * blk; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int64_t j = i / blk * blk; j < (i / blk + 1) * blk; ++j)
+      amax = std::max(amax, std::fabs(x[j]));
     EXPECT_NEAR(here.values[i], x[i], amax / 127 * 0.57 + 1e-7 * amax) << i;
   }
 }
@@ -344,7 +378,8 @@ std::string TypePathName(const ::testing::TestParamInfo<TypePath>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantKernelTest,
                          ::testing::Combine(::testing::ValuesIn(kComputeTypes),
-                                            ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2)),
+                                            ::testing::Values(KernelPath::kScalar,
+                                                              KernelPath::kAvx2)),
                          TypePathName);
 
 // --- QuantizeRow ----------------------------------------------------------------
@@ -356,10 +391,10 @@ struct RoundTripBound {
   double max_rel_rms;
 };
 const RoundTripBound kRoundTrip[] = {
-    {GgmlType::kF32, 0.0},      {GgmlType::kF16, 2.5e-4},   {GgmlType::kBF16, 2e-3},
-    {GgmlType::kQ8_0, 0.0065},  {GgmlType::kQ8_1, 0.0065},  {GgmlType::kQ8_K, 0.0085},
-    {GgmlType::kQ4_0, 0.10},    {GgmlType::kQ4_1, 0.095},   {GgmlType::kQ5_0, 0.05},
-    {GgmlType::kQ5_1, 0.045},   {GgmlType::kQ4_K, 0.085},   {GgmlType::kQ5_K, 0.043},
+    {GgmlType::kF32, 0.0},     {GgmlType::kF16, 2.5e-4},  {GgmlType::kBF16, 2e-3},
+    {GgmlType::kQ8_0, 0.0065}, {GgmlType::kQ8_1, 0.0065}, {GgmlType::kQ8_K, 0.0085},
+    {GgmlType::kQ4_0, 0.10},   {GgmlType::kQ4_1, 0.095},  {GgmlType::kQ5_0, 0.05},
+    {GgmlType::kQ5_1, 0.045},  {GgmlType::kQ4_K, 0.085},  {GgmlType::kQ5_K, 0.043},
     {GgmlType::kQ6_K, 0.02},
 };
 
@@ -381,7 +416,8 @@ TEST_P(QuantizeRowTest, RoundTripErrorIsBounded) {
   const double rel = std::sqrt(se / sx);
   EXPECT_LE(rel, GetParam().max_rel_rms) << GgmlTypeName(type);
   RecordProperty("rel_rms_error", std::to_string(rel));
-  std::printf("[ round trip ] %-5s relative RMS error %.5f\n", std::string(GgmlTypeName(type)).c_str(), rel);
+  std::printf("[ round trip ] %-5s relative RMS error %.5f\n",
+              std::string(GgmlTypeName(type)).c_str(), rel);
 }
 
 TEST_P(QuantizeRowTest, ZerosAndEqualInputs) {
@@ -410,9 +446,12 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, QuantizeRowTest, ::testing::ValuesIn(kRoundTr
 TEST(QuantizeRowErrors, RejectsBadLengthsAndTypes) {
   std::vector<float> x(300, 1.0f);
   std::vector<uint8_t> out(4096);
-  EXPECT_EQ(QuantizeRow(GgmlType::kQ4_0, x.data(), 33, out.data()).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(QuantizeRow(GgmlType::kQ4_K, x.data(), 32, out.data()).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(QuantizeRow(GgmlType::kQ2_K, x.data(), 256, out.data()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeRow(GgmlType::kQ4_0, x.data(), 33, out.data()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeRow(GgmlType::kQ4_K, x.data(), 32, out.data()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeRow(GgmlType::kQ2_K, x.data(), 256, out.data()).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(QuantizeRow(GgmlType::kF16, x.data(), 3, out.data()).ok());
 }
 
@@ -435,6 +474,8 @@ TEST(QuantLayout, HalfToFloatIsExact) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float a = quant::HalfToFloat(static_cast<uint16_t>(h));
     const float b = F16ToF32(static_cast<uint16_t>(h));
+    const float c = quant::HalfToFloatBranchless(static_cast<uint16_t>(h));
+    EXPECT_EQ(std::memcmp(&a, &c, 4), 0) << h;  // NaN payloads too
     if (std::isnan(b)) {
       EXPECT_TRUE(std::isnan(a)) << h;
     } else {
@@ -454,7 +495,7 @@ TEST(QuantLayout, Q4_0AndQ5_0Nibbles) {
   EXPECT_EQ(v4[15], -8);
   EXPECT_EQ(v4[31], 0);
   uint8_t b5[22] = {};
-  quant::StoreU16(b5, 0x4000);  // d = 2
+  quant::StoreU16(b5, 0x4000);                 // d = 2
   const uint32_t qh = (1u << 3) | (1u << 20);  // 5th bit of elements 3 and 20
   std::memcpy(b5 + 2, &qh, 4);
   b5[6 + 3] = 0x02;  // element 3: (2 | 16) − 16 = 2; element 19: 0 − 16
