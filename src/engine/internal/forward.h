@@ -92,7 +92,7 @@ class ForwardScratch {
   // bytes() of ForwardScratch(d, batch, n_ctx, typed), without allocating it.
   static size_t BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed = false);
   // Floats of one dequantized prefill panel (rows × cols ≤ this).
-  static constexpr size_t kPanelFloats = size_t{1} << 17;  // 512 KiB
+  static constexpr size_t kPanelFloats = size_t{1} << 20;  // 4 MiB
 
   AlignedFloats x;       // [batch, hidden]      residual stream
   AlignedFloats xn;      // [batch, hidden]      normed input of a sub-layer
