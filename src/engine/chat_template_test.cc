@@ -111,5 +111,77 @@ TEST(EncodeChatTest, ContentCannotInjectTemplateTokens) {
   EXPECT_EQ(tok->Decode(ids), ApplyChatTemplate(ChatTemplateKind::kChatML, messages));
 }
 
+TEST(ChatTemplateTest, Llama2PutsTheSystemMessageInTheFirstInstruction) {
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kLlama2, kMessages),
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi! [/INST] Hello. </s>"
+            "<s>[INST] 2+2? [/INST]");
+  EXPECT_EQ(ChatEndOfTurnToken(ChatTemplateKind::kLlama2), "</s>");
+}
+
+TEST(ChatTemplateTest, Mistral) {
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kMistral, kMessages),
+            "<s>[INST] Be brief.\n\nHi! [/INST]Hello.</s>[INST] 2+2? [/INST]");
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kMistral, {{"user", "x"}}),
+            "<s>[INST] x [/INST]");
+}
+
+TEST(ChatTemplateTest, GemmaCallsTheAssistantModel) {
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kGemma, kMessages),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\n2+2?<end_of_turn>\n"
+            "<start_of_turn>model\n");
+  EXPECT_EQ(ChatEndOfTurnToken(ChatTemplateKind::kGemma), "<end_of_turn>");
+}
+
+TEST(ChatTemplateTest, Phi3) {
+  EXPECT_EQ(ApplyChatTemplate(ChatTemplateKind::kPhi3, kMessages),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi!<|end|>\n"
+            "<|assistant|>\nHello.<|end|>\n<|user|>\n2+2?<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(ChatEndOfTurnToken(ChatTemplateKind::kPhi3), "<|end|>");
+}
+
+// Fragments of each family's reference Jinja template.
+TEST(ChatTemplateTest, RecognizesEachFamilyFromItsTemplateText) {
+  EXPECT_EQ(RecognizeChatTemplate("{% for message in messages %}{{'<|im_start|>' + message['role'] "
+                                  "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"),
+            ChatTemplateKind::kChatML);
+  EXPECT_EQ(RecognizeChatTemplate("{{ '<|start_header_id|>' + message['role'] + "
+                                  "'<|end_header_id|>\\n\\n' }}"),
+            ChatTemplateKind::kLlama3);
+  EXPECT_EQ(RecognizeChatTemplate("{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+                                  "{% set content = '<<SYS>>\\n' + system_message %}"),
+            ChatTemplateKind::kLlama2);
+  EXPECT_EQ(RecognizeChatTemplate("{{ bos_token }}{{ '[INST] ' + message['content'] + ' [/INST]' }}"),
+            ChatTemplateKind::kMistral);
+  EXPECT_EQ(RecognizeChatTemplate("{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
+                                  "+ '<end_of_turn>\\n' }}"),
+            ChatTemplateKind::kGemma);
+  EXPECT_EQ(RecognizeChatTemplate("{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n'}}"),
+            ChatTemplateKind::kPhi3);
+  EXPECT_EQ(RecognizeChatTemplate("{{ messages | tojson }}"), std::nullopt);
+}
+
+TEST(ChatTemplateTest, NamesRoundTrip) {
+  for (ChatTemplateKind k : {ChatTemplateKind::kChatML, ChatTemplateKind::kLlama3,
+                             ChatTemplateKind::kLlama2, ChatTemplateKind::kMistral,
+                             ChatTemplateKind::kGemma, ChatTemplateKind::kPhi3}) {
+    Result<ChatTemplateKind> back = ParseChatTemplateName(ChatTemplateName(k));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, k);
+  }
+  Result<ChatTemplateKind> bad = ParseChatTemplateName("vicuna");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"phi3\""), std::string::npos);
+}
+
+TEST(ChatTemplateTest, TheStartOfTextTokenIsLeftOutWhenTheVocabularyLacksIt) {
+  std::unique_ptr<Tokenizer> t = WithSpecials({"[INST]", "</s>"});
+  const std::vector<int32_t> ids = EncodeChat(*t, ChatTemplateKind::kMistral, {{"user", "a"}});
+  // No "<s>" token: nothing of it is spelled out.
+  const std::string text = t->Decode(ids);
+  EXPECT_EQ(text.find("<s>"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace arbiter

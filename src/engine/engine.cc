@@ -191,6 +191,11 @@ EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<
     const int32_t id = tokenizer_->TokenId(t);
     if (id >= 0 && tokenizer_->IsSpecial(id)) eos_ids_.push_back(id);
   }
+  // The chat format's end of turn ends a generation too.
+  if (Result<ChatTemplateKind> kind = files_->chat_template(); kind.ok()) {
+    const int32_t id = tokenizer_->TokenId(ChatEndOfTurnToken(*kind));
+    if (id >= 0) eos_ids_.push_back(id);
+  }
   std::sort(eos_ids_.begin(), eos_ids_.end());
   eos_ids_.erase(std::unique(eos_ids_.begin(), eos_ids_.end()), eos_ids_.end());
 }
@@ -207,7 +212,7 @@ Result<EngineImpl::LeasedWeights> EngineImpl::AcquireWeights() const {
 }
 
 Result<ChatTemplateKind> EngineImpl::chat_template() const {
-  return DetectChatTemplate(*tokenizer_);
+  return files_->chat_template();
 }
 
 size_t EngineImpl::kv_bytes() const {

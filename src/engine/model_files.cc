@@ -6,6 +6,7 @@
 #include <fstream>
 #include <new>
 
+#include "arbiter/base/file.h"
 #include "arbiter/base/hash.h"
 #include "arbiter/formats/gguf.h"
 #include "arbiter/formats/gguf_tokenizer.h"
@@ -22,6 +23,11 @@ const ModelConfig& ModelFiles::config() const { return layout_->config; }
 const std::vector<WeightSpec>& ModelFiles::weight_specs() const { return layout_->buffers; }
 
 size_t ModelFiles::weight_bytes() const { return layout_->bytes(); }
+
+Result<ChatTemplateKind> ModelFiles::chat_template() const {
+  if (chat_template_) return *chat_template_;
+  return chat_template_error_;
+}
 
 uint64_t ModelFiles::WeightsDigestFor(std::string_view key) const {
   return WeightsDigest(key, layout_->buffers, files_token_);
@@ -45,6 +51,23 @@ uint64_t FilesToken(const std::vector<std::string>& paths) {
 }
 
 namespace {
+
+// Chooses the chat format of `files` (its tokenizer set) from the override
+// or `template_text`; an error only when one of them is given and fails.
+Status ChooseTemplate(const Tokenizer& tokenizer,
+                      const std::string& template_text, const ModelFilesOptions& options,
+                      const std::string& model, std::optional<ChatTemplateKind>* kind,
+                      Status* error) {
+  Result<ChatTemplateKind> chosen =
+      ChooseChatTemplate(tokenizer, template_text, options.chat_template);
+  if (chosen.ok()) {
+    *kind = *chosen;
+    return OkStatus();
+  }
+  if (options.chat_template || !template_text.empty()) return chosen.status().WithPrefix(model);
+  *error = chosen.status();  // no chat format: a completions-only model
+  return OkStatus();
+}
 
 // A GGUF file: a regular file whose first four bytes are "GGUF".
 bool IsGgufFile(const std::string& path) {
@@ -72,6 +95,13 @@ Result<std::shared_ptr<const ModelFiles>> ModelFilesAccess::Open(const std::stri
         ARBITER_ASSIGN_OR_RETURN(TokenizerJsonSpec spec, TokenizerSpecFromGguf(gguf));
         ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                                  Tokenizer::FromSpec(std::move(spec), model_dir));
+        std::string template_text;
+        if (gguf.FindValue("tokenizer.chat_template") != nullptr) {
+          ARBITER_ASSIGN_OR_RETURN(template_text, gguf.GetString("tokenizer.chat_template"));
+        }
+        ARBITER_RETURN_IF_ERROR(ChooseTemplate(*tokenizer, template_text, options,
+                                               model_dir, &files->chat_template_,
+                                               &files->chat_template_error_));
         files->tokenizer_ = std::move(tokenizer);
       }
       ARBITER_ASSIGN_OR_RETURN(ComputeLayout layout,
@@ -87,6 +117,17 @@ Result<std::shared_ptr<const ModelFiles>> ModelFilesAccess::Open(const std::stri
     if (with_tokenizer) {
       ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                                Tokenizer::Load(dir + "tokenizer.json"));
+      std::string template_text;
+      Result<std::string> config_text = ReadFile(dir + "tokenizer_config.json");
+      if (config_text.ok()) {
+        ARBITER_ASSIGN_OR_RETURN(
+            template_text, ParseChatTemplateField(*config_text, dir + "tokenizer_config.json"));
+      } else if (config_text.status().code() != StatusCode::kNotFound) {
+        return config_text.status();
+      }
+      ARBITER_RETURN_IF_ERROR(ChooseTemplate(*tokenizer, template_text, options,
+                                             model_dir, &files->chat_template_,
+                                             &files->chat_template_error_));
       files->tokenizer_ = std::move(tokenizer);
     }
     ARBITER_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));

@@ -17,6 +17,7 @@
 #include "arbiter/engine/engine.h"
 #include "tools/model_maker/model_maker.h"
 #include "arbiter/memory/device_backend.h"
+#include "arbiter/base/file.h"
 #include "arbiter/weights/weight_cache.h"
 #include "engine/internal/test_model.h"
 
@@ -155,6 +156,48 @@ TEST_F(ModelFilesTest, ErrorsNameTheFile) {
   EXPECT_EQ(Engine::Validate(dir_).code(), no_tokenizer.status().code());
   // The registration needs no tokenizer.
   EXPECT_TRUE(Engine::WeightModelFor(dir_, "tiny", Options()).ok());
+}
+
+// The chat format comes from tokenizer_config.json's chat_template; one of
+// no known family fails the open naming the override, which then works.
+TEST_F(ModelFilesTest, TheChatTemplateComesFromTheModelOrTheOverride) {
+  Result<std::shared_ptr<const ModelFiles>> plain = OpenModelFiles(dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  ASSERT_TRUE((*plain)->chat_template().ok());
+  EXPECT_EQ(*(*plain)->chat_template(), ChatTemplateKind::kChatML);
+
+  const std::string config = (fs::path(dir_) / "tokenizer_config.json").string();
+  ASSERT_TRUE(WriteFileAtomic(config, R"({"chat_template": "{{ '<|user|>' }}{{ '<|end|>' }}"})").ok());
+  Result<std::shared_ptr<const ModelFiles>> phi = OpenModelFiles(dir_);
+  // Phi-3's end of turn <|end|> is not in this tokenizer: still the model's
+  // family, rendered with the tokens it has.
+  ASSERT_TRUE(phi.ok()) << phi.status().ToString();
+  EXPECT_EQ(*(*phi)->chat_template(), ChatTemplateKind::kPhi3);
+
+  ASSERT_TRUE(WriteFileAtomic(config, R"({"chat_template": "{{ messages | tojson }}"})").ok());
+  Result<std::shared_ptr<const ModelFiles>> unknown = OpenModelFiles(dir_);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(unknown.status().message().find("[[models]] chat_template"), std::string::npos)
+      << unknown.status().message();
+  EXPECT_NE(unknown.status().message().find(dir_), std::string::npos);
+
+  Result<std::shared_ptr<const ModelFiles>> forced =
+      OpenModelFiles(dir_, ModelFilesOptions{.chat_template = ChatTemplateKind::kChatML});
+  ASSERT_TRUE(forced.ok()) << forced.status().ToString();
+  EXPECT_EQ(*(*forced)->chat_template(), ChatTemplateKind::kChatML);
+  // An override whose end-of-turn token the tokenizer lacks is refused.
+  Result<std::shared_ptr<const ModelFiles>> gemma =
+      OpenModelFiles(dir_, ModelFilesOptions{.chat_template = ChatTemplateKind::kGemma});
+  ASSERT_FALSE(gemma.ok());
+  EXPECT_NE(gemma.status().message().find("<end_of_turn>"), std::string::npos)
+      << gemma.status().message();
+
+  // No template at all: the special tokens decide, as before.
+  ASSERT_TRUE(fs::remove(config));
+  Result<std::shared_ptr<const ModelFiles>> tokens = OpenModelFiles(dir_);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  EXPECT_EQ(*(*tokens)->chat_template(), ChatTemplateKind::kChatML);
 }
 
 }  // namespace

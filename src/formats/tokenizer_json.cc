@@ -387,4 +387,29 @@ Result<TokenizerJsonSpec> LoadTokenizerJson(const std::string& path) {
   return ParseTokenizerJson(text, path);
 }
 
+Result<std::string> ParseChatTemplateField(std::string_view tokenizer_config_json,
+                                           const std::string& name) {
+  Json j = Json::parse(tokenizer_config_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return DataLossError(name + ": not a JSON object");
+  }
+  auto it = j.find("chat_template");
+  if (it == j.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    const Json* chosen = nullptr;
+    for (const Json& t : *it) {
+      if (!t.is_object() || !t.contains("template") || !t["template"].is_string()) {
+        return DataLossError(name + ": field \"chat_template\" must be a string or a list of "
+                                    "{\"name\", \"template\"} objects");
+      }
+      if (chosen == nullptr) chosen = &t;
+      if (t.contains("name") && t["name"] == "default") chosen = &t;
+    }
+    return chosen == nullptr ? std::string() : (*chosen)["template"].get<std::string>();
+  }
+  return DataLossError(name + ": field \"chat_template\" must be a string or a list of "
+                              "{\"name\", \"template\"} objects");
+}
+
 }  // namespace arbiter

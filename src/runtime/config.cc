@@ -498,9 +498,24 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
       }
       m.compute_f32 = dtype == "f32";
     }
+    if (t->get("chat_template") != nullptr) {
+      std::string name;
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "chat_template", p, &name));
+      Result<ChatTemplateKind> kind = ParseChatTemplateName(name);
+      if (!kind.ok()) {
+        return KeyError(p + "chat_template",
+                        fmt::format("one of \"chatml\", \"llama3\", \"llama2\", \"mistral\", "
+                                    "\"gemma\", \"phi3\" (got \"{}\")",
+                                    name));
+      }
+      if (m.capability != Capability::kText) {
+        return KeyError(p + "chat_template", "set only on text models");
+      }
+      m.chat_template = *kind;
+    }
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
-                 "residency", "system_prompt", "same_role", "compute_dtype"},
+                 "residency", "system_prompt", "same_role", "compute_dtype", "chat_template"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));
   }

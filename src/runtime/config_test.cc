@@ -217,6 +217,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "\"pinned_device\" (got \"pinned\")"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\ncompute_dtype = \"f16\"\n",
                   "[[models]][0].compute_dtype must be \"auto\" or \"f32\" (got \"f16\")"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nchat_template = \"vicuna\"\n",
+                  "[[models]][0].chat_template must be one of \"chatml\""},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
         BadConfig{"server = 5\n", "[server] must be a table"}));
 
@@ -314,6 +316,7 @@ name = "a"
 path = "/a"
 residency = "pinned_device"
 compute_dtype = "f32"
+chat_template = "gemma"
 [[models]]
 name = "b"
 path = "/b"
@@ -334,6 +337,8 @@ compute_dtype = "auto"
   EXPECT_EQ(c->models[1].residency, ResidencyState::kUnpinned);
   EXPECT_TRUE(c->models[0].compute_f32);
   EXPECT_FALSE(c->models[1].compute_f32);
+  EXPECT_EQ(c->models[0].chat_template, ChatTemplateKind::kGemma);
+  EXPECT_EQ(c->models[1].chat_template, std::nullopt);
 }
 
 TEST(Config, KvSection) {

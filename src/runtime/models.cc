@@ -38,7 +38,8 @@ Result<std::shared_ptr<const ModelFiles>> OpenEntryFiles(const ModelEntry& entry
         "model {} does not exist (a model directory or a .gguf file)", entry.path));
   }
   Result<std::shared_ptr<const ModelFiles>> files =
-      OpenModelFiles(entry.path, ModelFilesOptions{.compute_f32 = entry.compute_f32});
+      OpenModelFiles(entry.path, ModelFilesOptions{.compute_f32 = entry.compute_f32,
+                                                   .chat_template = entry.chat_template});
   if (!files.ok()) return files.status().WithPrefix(entry.path);
   return files;
 }

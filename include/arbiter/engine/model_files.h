@@ -26,11 +26,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "arbiter/engine/chat_template.h"
 #include "arbiter/engine/tokenizer.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/weights/weight_files.h"
@@ -63,6 +65,11 @@ class ModelFiles {
   // Engine::WeightModelFor documents) and their total size in bytes.
   const std::vector<WeightSpec>& weight_specs() const;
   size_t weight_bytes() const;
+  // The chat format the model is rendered in (ChooseChatTemplate at open:
+  // the override, the model's template text, or its special tokens);
+  // kFailedPrecondition when the model has none (a completions-only model).
+  // REQUIRES: opened by OpenModelFiles (with the tokenizer).
+  Result<ChatTemplateKind> chat_template() const;
   // WeightsDigest(key, weight_specs(), files_token()): the digest of the
   // registration Engine::WeightModelFor(*this, key, …) makes.
   uint64_t WeightsDigestFor(std::string_view key) const;
@@ -73,6 +80,8 @@ class ModelFiles {
 
   std::string dir_;
   std::shared_ptr<const Tokenizer> tokenizer_;  // null only for the internal headers-only open
+  std::optional<ChatTemplateKind> chat_template_;  // set when the model has a chat format
+  Status chat_template_error_;                     // why not, otherwise
   std::shared_ptr<const engine_internal::ComputeLayout> layout_;
   std::vector<std::string> weight_files_;
   uint64_t files_token_ = 0;
@@ -84,6 +93,9 @@ struct ModelFilesOptions {
   // "f32"`) instead of computing it in its stored type (F16, BF16 and the
   // GGUF block types; engine/internal/model_weights.h Note [Compute types]).
   bool compute_f32 = false;
+  // `[[models]] chat_template`: render chats in this family whatever the
+  // model's own template says.
+  std::optional<ChatTemplateKind> chat_template;
 };
 
 // Opens `model_dir`: parses config.json and tokenizer.json, reads the
@@ -94,6 +106,8 @@ struct ModelFilesOptions {
 // Errors name the file and the field or tensor: kNotFound (a missing file
 // or tensor), kDataLoss (a malformed file, a tensor of the wrong shape),
 // kUnimplemented (an unsupported architecture or tokenizer),
+// kFailedPrecondition (a chat template of no known family, or an override
+// whose tokens the tokenizer lacks: ChooseChatTemplate's errors),
 // kInvalidArgument (a config the forward pass cannot run),
 // kResourceExhausted (out of memory reading the headers).
 Result<std::shared_ptr<const ModelFiles>> OpenModelFiles(const std::string& model_dir,

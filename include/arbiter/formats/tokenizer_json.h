@@ -109,4 +109,12 @@ Result<TokenizerJsonSpec> ParseTokenizerJson(std::string_view json_text, const s
 // Reads and parses `path`. kNotFound when the file does not exist.
 Result<TokenizerJsonSpec> LoadTokenizerJson(const std::string& path);
 
+// The Jinja chat template of a tokenizer_config.json text: its
+// "chat_template" string, or, when that is a list of {"name", "template"}
+// (several templates), the one named "default" (else the first); "" when
+// the file has none. Errors: kDataLoss naming `name` and the field for
+// malformed JSON or a chat_template of another shape.
+Result<std::string> ParseChatTemplateField(std::string_view tokenizer_config_json,
+                                           const std::string& name);
+
 }  // namespace arbiter

@@ -29,7 +29,8 @@
 //             "pinned_system" | "pinned_device"), system_prompt (prefilled
 //             at load), same_role ("coexist" | "swap"; default [memory]'s),
 //             compute_dtype ("auto": matrices computed in their stored type |
-//             "f32": converted to f32 at load)
+//             "f32": converted to f32 at load), chat_template ("chatml" |
+//             "llama3" | "llama2" | "mistral" | "gemma" | "phi3")
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -51,6 +52,7 @@
 
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
+#include "arbiter/engine/chat_template.h"
 #include "arbiter/kv/cache_key.h"  // kKeepAliveStaleFraction
 #include "arbiter/weights/weight_cache.h"
 
@@ -191,6 +193,9 @@ struct ModelEntry {
   // compute_dtype = "f32": weight matrices converted to f32 at load instead
   // of computed in their stored type (ModelFilesOptions::compute_f32).
   bool compute_f32 = false;
+  // chat_template = "<family>": render chats in that family instead of the
+  // one the model's template or tokens give (ModelFilesOptions::chat_template).
+  std::optional<ChatTemplateKind> chat_template;
 };
 
 struct Config {
