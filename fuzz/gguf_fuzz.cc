@@ -15,6 +15,7 @@
 #include "arbiter/formats/inspect.h"
 #include "arbiter/formats/llama_tensors.h"
 #include "arbiter/formats/model_config.h"
+#include "model_config_checks.h"
 
 namespace {
 
@@ -53,18 +54,7 @@ void Touch(const GgufValue& v, int* budget) {
 }
 
 void CheckConfig(const arbiter::ModelConfig& c) {
-  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers <= 0 ||
-      c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
-      c.vocab_size <= 0 || c.max_position_embeddings <= 0) {
-    __builtin_trap();
-  }
-  if (c.num_attention_heads % c.num_key_value_heads != 0) __builtin_trap();
-  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) __builtin_trap();
-  if (c.rope_scaling.type != arbiter::RopeScalingType::kNone && !(c.rope_scaling.factor > 0)) {
-    __builtin_trap();
-  }
-  for (int id : c.bos_token_ids) if (id < 0) __builtin_trap();
-  for (int id : c.eos_token_ids) if (id < 0) __builtin_trap();
+  CheckModelConfigInvariants(c);
   if (c.num_hidden_layers <= 256) {  // a plan lists ~15 tensors per layer
     arbiter::LlamaTensorPlan plan = arbiter::PlanLlamaTensorsGguf(c);
     if (plan.tensors.empty() || !plan.has_lm_head) __builtin_trap();
