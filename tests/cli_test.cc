@@ -191,6 +191,48 @@ TEST_F(CliTest, GenerateJsonIsDeterministic) {
   EXPECT_TRUE(ja.contains("timings"));
 }
 
+// make-model --format gguf: one file that inspect lists and generate runs.
+TEST_F(CliTest, MakeModelGgufInspectsAndGenerates) {
+  const std::string path = (*dir_ / "gguf" / "tiny-q8_0.gguf").string();  // dir created
+  RunResult m =
+      RunArbiter("make-model --preset tiny --format gguf --dtype q8_0 --seed 3 --out " + path);
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  RunResult j = RunArbiter("inspect --json " + path);
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  auto doc = nlohmann::json::parse(j.output, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << j.output;
+  EXPECT_EQ(doc["format"], "gguf");
+  EXPECT_EQ(doc["config"]["hidden_size"], 64);
+  ASSERT_EQ(doc["tensors"].size(), 1u + 2u * 9u + 1u + 1u);  // as the safetensors tiny
+  for (const auto& t : doc["tensors"]) {
+    EXPECT_EQ(t["dtype"], t["shape"].size() == 2 ? "Q8_0" : "F32") << t.dump();
+  }
+  RunResult g =
+      RunArbiter("generate --model " + path + " --prompt Hello --max-tokens 4 --ignore-eos --json");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  auto gen = nlohmann::json::parse(g.output, nullptr, false);
+  ASSERT_FALSE(gen.is_discarded()) << g.output;
+  EXPECT_EQ(gen["output_ids"].size(), 4u);
+}
+
+TEST_F(CliTest, MakeModelRefusesDtypesItCannotWrite) {
+  // K-quants store rows in blocks of 256; tiny's rows are 64 long.
+  const std::string path = (*dir_ / "tiny-q4_k.gguf").string();
+  RunResult k = RunArbiter("make-model --preset tiny --format gguf --dtype q4_k --out " + path);
+  EXPECT_EQ(k.exit_code, 1) << k.output;
+  EXPECT_NE(k.output.find("blocks of 256"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("\"tiny\""), std::string::npos) << k.output;
+  EXPECT_FALSE(fs::exists(path));
+  // Block types are GGUF-only.
+  RunResult st =
+      RunArbiter("make-model --preset tiny --dtype q8_0 --out " + (*dir_ / "tiny-q8").string());
+  EXPECT_EQ(st.exit_code, 1) << st.output;
+  EXPECT_NE(st.output.find("--format gguf"), std::string::npos) << st.output;
+  RunResult bad = RunArbiter("make-model --preset tiny --format gguf --dtype q3_k --out " + path);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("q6_k"), std::string::npos) << bad.output;  // lists the types
+}
+
 TEST_F(CliTest, UnknownPresetFailsListingPresets) {
   RunResult r = RunArbiter("make-model --preset nope --out " + (*dir_ / "nope").string());
   EXPECT_NE(r.exit_code, 0);

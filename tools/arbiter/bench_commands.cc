@@ -121,7 +121,7 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   DecodeFlags& d = c.decode_flags;
   c.decode = bench->add_subcommand(
       "decode", "Decode/prefill throughput against the memory-bandwidth roofline");
-  c.decode->add_option("--model", d.model, "Model directory")->required();
+  c.decode->add_option("--model", d.model, "Model directory or .gguf file")->required();
   c.decode->add_option("--threads", d.threads, "BLAS threads (default: all hardware threads)")
       ->check(CLI::NonNegativeNumber);
   c.decode->add_option("--prompt-tokens", d.prompt_tokens, "Prompt length (default 512)")

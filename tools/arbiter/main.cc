@@ -2,9 +2,10 @@
 //
 //   arbiter serve [--config FILE] [--host H] [--port P] [--state-dir DIR]
 //                 [--budget SIZE] [--api-key KEY]
-//   arbiter make-model --preset NAME --out DIR [--seed N]
+//   arbiter make-model --preset NAME --out DIR|FILE.gguf [--seed N]
+//                      [--format safetensors|gguf] [--dtype TYPE]
 //   arbiter inspect PATH [--json]
-//   arbiter generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...]
+//   arbiter generate --model DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3) [...]
 //   arbiter bench decode|arbiter|weights|kv ...  (tools/arbiter/bench_commands.h)
 //   arbiter budget --arena SIZE [--fraction F] [--wiggle W] [--max-scratch SIZE]
 //                  [--pinned SIZE] [--json]
@@ -70,7 +71,8 @@ const char* GetEnv(const char* name) { return std::getenv(name); }
 
 // ---- make-model -------------------------------------------------------------
 
-Status MakeModelWithProgress(const std::string& preset, const std::string& out, uint64_t seed) {
+Status MakeModelWithProgress(const std::string& preset, const std::string& out,
+                             const MakeModelOptions& options) {
   std::string last_stage;
   int last_pct = -1;
   auto progress = [&](std::string_view stage, double fraction) {
@@ -81,23 +83,49 @@ Status MakeModelWithProgress(const std::string& preset, const std::string& out, 
       last_pct = pct;
     }
   };
-  std::fprintf(stderr, "making model \"%s\" (seed %llu) in %s\n", preset.c_str(),
-               static_cast<unsigned long long>(seed), out.c_str());
-  return MakeModel(preset, out, seed, progress);
+  std::fprintf(stderr, "making model \"%s\" (seed %llu%s%s) in %s\n", preset.c_str(),
+               static_cast<unsigned long long>(options.seed),
+               options.format == ModelFormat::kGguf ? ", gguf" : "",
+               options.dtype.empty() ? "" : (", " + options.dtype).c_str(), out.c_str());
+  return MakeModel(preset, out, options, progress);
 }
 
-int RunMakeModel(const std::string& preset, const std::string& out, uint64_t seed) {
-  if (ModelPresetDescription(preset).empty()) {
+Status MakeModelWithProgress(const std::string& preset, const std::string& out, uint64_t seed) {
+  MakeModelOptions options;
+  options.seed = seed;
+  return MakeModelWithProgress(preset, out, options);
+}
+
+struct MakeModelFlags {
+  std::string preset;
+  std::string out;
+  uint64_t seed = 0;
+  std::string format = "safetensors";
+  std::string dtype;
+};
+
+int RunMakeModel(const MakeModelFlags& flags) {
+  if (ModelPresetDescription(flags.preset).empty()) {
     std::string names;
     for (const std::string& p : ModelPresetNames()) {
       if (!names.empty()) names += ", ";
       names += p;
     }
-    return Fail(fmt::format("unknown preset \"{}\"; presets: {}", preset, names));
+    return Fail(fmt::format("unknown preset \"{}\"; presets: {}", flags.preset, names));
   }
-  Status s = MakeModelWithProgress(preset, out, seed);
+  MakeModelOptions options;
+  options.seed = flags.seed;
+  options.dtype = flags.dtype;
+  Result<ModelFormat> format = ParseModelFormat(flags.format);
+  if (!format.ok()) return Fail(format.status().message());
+  options.format = *format;
+  if (!options.dtype.empty()) {
+    Result<GgmlType> type = ParseModelDtype(options.dtype, options.format);
+    if (!type.ok()) return Fail(type.status().message());
+  }
+  Status s = MakeModelWithProgress(flags.preset, flags.out, options);
   if (!s.ok()) return Fail(s.message());
-  std::printf("wrote %s\n", out.c_str());
+  std::printf("wrote %s\n", flags.out.c_str());
   return 0;
 }
 
@@ -647,18 +675,31 @@ int main(int argc, char** argv) {
       "--api-key", serve.api_key,
       "Require 'Authorization: Bearer KEY' on /v1/*, /admin/* and /metrics");
 
-  std::string mm_preset, mm_out;
-  uint64_t mm_seed = 0;
+  MakeModelFlags mm;
   std::string presets;
   for (const std::string& p : ModelPresetNames()) {
     if (!presets.empty()) presets += ", ";
     presets += p;
   }
+  std::string float_dtypes, block_dtypes;
+  for (const std::string& n : ModelDtypeNames(ModelFormat::kGguf)) {
+    std::string& list = n[0] == 'q' ? block_dtypes : float_dtypes;
+    list += (list.empty() ? "" : ", ") + n;
+  }
   CLI::App* mm_cmd = app.add_subcommand(
-      "make-model", "Write a deterministic demo/test model (Hugging Face layout) to a directory");
-  mm_cmd->add_option("--preset", mm_preset, "Preset: " + presets)->required();
-  mm_cmd->add_option("--out", mm_out, "Output directory")->required();
-  mm_cmd->add_option("--seed", mm_seed, "Weight seed (default 0; same seed, same files)");
+      "make-model",
+      "Write a deterministic demo/test model: a Hugging Face directory (safetensors) or one GGUF "
+      "file");
+  mm_cmd->add_option("--preset", mm.preset, "Preset: " + presets)->required();
+  mm_cmd->add_option("--out", mm.out, "Output: a directory (safetensors) or the .gguf file (gguf)")
+      ->required();
+  mm_cmd->add_option("--seed", mm.seed, "Weight seed (default 0; same seed, same files)");
+  mm_cmd->add_option("--format", mm.format, "safetensors (default) or gguf")
+      ->check(CLI::IsMember({"safetensors", "gguf"}));
+  mm_cmd->add_option("--dtype", mm.dtype,
+                     "How matrices are stored (default: the preset's, bf16 or f32): " +
+                         float_dtypes + "; with --format gguf also " + block_dtypes +
+                         " (quantized by arbiter; K-quants need rows of 256: demo-chat)");
 
   std::string inspect_path;
   bool inspect_json = false;
@@ -671,8 +712,9 @@ int main(int argc, char** argv) {
 
   GenerateFlags gen;
   CLI::App* gen_cmd = app.add_subcommand(
-      "generate", "Run one generation on a model directory and print ids, text and timings");
-  gen_cmd->add_option("--model", gen.model, "Model directory")->required();
+      "generate",
+      "Run one generation on a model (directory or .gguf file) and print ids, text and timings");
+  gen_cmd->add_option("--model", gen.model, "Model directory or .gguf file")->required();
   CLI::Option* prompt_opt = gen_cmd->add_option("--prompt", gen.prompt, "Prompt text");
   CLI::Option* ids_opt =
       gen_cmd->add_option("--prompt-ids", gen.prompt_ids, "Prompt token ids, e.g. 1,2,3");
@@ -725,7 +767,7 @@ int main(int argc, char** argv) {
     serve.api_key_set = key_opt->count() > 0;
     return RunServe(serve);
   }
-  if (mm_cmd->parsed()) return RunMakeModel(mm_preset, mm_out, mm_seed);
+  if (mm_cmd->parsed()) return RunMakeModel(mm);
   if (inspect_cmd->parsed()) return RunInspect(inspect_path, inspect_json);
   if (gen_cmd->parsed()) {
     if (gen.prompt.empty() && gen.prompt_ids.empty()) {

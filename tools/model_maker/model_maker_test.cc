@@ -5,13 +5,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include "arbiter/base/file.h"
 #include "arbiter/engine/chat_template.h"
 #include "arbiter/engine/tokenizer.h"
+#include "arbiter/formats/gguf.h"
+#include "arbiter/formats/llama_tensors.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
+#include "engine/internal/quant.h"
 
 namespace arbiter {
 namespace {
@@ -221,6 +226,199 @@ TEST(ModelMakerTest, DemoChatMatchesTheDocumentedShape) {
   }
   EXPECT_GT(params, 50'000'000);
   EXPECT_LT(params, 56'000'000);
+  fs::remove_all(dir);
+}
+
+// ---- GGUF ------------------------------------------------------------------
+
+// The bytes of tensor `name` of the GGUF file `path`.
+std::string GgufTensorBytes(const std::string& path, const GgufFile& gguf,
+                            const std::string& name) {
+  const GgufTensorInfo* t = gguf.FindTensor(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return "";
+  Result<std::string> file = ReadFile(path);
+  EXPECT_TRUE(file.ok());
+  return file->substr(gguf.data_offset() + t->offset, t->size_bytes);
+}
+
+std::vector<float> SafetensorsValues(const SafetensorsModel& st, const std::string& name) {
+  const TensorInfo* t = st.Find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  std::vector<float> v(t->num_elements());
+  EXPECT_TRUE(ConvertToF32(*t, v.data()).ok());
+  return v;
+}
+
+std::vector<float> AsFloats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// The GGUF file holds the safetensors directory's model: the config, the
+// tokenizer and the same values (Note [GGUF files of make-model]).
+TEST(ModelMakerGgufTest, TinyGgufHoldsTheSafetensorsModel) {
+  const std::string dir = TempDir("gguf_tiny");
+  const std::string path = dir + "/sub/tiny.gguf";  // the directory is created
+  MakeModelOptions o;
+  o.format = ModelFormat::kGguf;
+  o.dtype = "f32";
+  o.seed = 3;
+  std::vector<std::string> stages;
+  Status s = MakeModel("tiny", path, o, [&](std::string_view stage, double) {
+    if (stages.empty() || stages.back() != stage) stages.emplace_back(stage);
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(stages, (std::vector<std::string>{"tokenizer", "weights", "write"}));
+  ASSERT_TRUE(MakeModel("tiny", dir + "/hf", 3).ok());
+
+  Result<GgufFile> gguf = OpenGguf(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  EXPECT_EQ(*gguf->GetString("general.architecture"), "llama");
+  EXPECT_EQ(*gguf->GetString("general.name"), "tiny");
+  EXPECT_EQ(*gguf->GetUint("general.file_type"), 0u);
+  EXPECT_EQ(*gguf->GetString("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(*gguf->GetString("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_NE(gguf->GetString("tokenizer.chat_template")->find("<|im_start|>"), std::string::npos);
+  Result<ModelConfig> from_gguf = ModelConfigFromGguf(*gguf);
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().ToString();
+  Result<ModelConfig> from_json = LoadModelConfig(dir + "/hf/config.json");
+  ASSERT_TRUE(from_json.ok());
+  EXPECT_EQ(from_gguf->arch, from_json->arch);
+  EXPECT_EQ(from_gguf->hidden_size, from_json->hidden_size);
+  EXPECT_EQ(from_gguf->intermediate_size, from_json->intermediate_size);
+  EXPECT_EQ(from_gguf->num_hidden_layers, from_json->num_hidden_layers);
+  EXPECT_EQ(from_gguf->num_attention_heads, from_json->num_attention_heads);
+  EXPECT_EQ(from_gguf->num_key_value_heads, from_json->num_key_value_heads);
+  EXPECT_EQ(from_gguf->head_dim, from_json->head_dim);
+  EXPECT_EQ(from_gguf->vocab_size, from_json->vocab_size);
+  EXPECT_EQ(from_gguf->max_position_embeddings, from_json->max_position_embeddings);
+  EXPECT_FLOAT_EQ(from_gguf->rms_norm_eps, from_json->rms_norm_eps);
+  EXPECT_FLOAT_EQ(from_gguf->rope_theta, from_json->rope_theta);
+  EXPECT_EQ(from_gguf->tie_word_embeddings, from_json->tie_word_embeddings);
+  EXPECT_EQ(from_gguf->bos_token_ids, from_json->bos_token_ids);
+  ASSERT_FALSE(from_gguf->eos_token_ids.empty());
+  EXPECT_EQ(from_gguf->eos_token_ids[0], from_json->eos_token_ids[0]);  // <|im_end|>
+
+  Result<std::vector<std::string>> tokens = gguf->GetStringArray("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(tokens->back(), "<|im_end|>");
+  Result<std::vector<int64_t>> types = gguf->GetIntArray("tokenizer.ggml.token_type");
+  ASSERT_TRUE(types.ok());
+  ASSERT_EQ(types->size(), tokens->size());
+  EXPECT_EQ(types->front(), 1);
+  EXPECT_EQ(types->back(), 3);
+  EXPECT_GT(gguf->GetStringArray("tokenizer.ggml.merges")->size(), 400u);
+
+  // Tensors: the safetensors names' llama.cpp counterparts, same values;
+  // matrices in the dtype, 1-D F32.
+  Result<SafetensorsModel> st = SafetensorsModel::Open(dir + "/hf");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(gguf->tensors().size(), st->tensors().size());
+  EXPECT_EQ(gguf->FindTensor("output.weight")->type, GgmlType::kF32);
+  EXPECT_EQ(gguf->FindTensor("blk.1.ffn_down.weight")->RowMajorShape(),
+            (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(AsFloats(GgufTensorBytes(path, *gguf, "token_embd.weight")),
+            SafetensorsValues(*st, "model.embed_tokens.weight"));
+  EXPECT_EQ(AsFloats(GgufTensorBytes(path, *gguf, "blk.0.attn_norm.weight")),
+            SafetensorsValues(*st, "model.layers.0.input_layernorm.weight"));
+  EXPECT_EQ(AsFloats(GgufTensorBytes(path, *gguf, "blk.1.attn_v.weight")),
+            SafetensorsValues(*st, "model.layers.1.self_attn.v_proj.weight"));
+
+  // Note [GGUF q/k row order]: llama.cpp's converter layout. Within each head
+  // of 16 rows, file row 2i + s is Hugging Face row 8s + i.
+  const int64_t cols = 64;
+  for (const auto& [gguf_name, hf_name, heads] :
+       {std::tuple{"blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", 4},
+        std::tuple{"blk.0.attn_k.weight", "model.layers.0.self_attn.k_proj.weight", 2}}) {
+    const std::vector<float> file = AsFloats(GgufTensorBytes(path, *gguf, gguf_name));
+    const std::vector<float> hf = SafetensorsValues(*st, hf_name);
+    ASSERT_EQ(file.size(), static_cast<size_t>(heads) * 16 * cols);
+    auto row = [&](const std::vector<float>& v, int64_t r) {
+      return std::vector<float>(v.begin() + r * cols, v.begin() + (r + 1) * cols);
+    };
+    EXPECT_EQ(row(file, 0), row(hf, 0)) << gguf_name;
+    EXPECT_EQ(row(file, 1), row(hf, 8)) << gguf_name;
+    EXPECT_EQ(row(file, 2), row(hf, 1)) << gguf_name;
+    EXPECT_EQ(row(file, 15), row(hf, 15)) << gguf_name;
+    EXPECT_EQ(row(file, 16 + 3), row(hf, 16 + 9)) << gguf_name;  // head 1
+    EXPECT_NE(row(file, 1), row(hf, 1)) << gguf_name;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ModelMakerGgufTest, QuantizedRowsAreQuantizeRowOfTheValuesAndVectorsStayF32) {
+  const std::string dir = TempDir("gguf_q8");
+  ASSERT_TRUE(MakeModel("tiny-qwen2", dir + "/hf", 4).ok());
+  MakeModelOptions o;
+  o.format = ModelFormat::kGguf;
+  o.dtype = "q8_0";
+  o.seed = 4;
+  const std::string path = dir + "/q8.gguf";
+  ASSERT_TRUE(MakeModel("tiny-qwen2", path, o).ok());
+  Result<GgufFile> gguf = OpenGguf(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  EXPECT_EQ(*gguf->GetUint("general.file_type"), 7u);     // MOSTLY_Q8_0
+  EXPECT_EQ(gguf->FindTensor("output.weight"), nullptr);  // tied
+  Result<SafetensorsModel> st = SafetensorsModel::Open(dir + "/hf");
+  ASSERT_TRUE(st.ok());
+  for (const GgufTensorInfo& t : gguf->tensors()) {
+    EXPECT_EQ(t.type, t.dims.size() == 2 ? GgmlType::kQ8_0 : GgmlType::kF32) << t.name;
+  }
+  const std::vector<float> embed = SafetensorsValues(*st, "model.embed_tokens.weight");
+  std::string want(*GgmlRowBytes(GgmlType::kQ8_0, 64) * (embed.size() / 64), '\0');
+  for (size_t r = 0; r < embed.size() / 64; ++r) {
+    ASSERT_TRUE(engine_internal::QuantizeRow(GgmlType::kQ8_0, &embed[r * 64], 64,
+                                             &want[r * *GgmlRowBytes(GgmlType::kQ8_0, 64)])
+                    .ok());
+  }
+  EXPECT_TRUE(GgufTensorBytes(path, *gguf, "token_embd.weight") == want);
+  // qwen2 is stored unpermuted, its biases F32 as they are.
+  EXPECT_EQ(AsFloats(GgufTensorBytes(path, *gguf, "blk.0.attn_k.bias")),
+            SafetensorsValues(*st, "model.layers.0.self_attn.k_proj.bias"));
+  fs::remove_all(dir);
+}
+
+TEST(ModelMakerGgufTest, SameSeedSameFileAndBadDtypesAreRefused) {
+  const std::string dir = TempDir("gguf_det");
+  MakeModelOptions o;
+  o.format = ModelFormat::kGguf;
+  o.dtype = "q4_0";
+  o.seed = 9;
+  ASSERT_TRUE(MakeModel("tiny-qwen3", dir + "/a.gguf", o).ok());
+  ASSERT_TRUE(MakeModel("tiny-qwen3", dir + "/b.gguf", o).ok());
+  EXPECT_TRUE(*ReadFile(dir + "/a.gguf") == *ReadFile(dir + "/b.gguf"));
+
+  o.dtype = "q6_k";  // rows of 64: not whole 256-element blocks
+  Status k = MakeModel("tiny-qwen3", dir + "/k.gguf", o);
+  EXPECT_EQ(k.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(k.message().find("blocks of 256"), std::string::npos) << k.message();
+  EXPECT_FALSE(fs::exists(dir + "/k.gguf"));
+  o.dtype = "q3_k";
+  EXPECT_EQ(MakeModel("tiny-qwen3", dir + "/x.gguf", o).code(), StatusCode::kInvalidArgument);
+  MakeModelOptions st;
+  st.dtype = "q8_0";  // a block type in safetensors
+  Status s = MakeModel("tiny", dir + "/st", st);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--format gguf"), std::string::npos) << s.message();
+  EXPECT_EQ(ModelDtypeNames(ModelFormat::kSafetensors),
+            (std::vector<std::string>{"f32", "f16", "bf16"}));
+  EXPECT_EQ(ModelDtypeNames(ModelFormat::kGguf).size(), 11u);
+  fs::remove_all(dir);
+}
+
+TEST(ModelMakerGgufTest, SafetensorsF16StoresEveryTensorF16) {
+  const std::string dir = TempDir("st_f16");
+  MakeModelOptions o;
+  o.dtype = "f16";
+  ASSERT_TRUE(MakeModel("tiny", dir, o).ok());
+  auto model = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(model.ok());
+  for (const TensorInfo* t : model->tensors()) EXPECT_EQ(t->dtype, DType::kF16) << t->name;
+  auto cfg = ReadFile(dir + "/config.json");
+  EXPECT_NE(cfg->find("\"torch_dtype\": \"float16\""), std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -67,8 +67,8 @@ std::string MakeTempDir(const std::string& prefix) {
   return std::string(buf.data());
 }
 
-Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
-                                               const std::vector<int32_t>& ids, int vocab) {
+Result<std::vector<std::vector<double>>> RunReferenceLogitsBatch(
+    const std::string& model, const std::vector<std::vector<int32_t>>& prompts, int vocab) {
   const char* python = "/usr/bin/python3";
   if (access(python, X_OK) != 0) {
     return FailedPreconditionError(std::string(python) +
@@ -77,13 +77,19 @@ Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
   const std::string script = std::string(ARBITER_SOURCE_DIR) + "/scripts/reference_logits.py";
   const std::string out_dir = MakeTempDir("arbiter_ref_");
   const std::string out = out_dir + "/logits.f64";
-  std::string id_list;
-  for (int32_t id : ids) {  // appends: GCC 12 -Wrestrict misfires on "," + std::string&&
-    if (!id_list.empty()) id_list.push_back(',');
-    id_list.append(std::to_string(id));
+  std::string args;
+  size_t n_tokens = 0;
+  for (const std::vector<int32_t>& ids : prompts) {
+    // appends: GCC 12 -Wrestrict misfires on "," + std::string&&
+    args.append(" --ids ");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i > 0) args.push_back(',');
+      args.append(std::to_string(ids[i]));
+    }
+    n_tokens += ids.size();
   }
-  const std::string cmd = std::string(python) + " '" + script + "' '" + model_dir + "' --ids " +
-                          id_list + " --out '" + out + "' 2>&1";
+  const std::string cmd = std::string(python) + " '" + script + "' '" + model + "'" + args +
+                          " --out '" + out + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return InternalError("popen failed for: " + cmd);
   std::string output;
@@ -103,14 +109,27 @@ Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
   }
   Result<std::string> bytes = ReadFile(out);
   if (!bytes.ok()) return bytes.status();
-  const size_t want = ids.size() * static_cast<size_t>(vocab) * sizeof(double);
+  const size_t want = n_tokens * static_cast<size_t>(vocab) * sizeof(double);
   if (bytes->size() != want) {
     return InternalError("reference output has " + std::to_string(bytes->size()) +
                          " bytes, expected " + std::to_string(want));
   }
-  std::vector<double> logits(ids.size() * static_cast<size_t>(vocab));
-  std::memcpy(logits.data(), bytes->data(), want);
+  std::vector<std::vector<double>> logits;
+  size_t at = 0;
+  for (const std::vector<int32_t>& ids : prompts) {
+    std::vector<double> rows(ids.size() * static_cast<size_t>(vocab));
+    std::memcpy(rows.data(), bytes->data() + at, rows.size() * sizeof(double));
+    at += rows.size() * sizeof(double);
+    logits.push_back(std::move(rows));
+  }
   return logits;
+}
+
+Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
+                                               const std::vector<int32_t>& ids, int vocab) {
+  ARBITER_ASSIGN_OR_RETURN(std::vector<std::vector<double>> logits,
+                           RunReferenceLogitsBatch(model_dir, {ids}, vocab));
+  return std::move(logits[0]);
 }
 
 double MaxRelativeError(const float* got, const double* want, size_t n) {
@@ -120,6 +139,17 @@ double MaxRelativeError(const float* got, const double* want, size_t n) {
     max_ref = std::max(max_ref, std::fabs(want[i]));
   }
   return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+double MaxRangeRelativeError(const float* got, const double* want, size_t n) {
+  if (n == 0) return 0;
+  double max_err = 0, lo = want[0], hi = want[0];
+  for (size_t i = 0; i < n; ++i) {
+    max_err = std::max(max_err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    lo = std::min(lo, want[i]);
+    hi = std::max(hi, want[i]);
+  }
+  return hi > lo ? max_err / (hi - lo) : max_err;
 }
 
 Status WriteTestModel(const std::string& dir, const TestModelSpec& s) {

@@ -57,15 +57,26 @@ Result<TestWeights> LoadTestWeights(const std::string& dir);
 Status WriteTestModel(const std::string& dir, const TestModelSpec& spec);
 
 // Runs scripts/reference_logits.py (with /usr/bin/python3, via popen) on
-// `model_dir` for `ids`; returns float64 logits [ids.size(), vocab] row-major.
-// Errors: kFailedPrecondition when python3 or numpy is missing (the message
-// says how to install it), kInternal when the script fails (its output is in
-// the message).
+// `model_dir` (a model directory or a .gguf file) for `ids`; returns float64
+// logits [ids.size(), vocab] row-major. Errors: kFailedPrecondition when
+// python3 or numpy is missing (the message says how to install it),
+// kInternal when the script fails (its output is in the message).
 Result<std::vector<double>> RunReferenceLogits(const std::string& model_dir,
                                                const std::vector<int32_t>& ids, int vocab);
 
+// As RunReferenceLogits for several prompts in one run of the script (one
+// numpy start-up): element i holds prompt i's logits [prompts[i].size(),
+// vocab] row-major. `model` is a model directory or a .gguf file.
+Result<std::vector<std::vector<double>>> RunReferenceLogitsBatch(
+    const std::string& model, const std::vector<std::vector<int32_t>>& prompts, int vocab);
+
 // max_i |got_i − want_i| / max_i |want_i| over one row set.
 double MaxRelativeError(const float* got, const double* want, size_t n);
+
+// max_i |got_i − want_i| / (max_i want_i − min_i want_i): the error against
+// the spread of the reference logits, which the logits' offset (softmax
+// ignores it) does not shrink. max_i |got_i − want_i| when the spread is 0.
+double MaxRangeRelativeError(const float* got, const double* want, size_t n);
 
 // A fresh empty directory under $TMPDIR (or /tmp), e.g. for a test model;
 // removed (recursively) when the process exits. "" on failure.
