@@ -11,6 +11,7 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev
   libssl-dev libxxhash-dev prometheus-cpp-dev
   libopenblas-dev libpcre2-dev
+  libutf8proc-dev  # Unicode normalization for tokenizer normalizers (NFC, NFKC, ...)
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   python3 python3-numpy
   curl
