@@ -39,6 +39,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
@@ -131,7 +132,11 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::Build(TokenizerJsonSpec spec,
     t->id_to_token_[id] = tok;
     t->kinds_[id] = kModel;
     t->vocab_.emplace(tok, id);
-    if (!spec.scores.empty()) t->scores_[id] = spec.scores[i];
+    if (!spec.scores.empty()) {
+      // A NaN would break the merge queue's ordering; it ranks last.
+      float score = spec.scores[i];
+      t->scores_[id] = score == score ? score : -std::numeric_limits<float>::infinity();
+    }
   }
   ARBITER_ASSIGN_OR_RETURN(t->normalizer_,
                            internal::TokenizerNormalizer::Build(spec.normalizer, name));
