@@ -173,8 +173,12 @@ std::vector<internal::AddedVocabulary::Segment> Find(const internal::AddedVocabu
 std::string Show(std::string_view text, const std::vector<internal::AddedVocabulary::Segment>& s) {
   std::string r;
   for (const auto& x : s) {
-    r += (x.id >= 0 ? "[" + std::to_string(x.id) + ":" : "(") +
-         std::string(text.substr(x.begin, x.end - x.begin)) + (x.id >= 0 ? "]" : ")");
+    if (x.id >= 0) {
+      r.append("[").append(std::to_string(x.id)).append(":");
+    } else {
+      r.append("(");
+    }
+    r.append(text.substr(x.begin, x.end - x.begin)).append(x.id >= 0 ? "]" : ")");
   }
   return r;
 }
