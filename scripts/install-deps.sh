@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs exactly the Debian packages arbiter's build, tests and tools need.
+# Installs exactly the Debian packages arbiter's build, tests and tools need,
+# and the npm packages of the tokenizer conformance test.
 # Idempotent: checks each package first and installs only what is missing.
 # Usage: scripts/install-deps.sh [--with-fuzz]
 #   --with-fuzz  also install clang-16 and its sanitizer/libFuzzer runtime
@@ -11,6 +12,7 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev
   libssl-dev libxxhash-dev prometheus-cpp-dev
   libopenblas-dev libpcre2-dev
+  libutf8proc-dev  # Unicode normalization for tokenizer normalizers (NFC, NFKC, ...)
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   python3 python3-numpy
   curl
@@ -27,24 +29,66 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
-echo "install-deps: missing: ${missing[*]}"
-if [[ $(id -u) -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO=sudo
-  else
-    echo "install-deps: not root and no sudo; run as root:" >&2
-    echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
-    exit 1
+install_debian_packages() {
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    return 0
   fi
-else
-  SUDO=
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "install-deps: installed ${missing[*]}"
+  echo "install-deps: missing: ${missing[*]}"
+  local sudo=
+  if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=sudo
+    else
+      echo "install-deps: not root and no sudo; run as root:" >&2
+      echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "install-deps: installed ${missing[*]}"
+}
+install_debian_packages
+
+# The tokenizer conformance test (tests/tokenizer_conformance/) compares
+# arbiter's tokenizer with @lenml/tokenizers, a JavaScript port of Hugging Face
+# tokenizers, whose packages also ship the real tokenizer.json files. They go
+# outside the source tree (≈ 470 MB, shared by every checkout and build) into
+# ARBITER_TOKENIZER_DEPS_DIR, the directory tests/CMakeLists.txt defaults to.
+# Node 20 is the machine's own (Debian's nodejs is 18); we do not install it.
+tokenizer_deps_dir=${ARBITER_TOKENIZER_DEPS_DIR:-$HOME/.cache/arbiter/tokenizer-conformance}
+tokenizer_pkgs=(tokenizers tokenizer-qwen3 tokenizer-llama3 tokenizer-llama2 tokenizer-gemma3
+                tokenizer-deepseek_v3)
+tokenizer_version=3.7.2
+install_tokenizer_packages() {
+  local have=0 p
+  for p in "${tokenizer_pkgs[@]}"; do
+    if grep -qs "\"version\": \"$tokenizer_version\"" \
+        "$tokenizer_deps_dir/node_modules/@lenml/$p/package.json"; then
+      have=$((have + 1))
+    fi
+  done
+  if [[ $have -eq ${#tokenizer_pkgs[@]} ]]; then
+    echo "install-deps: tokenizer conformance packages present in $tokenizer_deps_dir"
+    return 0
+  fi
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "install-deps: node/npm not found; the tokenizer conformance test will skip" >&2
+    return 0
+  fi
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  if [[ $major -lt 20 ]]; then
+    echo "install-deps: node $(node --version) is older than 20; the tokenizer conformance" \
+         "test will skip" >&2
+    return 0
+  fi
+  mkdir -p "$tokenizer_deps_dir"
+  cp "$(dirname "$0")/../tests/tokenizer_conformance/package.json" "$tokenizer_deps_dir/"
+  echo "install-deps: installing @lenml tokenizer packages $tokenizer_version into $tokenizer_deps_dir"
+  (cd "$tokenizer_deps_dir" &&
+     npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+}
+install_tokenizer_packages

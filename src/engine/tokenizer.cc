@@ -1,48 +1,59 @@
-// Tokenizer: HF `tokenizers` BPE semantics over a parsed tokenizer.json.
+// Tokenizer: HF `tokenizers` semantics over a TokenizerJsonSpec.
 //
 // Encode pipeline (mirrors TokenizerImpl::encode in HF tokenizers):
-//   1. Added tokens are cut out of the raw text first, leftmost and, at one
-//      position, longest first. With parse_special=false only non-special
-//      added tokens are cut; special ones stay plain text.
-//   2. Each remaining segment is normalized (Prepend/Replace; NFC is taken as
-//      identity — inputs are assumed NFC), then pre-tokenized: a list of
-//      pieces that every step splits further (Split regex → Isolated;
-//      ByteLevel → optional prefix space, optional GPT-2 regex split, then
-//      byte → unicode mapping; Metaspace → space replacement and split).
-//   3. Each piece ("word") becomes one symbol per character (per byte for
-//      ByteLevel words); symbols missing from the vocab use byte fallback
-//      <0xNN> tokens, else the unk token, else are dropped (as HF does).
-//      Symbols are then merged by merge rank: a min-heap of (rank, position)
-//      over adjacent pairs, lowest rank first and leftmost on ties; stale
-//      heap entries are detected by re-checking the pair (HF Word::merge_all).
+//   1. Added tokens with normalized=false are cut out of the raw text:
+//      leftmost match first and, at one position, the longest (HF's
+//      Aho-Corasick LeftmostLongest), then single_word / lstrip / rstrip are
+//      applied to the match as HF's AddedVocabulary::find_matches does.
+//      With parse_special=false a special token's match is skipped (left as
+//      text, its bytes not searched again), as HF's encode_special_tokens.
+//   2. Each remaining segment is normalized (tokenizer_pipeline.h); added
+//      tokens with normalized=true are then cut out of the normalized text,
+//      matched by their normalized content.
+//   3. Each remaining piece is pre-tokenized into words, and each word goes
+//      through the model:
+//      - BPE: one symbol per character (per byte for ByteLevel words); a
+//        character missing from the vocab becomes its <0xNN> byte tokens
+//        with byte_fallback, else the unk token (runs fused with fuse_unk),
+//        else is dropped (as HF does). Symbols merge by merge rank: a
+//        min-heap of (rank, position), lowest rank first and leftmost on
+//        ties; stale entries are detected by re-checking the pair (HF
+//        Word::merge_all). With ignore_merges a word that is itself in the
+//        vocab is one token.
+//      - SentencePiece BPE (spec.scores set; GGUF "llama" vocabularies): the
+//        same loop, where two adjacent symbols may merge whenever their
+//        concatenation is in the vocab, highest score first and leftmost on
+//        ties; a final symbol not in the vocab is written as byte tokens
+//        (llama.cpp's llm_tokenizer_spm).
 //
 // Decode maps ids to token strings, drops specials when asked, and runs the
-// decoder chain (ByteLevel reverses the byte mapping; ByteFallback turns
-// <0xNN> back into bytes; ...). The output is raw bytes, never lossy: where
-// HF would put U+FFFD for invalid UTF-8 we keep the bytes, so that
-// Decode(Encode(s)) == s holds for any byte string on byte-level tokenizers.
+// decoder chain. The output is raw bytes, never lossy (see
+// tokenizer_decoder.cc). Without a decoder the tokens are concatenated (HF
+// joins them with spaces).
 //
-// Everything is immutable after FromJson, so all methods are thread-safe;
+// Everything is immutable after Build, so all methods are thread-safe;
 // PCRE2 match data is allocated per call.
 #include "arbiter/engine/tokenizer.h"
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
 #include "arbiter/base/file.h"
 #include "arbiter/formats/tokenizer_json.h"
+#include "engine/internal/added_vocabulary.h"
 #include "engine/internal/byte_level.h"
-#include "engine/internal/pcre2_regex.h"
+#include "engine/internal/tokenizer_pipeline.h"
 
 namespace arbiter {
 namespace {
 
-using internal::Pcre2Regex;
+using internal::AddedVocabulary;
+using internal::PreTokenizedPiece;
 
 struct MergeInfo {
   int32_t rank;
@@ -51,40 +62,6 @@ struct MergeInfo {
 
 inline uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
-
-struct PreStep {
-  TokenizerPreTokenizerStep spec;
-  std::shared_ptr<const Pcre2Regex> regex;  // Split (regex) / ByteLevel with use_regex
-};
-
-struct NormStep {
-  TokenizerNormalizerStep spec;
-  std::shared_ptr<const Pcre2Regex> regex;  // Replace with a Regex pattern
-};
-
-// A piece of text during pre-tokenization. `byte_level` pieces are already
-// mapped to the GPT-2 alphabet.
-struct Piece {
-  std::string text;
-  bool byte_level = false;
-  std::string raw;  // byte_level pieces: the bytes before mapping
-};
-
-void ReplaceAll(std::string* s, std::string_view from, std::string_view to) {
-  if (from.empty()) return;
-  std::string out;
-  size_t pos = 0;
-  while (true) {
-    size_t f = s->find(from, pos);
-    if (f == std::string::npos) break;
-    out.append(*s, pos, f - pos);
-    out.append(to);
-    pos = f + from.size();
-  }
-  if (pos == 0) return;
-  out.append(*s, pos, std::string::npos);
-  *s = std::move(out);
 }
 
 class BpeTokenizer final : public Tokenizer {
@@ -103,23 +80,21 @@ class BpeTokenizer final : public Tokenizer {
  private:
   enum Kind : uint8_t { kNone = 0, kModel = 1, kAdded = 2, kSpecial = 3 };
 
-  void EncodeSegment(std::string_view segment, bool first_segment,
-                     std::vector<int32_t>* out) const;
-  void PreTokenize(std::string text, bool first_segment, std::vector<Piece>* pieces) const;
-  void EncodeWord(const Piece& word, std::vector<int32_t>* out) const;
-  void AppendSymbol(std::string_view ch, std::vector<int32_t>* syms) const;
+  void EncodeNormalizedSegment(std::string segment, bool at_origin, bool parse_special,
+                               std::vector<int32_t>* out) const;
+  void EncodeWord(const PreTokenizedPiece& word, std::vector<int32_t>* out) const;
+  void AppendSymbol(std::string_view ch, std::vector<int32_t>* syms, int32_t* pending_unk) const;
   void MergeSymbols(std::vector<int32_t>* syms) const;
+  void EncodeSentencePiece(std::string_view word, std::vector<int32_t>* out) const;
+  void AppendBytes(std::string_view bytes, std::vector<int32_t>* out) const;
   int32_t VocabId(std::string_view token) const {
     auto it = vocab_.find(std::string(token));
     return it == vocab_.end() ? -1 : it->second;
   }
-  // Applies the per-token decoder steps (all but Fuse/Strip, and Metaspace's
-  // first-token rule) to one token.
-  void DecodeTokens(std::vector<std::string>* toks, const std::vector<bool>& raw,
-                    bool whole_sequence) const;
 
   std::unordered_map<std::string, int32_t> vocab_;  // model vocab
   std::unordered_map<uint64_t, MergeInfo> merges_;
+  std::vector<float> scores_;                       // [vocab_size] SentencePiece scores, or empty
   std::vector<std::string> id_to_token_;            // [vocab_size]
   std::vector<uint8_t> kinds_;                      // [vocab_size] Kind
   int vocab_size_ = 0;
@@ -129,22 +104,21 @@ class BpeTokenizer final : public Tokenizer {
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   bool fuse_unk_ = false;
-  std::vector<NormStep> normalizer_;
-  std::vector<PreStep> pre_;
-  std::vector<TokenizerDecoderStep> decoder_;
-  // Added tokens by first byte, longest first: (content, id, special).
-  struct Added {
-    std::string content;
-    int32_t id;
-    bool special;
-  };
-  std::array<std::vector<Added>, 256> added_by_byte_;
+  internal::TokenizerNormalizer normalizer_;
+  internal::TokenizerPreTokenizer pre_;
+  internal::TokenizerDecoder decoder_;
+  AddedVocabulary raw_added_;         // added tokens with normalized=false
+  AddedVocabulary normalized_added_;  // normalized=true, keyed by normalized content
   std::unordered_map<std::string, int32_t> added_ids_;
 };
 
 Result<std::unique_ptr<Tokenizer>> BpeTokenizer::Build(TokenizerJsonSpec spec,
                                                        const std::string& name) {
   auto t = std::make_unique<BpeTokenizer>();
+  if (!spec.scores.empty() && spec.scores.size() != spec.vocab.size()) {
+    return DataLossError(name + ": " + std::to_string(spec.scores.size()) + " scores for " +
+                         std::to_string(spec.vocab.size()) + " vocabulary tokens");
+  }
   int32_t max_id = -1;
   for (const auto& [tok, id] : spec.vocab) max_id = std::max(max_id, id);
   for (const auto& a : spec.added_tokens) max_id = std::max(max_id, a.id);
@@ -152,25 +126,34 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::Build(TokenizerJsonSpec spec,
   t->id_to_token_.resize(t->vocab_size_);
   t->kinds_.assign(t->vocab_size_, kNone);
   t->vocab_.reserve(spec.vocab.size() * 2);
-  for (auto& [tok, id] : spec.vocab) {
+  if (!spec.scores.empty()) t->scores_.assign(t->vocab_size_, 0.0f);
+  for (size_t i = 0; i < spec.vocab.size(); ++i) {
+    auto& [tok, id] = spec.vocab[i];
     t->id_to_token_[id] = tok;
     t->kinds_[id] = kModel;
     t->vocab_.emplace(tok, id);
+    if (!spec.scores.empty()) {
+      // A NaN would break the merge queue's ordering; it ranks last.
+      float score = spec.scores[i];
+      t->scores_[id] = score == score ? score : -std::numeric_limits<float>::infinity();
+    }
   }
+  ARBITER_ASSIGN_OR_RETURN(t->normalizer_,
+                           internal::TokenizerNormalizer::Build(spec.normalizer, name));
+  ARBITER_ASSIGN_OR_RETURN(t->pre_, internal::TokenizerPreTokenizer::Build(spec.pre_tokenizer, name));
+  ARBITER_ASSIGN_OR_RETURN(t->decoder_, internal::TokenizerDecoder::Build(spec.decoder, name));
   for (const auto& a : spec.added_tokens) {
     t->id_to_token_[a.id] = a.content;
     t->kinds_[a.id] = a.special ? kSpecial : kAdded;
     t->added_ids_[a.content] = a.id;
-    auto& bucket = t->added_by_byte_[static_cast<unsigned char>(a.content[0])];
-    bucket.erase(std::remove_if(bucket.begin(), bucket.end(),
-                                [&](const Added& x) { return x.content == a.content; }),
-                 bucket.end());
-    bucket.push_back({a.content, a.id, a.special});
-  }
-  for (auto& bucket : t->added_by_byte_) {
-    std::stable_sort(bucket.begin(), bucket.end(), [](const Added& x, const Added& y) {
-      return x.content.size() > y.content.size();
-    });
+    if (a.normalized) {
+      // HF matches these by their normalized content.
+      std::string content = a.content;
+      t->normalizer_.Apply(&content);
+      t->normalized_added_.Add(content, a);
+    } else {
+      t->raw_added_.Add(a.content, a);
+    }
   }
   t->merges_.reserve(spec.merges.size() * 2);
   for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -194,186 +177,61 @@ Result<std::unique_ptr<Tokenizer>> BpeTokenizer::Build(TokenizerJsonSpec spec,
   t->byte_fallback_ = spec.byte_fallback;
   t->ignore_merges_ = spec.ignore_merges;
   t->fuse_unk_ = spec.fuse_unk;
-  for (size_t i = 0; i < spec.normalizer.size(); ++i) {
-    NormStep s{spec.normalizer[i], nullptr};
-    if (s.spec.kind == TokenizerNormalizerStep::Kind::kReplace && s.spec.pattern_is_regex) {
-      auto re = Pcre2Regex::Compile(s.spec.pattern);
-      if (!re.ok()) {
-        return DataLossError(name + ": normalizer step " + std::to_string(i) +
-                             " (Replace) pattern: " + re.status().message());
-      }
-      s.regex = *re;
-    }
-    t->normalizer_.push_back(std::move(s));
-  }
-  for (size_t i = 0; i < spec.pre_tokenizer.size(); ++i) {
-    PreStep s{spec.pre_tokenizer[i], nullptr};
-    std::string pattern;
-    if (s.spec.kind == TokenizerPreTokenizerStep::Kind::kSplit && s.spec.pattern_is_regex) {
-      pattern = s.spec.pattern;
-    } else if (s.spec.kind == TokenizerPreTokenizerStep::Kind::kByteLevel && s.spec.use_regex) {
-      pattern = kGpt2SplitRegex;
-    }
-    if (!pattern.empty()) {
-      auto re = Pcre2Regex::Compile(pattern);
-      if (!re.ok()) {
-        return DataLossError(name + ": pre_tokenizer step " + std::to_string(i) +
-                             " pattern: " + re.status().message());
-      }
-      s.regex = *re;
-    }
-    t->pre_.push_back(std::move(s));
-  }
-  t->decoder_ = std::move(spec.decoder);
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
 std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool parse_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  size_t seg_begin = 0;
-  bool first = true;
-  for (size_t i = 0; i < text.size();) {
-    const auto& bucket = added_by_byte_[static_cast<unsigned char>(text[i])];
-    const Added* hit = nullptr;
-    for (const Added& a : bucket) {
-      if (a.special && !parse_special) continue;
-      if (text.size() - i >= a.content.size() &&
-          std::memcmp(text.data() + i, a.content.data(), a.content.size()) == 0) {
-        hit = &a;  // bucket is longest-first
-        break;
-      }
-    }
-    if (hit == nullptr) {
-      ++i;
+  std::vector<AddedVocabulary::Segment> splits;
+  raw_added_.Split(text, parse_special, &splits);
+  for (const auto& s : splits) {
+    if (s.id >= 0) {
+      out.push_back(s.id);
       continue;
     }
-    if (i > seg_begin) {
-      EncodeSegment(text.substr(seg_begin, i - seg_begin), first, &out);
-      first = false;
-    }
-    out.push_back(hit->id);
-    i += hit->content.size();
-    seg_begin = i;
+    std::string segment(text.substr(s.begin, s.end - s.begin));
+    normalizer_.Apply(&segment);
+    EncodeNormalizedSegment(std::move(segment), s.begin == 0, parse_special, &out);
   }
-  if (seg_begin < text.size()) EncodeSegment(text.substr(seg_begin), first, &out);
   return out;
 }
 
-void BpeTokenizer::EncodeSegment(std::string_view segment, bool first_segment,
-                                 std::vector<int32_t>* out) const {
-  std::string s(segment);
-  for (const NormStep& n : normalizer_) {
-    switch (n.spec.kind) {
-      case TokenizerNormalizerStep::Kind::kPrepend:
-        if (!s.empty()) s.insert(0, n.spec.prepend);
-        break;
-      case TokenizerNormalizerStep::Kind::kReplace:
-        if (n.regex) {
-          std::vector<std::pair<size_t, size_t>> matches;
-          n.regex->FindAll(s, &matches);
-          std::string r;
-          size_t gap = 0;
-          for (auto [mb, me] : matches) {
-            r.append(s, gap, mb - gap);
-            r += n.spec.content;
-            gap = me;
-          }
-          r.append(s, gap, std::string::npos);
-          s = std::move(r);
-        } else {
-          ReplaceAll(&s, n.spec.pattern, n.spec.content);
-        }
-        break;
-      case TokenizerNormalizerStep::Kind::kNfc:
-        break;
+void BpeTokenizer::EncodeNormalizedSegment(std::string segment, bool at_origin,
+                                           bool parse_special, std::vector<int32_t>* out) const {
+  if (segment.empty()) return;
+  std::vector<AddedVocabulary::Segment> splits;
+  normalized_added_.Split(segment, parse_special, &splits);
+  std::vector<PreTokenizedPiece> words;
+  for (const auto& s : splits) {
+    if (s.id >= 0) {
+      out->push_back(s.id);
+      continue;
     }
-  }
-  if (s.empty()) return;
-  std::vector<Piece> pieces;
-  PreTokenize(std::move(s), first_segment, &pieces);
-  for (const Piece& p : pieces) EncodeWord(p, out);
-}
-
-void BpeTokenizer::PreTokenize(std::string text, bool first_segment,
-                               std::vector<Piece>* pieces) const {
-  pieces->push_back({std::move(text), false, {}});
-  std::vector<std::pair<size_t, size_t>> spans;
-  for (const PreStep& step : pre_) {
-    std::vector<Piece> next;
-    next.reserve(pieces->size() * 2);
-    for (size_t pi = 0; pi < pieces->size(); ++pi) {
-      Piece& p = (*pieces)[pi];
-      switch (step.spec.kind) {
-        case TokenizerPreTokenizerStep::Kind::kSplit: {
-          spans.clear();
-          if (step.regex) {
-            step.regex->SplitIsolated(p.text, &spans);
-          } else {
-            const std::string& pat = step.spec.pattern;
-            size_t gap = 0;
-            for (size_t f = p.text.find(pat); f != std::string::npos;
-                 f = p.text.find(pat, f + pat.size())) {
-              if (f > gap) spans.emplace_back(gap, f);
-              spans.emplace_back(f, f + pat.size());
-              gap = f + pat.size();
-            }
-            if (gap < p.text.size()) spans.emplace_back(gap, p.text.size());
-          }
-          for (auto [b, e] : spans) next.push_back({p.text.substr(b, e - b), p.byte_level, {}});
-          break;
-        }
-        case TokenizerPreTokenizerStep::Kind::kByteLevel: {
-          if (p.byte_level) {  // already mapped (a second ByteLevel step)
-            next.push_back(std::move(p));
-            break;
-          }
-          std::string t = std::move(p.text);
-          if (step.spec.add_prefix_space && (t.empty() || t[0] != ' ')) t.insert(0, " ");
-          spans.clear();
-          if (step.regex) {
-            step.regex->SplitIsolated(t, &spans);
-          } else if (!t.empty()) {
-            spans.emplace_back(0, t.size());
-          }
-          for (auto [b, e] : spans) {
-            std::string_view bytes = std::string_view(t).substr(b, e - b);
-            next.push_back({internal::BytesToByteLevel(bytes), true, std::string(bytes)});
-          }
-          break;
-        }
-        case TokenizerPreTokenizerStep::Kind::kMetaspace: {
-          const std::string& rep = step.spec.replacement;
-          std::string t = p.text;
-          ReplaceAll(&t, " ", rep);
-          using S = TokenizerPreTokenizerStep::PrependScheme;
-          bool prepend = step.spec.prepend_scheme == S::kAlways ||
-                         (step.spec.prepend_scheme == S::kFirst && first_segment && pi == 0);
-          if (prepend && t.compare(0, rep.size(), rep) != 0) t.insert(0, rep);
-          if (!step.spec.split) {
-            next.push_back({std::move(t), p.byte_level, {}});
-            break;
-          }
-          // MergedWithNext: each replacement char starts a new piece.
-          size_t start = 0;
-          for (size_t f = t.find(rep); f != std::string::npos; f = t.find(rep, f + rep.size())) {
-            if (f > start) {
-              next.push_back({t.substr(start, f - start), p.byte_level, {}});
-              start = f;
-            }
-          }
-          if (start < t.size()) next.push_back({t.substr(start), p.byte_level, {}});
-          break;
-        }
-      }
-    }
-    pieces->swap(next);
+    words.clear();
+    pre_.Apply(segment.substr(s.begin, s.end - s.begin), at_origin && s.begin == 0, &words);
+    for (const PreTokenizedPiece& w : words) EncodeWord(w, out);
   }
 }
 
-void BpeTokenizer::AppendSymbol(std::string_view ch, std::vector<int32_t>* syms) const {
+void BpeTokenizer::AppendBytes(std::string_view bytes, std::vector<int32_t>* out) const {
+  for (unsigned char c : bytes) {
+    if (byte_fallback_ids_[c] >= 0) {
+      out->push_back(byte_fallback_ids_[c]);
+    } else if (unk_id_ >= 0) {
+      out->push_back(unk_id_);
+    }
+  }
+}
+
+// HF BPE::merge_word for one character. `pending_unk` holds an unk token not
+// yet appended (so that fuse_unk can extend it): -1 or unk_id_.
+void BpeTokenizer::AppendSymbol(std::string_view ch, std::vector<int32_t>* syms,
+                                int32_t* pending_unk) const {
   int32_t id = VocabId(ch);
   if (id >= 0) {
+    if (*pending_unk >= 0) syms->push_back(*pending_unk);
+    *pending_unk = -1;
     syms->push_back(id);
     return;
   }
@@ -385,15 +243,17 @@ void BpeTokenizer::AppendSymbol(std::string_view ch, std::vector<int32_t>* syms)
       return;
     }
   }
-  if (unk_id_ >= 0) {
-    if (fuse_unk_ && !syms->empty() && syms->back() == unk_id_) return;
-    syms->push_back(unk_id_);
-  }
-  // No unk token: the character is dropped, as HF does.
+  if (unk_id_ < 0) return;  // no unk token: the character is dropped, as HF does
+  if (*pending_unk >= 0 && !fuse_unk_) syms->push_back(*pending_unk);
+  *pending_unk = unk_id_;
 }
 
-void BpeTokenizer::EncodeWord(const Piece& word, std::vector<int32_t>* out) const {
+void BpeTokenizer::EncodeWord(const PreTokenizedPiece& word, std::vector<int32_t>* out) const {
   if (word.text.empty()) return;
+  if (!scores_.empty()) {
+    EncodeSentencePiece(word.text, out);
+    return;
+  }
   if (ignore_merges_) {
     int32_t id = VocabId(word.text);
     if (id >= 0) {
@@ -403,29 +263,29 @@ void BpeTokenizer::EncodeWord(const Piece& word, std::vector<int32_t>* out) cons
   }
   std::vector<int32_t> syms;
   syms.reserve(word.text.size());
+  int32_t pending_unk = -1;
   if (word.byte_level && !word.raw.empty()) {
     // Fast path: one symbol per byte, looked up in a table. (Pieces split
     // again after the ByteLevel step carry no raw bytes and take the
     // general path below, which handles mapped text too.)
     const auto& tables = internal::GetByteLevelTables();
     for (unsigned char c : word.raw) {
-      if (byte_level_ids_[c] >= 0) {
+      if (byte_level_ids_[c] >= 0 && pending_unk < 0) {
         syms.push_back(byte_level_ids_[c]);
       } else {
-        AppendSymbol(tables.byte_to_utf8[c], &syms);
+        AppendSymbol(tables.byte_to_utf8[c], &syms, &pending_unk);
       }
     }
-    MergeSymbols(&syms);
-    out->insert(out->end(), syms.begin(), syms.end());
-    return;
+  } else {
+    const std::string& s = word.text;
+    for (size_t i = 0; i < s.size();) {
+      uint32_t cp;
+      size_t len = internal::Utf8CharLen(s, i, &cp);
+      AppendSymbol(std::string_view(s).substr(i, len), &syms, &pending_unk);
+      i += len;
+    }
   }
-  const std::string& s = word.text;
-  for (size_t i = 0; i < s.size();) {
-    uint32_t cp;
-    size_t len = internal::Utf8CharLen(s, i, &cp);
-    AppendSymbol(std::string_view(s).substr(i, len), &syms);
-    i += len;
-  }
+  if (pending_unk >= 0) syms.push_back(pending_unk);
   MergeSymbols(&syms);
   out->insert(out->end(), syms.begin(), syms.end());
 }
@@ -473,79 +333,76 @@ void BpeTokenizer::MergeSymbols(std::vector<int32_t>* syms) const {
   id.resize(w);
 }
 
-void BpeTokenizer::DecodeTokens(std::vector<std::string>* toks, const std::vector<bool>& raw,
-                                bool whole_sequence) const {
-  for (const TokenizerDecoderStep& d : decoder_) {
-    using K = TokenizerDecoderStep::Kind;
-    switch (d.kind) {
-      case K::kByteLevel:
-        for (size_t i = 0; i < toks->size(); ++i) {
-          if (i < raw.size() && raw[i]) continue;
-          std::string bytes;
-          if (internal::ByteLevelToBytes((*toks)[i], &bytes)) (*toks)[i] = std::move(bytes);
-        }
-        break;
-      case K::kReplace:
-        for (auto& t : *toks) ReplaceAll(&t, d.pattern, d.content);
-        break;
-      case K::kByteFallback:
-        for (auto& t : *toks) {
-          if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
-              std::isxdigit(static_cast<unsigned char>(t[3])) &&
-              std::isxdigit(static_cast<unsigned char>(t[4]))) {
-            t = std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
-          }
-        }
-        break;
-      case K::kFuse:
-        if (whole_sequence && toks->size() > 1) {
-          std::string all;
-          for (auto& t : *toks) all += t;
-          toks->assign(1, std::move(all));
-        }
-        break;
-      case K::kStrip:
-        if (!whole_sequence) break;
-        for (auto& t : *toks) {
-          size_t b = 0, e = t.size();
-          const std::string& c = d.content;
-          if (c.empty()) break;
-          for (int k = 0; k < d.strip_start && e - b >= c.size() && t.compare(b, c.size(), c) == 0; ++k) {
-            b += c.size();
-          }
-          for (int k = 0; k < d.strip_stop && e - b >= c.size() &&
-                          t.compare(e - c.size(), c.size(), c) == 0;
-               ++k) {
-            e -= c.size();
-          }
-          t = t.substr(b, e - b);
-        }
-        break;
-      case K::kMetaspace:
-        for (size_t i = 0; i < toks->size(); ++i) {
-          std::string& t = (*toks)[i];
-          ReplaceAll(&t, d.replacement, " ");
-          if (whole_sequence && i == 0 && d.add_prefix_space && !t.empty() && t[0] == ' ') {
-            t.erase(0, 1);
-          }
-        }
-        break;
+void BpeTokenizer::EncodeSentencePiece(std::string_view word, std::vector<int32_t>* out) const {
+  // Symbols are byte ranges of `word`: [begin[i], begin[i] + len[i]).
+  struct Sym {
+    int32_t begin;
+    int32_t len;  // 0 once merged into its left neighbour
+    int32_t prev;
+    int32_t next;
+  };
+  std::vector<Sym> sym;
+  for (size_t i = 0; i < word.size();) {
+    uint32_t cp;
+    size_t len = internal::Utf8CharLen(word, i, &cp);
+    int32_t k = static_cast<int32_t>(sym.size());
+    sym.push_back({static_cast<int32_t>(i), static_cast<int32_t>(len), k - 1, k + 1});
+    i += len;
+  }
+  if (sym.empty()) return;
+  sym.back().next = -1;
+  struct Bigram {
+    float score;
+    int32_t left;
+    int32_t size;  // bytes of the merged text, to detect stale entries
+    bool operator<(const Bigram& o) const {  // max-heap: highest score, then leftmost
+      return score != o.score ? score < o.score : left > o.left;
+    }
+  };
+  std::priority_queue<Bigram> heap;
+  auto try_add = [&](int32_t l) {
+    if (l < 0 || sym[l].next < 0) return;
+    const Sym& a = sym[l];
+    const Sym& b = sym[a.next];
+    int32_t id = VocabId(word.substr(a.begin, a.len + b.len));
+    if (id < 0) return;
+    heap.push({scores_[id], l, a.len + b.len});
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) try_add(i);
+  while (!heap.empty()) {
+    Bigram g = heap.top();
+    heap.pop();
+    Sym& a = sym[g.left];
+    if (a.len == 0 || a.next < 0) continue;
+    Sym& b = sym[a.next];
+    if (a.len + b.len != g.size) continue;  // one side changed since the push
+    a.len += b.len;
+    b.len = 0;
+    a.next = b.next;
+    if (a.next >= 0) sym[a.next].prev = g.left;
+    try_add(a.prev);
+    try_add(g.left);
+  }
+  for (int32_t i = 0; i >= 0; i = sym[i].next) {
+    std::string_view piece = word.substr(sym[i].begin, sym[i].len);
+    int32_t id = VocabId(piece);
+    if (id >= 0) {
+      out->push_back(id);
+    } else {
+      AppendBytes(piece, out);
     }
   }
 }
 
 std::string BpeTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::vector<std::string> toks;
-  std::vector<bool> raw;
   toks.reserve(ids.size());
-  raw.reserve(ids.size());
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_ || kinds_[id] == kNone) continue;
     if (skip_special && kinds_[id] == kSpecial) continue;
     toks.push_back(id_to_token_[id]);
-    raw.push_back(kinds_[id] == kSpecial || kinds_[id] == kAdded);
   }
-  DecodeTokens(&toks, raw, /*whole_sequence=*/true);
+  decoder_.Apply(&toks, /*whole_sequence=*/true);
   std::string out;
   for (auto& t : toks) out += t;
   return out;
@@ -554,9 +411,10 @@ std::string BpeTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_spec
 std::string BpeTokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size_ || kinds_[id] == kNone) return "";
   std::vector<std::string> toks{id_to_token_[id]};
-  std::vector<bool> raw{kinds_[id] == kSpecial || kinds_[id] == kAdded};
-  DecodeTokens(&toks, raw, /*whole_sequence=*/false);
-  return toks[0];
+  decoder_.Apply(&toks, /*whole_sequence=*/false);
+  std::string out;
+  for (auto& t : toks) out += t;
+  return out;
 }
 
 int32_t BpeTokenizer::TokenId(std::string_view token) const {

@@ -233,6 +233,11 @@ class Parser {
       ARBITER_ASSIGN_OR_RETURN(t.content, RequiredStr(e, "content", path));
       if (t.content.empty()) return Bad(path + ".content", "must not be empty");
       ARBITER_ASSIGN_OR_RETURN(t.special, Bool(e, "special", path, false));
+      ARBITER_ASSIGN_OR_RETURN(t.lstrip, Bool(e, "lstrip", path, false));
+      ARBITER_ASSIGN_OR_RETURN(t.rstrip, Bool(e, "rstrip", path, false));
+      ARBITER_ASSIGN_OR_RETURN(t.single_word, Bool(e, "single_word", path, false));
+      // HF's AddedToken::from(content, special) defaults normalized to !special.
+      ARBITER_ASSIGN_OR_RETURN(t.normalized, Bool(e, "normalized", path, !t.special));
       spec->added_tokens.push_back(std::move(t));
     }
     return OkStatus();
@@ -256,10 +261,25 @@ class Parser {
         if (s.pattern.empty()) return Bad(path + ".pattern", "must not be empty");
       } else if (type == "NFC") {
         s.kind = TokenizerNormalizerStep::Kind::kNfc;
+      } else if (type == "NFD") {
+        s.kind = TokenizerNormalizerStep::Kind::kNfd;
+      } else if (type == "NFKC") {
+        s.kind = TokenizerNormalizerStep::Kind::kNfkc;
+      } else if (type == "NFKD") {
+        s.kind = TokenizerNormalizerStep::Kind::kNfkd;
+      } else if (type == "Lowercase") {
+        s.kind = TokenizerNormalizerStep::Kind::kLowercase;
+      } else if (type == "StripAccents") {
+        s.kind = TokenizerNormalizerStep::Kind::kStripAccents;
+      } else if (type == "Strip") {
+        s.kind = TokenizerNormalizerStep::Kind::kStrip;
+        ARBITER_ASSIGN_OR_RETURN(s.strip_left, Bool(*obj, "strip_left", path, true));
+        ARBITER_ASSIGN_OR_RETURN(s.strip_right, Bool(*obj, "strip_right", path, true));
       } else {
         return Unsupported(path + ".type", "is \"" + type +
-                                               "\"; supported normalizers: Prepend, Replace, "
-                                               "NFC, Sequence");
+                                               "\"; supported normalizers: NFC, NFD, NFKC, NFKD, "
+                                               "Lowercase, StripAccents, Strip, Replace, Prepend, "
+                                               "Sequence");
       }
       spec->normalizer.push_back(std::move(s));
     }
@@ -295,12 +315,31 @@ class Parser {
         ARBITER_RETURN_IF_ERROR(Pattern(*obj, path, &s.pattern, &s.pattern_is_regex));
         if (s.pattern.empty()) return Bad(path + ".pattern", "must not be empty");
         ARBITER_ASSIGN_OR_RETURN(std::string behavior, RequiredStr(*obj, "behavior", path));
-        if (behavior != "Isolated") {
-          return Unsupported(path + ".behavior",
-                             "is \"" + behavior + "\"; only \"Isolated\" is supported");
+        using B = TokenizerPreTokenizerStep::Behavior;
+        if (behavior == "Removed") {
+          s.behavior = B::kRemoved;
+        } else if (behavior == "Isolated") {
+          s.behavior = B::kIsolated;
+        } else if (behavior == "MergedWithPrevious") {
+          s.behavior = B::kMergedWithPrevious;
+        } else if (behavior == "MergedWithNext") {
+          s.behavior = B::kMergedWithNext;
+        } else if (behavior == "Contiguous") {
+          s.behavior = B::kContiguous;
+        } else {
+          return Bad(path + ".behavior", "is \"" + behavior +
+                                             "\"; must be Removed, Isolated, MergedWithPrevious, "
+                                             "MergedWithNext or Contiguous");
         }
-        ARBITER_ASSIGN_OR_RETURN(bool invert, Bool(*obj, "invert", path, false));
-        if (invert) return Unsupported(path + ".invert", "true is not supported");
+        ARBITER_ASSIGN_OR_RETURN(s.invert, Bool(*obj, "invert", path, false));
+      } else if (type == "Digits") {
+        s.kind = TokenizerPreTokenizerStep::Kind::kDigits;
+        ARBITER_ASSIGN_OR_RETURN(s.individual_digits,
+                                 Bool(*obj, "individual_digits", path, false));
+      } else if (type == "Whitespace") {
+        s.kind = TokenizerPreTokenizerStep::Kind::kWhitespace;
+      } else if (type == "WhitespaceSplit") {
+        s.kind = TokenizerPreTokenizerStep::Kind::kWhitespaceSplit;
       } else if (type == "Metaspace") {
         s.kind = TokenizerPreTokenizerStep::Kind::kMetaspace;
         ARBITER_ASSIGN_OR_RETURN(s.replacement, Str(*obj, "replacement", path, "\xE2\x96\x81"));
@@ -310,7 +349,8 @@ class Parser {
       } else {
         return Unsupported(path + ".type", "is \"" + type +
                                                "\"; supported pre-tokenizers: ByteLevel, Split, "
-                                               "Metaspace, Sequence");
+                                               "Digits, Metaspace, Whitespace, WhitespaceSplit, "
+                                               "Sequence");
       }
       spec->pre_tokenizer.push_back(std::move(s));
     }
@@ -329,9 +369,7 @@ class Parser {
         s.kind = TokenizerDecoderStep::Kind::kByteLevel;
       } else if (type == "Replace") {
         s.kind = TokenizerDecoderStep::Kind::kReplace;
-        bool is_regex = false;
-        ARBITER_RETURN_IF_ERROR(Pattern(*obj, path, &s.pattern, &is_regex));
-        if (is_regex) return Unsupported(path + ".pattern", "Regex is not supported in decoders");
+        ARBITER_RETURN_IF_ERROR(Pattern(*obj, path, &s.pattern, &s.pattern_is_regex));
         if (s.pattern.empty()) return Bad(path + ".pattern", "must not be empty");
         ARBITER_ASSIGN_OR_RETURN(s.content, RequiredStr(*obj, "content", path));
       } else if (type == "ByteFallback") {

@@ -101,6 +101,50 @@ TEST(TokenizerJsonTest, ParsesLlama2SentencePieceStyle) {
   EXPECT_EQ(spec->decoder[3].strip_stop, 0);
 }
 
+TEST(TokenizerJsonTest, ParsesFullPipelineVocabulary) {
+  std::string text = File(
+      kModel,
+      R"("added_tokens": [{"id": 4, "content": "<s>", "special": true},
+                          {"id": 5, "content": "[X]", "lstrip": true, "rstrip": true,
+                           "single_word": true, "normalized": false},
+                          {"id": 6, "content": "yo"}],
+         "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "NFD"}, {"type": "NFKC"}, {"type": "NFKD"}, {"type": "Lowercase"},
+            {"type": "StripAccents"}, {"type": "Strip", "strip_left": false, "strip_right": true}]},
+         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": true},
+            {"type": "Digits", "individual_digits": true}, {"type": "Whitespace"},
+            {"type": "WhitespaceSplit"}]},
+         "decoder": {"type": "Replace", "pattern": {"Regex": "a+"}, "content": "b"})");
+  auto spec = ParseTokenizerJson(text, "t");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->added_tokens.size(), 3u);
+  EXPECT_FALSE(spec->added_tokens[0].normalized);  // special: defaults to false
+  EXPECT_TRUE(spec->added_tokens[1].lstrip);
+  EXPECT_TRUE(spec->added_tokens[1].rstrip);
+  EXPECT_TRUE(spec->added_tokens[1].single_word);
+  EXPECT_FALSE(spec->added_tokens[1].normalized);
+  EXPECT_TRUE(spec->added_tokens[2].normalized);   // not special: defaults to true
+  using N = TokenizerNormalizerStep::Kind;
+  ASSERT_EQ(spec->normalizer.size(), 6u);
+  EXPECT_EQ(spec->normalizer[0].kind, N::kNfd);
+  EXPECT_EQ(spec->normalizer[3].kind, N::kLowercase);
+  EXPECT_EQ(spec->normalizer[4].kind, N::kStripAccents);
+  EXPECT_EQ(spec->normalizer[5].kind, N::kStrip);
+  EXPECT_FALSE(spec->normalizer[5].strip_left);
+  using P = TokenizerPreTokenizerStep;
+  ASSERT_EQ(spec->pre_tokenizer.size(), 4u);
+  EXPECT_EQ(spec->pre_tokenizer[0].behavior, P::Behavior::kMergedWithPrevious);
+  EXPECT_TRUE(spec->pre_tokenizer[0].invert);
+  EXPECT_FALSE(spec->pre_tokenizer[0].pattern_is_regex);
+  EXPECT_EQ(spec->pre_tokenizer[1].kind, P::Kind::kDigits);
+  EXPECT_TRUE(spec->pre_tokenizer[1].individual_digits);
+  EXPECT_EQ(spec->pre_tokenizer[2].kind, P::Kind::kWhitespace);
+  EXPECT_EQ(spec->pre_tokenizer[3].kind, P::Kind::kWhitespaceSplit);
+  ASSERT_EQ(spec->decoder.size(), 1u);
+  EXPECT_TRUE(spec->decoder[0].pattern_is_regex);
+}
+
 TEST(TokenizerJsonTest, MalformedFilesNameTheField) {
   const auto kD = StatusCode::kDataLoss;
   ExpectError("{not json", kD, "not valid JSON");
@@ -154,6 +198,8 @@ TEST(TokenizerJsonTest, MalformedFilesNameTheField) {
   ExpectError(File(kModel, R"("decoder": {"type": "Strip", "content": " ", "start": "1"})"), kD,
               "field \"decoder.start\" must be an integer");
   ExpectError(File(kModel, R"("decoder": 7)"), kD, "field \"decoder\" must be an object or null");
+  ExpectError(File(kModel, R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "x"}, "behavior": "Sideways"})"),
+              kD, "field \"pre_tokenizer.behavior\" is \"Sideways\"");
 }
 
 TEST(TokenizerJsonTest, UnsupportedFeaturesAreUnimplemented) {
@@ -161,12 +207,10 @@ TEST(TokenizerJsonTest, UnsupportedFeaturesAreUnimplemented) {
   ExpectError(File(R"({"type": "WordPiece", "vocab": {"a": 0}})"), kU,
               "field \"model.type\" is \"WordPiece\"");
   ExpectError(File(R"({"type": "Unigram", "vocab": [["a", 0.0]]})"), kU, "model.type");
-  ExpectError(File(kModel, R"("normalizer": {"type": "Lowercase"})"), kU,
-              "field \"normalizer.type\" is \"Lowercase\"");
-  ExpectError(File(kModel, R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "x"}, "behavior": "Removed"})"),
-              kU, "field \"pre_tokenizer.behavior\" is \"Removed\"");
-  ExpectError(File(kModel, R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Whitespace"}]})"),
-              kU, "field \"pre_tokenizer.pretokenizers[0].type\" is \"Whitespace\"");
+  ExpectError(File(kModel, R"("normalizer": {"type": "BertNormalizer"})"), kU,
+              "field \"normalizer.type\" is \"BertNormalizer\"");
+  ExpectError(File(kModel, R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Punctuation"}]})"),
+              kU, "field \"pre_tokenizer.pretokenizers[0].type\" is \"Punctuation\"");
   ExpectError(File(kModel, R"("decoder": {"type": "WordPiece"})"), kU, "field \"decoder.type\"");
 }
 
