@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -28,13 +30,35 @@ using arbiter::http::Request;
 using arbiter::http::Responder;
 using arbiter::http::Response;
 
+// A failure to connect is a server that stopped listening: print why, trap.
+[[noreturn]] void ConnectFailed(int err) {
+  std::fprintf(stderr, "http_request_fuzz: connect to the server failed: %s\n",
+               std::strerror(err));
+  __builtin_trap();
+}
+
 int Connect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) __builtin_trap();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  // EINTR: libFuzzer's -timeout watchdog (SIGALRM) interrupted the connect
+  // (the campaign's second harness "crash", after 105,896 inputs); the
+  // connection goes on in the background: wait for it, then read its result.
+  if (errno != EINTR) ConnectFailed(errno);
+  while (true) {
+    pollfd p{fd, POLLOUT, 0};
+    const int ready = ::poll(&p, 1, 5000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) ConnectFailed(ready == 0 ? ETIMEDOUT : errno);
+    break;
+  }
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) ConnectFailed(errno);
+  if (err != 0) ConnectFailed(err);
   return fd;
 }
 

@@ -26,8 +26,9 @@ constexpr char kLlama3SplitRegex[] =
 const char* const kDeepSeek3SplitRegexes[] = {
     "\\p{N}{1,3}",
     "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+",  // 一-龥぀-ゟ゠-ヿ
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
-    "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    // One regex over two lines (parenthesized: not two array elements).
+    ("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+     "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"),
 };
 // llama.cpp's "default" BPE pre-tokenizer: four splits in sequence.
 const char* const kDefaultSplitRegexes[] = {
