@@ -105,7 +105,9 @@ Response DefaultErrorBody(int status, std::string message) {
   r.content_type = "application/json";
   nlohmann::json j;
   j["error"] = {{"message", std::move(message)}, {"code", status}};
-  r.body = j.dump();
+  // The message may quote request bytes that are not UTF-8 (a path): they
+  // become U+FFFD instead of making dump() throw.
+  r.body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return r;
 }
 

@@ -3,6 +3,7 @@
 // states are awaited with a deadline (WaitFor), blocked handlers have fuses.
 #include "server/internal/http/http_server.h"
 #include "server/internal/http/fake_responder.h"
+#include "server/internal/http/server_impl.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1007,6 +1008,14 @@ TEST(HttpServerBindTest, PortZeroPicksAFreePortAndLocalhostIsLoopback) {
   // Stop before Run: Run then returns at once.
   server.Stop();
   EXPECT_TRUE(server.Run().ok());
+}
+
+// Found by the http_request fuzz target: a message quoting a request path
+// that is not UTF-8 made the default JSON error body throw.
+TEST(DefaultErrorBodyTest, BytesThatAreNotUtf8BecomeReplacementCharacters) {
+  const Response r = DefaultErrorBody(404, std::string("no route for /\xCB\xFF"));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(r.body.find("no route for /\xEF\xBF\xBD"), std::string::npos) << r.body;
 }
 
 }  // namespace
