@@ -44,12 +44,13 @@ std::string KvModelHashOfDigest(uint64_t kv_weights_digest) {
 }  // namespace
 
 Result<std::string> KvModelHash(const ModelEntry& entry) {
-  EngineOptions options;
-  options.n_ctx = entry.ctx;
-  // Headers only (not tokenizer.json): the digest is all it needs.
-  ARBITER_ASSIGN_OR_RETURN(WeightModel weights,
-                           Engine::WeightModelFor(entry.path, "kv", options));
-  return KvModelHashOfDigest(weights.digest);
+  // Opened as the model's load opens it (compute_dtype changes the layout,
+  // hence the digest), so the two hashes agree.
+  ARBITER_ASSIGN_OR_RETURN(
+      std::shared_ptr<const ModelFiles> files,
+      OpenModelFiles(entry.path, ModelFilesOptions{.compute_f32 = entry.compute_f32,
+                                                   .chat_template = entry.chat_template}));
+  return KvModelHash(*files);
 }
 
 Result<std::string> KvModelHash(const ModelFiles& files) {
