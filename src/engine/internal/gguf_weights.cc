@@ -58,24 +58,6 @@ std::string ComputeTypeList() {
   return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and Q8_K";
 }
 
-// `want` bytes at file offset `at` into `out`.
-Status ReadAt(int fd, const std::string& path, const std::string& tensor, uint64_t at,
-              size_t want, uint8_t* out) {
-  size_t got = 0;
-  while (got < want) {
-    const ssize_t n = ::pread(fd, out + got, want - got, static_cast<off_t>(at + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, "read " + path);
-    if (n == 0) {
-      return DataLossError(path + ": the file ends before tensor \"" + tensor +
-                           "\" does (truncated while its weights were read?); reload the model "
-                           "once the file is complete");
-    }
-    got += static_cast<size_t>(n);
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
 Result<ComputeLayout> PlanComputeLayoutGguf(const ModelConfig& config, const GgufFile& gguf,
@@ -158,7 +140,8 @@ Status FillComputeLayoutGguf(const ComputeLayout& layout, const GgufFile& gguf,
     uint8_t* dst = static_cast<uint8_t*>(arrays[part.buffer]) + part.byte_offset;
     const uint64_t at = gguf.data_offset() + t->offset;
     if (to == t->type && part.permute_heads == 0) {
-      ARBITER_RETURN_IF_ERROR(ReadAt(fd.get(), path, part.tensor, at, t->size_bytes, dst));
+      ARBITER_RETURN_IF_ERROR(
+          ReadTensorBytes(fd.get(), path, part.tensor, at, t->size_bytes, dst));
       continue;
     }
     const int64_t head_rows = layout.dims.head_dim;
@@ -166,7 +149,7 @@ Status FillComputeLayoutGguf(const ComputeLayout& layout, const GgufFile& gguf,
     chunk.resize(static_cast<size_t>(std::min(rows, per_chunk)) * src_row);
     for (int64_t r0 = 0; r0 < rows; r0 += per_chunk) {
       const int64_t n = std::min(per_chunk, rows - r0);
-      ARBITER_RETURN_IF_ERROR(ReadAt(fd.get(), path, part.tensor, at + r0 * src_row,
+      ARBITER_RETURN_IF_ERROR(ReadTensorBytes(fd.get(), path, part.tensor, at + r0 * src_row,
                                      static_cast<size_t>(n) * src_row, chunk.data()));
       for (int64_t r = r0; r < r0 + n; ++r) {
         const int64_t out_row =

@@ -395,6 +395,24 @@ Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& s
   return PlanComputeLayout(config, st, model_dir).status();
 }
 
+Status ReadTensorBytes(int fd, const std::string& path, const std::string& tensor, uint64_t at,
+                       size_t want, void* out) {
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  size_t got = 0;
+  while (got < want) {
+    const ssize_t n = ::pread(fd, dst + got, want - got, static_cast<off_t>(at + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "read " + path);
+    if (n == 0) {
+      return DataLossError(path + ": the file ends before tensor \"" + tensor +
+                           "\" does (truncated while its weights were read?); reload the model "
+                           "once the file is complete");
+    }
+    got += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
 namespace {
 
 // Bytes read per pread (a multiple of every dtype size).
@@ -470,21 +488,7 @@ class TensorReader {
   // `want` bytes at file offset `at` into `out`.
   static Status ReadBytes(const File& f, const TensorInfo& info, uint64_t at, size_t want,
                           void* out) {
-    uint8_t* dst = static_cast<uint8_t*>(out);
-    size_t got = 0;
-    while (got < want) {
-      const ssize_t n =
-          ::pread(f.fd.get(), dst + got, want - got, static_cast<off_t>(at + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoToStatus(errno, "read " + info.file);
-      if (n == 0) {
-        return DataLossError(info.file + ": the file ends before tensor \"" + info.name +
-                             "\" does (truncated while its weights were read?); reload the "
-                             "model once the file is complete");
-      }
-      got += static_cast<size_t>(n);
-    }
-    return OkStatus();
+    return ReadTensorBytes(f.fd.get(), info.file, info.name, at, want, out);
   }
 
   std::map<std::string, File> files_;

@@ -298,6 +298,13 @@ Result<ComputeLayout> PlanComputeLayoutGguf(const ModelConfig& config, const Ggu
 Status FillComputeLayoutGguf(const ComputeLayout& layout, const GgufFile& gguf,
                              const std::string& path, const std::vector<void*>& arrays);
 
+// Reads exactly `want` bytes of `tensor` at offset `at` of the file `path`
+// (open as `fd`) into `out`, retrying on EINTR (Note [Weights are read, not
+// mapped] in model_weights.cc). kDataLoss naming the file and tensor when
+// the file ends first; the errno's status for a failed read.
+Status ReadTensorBytes(int fd, const std::string& path, const std::string& tensor, uint64_t at,
+                       size_t want, void* out);
+
 // Views of `arrays` (one per layout.buffers entry, holding what
 // FillComputeLayout wrote). Allocates only the layer vector.
 // REQUIRES: arrays.size() == layout.buffers.size(), every entry non-null.
