@@ -31,7 +31,7 @@ std::vector<int32_t> BenchPrompt(int n, int vocab, uint64_t seed) {
 
 Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_threads,
                                          int prompt_tokens, int gen_tokens, int repetitions,
-                                         bool compute_f32) {
+                                         bool compute_f32, GgmlType kv_type) {
   if (n_threads < 1 || prompt_tokens < 1 || gen_tokens < 1 || repetitions < 1) {
     return InvalidArgumentError(
         "bench: n_threads, prompt_tokens, gen_tokens and repetitions "
@@ -52,6 +52,7 @@ Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_thr
   opts.n_ctx = prompt_tokens + gen_tokens + 8;
   opts.prefill_batch = 512;
   opts.n_threads = n_threads;
+  opts.kv_type = kv_type;
   const double t0 = NowSeconds();
   ARBITER_ASSIGN_OR_RETURN(
       std::shared_ptr<const ModelFiles> files,
@@ -68,7 +69,9 @@ Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_thr
   r.weight_bytes_per_token = impl->layout().decode_bytes_per_token();
   // Step at position p reads p + 1 K and V rows per layer.
   const double mean_positions = prompt_tokens + (gen_tokens + 1) / 2.0;
-  r.kv_bytes_per_token = mean_positions * 2.0 * d.n_layers * d.kv_dim * sizeof(float);
+  r.kv_bytes_per_token =
+      mean_positions * 2.0 * d.n_layers * static_cast<double>(KvRowBytes(kv_type, d.kv_dim));
+  r.kv_type = std::string(KvTypeName(kv_type));
 
   const int vocab = engine->config().vocab_size;
   GenerationRequest warm;
@@ -117,7 +120,7 @@ std::string FormatDecodeBench(const DecodeBenchResult& r) {
                 "load            %.0f ms\n"
                 "prefill         %d tokens: %.1f ms, %.1f tok/s (best of %d)\n"
                 "decode          %d tokens: %.1f ms, %.2f tok/s (best of %d)\n"
-                "weights         %.1f MB; %.1f MB streamed per decoded token (+%.2f MB KV)\n"
+                "weights         %.1f MB; %.1f MB streamed per decoded token (+%.2f MB KV, %s)\n"
                 "memcpy          %.2f GB/s (%d threads, bytes copied per second, best of 5)\n"
                 "roofline        %.2f tok/s = memcpy bandwidth / weight bytes per token\n"
                 "achieved        %.0f%% of roofline\n"
@@ -126,7 +129,8 @@ std::string FormatDecodeBench(const DecodeBenchResult& r) {
                 r.model_dir.c_str(), r.n_threads, r.blas_core.c_str(), r.load_ms, r.prompt_tokens,
                 r.prefill_ms, r.prefill_tok_s, r.repetitions, r.gen_tokens, r.decode_ms,
                 r.decode_tok_s, r.repetitions, r.weight_bytes / 1e6, r.weight_bytes_per_token / 1e6,
-                r.kv_bytes_per_token / 1e6, r.memcpy_bytes_per_s / 1e9, r.n_threads,
+                r.kv_bytes_per_token / 1e6, r.kv_type.c_str(), r.memcpy_bytes_per_s / 1e9,
+                r.n_threads,
                 r.roofline_tok_s, r.roofline_fraction * 100, r.read_bytes_per_s / 1e9, r.n_threads,
                 r.read_roofline_tok_s, r.read_roofline_fraction * 100);
   return buf;
@@ -147,6 +151,7 @@ std::string FormatDecodeBenchJson(const DecodeBenchResult& r) {
                             {"weight_bytes", r.weight_bytes},
                             {"weight_bytes_per_token", r.weight_bytes_per_token},
                             {"kv_bytes_per_token", r.kv_bytes_per_token},
+                            {"kv_type", r.kv_type},
                             {"memcpy_bytes_per_s", r.memcpy_bytes_per_s},
                             {"roofline_tok_s", r.roofline_tok_s},
                             {"roofline_fraction", r.roofline_fraction},

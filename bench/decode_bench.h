@@ -33,6 +33,7 @@
 #include <string>
 
 #include "arbiter/base/status.h"
+#include "arbiter/engine/kv_snapshot.h"  // KV types
 
 namespace arbiter {
 
@@ -51,6 +52,7 @@ struct DecodeBenchResult {
   size_t weight_bytes = 0;            // f32 weights held
   size_t weight_bytes_per_token = 0;  // weights streamed per decode step
   double kv_bytes_per_token = 0;      // K/V read per decode step, mean over the run
+  std::string kv_type;                // KvTypeName of the KV cache
   double memcpy_bytes_per_s = 0;      // bytes copied per second, n_threads (best of 5)
   double roofline_tok_s = 0;          // memcpy_bytes_per_s / weight_bytes_per_token
   double roofline_fraction = 0;       // decode_tok_s / roofline_tok_s
@@ -60,10 +62,12 @@ struct DecodeBenchResult {
 };
 
 // `compute_f32`: convert the weights to f32 at load (`compute_dtype =
-// "f32"`) instead of computing them in their stored type.
+// "f32"`) instead of computing them in their stored type. `kv_type`: the
+// KV cache's type (EngineOptions::kv_type).
 Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_threads,
                                          int prompt_tokens = 512, int gen_tokens = 128,
-                                         int repetitions = 3, bool compute_f32 = false);
+                                         int repetitions = 3, bool compute_f32 = false,
+                                         GgmlType kv_type = kDefaultKvType);
 
 // Multi-line human-readable report. Scripts parse its lines
 //   prefill         N tokens: X ms, Y tok/s (best of R)

@@ -81,6 +81,7 @@ TEST(DecodeBenchTest, JsonHasTheTextReportsFigures) {
   r.weight_bytes = 213500000;
   r.weight_bytes_per_token = 213400000;
   r.kv_bytes_per_token = 1.5e6;
+  r.kv_type = "f16";
   r.memcpy_bytes_per_s = 10e9;
   r.roofline_tok_s = 46.9;
   r.roofline_fraction = 0.28;
@@ -105,13 +106,14 @@ TEST(DecodeBenchTest, JsonHasTheTextReportsFigures) {
   EXPECT_EQ(j.at("weight_bytes"), 213500000u);
   EXPECT_EQ(j.at("weight_bytes_per_token"), 213400000u);
   EXPECT_EQ(j.at("kv_bytes_per_token"), 1.5e6);
+  EXPECT_EQ(j.at("kv_type"), "f16");
   EXPECT_EQ(j.at("memcpy_bytes_per_s"), 10e9);
   EXPECT_EQ(j.at("roofline_tok_s"), 46.9);
   EXPECT_EQ(j.at("roofline_fraction"), 0.28);
   EXPECT_EQ(j.at("read_bytes_per_s"), 20e9);
   EXPECT_EQ(j.at("read_roofline_tok_s"), 93.7);
   EXPECT_EQ(j.at("read_roofline_fraction"), 0.14);
-  EXPECT_EQ(j.size(), 20u);
+  EXPECT_EQ(j.size(), 21u);
 }
 
 TEST(DecodeBenchTest, DemoChat) {

@@ -197,6 +197,7 @@ Status KvBench::Setup(KvBenchResult* r) {
   eo.n_slots = o_.n_slots;
   eo.n_ctx = need + kCtxSlack;
   eo.n_threads = o_.threads;
+  eo.kv_type = o_.kv_type;
   ARBITER_ASSIGN_OR_RETURN(engine_, Engine::Load(o_.model_dir, eo));
   if (engine_->n_ctx() < need) {
     return InvalidArgumentError(fmt::format(
@@ -237,7 +238,8 @@ Status KvBench::Setup(KvBenchResult* r) {
   }
   r->n_layers = static_cast<int>(prefix_snapshot_.n_layers);
   r->kv_dim = static_cast<int>(prefix_snapshot_.kv_dim);
-  r->kv_bytes_per_token = 2.0 * r->n_layers * r->kv_dim * sizeof(float);
+  r->kv_type = std::string(KvTypeName(prefix_snapshot_.kv_type));
+  r->kv_bytes_per_token = 2.0 * r->n_layers * static_cast<double>(prefix_snapshot_.row_bytes());
   return OkStatus();
 }
 
@@ -587,7 +589,7 @@ Status KvBench::RunSaveRestore(KvBenchResult* r) {
     if (raw.size() != written) {
       raw.assign(written, 0);
       std::memcpy(raw.data(), snap.kv.data(),
-                  std::min<size_t>(written, snap.kv.size() * sizeof(float)));
+                  std::min<size_t>(written, snap.kv.size()));
     }
     double w_ms = 0, f_ms = 0;
     ARBITER_RETURN_IF_ERROR(
@@ -825,9 +827,10 @@ std::string FormatKvBench(const KvBenchResult& r) {
   const double prefix_mb = r.kv_bytes_per_token * r.prefix_tokens / 1e6;
   line(fmt::format("model           {} (KV model hash {})", r.model_dir, r.model_hash));
   line(
-      fmt::format("engine          {} slots, n_ctx {}, {} threads; KV f32 {} layers × 2 × {} = "
+      fmt::format("engine          {} slots, n_ctx {}, {} threads; KV {} {} layers × 2 × {} = "
                   "{:.0f} B/token",
-                  r.n_slots, r.n_ctx, r.threads, r.n_layers, r.kv_dim, r.kv_bytes_per_token));
+                  r.n_slots, r.n_ctx, r.threads, r.kv_type, r.n_layers, r.kv_dim,
+                  r.kv_bytes_per_token));
   line(
       fmt::format("shape           prefix {} tokens ({:.2f} MB of K/V), turn {} tokens; {} "
                   "repetitions (best, p50)",
@@ -1000,6 +1003,7 @@ std::string FormatKvBenchJson(const KvBenchResult& r) {
   j["repetitions"] = r.repetitions;
   j["n_layers"] = r.n_layers;
   j["kv_dim"] = r.kv_dim;
+  j["kv_type"] = r.kv_type;
   j["kv_bytes_per_token"] = r.kv_bytes_per_token;
   j["loadavg_start"] = r.loadavg_start;
   j["loadavg_end"] = r.loadavg_end;

@@ -107,6 +107,7 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "arbiter/engine/kv_snapshot.h"  // KV types
 #include "bench/bench_stats.h"
 
 namespace arbiter {
@@ -120,6 +121,7 @@ struct KvBenchOptions {
   // which the engine follows.
   int threads = 0;
   int n_slots = 2;
+  GgmlType kv_type = kDefaultKvType;  // EngineOptions::kv_type
   // Shared prefix.
   std::vector<int> shared_prefix_tokens = {512, 1024, 2048};
   int shared_requests = 20;  // per prefix length
@@ -252,7 +254,8 @@ struct KvBenchResult {
   int repetitions = 0;
   int n_layers = 0;
   int kv_dim = 0;
-  double kv_bytes_per_token = 0;  // n_layers · 2 · kv_dim · 4
+  double kv_bytes_per_token = 0;  // n_layers · 2 · KvRowBytes(kv_type, kv_dim)
+  std::string kv_type;            // KvTypeName
   double loadavg_start = 0;
   double loadavg_end = 0;
   double seconds = 0;            // the whole run

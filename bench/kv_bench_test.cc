@@ -65,7 +65,8 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   // tiny: 2 layers, 2 KV heads × head_dim 16.
   EXPECT_EQ(r->n_layers, 2);
   EXPECT_EQ(r->kv_dim, 32);
-  EXPECT_EQ(r->kv_bytes_per_token, 2.0 * 2 * 32 * 4);
+  EXPECT_EQ(r->kv_bytes_per_token, 2.0 * 2 * 32 * 2);  // f16, the default KV type
+  EXPECT_EQ(r->kv_type, "f16");
   EXPECT_EQ(r->n_slots, 2);
   EXPECT_EQ(r->threads, 1);
   EXPECT_EQ(r->model_hash.size(), 16u);
@@ -102,7 +103,7 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   // Save and restore: bytes are the snapshot's and the v1 file's sizes.
   const KvSaveRestoreResult& s = r->save_restore;
   EXPECT_EQ(s.n_tokens, prefix);
-  const uint64_t kv_bytes = uint64_t{2} * 2 * 32 * 4 * prefix;
+  const uint64_t kv_bytes = uint64_t{2} * 2 * 32 * 2 * prefix;
   EXPECT_EQ(s.snapshot_bytes, kv_bytes + 4u * prefix);
   EXPECT_EQ(s.file_bytes, 64 + 4u * prefix + kv_bytes + 8);
   for (const SampleSummary* st :
@@ -178,11 +179,11 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   const nlohmann::json j = nlohmann::json::parse(FormatKvBenchJson(*r));
   for (const char* key :
        {"model_dir", "model_hash", "n_slots", "n_ctx", "threads", "prefix_tokens", "turn_tokens",
-        "repetitions", "n_layers", "kv_dim", "kv_bytes_per_token", "loadavg_start", "loadavg_end",
-        "seconds", "ttft", "save_restore", "shared_prefix", "qa"}) {
+        "repetitions", "n_layers", "kv_dim", "kv_type", "kv_bytes_per_token", "loadavg_start",
+        "loadavg_end", "seconds", "ttft", "save_restore", "shared_prefix", "qa"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 18u);
+  EXPECT_EQ(j.size(), 19u);
   const nlohmann::json& ttft = j.at("ttft").at(1).at("ttft_ms");
   EXPECT_EQ(ttft.size(), 6u);
   EXPECT_EQ(ttft.at("samples"), r->ttft[1].ttft_ms.samples);

@@ -511,7 +511,7 @@ TEST_F(FaultE2E, ADiskFullWhilePersistingKvKeepsTheOldFileAndServes) {
   ServerConfig c;
   c.parallel = 1;                 // a second conversation displaces the first...
   c.kv = "prompt_cache = 0\n";    // ...straight to disk
-  c.file_size_limit = 256 << 10;  // KV of ~500 tokens of "tiny"
+  c.file_size_limit = 128 << 10;  // f16 KV of ~500 tokens of "tiny"
   const Proc& p = P(Start(c));
   ASSERT_GT(p.pid, 0);
   // A short conversation "a", displaced by "b": saved whole.

@@ -177,8 +177,8 @@ EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<
   const int batch = std::min(options.prefill_batch, n_ctx);
   for (int i = 0; i < options.n_slots; ++i) {
     auto st = std::make_unique<SlotState>();
-    st->kv = KvCache(d.n_layers, n_ctx, d.kv_dim);
-    st->scratch = ForwardScratch(d, batch, n_ctx, layout_->typed());
+    st->kv = KvCache(d.n_layers, n_ctx, d.kv_dim, options.kv_type);
+    st->scratch = ForwardScratch(d, batch, n_ctx, layout_->typed(), options.kv_type);
     slot_states_.push_back(std::move(st));
   }
   MutexLock l(&mu_);
@@ -442,12 +442,19 @@ Status EngineImpl::CheckSnapshot(const KvSnapshotView& snapshot, int slot) const
                                 " differs from the model's kv_dim " + std::to_string(d.kv_dim) +
                                 "; it comes from another model");
   }
+  if (snapshot.kv_type != options_.kv_type) {
+    return InvalidArgumentError(what + "kv_type " + std::string(KvTypeName(snapshot.kv_type)) +
+                                " differs from this engine's kv_type " +
+                                std::string(KvTypeName(options_.kv_type)) +
+                                "; K/V of another type are recomputed, not restored");
+  }
   const size_t n = snapshot.n_tokens;
-  const size_t want_floats = size_t{2} * d.n_layers * d.kv_dim * n;
-  if (snapshot.kv_floats != want_floats) {
-    return InvalidArgumentError(what + "kv has " + std::to_string(snapshot.kv_floats) +
-                                " floats; n_layers · 2 · n_tokens · kv_dim = " +
-                                std::to_string(want_floats) + " (n_tokens " +
+  const size_t want_bytes = size_t{2} * d.n_layers * n * KvRowBytes(options_.kv_type, d.kv_dim);
+  if (snapshot.kv_bytes != want_bytes) {
+    return InvalidArgumentError(what + "kv has " + std::to_string(snapshot.kv_bytes) +
+                                " bytes; n_layers · 2 · n_tokens rows of " +
+                                std::string(KvTypeName(options_.kv_type)) + " = " +
+                                std::to_string(want_bytes) + " (n_tokens " +
                                 std::to_string(n) + ")");
   }
   if (n > static_cast<size_t>(n_ctx_ - 1)) {
@@ -497,16 +504,15 @@ Result<KvSnapshot> EngineImpl::SaveSlot(const SlotReservation& r) {
   KvSnapshot snapshot;
   snapshot.n_layers = static_cast<uint32_t>(d.n_layers);
   snapshot.kv_dim = static_cast<uint32_t>(d.kv_dim);
+  snapshot.kv_type = options_.kv_type;
   try {
     snapshot.tokens = tokens;
-    // Not zeroed (KvBufferAllocator): ReadRows overwrites every value.
-    snapshot.kv.resize(size_t{2} * d.n_layers * d.kv_dim * tokens.size());
+    // Not zeroed (KvBufferAllocator): ReadRows overwrites every byte.
+    snapshot.kv.resize(snapshot.ExpectedKvBytes());
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("SaveSlot(" + std::to_string(r.slot()) + "): no memory for " +
                                   std::to_string(tokens.size()) + " tokens of K/V (" +
-                                  std::to_string(size_t{2} * d.n_layers * d.kv_dim *
-                                                 tokens.size() * sizeof(float)) +
-                                  " bytes)");
+                                  std::to_string(snapshot.ExpectedKvBytes()) + " bytes)");
   }
   state(r).kv.ReadRows(static_cast<int>(tokens.size()), snapshot.kv.data());
   return snapshot;
@@ -529,6 +535,7 @@ Status EngineImpl::VisitSlot(const SlotReservation& r,
   KvRowsView rows;
   rows.n_layers = static_cast<uint32_t>(d.n_layers);
   rows.kv_dim = static_cast<uint32_t>(d.kv_dim);
+  rows.kv_type = kv.type();
   rows.tokens = tokens.data();
   rows.n_tokens = tokens.size();
   for (int l = 0; l < d.n_layers; ++l) {
@@ -840,6 +847,26 @@ Status CheckOptions(const EngineOptions& options) {
                                 std::to_string(options.prefill_batch) + "), n_threads ≥ 0 (got " +
                                 std::to_string(options.n_threads) + ")");
   }
+  if (!IsKvType(options.kv_type)) {
+    return InvalidArgumentError("engine options: kv_type " +
+                                std::string(GgmlTypeName(options.kv_type)) +
+                                " is not a KV cache type; use f16 (default), bf16, q8_0 or f32");
+  }
+  return OkStatus();
+}
+
+// kInvalidArgument when the model's heads cannot be held in options.kv_type
+// (q8_0 blocks of 32 must not straddle two heads).
+Status CheckKvType(const EngineOptions& options, const engine_internal::ModelDims& d,
+                   const std::string& model_dir) {
+  if (KvRowBytes(options.kv_type, d.head_dim) == 0) {
+    return InvalidArgumentError(
+        model_dir + ": kv_type " + std::string(KvTypeName(options.kv_type)) +
+        " stores blocks of " +
+        std::to_string(GgmlTypeTraitsOf(options.kv_type)->block_elems) +
+        " values, which head_dim " + std::to_string(d.head_dim) +
+        " is not a multiple of; use kv_type = \"f16\" for this model");
+  }
   return OkStatus();
 }
 
@@ -924,7 +951,8 @@ uint64_t ScratchBytesPerSlot(const ModelFiles& files, const EngineOptions& optio
   const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
   const int n_ctx = ClampedContext(options, layout.config);
   return engine_internal::ForwardScratch::BytesFor(
-      layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx, layout.typed());
+      layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx, layout.typed(),
+      options.kv_type);
 }
 
 }  // namespace
@@ -953,12 +981,14 @@ Result<WeightModel> Engine::WeightModelFor(const std::string& model_dir, const s
 Result<EngineFootprint> Engine::Footprint(const ModelFiles& files, const EngineOptions& options) {
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
   const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
+  ARBITER_RETURN_IF_ERROR(CheckKvType(options, layout.dims, files.dir()));
   const size_t n_ctx = static_cast<size_t>(ClampedContext(options, layout.config));
   const size_t n_slots = static_cast<size_t>(options.n_slots);
   EngineFootprint f;
-  // KvCache: [n_layers, 2, n_ctx, kv_dim] f32 per slot.
-  f.kv_bytes = n_slots * static_cast<size_t>(layout.dims.n_layers) * 2 * n_ctx *
-               static_cast<size_t>(layout.dims.kv_dim) * sizeof(float);
+  // KvCache: n_layers × 2 × n_ctx rows of kv_type per slot.
+  f.kv_bytes = n_slots * engine_internal::KvCache::BytesFor(layout.dims.n_layers,
+                                                            static_cast<int>(n_ctx),
+                                                            layout.dims.kv_dim, options.kv_type);
   f.scratch_bytes = n_slots * ScratchBytesPerSlot(files, options);
   f.weight_bytes = layout.bytes();
   return f;
@@ -982,6 +1012,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> f
     return FailedPreconditionError(model_dir +
                                    ": opened without its tokenizer; use OpenModelFiles");
   }
+  ARBITER_RETURN_IF_ERROR(
+      CheckKvType(options, engine_internal::ModelFilesAccess::layout(*files)->dims, model_dir));
   try {
     const std::shared_ptr<const engine_internal::ComputeLayout>& layout =
         engine_internal::ModelFilesAccess::layout(*files);

@@ -356,7 +356,8 @@ TEST_F(EngineSlotsTest, SaveClearRestoreReusesThePrefixWithSameOutput) {
   const uint32_t kv_dim = saved->kv_dim;
   EXPECT_GT(kv_dim, 0u);
   EXPECT_EQ(saved->tokens, held);
-  EXPECT_EQ(saved->kv.size(), size_t{2} * saved->n_layers * held.size() * kv_dim);
+  EXPECT_EQ(saved->kv_type, GgmlType::kF16);  // the default KV type
+  EXPECT_EQ(saved->kv.size(), size_t{2} * saved->n_layers * held.size() * kv_dim * 2);
   EXPECT_EQ(e->SlotTokens(0), held);  // saving leaves the slot as it was
   const uint64_t last_used = e->Slots()[0].last_used;
 
@@ -435,20 +436,22 @@ TEST_F(EngineSlotsTest, RestoreFromAViewOfForeignMemory) {
   Result<KvSnapshot> saved = e->SaveSlot(0, nullptr);
   ASSERT_TRUE(saved.ok());
   const std::vector<int32_t> tokens = saved->tokens;     // plain buffers
-  const std::vector<float> kv(saved->kv.begin(), saved->kv.end());
+  const std::vector<uint8_t> kv(saved->kv.begin(), saved->kv.end());
+  const uint32_t kv_dim = saved->kv_dim;
   saved = KvSnapshot{};  // the snapshot is gone
   KvSnapshotView view;
   view.n_layers = e->SaveSlot(1, nullptr)->n_layers;
-  view.kv_dim = static_cast<uint32_t>(kv.size() / (2 * view.n_layers * tokens.size()));
+  view.kv_dim = kv_dim;
+  view.kv_type = e->kv_type();
   view.tokens = tokens.data();
   view.n_tokens = tokens.size();
   view.kv = kv.data();
-  view.kv_floats = kv.size() - 1;
+  view.kv_bytes = kv.size() - 1;
   const std::vector<int32_t> held = e->SlotTokens(1);
   Result<int> bad = e->RestoreSlot(1, view, nullptr);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(e->SlotTokens(1), held);
-  view.kv_floats = kv.size();
+  view.kv_bytes = kv.size();
   Result<int> n = e->RestoreSlot(1, view, nullptr);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(*n, static_cast<int>(tokens.size()));
@@ -476,8 +479,9 @@ TEST_F(EngineSlotsTest, RestoreRejectsBadSnapshotsAndKeepsTheSlot) {
     KvSnapshot s;
     s.n_layers = L;
     s.kv_dim = D;
+    s.kv_type = good->kv_type;
     s.tokens.assign(n, 1);
-    s.kv.assign(size_t{2} * L * n * D, 0.5f);
+    s.kv.assign(s.ExpectedKvBytes(), 0);
     return s;
   };
   struct Case {
@@ -501,6 +505,12 @@ TEST_F(EngineSlotsTest, RestoreRejectsBadSnapshotsAndKeepsTheSlot) {
     s.kv.pop_back();
     cases.push_back({"kv size", s,
                      {"kv", std::to_string(good->kv.size() - 1), std::to_string(good->kv.size())}});
+  }
+  {
+    KvSnapshot s = *good;
+    s.kv_type = GgmlType::kF32;  // an f32 snapshot into the default f16 engine
+    s.kv.resize(s.ExpectedKvBytes());
+    cases.push_back({"kv_type", s, {"kv_type", "f32", "f16"}});
   }
   cases.push_back({"too many tokens", sized(64), {"n_tokens", "64", "63"}});
   {
@@ -684,7 +694,7 @@ TEST_F(EngineSlotsTest, FourThreadStressMixingGenerateSaveRestore) {
         } else if (kind < 7) {
           Result<KvSnapshot> s = e->SaveSlot(slot, nullptr);
           ASSERT_TRUE(s.ok()) << s.status().ToString();
-          EXPECT_EQ(s->kv.size(), size_t{2} * s->n_layers * s->kv_dim * s->n_tokens());
+          EXPECT_EQ(s->kv.size(), s->ExpectedKvBytes());
           kept.push_back(std::move(*s));
           ++saves;
         } else if (kind < 9 && !kept.empty()) {

@@ -64,10 +64,11 @@ TEST_F(EngineTest, LoadReportsSizesAndClampsContext) {
   EXPECT_EQ(e->n_ctx(), e->config().max_position_embeddings);
   EXPECT_EQ(e->n_slots(), 3);
   EXPECT_GT(e->weight_bytes(), 0u);
-  // 3 slots × [n_layers, 2, n_ctx, kv_dim] f32 at least.
+  // 3 slots × [n_layers, 2, n_ctx, kv_dim] f16 (the default KV type) at least.
   const ModelConfig& c = e->config();
   const size_t kv_dim = size_t{1} * c.num_key_value_heads * (c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads);
-  EXPECT_GE(e->kv_bytes(), 3 * size_t{2} * c.num_hidden_layers * e->n_ctx() * kv_dim * 4);
+  EXPECT_EQ(e->kv_type(), GgmlType::kF16);
+  EXPECT_GE(e->kv_bytes(), 3 * size_t{2} * c.num_hidden_layers * e->n_ctx() * kv_dim * 2);
   EXPECT_TRUE(e->chat_template().ok());
 }
 
@@ -354,6 +355,123 @@ TEST_F(EngineTest, EosIdsIncludeEndOfTurnTokens) {
   ASSERT_GE(im_end, 0);
   const auto& eos = impl->eos_ids();
   EXPECT_NE(std::find(eos.begin(), eos.end(), im_end), eos.end());
+}
+
+}  // namespace
+}  // namespace arbiter
+
+namespace arbiter {
+namespace {
+
+// Each KV type (Note [KV cache types] in forward.cc) on tiny-qwen3 (head_dim
+// 32, so q8_0 is allowed): the slot holds the type's bytes (kv_bytes() and
+// Footprint agree, f16/bf16 half of f32, q8_0 34/128), a snapshot and a
+// restore into a second engine carry the type, the restored prefix is
+// reused and gives the cold output, and a snapshot of another type is
+// refused with the slot untouched.
+class KvTypeEngineTest : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(engine_internal::MakeTempDir("arbiter_kv_type_test_"));
+    Status s = MakeModel("tiny-qwen3", *dir_, 3);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static EngineOptions Options(GgmlType kv_type) {
+    EngineOptions o;
+    o.n_ctx = 128;
+    o.n_slots = 2;
+    o.prefill_batch = 8;
+    o.kv_type = kv_type;
+    return o;
+  }
+  static std::string* dir_;
+};
+std::string* KvTypeEngineTest::dir_ = nullptr;
+
+TEST_P(KvTypeEngineTest, SlotsSnapshotsAndRestoresHoldTheType) {
+  const GgmlType type = GetParam();
+  Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(*dir_);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  Result<std::unique_ptr<Engine>> a = Engine::Load(*files, Options(type));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Engine& e = **a;
+  EXPECT_EQ(e.kv_type(), type);
+  const ModelConfig& c = e.config();
+  const size_t kv_dim = size_t{1} * c.num_key_value_heads * c.head_dim;
+  const size_t row = KvRowBytes(type, kv_dim);
+  ASSERT_GT(row, 0u);
+  EXPECT_EQ(row * 128, KvRowBytes(GgmlType::kF32, kv_dim) *
+                           (type == GgmlType::kF32 ? 128 : type == GgmlType::kQ8_0 ? 34 : 64));
+  const size_t kv_cache = size_t{2} * 2 * c.num_hidden_layers * e.n_ctx() * row;  // 2 slots
+  EXPECT_EQ(e.kv_bytes(), kv_cache + e.scratch_bytes());
+  Result<EngineFootprint> fp = Engine::Footprint(**files, Options(type));
+  ASSERT_TRUE(fp.ok());
+  EXPECT_EQ(fp->kv_bytes, kv_cache);
+  EXPECT_EQ(fp->scratch_bytes, e.scratch_bytes());
+
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(5 + (i * 37) % 200);
+  GenerationRequest req;
+  req.prompt_ids = prompt;
+  req.sampling.temperature = 0.0f;
+  req.max_tokens = 6;
+  req.ignore_eos = true;
+  req.slot = 0;
+  Result<GenerationResult> first = e.Generate(req, nullptr, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Result<KvSnapshot> snap = e.SaveSlot(0, nullptr);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->kv_type, type);
+  EXPECT_EQ(snap->kv.size(), size_t{2} * c.num_hidden_layers * snap->n_tokens() * row);
+
+  // Another engine of the type restores it and reuses the prefix.
+  Result<std::unique_ptr<Engine>> b = Engine::Load(*files, Options(type));
+  ASSERT_TRUE(b.ok());
+  Result<int> restored = (*b)->RestoreSlot(1, *snap, nullptr);
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), first->output_ids.begin(), first->output_ids.end());
+  longer.push_back(9);
+  req.prompt_ids = longer;
+  req.slot = 1;
+  Result<GenerationResult> warm = (*b)->Generate(req, nullptr, nullptr);
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(warm->cached_tokens, *restored);
+  req.slot = -1;
+  Result<std::unique_ptr<Engine>> cold_engine = Engine::Load(*files, Options(type));
+  ASSERT_TRUE(cold_engine.ok());
+  Result<GenerationResult> cold = (*cold_engine)->Generate(req, nullptr, nullptr);
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->cached_tokens, 0);
+  EXPECT_EQ(warm->output_ids, cold->output_ids);
+
+  // A snapshot of another type is refused; the slot keeps its tokens.
+  KvSnapshot other = *snap;
+  other.kv_type = type == GgmlType::kF16 ? GgmlType::kBF16 : GgmlType::kF16;
+  other.kv.resize(other.ExpectedKvBytes());
+  const std::vector<int32_t> held = (*b)->SlotTokens(1);
+  Result<int> refused = (*b)->RestoreSlot(1, other, nullptr);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("kv_type"), std::string::npos);
+  EXPECT_EQ((*b)->SlotTokens(1), held);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, KvTypeEngineTest,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
+                                           GgmlType::kQ8_0),
+                         [](const auto& info) { return std::string(KvTypeName(info.param)); });
+
+TEST(KvTypeOptionsTest, NotAKvTypeIsRefusedByName) {
+  EngineOptions o;
+  o.kv_type = GgmlType::kQ4_0;
+  Result<std::unique_ptr<Engine>> e = Engine::Load("/nonexistent", o);
+  ASSERT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("kv_type Q4_0 is not a KV cache type"), std::string::npos)
+      << e.status().message();
 }
 
 }  // namespace

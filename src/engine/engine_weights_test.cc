@@ -149,7 +149,8 @@ TEST_F(EngineWeightsTest, WeightModelForDescribesTheComputeLayout) {
   EXPECT_EQ(m->residency, ResidencyState::kUnpinned);
   const int n_ctx = e->config().max_position_embeddings;
   EXPECT_EQ(m->scratch_bytes,
-            engine_internal::ForwardScratch(impl.decoder().dims(), 16, n_ctx).bytes());
+            engine_internal::ForwardScratch(impl.decoder().dims(), 16, n_ctx, false, e->kv_type())
+                .bytes());
   EXPECT_NE(m->digest, 0u);
   // Same files, same key → same digest; another key → another one.
   Result<WeightModel> again = Engine::WeightModelFor(*dir_, "tiny", o);

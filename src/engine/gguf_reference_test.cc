@@ -83,6 +83,7 @@ EngineOptions Options() {
   opts.n_slots = 1;
   opts.prefill_batch = kPrefillBatch;
   opts.n_threads = 2;  // decode matvecs split across the pool
+  opts.kv_type = GgmlType::kF32;  // the weights' error alone (issue 13 point 3)
   return opts;
 }
 

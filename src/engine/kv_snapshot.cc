@@ -25,3 +25,49 @@
 // [Charged memory is resident]): they are written in full before they are
 // charged.
 #include "arbiter/engine/kv_snapshot.h"
+
+#include <array>
+
+namespace arbiter {
+namespace {
+
+struct KvTypeEntry {
+  GgmlType type;
+  std::string_view name;
+};
+constexpr std::array<KvTypeEntry, 4> kKvTypes = {{
+    {GgmlType::kF32, "f32"},
+    {GgmlType::kF16, "f16"},
+    {GgmlType::kBF16, "bf16"},
+    {GgmlType::kQ8_0, "q8_0"},
+}};
+
+}  // namespace
+
+bool IsKvType(GgmlType type) {
+  for (const KvTypeEntry& e : kKvTypes) {
+    if (e.type == type) return true;
+  }
+  return false;
+}
+
+std::string_view KvTypeName(GgmlType type) {
+  for (const KvTypeEntry& e : kKvTypes) {
+    if (e.type == type) return e.name;
+  }
+  return "type ?";
+}
+
+std::optional<GgmlType> ParseKvType(std::string_view name) {
+  for (const KvTypeEntry& e : kKvTypes) {
+    if (e.name == name) return e.type;
+  }
+  return std::nullopt;
+}
+
+size_t KvRowBytes(GgmlType type, uint64_t kv_dim) {
+  if (!IsKvType(type)) return 0;
+  return GgmlRowBytes(type, static_cast<int64_t>(kv_dim)).value_or(0);
+}
+
+}  // namespace arbiter

@@ -36,7 +36,6 @@ int64_t TestWriteDelayMs() {
 }
 
 constexpr char kMagic[8] = {'A', 'R', 'B', 'K', 'V', '0', '0', '1'};
-constexpr uint32_t kDtypeF32 = 0;
 constexpr size_t kModelHashChars = 16;
 // Header field offsets.
 constexpr size_t kVersionAt = 8;
@@ -57,14 +56,29 @@ uint64_t GetU64(const uint8_t* p) {
   return uint64_t{GetU32(p)} | uint64_t{GetU32(p + 4)} << 32;
 }
 
-uint64_t ExpectedBytes(uint64_t n_layers, uint64_t kv_dim, uint64_t n_tokens) {
-  return kKvFileHeaderBytes + 4 * n_tokens + 8 * n_layers * n_tokens * kv_dim + kTrailerBytes;
+// REQUIRES: row_bytes = KvRowBytes(type, kv_dim) ≤ 34 × 2^16 / 32 and the
+// other factors within the format's bounds (no overflow).
+uint64_t ExpectedBytes(uint64_t n_layers, uint64_t row_bytes, uint64_t n_tokens) {
+  return kKvFileHeaderBytes + 4 * n_tokens + 2 * n_layers * n_tokens * row_bytes + kTrailerBytes;
+}
+
+// kInvalidArgument unless kv_type is a KV type that can hold rows of kv_dim.
+Status CheckKvRowType(const std::string& path, GgmlType kv_type, uint32_t kv_dim) {
+  if (!IsKvType(kv_type)) {
+    return InvalidArgumentError(
+        fmt::format("{}: {} is not a KV cache type", path, GgmlTypeName(kv_type)));
+  }
+  if (KvRowBytes(kv_type, kv_dim) == 0 && kv_dim != 0) {
+    return InvalidArgumentError(fmt::format("{}: kv_type {} cannot hold rows of {} values", path,
+                                            KvTypeName(kv_type), kv_dim));
+  }
+  return OkStatus();
 }
 
 }  // namespace
 
 uint64_t KvFileBytes(const KvSnapshot& s) {
-  return ExpectedBytes(s.n_layers, s.kv_dim, s.tokens.size());
+  return ExpectedBytes(s.n_layers, s.row_bytes(), s.tokens.size());
 }
 
 Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
@@ -74,18 +88,19 @@ Status WriteKvFile(const std::string& path, const KvSnapshot& s) {
         "{}: {} layers × {} kv_dim × {} tokens is over the format's bounds", path, s.n_layers,
         s.kv_dim, s.tokens.size()));
   }
-  const uint64_t floats = uint64_t{2} * s.n_layers * s.tokens.size() * s.kv_dim;
-  if (s.kv.size() != floats) {
-    return InvalidArgumentError(fmt::format("{}: {} KV floats for {} layers × {} tokens × {} "
-                                            "kv_dim (expected {})",
+  ARBITER_RETURN_IF_ERROR(CheckKvRowType(path, s.kv_type, s.kv_dim));
+  if (s.kv.size() != s.ExpectedKvBytes()) {
+    return InvalidArgumentError(fmt::format("{}: {} KV bytes for {} layers × {} tokens × {} "
+                                            "kv_dim of {} (expected {})",
                                             path, s.kv.size(), s.n_layers, s.tokens.size(),
-                                            s.kv_dim, floats));
+                                            s.kv_dim, KvTypeName(s.kv_type),
+                                            s.ExpectedKvBytes()));
   }
   return WriteKvFile(path, s.model_hash, s.Rows());
 }
 
 uint64_t KvFileBytes(const KvRowsView& rows) {
-  return ExpectedBytes(rows.n_layers, rows.kv_dim, rows.n_tokens);
+  return ExpectedBytes(rows.n_layers, rows.row_bytes(), rows.n_tokens);
 }
 
 Status WriteKvFile(const std::string& path, const std::string& model_hash,
@@ -100,6 +115,7 @@ Status WriteKvFile(const std::string& path, const std::string& model_hash,
         "{}: {} layers × {} kv_dim × {} tokens is over the format's bounds", path, s.n_layers,
         s.kv_dim, s.n_tokens));
   }
+  ARBITER_RETURN_IF_ERROR(CheckKvRowType(path, s.kv_type, s.kv_dim));
   if (s.k.size() != s.n_layers || s.v.size() != s.n_layers) {
     return InvalidArgumentError(fmt::format("{}: {} K and {} V row pointers for {} layers", path,
                                             s.k.size(), s.v.size(), s.n_layers));
@@ -113,12 +129,12 @@ Status WriteKvFile(const std::string& path, const std::string& model_hash,
   uint8_t header[kKvFileHeaderBytes] = {};
   std::memcpy(header, kMagic, sizeof(kMagic));
   PutU32(header + kVersionAt, kKvFileVersion);
-  PutU32(header + kDtypeAt, kDtypeF32);
+  PutU32(header + kDtypeAt, static_cast<uint32_t>(s.kv_type));
   std::memcpy(header + kModelHashAt, model_hash.data(), kModelHashChars);
   PutU32(header + kLayersAt, s.n_layers);
   PutU32(header + kKvDimAt, s.kv_dim);
   PutU32(header + kTokensAt, static_cast<uint32_t>(s.n_tokens));
-  const size_t layer_bytes = s.n_tokens * s.kv_dim * sizeof(float);
+  const size_t layer_bytes = s.n_tokens * s.row_bytes();
   return WriteFileAtomicStreaming(path, [&](const auto& append) -> Status {
     XXH3_state_t* state = XXH3_createState();
     if (state == nullptr) return ResourceExhaustedError("out of memory for a hash state");
@@ -156,16 +172,18 @@ struct KvFileLayout {
   std::string model_hash;
   uint32_t n_layers = 0;
   uint32_t kv_dim = 0;
+  GgmlType kv_type = GgmlType::kF32;
   uint32_t n_tokens = 0;
   size_t tokens_at = kKvFileHeaderBytes;  // offset of tokens [n_tokens] i32
-  size_t kv_at = 0;                       // offset of K/V [n_layers, 2, n_tokens, kv_dim] f32
-  size_t kv_floats = 0;
+  size_t kv_at = 0;                       // offset of K/V [n_layers, 2, n_tokens] rows
+  size_t kv_bytes = 0;
 };
 
 // Every check of ReadKvFile over `data` (alignment-free reads: `data` may
 // be any pointer, e.g. the fuzzer's).
 Result<KvFileLayout> ValidateKvFile(const uint8_t* data, size_t size, const std::string& name,
-                                    const std::string& expected_model_hash) {
+                                    const std::string& expected_model_hash,
+                                    std::optional<GgmlType> expected_kv_type) {
   if (size < kKvFileHeaderBytes + kTrailerBytes) {
     return DataLossError(fmt::format("{}: {} bytes is too short for a KV file (header {} + "
                                      "checksum {})",
@@ -180,8 +198,11 @@ Result<KvFileLayout> ValidateKvFile(const uint8_t* data, size_t size, const std:
         fmt::format("{}: version {} is not supported (expected {})", name, version, kKvFileVersion));
   }
   const uint32_t dtype = GetU32(data + kDtypeAt);
-  if (dtype != kDtypeF32) {
-    return DataLossError(fmt::format("{}: dtype {} is not supported (expected 0, f32)", name, dtype));
+  const GgmlType kv_type = static_cast<GgmlType>(dtype);
+  if (!IsKvType(kv_type)) {
+    return DataLossError(fmt::format("{}: dtype {} is not supported (expected a KV type: 0 f32, "
+                                     "1 f16, 8 q8_0, 30 bf16)",
+                                     name, dtype));
   }
   const std::string model_hash(reinterpret_cast<const char*>(data + kModelHashAt),
                                kModelHashChars);
@@ -193,7 +214,12 @@ Result<KvFileLayout> ValidateKvFile(const uint8_t* data, size_t size, const std:
         "{}: header dimensions {} layers × {} kv_dim × {} tokens are over the format's bounds",
         name, n_layers, kv_dim, n_tokens));
   }
-  const uint64_t expected = ExpectedBytes(n_layers, kv_dim, n_tokens);
+  const size_t row_bytes = KvRowBytes(kv_type, kv_dim);
+  if (row_bytes == 0 && kv_dim != 0) {
+    return DataLossError(fmt::format("{}: kv_dim {} is not a multiple of {}'s block", name,
+                                     kv_dim, KvTypeName(kv_type)));
+  }
+  const uint64_t expected = ExpectedBytes(n_layers, row_bytes, n_tokens);
   if (size != expected) {
     return DataLossError(fmt::format("{}: {} ({} bytes, expected {} for {} tokens)", name,
                                      size < expected ? "truncated" : "trailing bytes", size,
@@ -210,6 +236,11 @@ Result<KvFileLayout> ValidateKvFile(const uint8_t* data, size_t size, const std:
         "{}: KV of model {} is not usable by model {} (foreign file)", name, model_hash,
         expected_model_hash));
   }
+  if (expected_kv_type && kv_type != *expected_kv_type) {
+    return FailedPreconditionError(fmt::format(
+        "{}: KV of type {} is not usable by a model whose kv_type is {} (foreign file)", name,
+        KvTypeName(kv_type), KvTypeName(*expected_kv_type)));
+  }
   for (uint32_t i = 0; i < n_tokens; ++i) {
     const int32_t id = static_cast<int32_t>(GetU32(data + kKvFileHeaderBytes + 4 * size_t{i}));
     if (id < 0) return DataLossError(fmt::format("{}: token {} has a negative id {}", name, i, id));
@@ -218,52 +249,60 @@ Result<KvFileLayout> ValidateKvFile(const uint8_t* data, size_t size, const std:
   l.model_hash = model_hash;
   l.n_layers = n_layers;
   l.kv_dim = kv_dim;
+  l.kv_type = kv_type;
   l.n_tokens = n_tokens;
   l.kv_at = kKvFileHeaderBytes + size_t{n_tokens} * sizeof(int32_t);
-  l.kv_floats = size_t{2} * n_layers * n_tokens * kv_dim;
+  l.kv_bytes = size_t{2} * n_layers * n_tokens * row_bytes;
   return l;
 }
 
 }  // namespace
 
 Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
-                               const std::string& expected_model_hash) {
-  ARBITER_ASSIGN_OR_RETURN(KvFileLayout l, ValidateKvFile(data, size, name, expected_model_hash));
+                               const std::string& expected_model_hash,
+                               std::optional<GgmlType> expected_kv_type) {
+  ARBITER_ASSIGN_OR_RETURN(KvFileLayout l, ValidateKvFile(data, size, name, expected_model_hash,
+                                                          expected_kv_type));
   KvSnapshot s;
   s.model_hash = std::move(l.model_hash);
   s.n_layers = l.n_layers;
   s.kv_dim = l.kv_dim;
+  s.kv_type = l.kv_type;
   s.tokens.resize(l.n_tokens);
   // memcpy of 0 bytes from/to an empty vector's null data() is undefined.
   if (l.n_tokens > 0) {
     std::memcpy(s.tokens.data(), data + l.tokens_at, size_t{l.n_tokens} * sizeof(int32_t));
   }
-  s.kv.resize(l.kv_floats);  // not zeroed (KvFloats): overwritten next
-  if (!s.kv.empty()) std::memcpy(s.kv.data(), data + l.kv_at, s.kv.size() * sizeof(float));
+  s.kv.resize(l.kv_bytes);  // not zeroed (KvBytes): overwritten next
+  if (!s.kv.empty()) std::memcpy(s.kv.data(), data + l.kv_at, s.kv.size());
   return s;
 }
 
-Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash) {
+Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash,
+                              std::optional<GgmlType> expected_kv_type) {
   // Every byte is hashed then copied: map it all at once.
   ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path, /*populate=*/true));
-  return ParseKvFile(f.data(), f.size(), path, expected_model_hash);
+  return ParseKvFile(f.data(), f.size(), path, expected_model_hash, expected_kv_type);
 }
 
-Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash) {
+Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash,
+                               std::optional<GgmlType> expected_kv_type) {
   ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path, /*populate=*/true));
-  ARBITER_ASSIGN_OR_RETURN(KvFileLayout l,
-                           ValidateKvFile(f.data(), f.size(), path, expected_model_hash));
+  ARBITER_ASSIGN_OR_RETURN(KvFileLayout l, ValidateKvFile(f.data(), f.size(), path,
+                                                          expected_model_hash, expected_kv_type));
   MappedKvFile m;
   m.model_hash_ = std::move(l.model_hash);
   // The mapping is page-aligned and the format puts both arrays at
   // multiples of 4 bytes (64, 64 + 4·n_tokens), so they are read in place
-  // as i32 and f32 (little-endian hosts only, as the writer).
+  // as i32 and as rows of the KV type (little-endian hosts only, as the
+  // writer).
   m.view_.n_layers = l.n_layers;
   m.view_.kv_dim = l.kv_dim;
+  m.view_.kv_type = l.kv_type;
   m.view_.tokens = reinterpret_cast<const int32_t*>(f.data() + l.tokens_at);
   m.view_.n_tokens = l.n_tokens;
-  m.view_.kv = reinterpret_cast<const float*>(f.data() + l.kv_at);
-  m.view_.kv_floats = l.kv_floats;
+  m.view_.kv = f.data() + l.kv_at;
+  m.view_.kv_bytes = l.kv_bytes;
   m.file_ = std::move(f);  // a moved MappedFile keeps its mapping's address
   return m;
 }

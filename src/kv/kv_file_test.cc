@@ -23,14 +23,16 @@ bool Contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-KvSnapshot Sample(uint32_t n_layers = 2, uint32_t kv_dim = 8, int n_tokens = 5) {
+KvSnapshot Sample(uint32_t n_layers = 2, uint32_t kv_dim = 8, int n_tokens = 5,
+                  GgmlType kv_type = GgmlType::kF32) {
   KvSnapshot s;
   s.model_hash = "0123456789abcdef";
   s.n_layers = n_layers;
   s.kv_dim = kv_dim;
+  s.kv_type = kv_type;
   for (int i = 0; i < n_tokens; ++i) s.tokens.push_back(100 + i);
-  s.kv.resize(size_t{2} * n_layers * n_tokens * kv_dim);
-  for (size_t i = 0; i < s.kv.size(); ++i) s.kv[i] = static_cast<float>(i) * 0.5f - 3;
+  s.kv.resize(s.ExpectedKvBytes());
+  for (size_t i = 0; i < s.kv.size(); ++i) s.kv[i] = static_cast<uint8_t>(i * 7 + 3);
   return s;
 }
 
@@ -71,12 +73,12 @@ TEST_F(KvFileTest, WritingFromRowsInPlaceMakesTheSameFile) {
   const std::string want = Bytes();
   // The rows inside a "slot" of 9 positions per layer, K then V.
   constexpr size_t kCtx = 9;
-  const size_t n = s.n_tokens(), d = s.kv_dim;
-  std::vector<float> slot(2 * s.n_layers * kCtx * d, -1.0f);
-  KvRowsView rows{s.n_layers, s.kv_dim, s.tokens.data(), n, {}, {}};
+  const size_t n = s.n_tokens(), d = s.row_bytes();
+  std::vector<uint8_t> slot(2 * s.n_layers * kCtx * d, 0xee);
+  KvRowsView rows{s.n_layers, s.kv_dim, s.kv_type, s.tokens.data(), n, {}, {}};
   for (uint32_t l = 0; l < s.n_layers; ++l) {
-    float* k = slot.data() + 2 * l * kCtx * d;
-    float* v = k + kCtx * d;
+    uint8_t* k = slot.data() + 2 * l * kCtx * d;
+    uint8_t* v = k + kCtx * d;
     std::copy_n(s.kv.data() + 2 * l * n * d, n * d, k);
     std::copy_n(s.kv.data() + (2 * l + 1) * n * d, n * d, v);
     rows.k.push_back(k);
@@ -165,7 +167,10 @@ TEST_F(KvFileTest, EachHeaderFieldIsNamed) {
     const char* message;
   };
   for (const Case& c : {Case{0, 0x58585858, "bad magic"}, Case{8, 2, "version 2"},
-                        Case{12, 1, "dtype 1"}, Case{32, 5000, "over the format's bounds"},
+                        Case{12, 2, "dtype 2 is not supported"},
+                        Case{12, 8, "kv_dim 8 is not a multiple of q8_0's block"},
+                        Case{12, 1, "trailing bytes"},  // f16 rows: half the bytes
+                        Case{32, 5000, "over the format's bounds"},
                         Case{40, 6, "truncated"}}) {
     std::string bad = good;
     std::memcpy(bad.data() + c.at, &c.value, 4);
@@ -202,13 +207,14 @@ TEST_F(KvFileTest, MapKvFileViewsTheSameArraysAndRefusesTheSameFiles) {
   EXPECT_EQ(v.n_layers, 3u);
   EXPECT_EQ(v.kv_dim, 16u);
   ASSERT_EQ(v.n_tokens, 7u);
-  ASSERT_EQ(v.kv_floats, s.kv.size());
+  ASSERT_EQ(v.kv_bytes, s.kv.size());
+  EXPECT_EQ(v.kv_type, GgmlType::kF32);
   EXPECT_EQ(std::vector<int32_t>(v.tokens, v.tokens + v.n_tokens), s.tokens);
-  EXPECT_EQ(std::memcmp(v.kv, s.kv.data(), s.kv.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v.kv, s.kv.data(), s.kv.size()), 0);
   // Replaced, then removed: the mapping keeps the data it validated.
   ASSERT_TRUE(WriteKvFile(path_, Sample(3, 16, 2)).ok());
   fs::remove(path_);
-  EXPECT_EQ(std::memcmp(m->view().kv, s.kv.data(), s.kv.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(m->view().kv, s.kv.data(), s.kv.size()), 0);
   MappedKvFile moved = std::move(*m);
   EXPECT_EQ(moved.view().tokens[6], s.tokens[6]);
 
@@ -232,6 +238,54 @@ TEST_F(KvFileTest, MapKvFileViewsTheSameArraysAndRefusesTheSameFiles) {
   EXPECT_EQ(MapKvFile(path_, "fedcba9876543210").status().code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(MapKvFile(dir_ + "/nope.long.bin", "").status().code(), StatusCode::kNotFound);
+}
+
+// Every KV type round-trips through a file (by read and by map), the file
+// records the type, and its size is the type's row bytes: f16 and bf16 half
+// of f32, q8_0 34 bytes per 32 values.
+TEST_F(KvFileTest, EveryKvTypeRoundTripsAndRecordsItsType) {
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(std::string(KvTypeName(t)));
+    const KvSnapshot s = Sample(3, 64, 7, t);
+    ASSERT_TRUE(WriteKvFile(path_, s).ok());
+    const uint64_t per_value_x32 = t == GgmlType::kF32 ? 128 : t == GgmlType::kQ8_0 ? 34 : 64;
+    EXPECT_EQ(KvFileBytes(s), 64u + 4 * 7 + 2 * 3 * 7 * 64 * per_value_x32 / 32 + 8);
+    EXPECT_EQ(fs::file_size(path_), KvFileBytes(s));
+    uint32_t dtype = 0;
+    std::memcpy(&dtype, Bytes().data() + 12, 4);
+    EXPECT_EQ(dtype, static_cast<uint32_t>(t));
+    Result<KvSnapshot> r = ReadKvFile(path_, "0123456789abcdef", t);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->kv_type, t);
+    EXPECT_EQ(r->kv, s.kv);
+    Result<MappedKvFile> m = MapKvFile(path_, "0123456789abcdef", t);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->view().kv_type, t);
+    ASSERT_EQ(m->view().kv_bytes, s.kv.size());
+    EXPECT_EQ(std::memcmp(m->view().kv, s.kv.data(), s.kv.size()), 0);
+  }
+}
+
+// A file of another KV type than the model's is foreign — including every
+// f32 file written before KV types existed, read by an f16 model.
+TEST_F(KvFileTest, AFileOfAnotherKvTypeIsForeign) {
+  ASSERT_TRUE(WriteKvFile(path_, Sample(2, 32, 4, GgmlType::kF32)).ok());
+  Result<KvSnapshot> r = ReadKvFile(path_, "0123456789abcdef", GgmlType::kF16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(r.status().message(), "KV of type f32 is not usable by a model whose "
+                                             "kv_type is f16 (foreign file)"))
+      << r.status().message();
+  EXPECT_EQ(MapKvFile(path_, "", GgmlType::kQ8_0).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ReadKvFile(path_, "", GgmlType::kF32).ok());
+  EXPECT_TRUE(ReadKvFile(path_, "").ok());  // no expectation: any type
+  // A snapshot whose type cannot hold its rows is refused before writing.
+  KvSnapshot bad = Sample(2, 8, 4, GgmlType::kF32);
+  bad.kv_type = GgmlType::kQ8_0;
+  EXPECT_EQ(WriteKvFile(path_, bad).code(), StatusCode::kInvalidArgument);
+  bad.kv_type = GgmlType::kQ4_0;
+  EXPECT_EQ(WriteKvFile(path_, bad).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(KvFileTest, ForeignModelAndMissingFile) {

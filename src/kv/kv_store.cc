@@ -280,12 +280,12 @@ std::string KvStore::PathFor(std::string_view model_hash, std::string_view conve
 
 Result<uint64_t> KvStore::Save(std::string_view conversation_id, TtlClass ttl,
                                const KvSnapshot& snapshot) {
-  const uint64_t floats =
-      uint64_t{2} * snapshot.n_layers * snapshot.tokens.size() * snapshot.kv_dim;
-  if (snapshot.kv.size() != floats) {
+  if (snapshot.kv.size() != snapshot.ExpectedKvBytes()) {
     return InvalidArgumentError(fmt::format(
-        "KV store: snapshot has {} KV floats for {} layers × {} tokens × {} kv_dim (expected {})",
-        snapshot.kv.size(), snapshot.n_layers, snapshot.tokens.size(), snapshot.kv_dim, floats));
+        "KV store: snapshot has {} KV bytes for {} layers × {} tokens × {} kv_dim of {} "
+        "(expected {})",
+        snapshot.kv.size(), snapshot.n_layers, snapshot.tokens.size(), snapshot.kv_dim,
+        KvTypeName(snapshot.kv_type), snapshot.ExpectedKvBytes()));
   }
   return Save(conversation_id, ttl, snapshot.model_hash, snapshot.Rows());
 }
@@ -396,19 +396,26 @@ Result<T> KvStore::LoadWith(std::string_view model_hash, std::string_view conver
   return Status(st.code(), st.message() + "; the file was removed (prefill from scratch)");
 }
 
-Result<KvLoadResult> KvStore::Load(std::string_view model_hash, std::string_view conversation_id) {
+Result<KvLoadResult> KvStore::Load(std::string_view model_hash, std::string_view conversation_id,
+                                   std::optional<GgmlType> kv_type) {
   KvLoadResult r;
-  ARBITER_ASSIGN_OR_RETURN(r.snapshot,
-                           LoadWith<KvSnapshot>(model_hash, conversation_id, ReadKvFile,
-                                                &r.ttl_class, &r.path));
+  auto read = [&](const std::string& path, const std::string& hash) {
+    return ReadKvFile(path, hash, kv_type);
+  };
+  ARBITER_ASSIGN_OR_RETURN(r.snapshot, LoadWith<KvSnapshot>(model_hash, conversation_id, read,
+                                                            &r.ttl_class, &r.path));
   return r;
 }
 
 Result<KvMappedLoadResult> KvStore::LoadMapped(std::string_view model_hash,
-                                               std::string_view conversation_id) {
+                                               std::string_view conversation_id,
+                                               std::optional<GgmlType> kv_type) {
   KvMappedLoadResult r;
   std::string path;
-  ARBITER_ASSIGN_OR_RETURN(r.file, LoadWith<MappedKvFile>(model_hash, conversation_id, MapKvFile,
+  auto read = [&](const std::string& p, const std::string& hash) {
+    return MapKvFile(p, hash, kv_type);
+  };
+  ARBITER_ASSIGN_OR_RETURN(r.file, LoadWith<MappedKvFile>(model_hash, conversation_id, read,
                                                           &r.ttl_class, &path));
   return r;
 }

@@ -38,17 +38,17 @@ bool Has(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-// A consistent snapshot whose every token is `version` and every K/V float
-// version + its index, so a reader can tell a whole snapshot from a mix.
+// A consistent f32 snapshot whose every token is `version` and every K/V
+// byte (version + its index) mod 256, so a reader can tell a whole
+// snapshot from a mix.
 KvSnapshot Snap(int n_tokens = 4, int32_t version = 7, const std::string& hash = kHash) {
   KvSnapshot s;
   s.model_hash = hash;
   s.n_layers = 2;
   s.kv_dim = 3;
   s.tokens.assign(static_cast<size_t>(n_tokens), version);
-  s.kv.resize(size_t{2} * s.n_layers * s.tokens.size() * s.kv_dim);
-  for (size_t i = 0; i < s.kv.size(); ++i)
-    s.kv[i] = static_cast<float>(version) + static_cast<float>(i);
+  s.kv.resize(s.ExpectedKvBytes());
+  for (size_t i = 0; i < s.kv.size(); ++i) s.kv[i] = static_cast<uint8_t>(version + i);
   return s;
 }
 
@@ -58,9 +58,9 @@ bool IsWhole(const KvSnapshot& s) {
   for (int32_t t : s.tokens) {
     if (t != v) return false;
   }
-  if (s.kv.size() != size_t{2} * s.n_layers * s.tokens.size() * s.kv_dim) return false;
+  if (s.kv.size() != s.ExpectedKvBytes()) return false;
   for (size_t i = 0; i < s.kv.size(); ++i) {
-    if (s.kv[i] != static_cast<float>(v) + static_cast<float>(i)) return false;
+    if (s.kv[i] != static_cast<uint8_t>(v + i)) return false;
   }
   return true;
 }
@@ -323,10 +323,10 @@ TEST_F(KvStoreTest, LoadMappedViewsWhatLoadCopies) {
   EXPECT_EQ(v.n_layers, s.n_layers);
   EXPECT_EQ(v.kv_dim, s.kv_dim);
   EXPECT_EQ(std::vector<int32_t>(v.tokens, v.tokens + v.n_tokens), s.tokens);
-  EXPECT_EQ(KvFloats(v.kv, v.kv + v.kv_floats), s.kv);
+  EXPECT_EQ(KvBytes(v.kv, v.kv + v.kv_bytes), s.kv);
   // A save over it while mapped: the mapping keeps the old data.
   ASSERT_TRUE(store->Save("room-1", TtlClass::kLong, Snap(5, 43)).ok());
-  EXPECT_EQ(KvFloats(v.kv, v.kv + v.kv_floats), s.kv);
+  EXPECT_EQ(KvBytes(v.kv, v.kv + v.kv_bytes), s.kv);
   EXPECT_EQ(store->LoadMapped(kHash, "room-2").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->LoadMapped("../etc", "room-1").status().code(), StatusCode::kInvalidArgument);
 }

@@ -201,7 +201,7 @@ void KvPrecache::PrepareSlot(Engine* engine, SlotReservation& slot,
   }
   if (!snap && options_.store != nullptr) {
     Result<KvMappedLoadResult> loaded =
-        options_.store->LoadMapped(options_.model_hash, conversation);
+        options_.store->LoadMapped(options_.model_hash, conversation, engine->kv_type());
     if (loaded.ok()) {
       file = std::move(loaded->file);
       from = KvSource::kDisk;

@@ -55,11 +55,12 @@ class PrecacheTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  std::unique_ptr<Engine> LoadEngine(int n_slots) {
+  std::unique_ptr<Engine> LoadEngine(int n_slots, GgmlType kv_type = kDefaultKvType) {
     EngineOptions o;
     o.n_ctx = 256;
     o.n_slots = n_slots;
     o.prefill_batch = 16;
+    o.kv_type = kv_type;
     Result<std::unique_ptr<Engine>> e = Engine::Load(*model_dir_, o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     return e.ok() ? std::move(*e) : nullptr;
@@ -265,6 +266,51 @@ TEST_F(PrecacheTest, ACorruptFileCostsAColdPrefillAndIsRemoved) {
   EXPECT_FALSE(fs::exists(file));
   EXPECT_EQ(pc->counters().restore_failures, 1u);
   EXPECT_EQ(r->output_ids, Cold(Concat(p1, Ids(3, 12))));
+}
+
+// A KV file of another KV type — here one an f32 engine wrote, as every file
+// from before KV types did — is foreign to an f16 engine: a cold prefill,
+// and the file is removed. The f16 engine's own file then restores.
+TEST_F(PrecacheTest, AFileOfAnotherKvTypeCostsAColdPrefillAndIsRemoved) {
+  const std::vector<int32_t> p1 = Ids(40, 13);
+  const std::vector<int32_t> p2 = Concat(p1, Ids(3, 14));
+  {
+    std::unique_ptr<Engine> e = LoadEngine(1, GgmlType::kF32);
+    std::unique_ptr<KvPrecache> pc = MakePrecache(1, nullptr);
+    KvOutcome out;
+    ASSERT_TRUE(Run(*pc, e.get(), "c", p1, &out).ok());
+    ASSERT_TRUE(pc->Close(e.get(), "c"));
+  }
+  const std::string file = FileOf("c", TtlClass::kShort);
+  ASSERT_TRUE(fs::exists(file));
+  const uintmax_t f32_bytes = fs::file_size(file);
+  {
+    std::unique_ptr<Engine> e = LoadEngine(1, GgmlType::kF16);
+    std::unique_ptr<KvPrecache> pc = MakePrecache(1, nullptr);
+    KvOutcome out;
+    Result<GenerationResult> r = Run(*pc, e.get(), "c", p2, &out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->cached_tokens, 0);
+    EXPECT_EQ(out.source, KvSource::kNone);
+    EXPECT_NE(out.warning.find("KV of type f32 is not usable by a model whose kv_type is f16"),
+              std::string::npos)
+        << out.warning;
+    EXPECT_FALSE(fs::exists(file));
+    EXPECT_EQ(pc->counters().restore_failures, 1u);
+    ASSERT_TRUE(pc->Close(e.get(), "c"));
+  }
+  // The f16 file: the same tokens in about half the bytes, and it restores.
+  ASSERT_TRUE(fs::exists(file));
+  EXPECT_LT(fs::file_size(file), f32_bytes * 6 / 10);
+  std::unique_ptr<Engine> e = LoadEngine(1, GgmlType::kF16);
+  std::unique_ptr<KvPrecache> pc = MakePrecache(1, nullptr);
+  KvOutcome out;
+  const std::vector<int32_t> p3 = Concat(p2, Ids(2, 15));
+  Result<GenerationResult> r = Run(*pc, e.get(), "c", p3, &out);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(out.source, KvSource::kDisk);
+  EXPECT_GT(r->cached_tokens, 0);
+  EXPECT_EQ(r->output_ids, Cold(p3));
 }
 
 // Restore only when colder (docs/kv-precache.md "Defects of the reference, fixed"): an

@@ -28,7 +28,7 @@ KvSnapshot Snap(int n_tokens, int32_t tag = 1) {
   s.n_layers = 1;
   s.kv_dim = 1;
   s.tokens.assign(static_cast<size_t>(n_tokens), tag);
-  s.kv.assign(size_t{2} * static_cast<size_t>(n_tokens), static_cast<float>(tag));
+  s.kv.assign(s.ExpectedKvBytes(), static_cast<uint8_t>(tag));  // f32 rows: 4 bytes
   return s;
 }
 constexpr uint64_t BytesOf(int n_tokens) { return 12 * static_cast<uint64_t>(n_tokens); }
@@ -444,7 +444,7 @@ TEST_F(PromptCacheTest, FourThreadStress) {
             case 4:
             case 5: {
               std::optional<KvSnapshot> s = cache.Take(model, id);
-              if (s && s->tokens.size() != s->kv.size() / 2) ADD_FAILURE() << "torn snapshot";
+              if (s && s->kv.size() != s->ExpectedKvBytes()) ADD_FAILURE() << "torn snapshot";
               break;
             }
             case 6:

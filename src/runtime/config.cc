@@ -498,6 +498,17 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
       }
       m.compute_f32 = dtype == "f32";
     }
+    if (t->get("kv_type") != nullptr) {
+      std::string name;
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "kv_type", p, &name));
+      const std::optional<GgmlType> type = ParseKvType(name);
+      if (!type) {
+        return KeyError(p + "kv_type", fmt::format("one of \"f16\" (default), \"bf16\", "
+                                                   "\"q8_0\", \"f32\" (got \"{}\")",
+                                                   name));
+      }
+      m.kv_type = *type;
+    }
     if (t->get("chat_template") != nullptr) {
       std::string name;
       ARBITER_RETURN_IF_ERROR(ReadString(*t, "chat_template", p, &name));
@@ -515,7 +526,8 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     }
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
-                 "residency", "system_prompt", "same_role", "compute_dtype", "chat_template"},
+                 "residency", "system_prompt", "same_role", "compute_dtype", "kv_type",
+                 "chat_template"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));
   }

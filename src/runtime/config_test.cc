@@ -217,6 +217,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "\"pinned_device\" (got \"pinned\")"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\ncompute_dtype = \"f16\"\n",
                   "[[models]][0].compute_dtype must be \"auto\" or \"f32\" (got \"f16\")"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nkv_type = \"q4_0\"\n",
+                  "[[models]][0].kv_type must be one of \"f16\" (default), \"bf16\", \"q8_0\", "
+                  "\"f32\" (got \"q4_0\")"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nchat_template = \"vicuna\"\n",
                   "[[models]][0].chat_template must be one of \"chatml\""},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
@@ -316,6 +319,7 @@ name = "a"
 path = "/a"
 residency = "pinned_device"
 compute_dtype = "f32"
+kv_type = "q8_0"
 chat_template = "gemma"
 [[models]]
 name = "b"
@@ -337,6 +341,8 @@ compute_dtype = "auto"
   EXPECT_EQ(c->models[1].residency, ResidencyState::kUnpinned);
   EXPECT_TRUE(c->models[0].compute_f32);
   EXPECT_FALSE(c->models[1].compute_f32);
+  EXPECT_EQ(c->models[0].kv_type, GgmlType::kQ8_0);
+  EXPECT_EQ(c->models[1].kv_type, GgmlType::kF16);  // the default
   EXPECT_EQ(c->models[0].chat_template, ChatTemplateKind::kGemma);
   EXPECT_EQ(c->models[1].chat_template, std::nullopt);
 }

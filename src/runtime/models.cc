@@ -129,6 +129,7 @@ EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
   options.n_slots = entry.parallel;
   options.weight_cache = cache;
   options.weight_key = entry.name;
+  options.kv_type = entry.kv_type;
   return options;
 }
 

@@ -34,6 +34,7 @@ struct DecodeFlags {
   int repetitions = 3;
   bool json = false;
   std::string compute_dtype = "auto";
+  std::string kv_type = "f16";
 };
 
 int RunDecode(const DecodeFlags& f) {
@@ -45,7 +46,7 @@ int RunDecode(const DecodeFlags& f) {
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Result<DecodeBenchResult> r =
       RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions,
-                     f.compute_dtype == "f32");
+                     f.compute_dtype == "f32", *ParseKvType(f.kv_type));
   if (!r.ok()) return Fail("decode", r.status());
   std::cout << (f.json ? FormatDecodeBenchJson(*r) : FormatDecodeBench(*r));
   return 0;
@@ -105,6 +106,7 @@ struct BenchCommands::Commands {
   WeightsBenchOptions weights_options;
   bool weights_json = false;
   KvBenchOptions kv_options;
+  std::string kv_type = "f16";
   bool kv_json = false;
   MemoryBenchOptions memory_options;
   bool memory_json = false;
@@ -134,6 +136,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   c.decode->add_option("--compute-dtype", d.compute_dtype,
                        "auto (weights computed in their stored type, default) or f32")
       ->check(CLI::IsMember({"auto", "f32"}));
+  c.decode->add_option("--kv-type", d.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
 
   c.arbiter = bench->add_subcommand(
       "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");
@@ -193,6 +197,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   c.kv->add_option("--only", k.only,
                    "Run one scenario: ttft, save_restore, shared_prefix or qa (default: all)")
       ->check(CLI::IsMember({"ttft", "save_restore", "shared_prefix", "qa"}));
+  c.kv->add_option("--kv-type", c.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
   c.kv->add_flag("--json", c.kv_json, "Print the result as JSON");
 
   MemoryBenchOptions& m = c.memory_options;
@@ -244,7 +250,10 @@ int BenchCommands::Run() {
   if (c.decode->parsed()) return RunDecode(c.decode_flags);
   if (c.arbiter->parsed()) return RunArbiter(c.arbiter_iterations, c.arbiter_json);
   if (c.weights->parsed()) return RunWeights(c.weights_options, c.weights_json);
-  if (c.kv->parsed()) return RunKv(c.kv_options, c.kv_json);
+  if (c.kv->parsed()) {
+    c.kv_options.kv_type = *ParseKvType(c.kv_type);
+    return RunKv(c.kv_options, c.kv_json);
+  }
   if (c.memory->parsed()) return RunMemory(c.memory_options, c.memory_json);
   if (c.kernels->parsed()) {
     c.kernels_options.stream_bytes = static_cast<size_t>(c.kernels_stream_mb) << 20;

@@ -170,6 +170,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   bool json = false;
   std::string compute_dtype = "auto";
+  std::string kv_type = "f16";
 };
 
 Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
@@ -220,6 +221,7 @@ int RunGenerate(const GenerateFlags& f) {
   m.ctx = f.ctx;
   m.parallel = 1;
   m.compute_f32 = f.compute_dtype == "f32";
+  m.kv_type = *ParseKvType(f.kv_type);
   config.models.push_back(m);
   Result<std::unique_ptr<Runtime>> runtime = Runtime::Create(config);
   if (!runtime.ok()) return Fail(fmt::format("cannot load {}: {}", f.model, runtime.status().message()));
@@ -732,6 +734,8 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--compute-dtype", gen.compute_dtype,
                       "auto (weights computed in their stored type, default) or f32")
       ->check(CLI::IsMember({"auto", "f32"}));
+  gen_cmd->add_option("--kv-type", gen.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
   gen_cmd->add_flag("--json", gen.json,
                     "Print {prompt_ids, output_ids, text, finish_reason, timings} as JSON");
 

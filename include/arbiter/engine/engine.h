@@ -81,6 +81,11 @@ struct EngineOptions {
   // next request reloads it, from the host floor when the model has one).
   WeightCache* weight_cache = nullptr;
   std::string weight_key;
+  // The type every slot's K/V rows are held in (kv_snapshot.h: f32, f16,
+  // bf16, q8_0; `[[models]] kv_type`; Note [KV cache types] in
+  // engine/internal/forward.cc). Snapshots and KV files carry it; one of
+  // another type is not restored. q8_0 requires head_dim % 32 == 0.
+  GgmlType kv_type = kDefaultKvType;
 };
 
 struct SamplingParams {
@@ -213,7 +218,7 @@ class SlotReservation {
 // (Engine::Footprint; a loaded engine reports the same numbers as kv_bytes()
 // − scratch_bytes(), scratch_bytes() and weight_bytes()).
 struct EngineFootprint {
-  size_t kv_bytes = 0;       // every slot's KV cache: n_slots × [n_layers, 2, n_ctx, kv_dim] f32
+  size_t kv_bytes = 0;       // every slot's KV cache: n_slots × n_layers × 2 × n_ctx rows of kv_type
   size_t scratch_bytes = 0;  // every slot's activation scratch
   size_t weight_bytes = 0;   // the f32 compute layout (held by the WeightCache, not the engine)
   // What the engine itself holds: kv_bytes + scratch_bytes.
@@ -295,6 +300,8 @@ class Engine {
   virtual size_t weight_bytes() const = 0;
   // Bytes the engine itself holds: all slots' KV caches plus their scratch.
   virtual size_t kv_bytes() const = 0;
+  // EngineOptions::kv_type as loaded.
+  virtual GgmlType kv_type() const = 0;
   // The scratch part of kv_bytes(): every slot's activation buffers.
   virtual size_t scratch_bytes() const = 0;
 
@@ -334,11 +341,12 @@ class Engine {
   // belongs to another engine (nothing is touched then).
 
   // Copies the slot's cached prefix out: tokens [n] and, for every layer, K
-  // and V rows [0, n) in KvSnapshot's layout ([n_layers, 2, n, kv_dim] f32);
-  // model_hash is left empty. n may be 0 (an empty snapshot with n_layers
-  // and kv_dim set). The slot keeps its content. Errors:
-  // kResourceExhausted when the snapshot (n · n_layers · 2 · kv_dim · 4
-  // bytes) cannot be allocated.
+  // and V rows [0, n) in KvSnapshot's layout ([n_layers, 2, n] rows of
+  // kv_type(), kv_type set); model_hash is left empty. n may be 0 (an
+  // empty snapshot with n_layers, kv_dim and kv_type set). The slot keeps
+  // its content. Errors: kResourceExhausted when the snapshot
+  // (n · n_layers · 2 · KvRowBytes(kv_type, kv_dim) bytes) cannot be
+  // allocated.
   virtual Result<KvSnapshot> SaveSlot(const SlotReservation& slot) = 0;
   // Reserves `slot` (pinned, no deadline), then SaveSlot. Errors: also
   // kInvalidArgument for a slot out of range; kCancelled when `cancelled`
@@ -363,8 +371,8 @@ class Engine {
   // extends those tokens reuses them (cached_tokens up to n, at most
   // prompt − 1), whether pinned to this slot or not. The snapshot must come
   // from this model (same weights): the engine can only check its shape.
-  // Validates before touching anything: n_layers and kv_dim equal to the
-  // model's, kv_floats == n_layers · 2 · n · kv_dim, n ≤ n_ctx − 1, every
+  // Validates before touching anything: n_layers, kv_dim and kv_type equal
+  // to the engine's, kv_bytes == n_layers · 2 · n · row bytes, n ≤ n_ctx − 1, every
   // token id in [0, vocab_size); a violation is kInvalidArgument naming the
   // field and both values, and the slot keeps its old content. REQUIRES:
   // `snapshot`'s memory stays valid until the call returns (e.g. a mapped

@@ -10,14 +10,38 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "arbiter/base/buffer_memory.h"
+#include "arbiter/formats/ggml_type.h"
 
 namespace arbiter {
+
+// KV cache types (issue 13 point 6; `[[models]] kv_type`): the element type
+// of every K/V row, in a slot, a snapshot and a KV file alike. A row of
+// kv_dim values is GgmlRowBytes(type, kv_dim) bytes, ggml's layouts:
+//   kF32   4 bytes per value
+//   kF16   IEEE half, 2 bytes (the default: what llama.cpp keeps too)
+//   kBF16  bfloat16, 2 bytes
+//   kQ8_0  blocks of 32 values: f16 scale d + 32 int8, 34 bytes (q = x/d,
+//          d = max|x|/127 per block), ~1.06 bytes per value
+// The K/V stored in a type is what attention reads: a KV cache of another
+// type holds different numbers, so it is never restored into this one.
+inline constexpr GgmlType kDefaultKvType = GgmlType::kF16;
+// Whether `type` is one of the four above.
+bool IsKvType(GgmlType type);
+// "f32" | "f16" | "bf16" | "q8_0" (the config's spelling); "type ?" otherwise.
+std::string_view KvTypeName(GgmlType type);
+// The inverse of KvTypeName; nullopt for any other string.
+std::optional<GgmlType> ParseKvType(std::string_view name);
+// Bytes of one K or V row of kv_dim values of `type`, or 0 when `type` is
+// not a KV type or kv_dim is not a multiple of its block (32 for q8_0).
+size_t KvRowBytes(GgmlType type, uint64_t kv_dim);
 
 // The allocator of KvSnapshot::kv (Note [KV buffers] in kv_snapshot.cc):
 //   - value-less construction default-initializes: resize(n) and the count
@@ -51,8 +75,8 @@ struct KvBufferAllocator {
   friend bool operator==(const KvBufferAllocator&, const KvBufferAllocator&) { return true; }
 };
 
-// K/V values of a snapshot; a std::vector whose resize() does not zero.
-using KvFloats = std::vector<float, KvBufferAllocator<float>>;
+// K/V bytes of a snapshot; a std::vector whose resize() does not zero.
+using KvBytes = std::vector<uint8_t, KvBufferAllocator<uint8_t>>;
 
 // A snapshot's arrays read in place from memory someone else owns (a
 // KvSnapshot, a mapped KV file: kv_file.h MapKvFile), so a restore from
@@ -61,54 +85,61 @@ using KvFloats = std::vector<float, KvBufferAllocator<float>>;
 struct KvSnapshotView {
   uint32_t n_layers = 0;
   uint32_t kv_dim = 0;
+  GgmlType kv_type = GgmlType::kF32;
   const int32_t* tokens = nullptr;  // [n_tokens]
   size_t n_tokens = 0;
-  const float* kv = nullptr;  // [n_layers, 2, n_tokens, kv_dim]
-  size_t kv_floats = 0;       // values at `kv`
+  const uint8_t* kv = nullptr;  // [n_layers, 2, n_tokens] rows of KvRowBytes(kv_type, kv_dim)
+  size_t kv_bytes = 0;          // bytes at `kv`
 };
 
 // A KV prefix viewed layer by layer in place: for every layer the K rows
-// [0, n_tokens) and the V rows [0, n_tokens), each [n_tokens, kv_dim] f32
-// and contiguous, wherever they live (a slot's KV cache — Engine::VisitSlot —
+// [0, n_tokens) and the V rows [0, n_tokens), each n_tokens contiguous rows
+// of KvRowBytes(kv_type, kv_dim) bytes, wherever they live (a slot's KV cache — Engine::VisitSlot —
 // or a snapshot's array, RowsOf). What a KV file is written from, so a slot
 // can be saved without a copy. The memory must outlive every use.
 struct KvRowsView {
   uint32_t n_layers = 0;
   uint32_t kv_dim = 0;
+  GgmlType kv_type = GgmlType::kF32;
   const int32_t* tokens = nullptr;  // [n_tokens]
   size_t n_tokens = 0;
-  std::vector<const float*> k;      // [n_layers] → [n_tokens, kv_dim]
-  std::vector<const float*> v;      // [n_layers] → [n_tokens, kv_dim]
+  std::vector<const uint8_t*> k;    // [n_layers] → n_tokens rows
+  std::vector<const uint8_t*> v;    // [n_layers] → n_tokens rows
+
+  size_t row_bytes() const { return KvRowBytes(kv_type, kv_dim); }
 };
 
 // One sequence's KV prefix: `tokens` and, for positions [0, n_tokens), the
-// K and V rows of every layer.
+// K and V rows of every layer, in `kv_type`.
 struct KvSnapshot {
   std::string model_hash;       // 16 chars (ModelHash) once owned by a KvStore; the engine leaves it empty
   uint32_t n_layers = 0;
   uint32_t kv_dim = 0;          // n_kv_heads × head_dim
+  GgmlType kv_type = GgmlType::kF32;  // IsKvType
   std::vector<int32_t> tokens;  // [n_tokens]
-  // [n_layers, 2, n_tokens, kv_dim] f32: layer l's K rows at
-  // (2l)·n_tokens·kv_dim, its V rows at (2l + 1)·n_tokens·kv_dim.
-  // resize() leaves new values uninitialized (KvBufferAllocator).
-  KvFloats kv;
+  // [n_layers, 2, n_tokens] rows of row_bytes(): layer l's K rows at byte
+  // (2l)·n_tokens·row_bytes(), its V rows at (2l + 1)·n_tokens·row_bytes().
+  // resize() leaves new bytes uninitialized (KvBufferAllocator).
+  KvBytes kv;
 
   size_t n_tokens() const { return tokens.size(); }
+  // Bytes of one K or V row (0 for an invalid kv_type / kv_dim pair).
+  size_t row_bytes() const { return KvRowBytes(kv_type, kv_dim); }
+  // The kv.size() a consistent snapshot has: n_layers · 2 · n_tokens · row_bytes().
+  size_t ExpectedKvBytes() const { return size_t{2} * n_layers * tokens.size() * row_bytes(); }
   // Bytes held in memory (tokens + K/V), what the prompt cache charges.
-  uint64_t MemoryBytes() const {
-    return tokens.size() * sizeof(int32_t) + kv.size() * sizeof(float);
-  }
+  uint64_t MemoryBytes() const { return tokens.size() * sizeof(int32_t) + kv.size(); }
   // A view of this snapshot's arrays (valid while it is alive and unchanged).
   KvSnapshotView View() const {
-    return {n_layers, kv_dim, tokens.data(), tokens.size(), kv.data(), kv.size()};
+    return {n_layers, kv_dim, kv_type, tokens.data(), tokens.size(), kv.data(), kv.size()};
   }
-  // Its rows layer by layer. REQUIRES: kv.size() = n_layers·2·n_tokens·kv_dim.
+  // Its rows layer by layer. REQUIRES: kv.size() == ExpectedKvBytes().
   KvRowsView Rows() const {
-    KvRowsView r{n_layers, kv_dim, tokens.data(), tokens.size(), {}, {}};
-    const size_t rows = tokens.size() * kv_dim;
+    KvRowsView r{n_layers, kv_dim, kv_type, tokens.data(), tokens.size(), {}, {}};
+    const size_t block = tokens.size() * row_bytes();
     for (uint32_t l = 0; l < n_layers; ++l) {
-      r.k.push_back(kv.data() + 2 * l * rows);
-      r.v.push_back(kv.data() + (2 * l + 1) * rows);
+      r.k.push_back(kv.data() + 2 * l * block);
+      r.v.push_back(kv.data() + (2 * l + 1) * block);
     }
     return r;
   }

@@ -9,12 +9,19 @@
 //
 // Format v1 (all integers little-endian):
 //   [0, 64)  header: magic "ARBKV001" (8 bytes), version u32 (1),
-//            dtype u32 (0 = f32), model hash (16 ASCII bytes, ModelHash()),
-//            n_layers u32, kv_dim u32, n_tokens u32, reserved (zero) to 64
+//            dtype u32 (the KV type as its ggml type number: 0 f32, 1 f16,
+//            8 q8_0, 30 bf16 — kv_snapshot.h), model hash (16 ASCII bytes,
+//            ModelHash()), n_layers u32, kv_dim u32, n_tokens u32,
+//            reserved (zero) to 64
 //   tokens   n_tokens × i32
-//   K/V      per layer: K [n_tokens, kv_dim] f32, then V [n_tokens, kv_dim]
+//   K/V      per layer: K then V, each n_tokens rows of
+//            R = KvRowBytes(dtype, kv_dim) bytes (ggml's row layout)
 //   trailer  XXH3-64 (seed 0) of every byte before it, u64
-// File size = 64 + 4·n_tokens + 8·n_layers·n_tokens·kv_dim + 8, exactly.
+// File size = 64 + 4·n_tokens + 2·n_layers·n_tokens·R + 8, exactly. (Files
+// written before the KV types existed are dtype 0 and read as f32.)
+// A reader given the model's KV type treats a file of another type as
+// foreign (kFailedPrecondition): its K/V are other numbers, so the
+// conversation is prefilled cold and the KvStore removes the file.
 //
 // Writing goes through WriteFileAtomicStreaming (temp file, fsync, rename,
 // fsync of the directory): a crash never leaves a partial file where a good
@@ -26,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,9 +56,9 @@ uint64_t KvFileBytes(const KvSnapshot& snapshot);
 // Writes `snapshot` to `path` atomically, mode 0600 (the KV of a
 // conversation is the user's data).
 // Errors: kInvalidArgument when the snapshot is inconsistent (model hash not
-// 16 chars, kv.size() ≠ n_layers·2·n_tokens·kv_dim, a dimension over the
-// reader's bounds, a negative token id); the file-system error (the old
-// file, if any, is kept).
+// 16 chars, kv_type not a KV type for kv_dim, kv.size() ≠
+// ExpectedKvBytes(), a dimension over the reader's bounds, a negative token
+// id); the file-system error (the old file, if any, is kept).
 Status WriteKvFile(const std::string& path, const KvSnapshot& snapshot);
 // The same from rows viewed in place (Engine::VisitSlot: a slot written
 // without a snapshot), with the file's `model_hash`; byte-identical to the
@@ -62,20 +70,24 @@ Status WriteKvFile(const std::string& path, const std::string& model_hash,
 uint64_t KvFileBytes(const KvRowsView& rows);
 
 // Reads and validates `path` as a file of model `expected_model_hash`
-// ("" = any model).
+// ("" = any model) holding K/V of `expected_kv_type` (nullopt = any type).
 // Errors (messages name the path and the field):
 //   kNotFound           no such file
 //   kDataLoss           too short, bad magic, unsupported version or dtype,
+//                       kv_dim not a multiple of the dtype's block,
 //                       dimensions over the bounds, size ≠ the computed
 //                       size ("truncated" / "trailing bytes"), checksum
 //                       mismatch, a negative token id
-//   kFailedPrecondition the file belongs to another model hash (foreign)
-Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash);
+//   kFailedPrecondition the file belongs to another model hash or holds
+//                       another KV type (foreign)
+Result<KvSnapshot> ReadKvFile(const std::string& path, const std::string& expected_model_hash,
+                              std::optional<GgmlType> expected_kv_type = std::nullopt);
 
 // The same validation over bytes already in memory (tests, the fuzz target).
 // `name` is used in messages.
 Result<KvSnapshot> ParseKvFile(const uint8_t* data, size_t size, const std::string& name,
-                               const std::string& expected_model_hash);
+                               const std::string& expected_model_hash,
+                               std::optional<GgmlType> expected_kv_type = std::nullopt);
 
 // A validated KV file mapped read-only: its token ids and K/V are read in
 // place (view()), so a restore from disk copies each byte once (file page
@@ -94,7 +106,8 @@ class MappedKvFile {
   const std::string& path() const { return file_.path(); }
 
  private:
-  friend Result<MappedKvFile> MapKvFile(const std::string&, const std::string&);
+  friend Result<MappedKvFile> MapKvFile(const std::string&, const std::string&,
+                                        std::optional<GgmlType>);
   MappedFile file_;
   std::string model_hash_;
   KvSnapshotView view_;
@@ -102,6 +115,7 @@ class MappedKvFile {
 
 // Maps `path` and validates it exactly as ReadKvFile does (same errors),
 // without copying its arrays.
-Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash);
+Result<MappedKvFile> MapKvFile(const std::string& path, const std::string& expected_model_hash,
+                               std::optional<GgmlType> expected_kv_type = std::nullopt);
 
 }  // namespace arbiter

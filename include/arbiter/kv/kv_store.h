@@ -48,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -147,23 +148,26 @@ class KvStore {
 
   // The conversation's newest file (by mtime) among its short, long,
   // extended and unclassified ("<safe id>.bin") files, validated with
-  // ReadKvFile(path, model_hash). Files past their class's window count as
-  // absent and are removed.
+  // ReadKvFile(path, model_hash, kv_type) (nullopt: any KV type). Files
+  // past their class's window count as absent and are removed.
   // Errors: kInvalidArgument when model_hash is not IsModelHash();
   // kNotFound when there is no (unexpired) file; kDataLoss (corrupt,
-  // truncated) or kFailedPrecondition (another model's file) — the file is
+  // truncated) or kFailedPrecondition (another model's file, or K/V of
+  // another type than `kv_type`) — the file is
   // REMOVED, a warning is logged, and the message names the path and the
   // problem; another read error (e.g. kPermissionDenied) as it is, the file
   // kept. On any error the caller prefills from scratch.
-  Result<KvLoadResult> Load(std::string_view model_hash, std::string_view conversation_id)
-      EXCLUDES(mu_);
+  Result<KvLoadResult> Load(std::string_view model_hash, std::string_view conversation_id,
+                            std::optional<GgmlType> kv_type = std::nullopt) EXCLUDES(mu_);
   // The same file choice, validation and errors (a bad file is removed), but
   // the file is mapped, not copied (MapKvFile): a restore copies its K/V
   // once, straight into the slot. The mapping outlives a later Save (rename
   // over it), Remove or Sweep of the conversation: it keeps the data it
   // validated.
   Result<KvMappedLoadResult> LoadMapped(std::string_view model_hash,
-                                        std::string_view conversation_id) EXCLUDES(mu_);
+                                        std::string_view conversation_id,
+                                        std::optional<GgmlType> kv_type = std::nullopt)
+      EXCLUDES(mu_);
 
   // Whether the conversation has a regular, unexpired file (not validated).
   // False for an invalid model hash.

@@ -29,8 +29,10 @@
 //             "pinned_system" | "pinned_device"), system_prompt (prefilled
 //             at load), same_role ("coexist" | "swap"; default [memory]'s),
 //             compute_dtype ("auto": matrices computed in their stored type |
-//             "f32": converted to f32 at load), chat_template ("chatml" |
-//             "llama3" | "llama2" | "mistral" | "gemma" | "phi3")
+//             "f32": converted to f32 at load), kv_type ("f16" default |
+//             "bf16" | "q8_0" | "f32": the KV cache's element type),
+//             chat_template ("chatml" | "llama3" | "llama2" | "mistral" |
+//             "gemma" | "phi3")
 //
 // Unknown keys and sections are not errors: they are collected in
 // Config::warnings for the caller to log. Bad values are kInvalidArgument
@@ -53,6 +55,7 @@
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/status.h"
 #include "arbiter/engine/chat_template.h"
+#include "arbiter/engine/kv_snapshot.h"  // KV types
 #include "arbiter/kv/cache_key.h"  // kKeepAliveStaleFraction
 #include "arbiter/weights/weight_cache.h"
 
@@ -193,6 +196,9 @@ struct ModelEntry {
   // compute_dtype = "f32": weight matrices converted to f32 at load instead
   // of computed in their stored type (ModelFilesOptions::compute_f32).
   bool compute_f32 = false;
+  // kv_type: the element type of the model's KV cache, its prompt-cache
+  // snapshots and its KV files (EngineOptions::kv_type).
+  GgmlType kv_type = kDefaultKvType;
   // chat_template = "<family>": render chats in that family instead of the
   // one the model's template or tokens give (ModelFilesOptions::chat_template).
   std::optional<ChatTemplateKind> chat_template;

@@ -1,4 +1,5 @@
-// engine/internal/aligned_buffer.h — a move-only, 64-byte-aligned float array.
+// engine/internal/aligned_buffer.h — a move-only, 64-byte-aligned array of
+// floats (activations, scratch) or bytes (a KV cache in a stored type).
 //
 // Every KV cache and scratch buffer of the engine lives in one of these so
 // rows start on a cache line and the vector loops and OpenBLAS see aligned
@@ -20,15 +21,17 @@
 
 namespace arbiter::engine_internal {
 
-class AlignedFloats {
+// T: a trivially copyable element type (float, uint8_t).
+template <typename T>
+class AlignedArray {
  public:
-  AlignedFloats() = default;
-  // Zero-initialised array of `n` floats, every page resident. Throws
+  AlignedArray() = default;
+  // Zero-initialised array of `n` elements, every page resident. Throws
   // std::bad_alloc on failure (callers at the library boundary catch it).
-  explicit AlignedFloats(size_t n) { Resize(n); }
-  AlignedFloats(AlignedFloats&& o) noexcept
+  explicit AlignedArray(size_t n) { Resize(n); }
+  AlignedArray(AlignedArray&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  AlignedFloats& operator=(AlignedFloats&& o) noexcept {
+  AlignedArray& operator=(AlignedArray&& o) noexcept {
     if (this != &o) {
       FreeBuffer(data_, size_bytes());
       data_ = std::exchange(o.data_, nullptr);
@@ -36,9 +39,9 @@ class AlignedFloats {
     }
     return *this;
   }
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  ~AlignedFloats() { FreeBuffer(data_, size_bytes()); }
+  AlignedArray(const AlignedArray&) = delete;
+  AlignedArray& operator=(const AlignedArray&) = delete;
+  ~AlignedArray() { FreeBuffer(data_, size_bytes()); }
 
   // Discards the contents; the new array is zeroed.
   void Resize(size_t n) {
@@ -46,24 +49,27 @@ class AlignedFloats {
     data_ = nullptr;
     size_ = 0;
     if (n == 0) return;
-    if (n > SIZE_MAX / sizeof(float)) throw std::bad_alloc();
-    void* p = AllocateBuffer(n * sizeof(float));
-    ZeroAndPrefault(p, n * sizeof(float));
-    data_ = static_cast<float*>(p);
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    void* p = AllocateBuffer(n * sizeof(T));
+    ZeroAndPrefault(p, n * sizeof(T));
+    data_ = static_cast<T*>(p);
     size_ = n;
   }
 
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
   size_t size() const { return size_; }
-  size_t size_bytes() const { return size_ * sizeof(float); }
+  size_t size_bytes() const { return size_ * sizeof(T); }
   bool empty() const { return size_ == 0; }
-  float& operator[](size_t i) { return data_[i]; }
-  float operator[](size_t i) const { return data_[i]; }
+  T& operator[](size_t i) { return data_[i]; }
+  T operator[](size_t i) const { return data_[i]; }
 
  private:
-  float* data_ = nullptr;
+  T* data_ = nullptr;
   size_t size_ = 0;
 };
+
+using AlignedFloats = AlignedArray<float>;
+using AlignedBytes = AlignedArray<uint8_t>;
 
 }  // namespace arbiter::engine_internal

@@ -119,6 +119,7 @@ class EngineImpl final : public Engine {
   int n_slots() const override { return static_cast<int>(slot_states_.size()); }
   size_t weight_bytes() const override { return layout_->bytes(); }
   size_t kv_bytes() const override;
+  GgmlType kv_type() const override { return options_.kv_type; }
   size_t scratch_bytes() const override;
 
   std::vector<SlotInfo> Slots() const override EXCLUDES(mu_);

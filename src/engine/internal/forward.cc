@@ -40,6 +40,28 @@
 // panels 690 tok/s (an 8 MiB panel measured no better). The panel is part
 // of each slot's scratch, charged to the ledger with it.
 //
+// Note [KV cache types]
+// The KV cache holds each K and V row in the slot's kv_type (f16 by default;
+// bf16, q8_0 or f32 by choice: arbiter/engine/kv_snapshot.h), converted
+// from f32 once when the token's row is computed (StoreKvRow), so the
+// slot, its snapshots and its KV files hold the same bytes. Attention reads
+// the rows as stored and converts them to f32 right before use, into the
+// small s.kvf buffer:
+//   - decode converts kDecodeKvRows (32) rows at a time, so the K (then V)
+//     rows still stream once in position order (Note [Decode attention
+//     access order]), at half (f16, bf16) or ~0.27× (q8_0) the f32 bytes;
+//     each converted block is read from L1 by every head.
+//   - prefill converts, per KV head, its [L, head_dim] columns of every row
+//     once per chunk, then runs the same two sgemm per query head and tile
+//     on them: the conversion is ~L·head_dim values per KV head against
+//     ~2·nt·L·head_dim multiply-adds per query head, well under 1 %.
+// So the scratch grows by max(2·n_ctx·head_dim, 32·kv_dim) floats per slot
+// while the cache shrinks by n_layers·2·n_ctx·kv_dim·(4 − bytes per value).
+// The current token's own K/V are also read back from the stored type:
+// prefill and decode see the same numbers, as llama.cpp does with its f16
+// cache. q8_0 needs head_dim to be a multiple of 32 (per-head blocks), which
+// Engine::Load checks. f32 keeps the unconverted path of before.
+//
 // Note [Residual in place]
 // o_proj and down_proj accumulate into the residual stream with beta = 1,
 // so no separate add pass or temporary is needed.
@@ -113,30 +135,30 @@ std::vector<double> RopeInverseFrequencies(const ModelConfig& config, int head_d
 }
 
 void KvCache::CopyRowsFrom(const KvCache& src, int begin, int end) {
-  const size_t row = static_cast<size_t>(kv_dim_);
-  const size_t bytes = static_cast<size_t>(end - begin) * row * sizeof(float);
+  const size_t bytes = static_cast<size_t>(end - begin) * row_bytes_;
   if (bytes == 0) return;
+  const size_t at = static_cast<size_t>(begin) * row_bytes_;
   for (int l = 0; l < n_layers_; ++l) {
-    std::memcpy(k(l) + begin * row, src.k(l) + begin * row, bytes);
-    std::memcpy(v(l) + begin * row, src.v(l) + begin * row, bytes);
+    std::memcpy(k(l) + at, src.k(l) + at, bytes);
+    std::memcpy(v(l) + at, src.v(l) + at, bytes);
   }
 }
 
-void KvCache::ReadRows(int n, float* out) const {
-  const size_t rows = static_cast<size_t>(n) * kv_dim_;  // floats of one [n, kv_dim] block
-  if (rows == 0) return;
+void KvCache::ReadRows(int n, uint8_t* out) const {
+  const size_t block = static_cast<size_t>(n) * row_bytes_;  // bytes of n rows
+  if (block == 0) return;
   for (int l = 0; l < n_layers_; ++l) {
-    std::memcpy(out + (2 * l) * rows, k(l), rows * sizeof(float));
-    std::memcpy(out + (2 * l + 1) * rows, v(l), rows * sizeof(float));
+    std::memcpy(out + (2 * l) * block, k(l), block);
+    std::memcpy(out + (2 * l + 1) * block, v(l), block);
   }
 }
 
-void KvCache::WriteRows(int n, const float* in) {
-  const size_t rows = static_cast<size_t>(n) * kv_dim_;
-  if (rows == 0) return;
+void KvCache::WriteRows(int n, const uint8_t* in) {
+  const size_t block = static_cast<size_t>(n) * row_bytes_;
+  if (block == 0) return;
   for (int l = 0; l < n_layers_; ++l) {
-    std::memcpy(k(l), in + (2 * l) * rows, rows * sizeof(float));
-    std::memcpy(v(l), in + (2 * l + 1) * rows, rows * sizeof(float));
+    std::memcpy(k(l), in + (2 * l) * block, block);
+    std::memcpy(v(l), in + (2 * l + 1) * block, block);
   }
 }
 
@@ -148,10 +170,33 @@ size_t XqFloats(const ModelDims& d, bool typed) {
 size_t PanelFloats(int batch, bool typed) {
   return typed && batch > 1 ? ForwardScratch::kPanelFloats : 0;
 }
+size_t KvFloats(const ModelDims& d, int n_ctx, GgmlType kv_type) {
+  if (kv_type == GgmlType::kF32) return 0;
+  return std::max(size_t{2} * n_ctx * d.head_dim,
+                  size_t{1} * ForwardScratch::kDecodeKvRows * d.kv_dim);
+}
+
+// Writes one K or V row x [n] into the cache row `dst` in `type` (Note [KV
+// cache types]).
+void StoreKvRow(GgmlType type, const float* x, int n, uint8_t* dst) {
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(dst, x, sizeof(float) * n);
+      return;
+    case GgmlType::kQ8_0:
+      // The Q8_0 activation quantizer is the Q8_0 block format (vectorized).
+      PrepareActivation(GgmlType::kQ8_0, x, n, dst);
+      return;
+    default:
+      (void)QuantizeRow(type, x, n, dst);  // f16 / bf16: checked at load, cannot fail
+      return;
+  }
+}
 
 }  // namespace
 
-ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool typed)
+ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool typed,
+                               GgmlType kv_type)
     : x(size_t{1} * batch * d.hidden),
       xn(size_t{1} * batch * d.hidden),
       qkv(size_t{1} * batch * d.qkv_dim),
@@ -161,20 +206,22 @@ ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool ty
       scores(size_t{1} * std::max(batch, d.n_heads) * n_ctx),
       xq(XqFloats(d, typed)),
       panel(PanelFloats(batch, typed)),
+      kvf(KvFloats(d, n_ctx, kv_type)),
       batch_(batch) {}
 
 size_t ForwardScratch::bytes() const {
   return x.size_bytes() + xn.size_bytes() + qkv.size_bytes() + attn.size_bytes() +
          gu.size_bytes() + act.size_bytes() + scores.size_bytes() + xq.size_bytes() +
-         panel.size_bytes();
+         panel.size_bytes() + kvf.size_bytes();
 }
 
-size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed) {
+size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed,
+                                GgmlType kv_type) {
   const size_t floats = size_t{1} * batch * d.hidden * 2 + size_t{1} * batch * d.qkv_dim +
                         size_t{1} * batch * d.q_dim + size_t{2} * batch * d.inter +
                         size_t{1} * batch * d.inter +
                         size_t{1} * std::max(batch, d.n_heads) * n_ctx + XqFloats(d, typed) +
-                        PanelFloats(batch, typed);
+                        PanelFloats(batch, typed) + KvFloats(d, n_ctx, kv_type);
   return floats * sizeof(float);
 }
 
@@ -305,8 +352,9 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
       RmsNorm(x + size_t{1} * t * H, L.attn_norm.data(), eps, H, xn + size_t{1} * t * H);
     }
     Project(L.wqkv, s, xn, nt, qkv, QKV, false);
-    float* kc = kv.k(li);  // [n_ctx, KV]
-    float* vc = kv.v(li);  // [n_ctx, KV]
+    uint8_t* kc = kv.k(li);  // [n_ctx] rows
+    uint8_t* vc = kv.v(li);  // [n_ctx] rows
+    const size_t row_bytes = kv.row_bytes();
     for (int t = 0; t < nt; ++t) {
       float* row = qkv + size_t{1} * t * QKV;
       if (!L.bqkv.empty()) {
@@ -321,8 +369,8 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
       }
       for (int h = 0; h < d.n_heads; ++h) Rope(row + h * HD, pos + t);
       for (int g = 0; g < d.n_kv_heads; ++g) Rope(row + Q + g * HD, pos + t);
-      std::memcpy(kc + size_t{1} * (pos + t) * KV, row + Q, sizeof(float) * KV);
-      std::memcpy(vc + size_t{1} * (pos + t) * KV, row + Q + KV, sizeof(float) * KV);
+      StoreKvRow(kv.type(), row + Q, KV, kc + (pos + t) * row_bytes);
+      StoreKvRow(kv.type(), row + Q + KV, KV, vc + (pos + t) * row_bytes);
     }
     Attention(kv, s, li, nt, pos);
     // x += attn · Woᵀ  (Note [Residual in place])
@@ -358,54 +406,94 @@ void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos)
   const int group = d.n_heads / d.n_kv_heads;  // query heads per KV head
   const int L = pos + nt;                      // positions visible to the last token
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const float* kc = kv.k(li);
-  const float* vc = kv.v(li);
+  const GgmlType type = kv.type();
+  const bool f32 = type == GgmlType::kF32;
+  const size_t row_bytes = kv.row_bytes();
+  const uint8_t* kc = kv.k(li);
+  const uint8_t* vc = kv.v(li);
   float* out = s.attn.data();  // [nt, Q]
 
   if (nt == 1) {
     // Decode: one sequential pass over the K rows, then one over the V rows
     // (each row [kv_dim] is read once for every head; Note [Decode attention
-    // access order]). sc: [n_heads, L].
+    // access order]). sc: [n_heads, L]. Rows not in f32 are converted
+    // kDecodeKvRows at a time into s.kvf (Note [KV cache types]).
     const float* q = s.qkv.data();
     float* sc = s.scores.data();
-    for (int j = 0; j < L; ++j) {
-      const float* krow = kc + size_t{1} * j * KV;
-      for (int h = 0; h < d.n_heads; ++h) {
-        sc[size_t{1} * h * L + j] = Dot(q + h * HD, krow + (h / group) * HD, HD) * scale;
+    constexpr int kRows = ForwardScratch::kDecodeKvRows;
+    for (int j0 = 0; j0 < L; j0 += kRows) {
+      const int j1 = std::min(L, j0 + kRows);
+      const float* rows = reinterpret_cast<const float*>(kc) + size_t{1} * j0 * KV;
+      if (!f32) {
+        DequantizeRows(type, kc, KV, j0, j1, s.kvf.data());
+        rows = s.kvf.data();
+      }
+      for (int j = j0; j < j1; ++j) {
+        const float* krow = rows + size_t{1} * (j - j0) * KV;
+        for (int h = 0; h < d.n_heads; ++h) {
+          sc[size_t{1} * h * L + j] = Dot(q + h * HD, krow + (h / group) * HD, HD) * scale;
+        }
       }
     }
     for (int h = 0; h < d.n_heads; ++h) Softmax(sc + size_t{1} * h * L, L);
     std::memset(out, 0, sizeof(float) * Q);
-    for (int j = 0; j < L; ++j) {
-      const float* vrow = vc + size_t{1} * j * KV;
-      for (int h = 0; h < d.n_heads; ++h) {
-        Axpy(sc[size_t{1} * h * L + j], vrow + (h / group) * HD, out + h * HD, HD);
+    for (int j0 = 0; j0 < L; j0 += kRows) {
+      const int j1 = std::min(L, j0 + kRows);
+      const float* rows = reinterpret_cast<const float*>(vc) + size_t{1} * j0 * KV;
+      if (!f32) {
+        DequantizeRows(type, vc, KV, j0, j1, s.kvf.data());
+        rows = s.kvf.data();
+      }
+      for (int j = j0; j < j1; ++j) {
+        const float* vrow = rows + size_t{1} * (j - j0) * KV;
+        for (int h = 0; h < d.n_heads; ++h) {
+          Axpy(sc[size_t{1} * h * L + j], vrow + (h / group) * HD, out + h * HD, HD);
+        }
       }
     }
     return;
   }
 
-  // Prefill: row tiles of kAttnTile queries; tile [t0, t1) sees positions
-  // [0, pos + t1), so the masked upper triangle is mostly skipped.
+  // Prefill, per KV head g: its K and V columns [L, HD] (in place when f32,
+  // stride kv_dim; else converted into s.kvf, stride head_dim), then for
+  // each of its query heads, row tiles of kAttnTile queries; tile [t0, t1)
+  // sees positions [0, pos + t1), so the masked upper triangle is mostly
+  // skipped.
   float* S = s.scores.data();  // [tile rows, Lt]
-  for (int t0 = 0; t0 < nt; t0 += kAttnTile) {
-    const int rows = std::min(kAttnTile, nt - t0);
-    const int Lt = pos + t0 + rows;
-    for (int h = 0; h < d.n_heads; ++h) {
-      const int g = h / group;
-      // S = scale · Q_h [rows, HD] · K_gᵀ [HD, Lt]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Lt, HD, scale,
-                  s.qkv.data() + size_t{1} * t0 * QKV + h * HD, QKV, kc + g * HD, KV, 0.0f, S,
-                  Lt);
-      for (int t = 0; t < rows; ++t) {
-        float* row = S + size_t{1} * t * Lt;
-        const int visible = pos + t0 + t + 1;
-        Softmax(row, visible);
-        std::memset(row + visible, 0, sizeof(float) * (Lt - visible));
+  const size_t head_bytes = f32 ? 0 : KvRowBytes(type, HD);
+  for (int g = 0; g < d.n_kv_heads; ++g) {
+    const float* kg = reinterpret_cast<const float*>(kc) + g * HD;
+    const float* vg = reinterpret_cast<const float*>(vc) + g * HD;
+    int ld = KV;
+    if (!f32) {
+      float* kf = s.kvf.data();                           // [L, HD]
+      float* vf = s.kvf.data() + s.kvf.size() / 2;         // [L, HD]
+      for (int j = 0; j < L; ++j) {
+        const size_t at = j * row_bytes + g * head_bytes;
+        DequantizeRows(type, kc + at, HD, 0, 1, kf + size_t{1} * j * HD);
+        DequantizeRows(type, vc + at, HD, 0, 1, vf + size_t{1} * j * HD);
       }
-      // O_h [rows, HD] = P [rows, Lt] · V_g [Lt, HD]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HD, Lt, 1.0f, S, Lt,
-                  vc + g * HD, KV, 0.0f, out + size_t{1} * t0 * Q + h * HD, Q);
+      kg = kf;
+      vg = vf;
+      ld = HD;
+    }
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      for (int t0 = 0; t0 < nt; t0 += kAttnTile) {
+        const int rows = std::min(kAttnTile, nt - t0);
+        const int Lt = pos + t0 + rows;
+        // S = scale · Q_h [rows, HD] · K_gᵀ [HD, Lt]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Lt, HD, scale,
+                    s.qkv.data() + size_t{1} * t0 * QKV + h * HD, QKV, kg, ld, 0.0f, S, Lt);
+        for (int t = 0; t < rows; ++t) {
+          float* row = S + size_t{1} * t * Lt;
+          const int visible = pos + t0 + t + 1;
+          Softmax(row, visible);
+          std::memset(row + visible, 0, sizeof(float) * (Lt - visible));
+        }
+        // O_h [rows, HD] = P [rows, Lt] · V_g [Lt, HD]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HD, Lt, 1.0f, S, Lt, vg, ld,
+                    0.0f, out + size_t{1} * t0 * Q + h * HD, Q);
+      }
     }
   }
 }

@@ -37,60 +37,84 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
+#include "arbiter/engine/kv_snapshot.h"
 #include "engine/internal/aligned_buffer.h"
 #include "engine/internal/matvec_pool.h"
 #include "engine/internal/model_weights.h"
 
 namespace arbiter::engine_internal {
 
-// K and V of one sequence: [n_layers, 2, n_ctx, kv_dim] f32.
+// K and V of one sequence: per layer, K rows [n_ctx] then V rows [n_ctx],
+// each row kv_dim values of `type` (a KV type, arbiter/engine/kv_snapshot.h:
+// f32, f16, bf16, q8_0) in row_bytes() = KvRowBytes(type, kv_dim) bytes.
+// Forward writes each new row in the type (Note [KV cache types] in
+// forward.cc) and attention reads the rows as stored.
 class KvCache {
  public:
   KvCache() = default;
-  KvCache(int n_layers, int n_ctx, int kv_dim)
-      : n_layers_(n_layers), n_ctx_(n_ctx), kv_dim_(kv_dim),
-        data_(size_t{2} * n_layers * n_ctx * kv_dim) {}
+  // REQUIRES: IsKvType(type) and KvRowBytes(type, kv_dim) > 0.
+  KvCache(int n_layers, int n_ctx, int kv_dim, GgmlType type = GgmlType::kF32)
+      : n_layers_(n_layers), n_ctx_(n_ctx), kv_dim_(kv_dim), type_(type),
+        row_bytes_(KvRowBytes(type, kv_dim)),
+        data_(size_t{2} * n_layers * n_ctx * row_bytes_) {}
 
-  // [n_ctx, kv_dim] K rows of `layer`.
-  float* k(int layer) { return data_.data() + size_t{2} * layer * n_ctx_ * kv_dim_; }
-  const float* k(int layer) const { return data_.data() + size_t{2} * layer * n_ctx_ * kv_dim_; }
-  // [n_ctx, kv_dim] V rows of `layer`.
-  float* v(int layer) { return k(layer) + static_cast<size_t>(n_ctx_) * kv_dim_; }
-  const float* v(int layer) const { return k(layer) + static_cast<size_t>(n_ctx_) * kv_dim_; }
+  // [n_ctx] K rows of `layer`.
+  uint8_t* k(int layer) { return data_.data() + size_t{2} * layer * n_ctx_ * row_bytes_; }
+  const uint8_t* k(int layer) const {
+    return data_.data() + size_t{2} * layer * n_ctx_ * row_bytes_;
+  }
+  // [n_ctx] V rows of `layer`.
+  uint8_t* v(int layer) { return k(layer) + static_cast<size_t>(n_ctx_) * row_bytes_; }
+  const uint8_t* v(int layer) const { return k(layer) + static_cast<size_t>(n_ctx_) * row_bytes_; }
   int n_layers() const { return n_layers_; }
   int n_ctx() const { return n_ctx_; }
   int kv_dim() const { return kv_dim_; }
+  GgmlType type() const { return type_; }
+  size_t row_bytes() const { return row_bytes_; }
   size_t bytes() const { return data_.size_bytes(); }
+  // bytes() of KvCache(n_layers, n_ctx, kv_dim, type), without allocating it.
+  static size_t BytesFor(int n_layers, int n_ctx, int kv_dim, GgmlType type) {
+    return size_t{2} * n_layers * n_ctx * KvRowBytes(type, kv_dim);
+  }
 
   // Copies K and V rows [begin, end) of every layer from `src`.
-  // REQUIRES: same n_layers and kv_dim; 0 ≤ begin ≤ end ≤ min(n_ctx, src.n_ctx);
-  // &src != this.
+  // REQUIRES: same n_layers, kv_dim and type; 0 ≤ begin ≤ end ≤ min(n_ctx,
+  // src.n_ctx); &src != this.
   void CopyRowsFrom(const KvCache& src, int begin, int end);
   // Copies K and V rows [0, n) of every layer out into `out`, laid out
-  // [n_layers, 2, n, kv_dim] (KvSnapshot::kv). REQUIRES: 0 ≤ n ≤ n_ctx;
-  // `out` holds n_layers · 2 · n · kv_dim floats.
-  void ReadRows(int n, float* out) const;
+  // [n_layers, 2, n] rows (KvSnapshot::kv). REQUIRES: 0 ≤ n ≤ n_ctx;
+  // `out` holds n_layers · 2 · n · row_bytes() bytes.
+  void ReadRows(int n, uint8_t* out) const;
   // The inverse of ReadRows: rows [0, n) of every layer from `in`.
-  void WriteRows(int n, const float* in);
+  void WriteRows(int n, const uint8_t* in);
 
  private:
   int n_layers_ = 0;
   int n_ctx_ = 0;
   int kv_dim_ = 0;
-  AlignedFloats data_;
+  GgmlType type_ = GgmlType::kF32;
+  size_t row_bytes_ = 0;
+  AlignedBytes data_;
 };
 
 // Activations of one chunk, sized for `batch` tokens and `n_ctx` positions.
 // `typed`: the weights have matrices that are not f32 (ModelWeights::typed),
 // which need room for quantized activations and prefill's dequantized panels.
+// `kv_type`: the KV cache's type; any but f32 needs room for K/V rows
+// converted to f32 for attention (Note [KV cache types] in forward.cc).
 class ForwardScratch {
  public:
   ForwardScratch() = default;
-  ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool typed = false);
+  ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool typed = false,
+                 GgmlType kv_type = GgmlType::kF32);
   int batch() const { return batch_; }
   size_t bytes() const;
-  // bytes() of ForwardScratch(d, batch, n_ctx, typed), without allocating it.
-  static size_t BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed = false);
+  // bytes() of ForwardScratch(d, batch, n_ctx, typed, kv_type), without
+  // allocating it.
+  static size_t BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed = false,
+                         GgmlType kv_type = GgmlType::kF32);
+  // K/V rows a decode step converts to f32 at a time (kv_type not f32).
+  static constexpr int kDecodeKvRows = 32;
   // Floats of one dequantized prefill panel (rows × cols ≤ this).
   static constexpr size_t kPanelFloats = size_t{1} << 20;  // 4 MiB
 
@@ -104,6 +128,8 @@ class ForwardScratch {
                          // (prefill: [batch, L] of one head; decode: [n_heads, L])
   AlignedFloats xq;      // typed: [3 × max(hidden, q_dim, inter)] quantized activations
   AlignedFloats panel;   // typed and batch > 1: [kPanelFloats] dequantized rows
+  AlignedFloats kvf;     // kv_type not f32: [max(2 × n_ctx × head_dim,
+                         //   kDecodeKvRows × kv_dim)] K/V rows as f32
 
  private:
   int batch_ = 0;
@@ -144,7 +170,7 @@ class Decoder {
   // dims) and valid for the whole call; n ≥ 1; pos + n ≤ kv.n_ctx() ≤
   // n_ctx(); every token in [0, vocab); positions [0, pos) of `kv` hold this
   // sequence's K/V (computed with the same weights); logits outputs require
-  // has_lm_head(); `s` made with typed = w.typed().
+  // has_lm_head(); `s` made with typed = w.typed() and kv.type().
   void Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n,
                int pos, const ForwardOutputs& out) const;
 
