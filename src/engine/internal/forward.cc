@@ -423,10 +423,11 @@ void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos)
     constexpr int kRows = ForwardScratch::kDecodeKvRows;
     for (int j0 = 0; j0 < L; j0 += kRows) {
       const int j1 = std::min(L, j0 + kRows);
-      const float* rows = reinterpret_cast<const float*>(kc) + size_t{1} * j0 * KV;
-      if (!f32) {
+      const float* rows = s.kvf.data();
+      if (f32) {
+        rows = reinterpret_cast<const float*>(kc) + size_t{1} * j0 * KV;
+      } else {
         DequantizeRows(type, kc, KV, j0, j1, s.kvf.data());
-        rows = s.kvf.data();
       }
       for (int j = j0; j < j1; ++j) {
         const float* krow = rows + size_t{1} * (j - j0) * KV;
@@ -439,10 +440,11 @@ void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos)
     std::memset(out, 0, sizeof(float) * Q);
     for (int j0 = 0; j0 < L; j0 += kRows) {
       const int j1 = std::min(L, j0 + kRows);
-      const float* rows = reinterpret_cast<const float*>(vc) + size_t{1} * j0 * KV;
-      if (!f32) {
+      const float* rows = s.kvf.data();
+      if (f32) {
+        rows = reinterpret_cast<const float*>(vc) + size_t{1} * j0 * KV;
+      } else {
         DequantizeRows(type, vc, KV, j0, j1, s.kvf.data());
-        rows = s.kvf.data();
       }
       for (int j = j0; j < j1; ++j) {
         const float* vrow = rows + size_t{1} * (j - j0) * KV;
@@ -462,17 +464,17 @@ void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos)
   float* S = s.scores.data();  // [tile rows, Lt]
   const size_t head_bytes = f32 ? 0 : KvRowBytes(type, HD);
   for (int g = 0; g < d.n_kv_heads; ++g) {
-    const float* kg = reinterpret_cast<const float*>(kc) + g * HD;
-    const float* vg = reinterpret_cast<const float*>(vc) + g * HD;
+    const float* kg = s.kvf.data();
+    const float* vg = s.kvf.data();
     int ld = KV;
-    if (!f32) {
+    if (f32) {
+      kg = reinterpret_cast<const float*>(kc) + g * HD;
+      vg = reinterpret_cast<const float*>(vc) + g * HD;
+    } else {
       float* kf = s.kvf.data();                           // [L, HD]
       float* vf = s.kvf.data() + s.kvf.size() / 2;         // [L, HD]
-      for (int j = 0; j < L; ++j) {
-        const size_t at = j * row_bytes + g * head_bytes;
-        DequantizeRows(type, kc + at, HD, 0, 1, kf + size_t{1} * j * HD);
-        DequantizeRows(type, vc + at, HD, 0, 1, vf + size_t{1} * j * HD);
-      }
+      DequantizeStridedRows(type, kc + g * head_bytes, row_bytes, HD, L, kf);
+      DequantizeStridedRows(type, vc + g * head_bytes, row_bytes, HD, L, vf);
       kg = kf;
       vg = vf;
       ld = HD;

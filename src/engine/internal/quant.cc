@@ -190,9 +190,15 @@ void DotRows(GgmlType type, const void* w, int64_t n, const void* xa, int64_t r0
 
 void DequantizeRows(GgmlType type, const void* w, int64_t n, int64_t r0, int64_t r1, float* out) {
   const size_t row_bytes = *GgmlRowBytes(type, n);
-  const quant::DequantizeRowFn fn = Active().dequantize_row[Slot(type)];
   const auto* row = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * row_bytes;
-  for (int64_t r = r0; r < r1; ++r, row += row_bytes, out += n) fn(row, n, out);
+  DequantizeStridedRows(type, row, row_bytes, n, r1 - r0, out);
+}
+
+void DequantizeStridedRows(GgmlType type, const void* w, size_t stride, int64_t n, int64_t rows,
+                           float* out) {
+  const quant::DequantizeRowFn fn = Active().dequantize_row[Slot(type)];
+  const auto* row = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < rows; ++r, row += stride, out += n) fn(row, n, out);
 }
 
 }  // namespace arbiter::engine_internal

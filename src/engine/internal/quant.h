@@ -72,6 +72,12 @@ void DotRows(GgmlType type, const void* w, int64_t n, const void* xa, int64_t r0
 // bit-identical to DequantizeRowReference on every path.
 void DequantizeRows(GgmlType type, const void* w, int64_t n, int64_t r0, int64_t r1, float* out);
 
+// `rows` rows of n elements of `type`, row r at byte w + r·stride (e.g. one
+// head's slice of each KV cache row), as f32: out[r × n + j]. One dispatch
+// for all rows; bit-identical to DequantizeRows.
+void DequantizeStridedRows(GgmlType type, const void* w, size_t stride, int64_t n, int64_t rows,
+                           float* out);
+
 // The scalar reference: one row of n elements of `type` → n floats.
 // REQUIRES: IsComputeType(type) or type == Q8_1; n a multiple of the block size.
 void DequantizeRowReference(GgmlType type, const void* row, int64_t n, float* out);

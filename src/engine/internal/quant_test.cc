@@ -334,6 +334,26 @@ TEST_P(QuantKernelTest, DequantizeRowsEqualsReferenceBitForBit) {
   }
 }
 
+// A slice of every row (a KV cache's head columns): the middle n of 3n
+// elements of each row, read at the full row's stride.
+TEST_P(QuantKernelTest, DequantizeStridedRowsReadsSlicesOfRows) {
+  std::mt19937 rng(static_cast<uint32_t>(type_) + 9);
+  const int64_t n = std::max<int64_t>(BlockElems(type_), 32);
+  const size_t slice = RowBytes(type_, n), stride = 3 * slice;
+  const int64_t rows = 5;
+  std::vector<uint8_t> w;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<uint8_t> row = RandomRow(type_, 3 * n, rng);
+    w.insert(w.end(), row.begin(), row.end());
+  }
+  std::vector<float> got(static_cast<size_t>(rows * n));
+  DequantizeStridedRows(type_, w.data() + slice, stride, n, rows, got.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> want = Dequant(type_, w.data() + r * stride + slice, n);
+    EXPECT_EQ(std::memcmp(got.data() + r * n, want.data(), n * sizeof(float)), 0) << "row " << r;
+  }
+}
+
 TEST_P(QuantKernelTest, ActivationsAreIdenticalOnEveryPath) {
   if (ActivationType(type_) == GgmlType::kF32) GTEST_SKIP() << "f32 activations: a copy";
   std::mt19937 rng(3);
