@@ -218,7 +218,8 @@ class SlotReservation {
 // (Engine::Footprint; a loaded engine reports the same numbers as kv_bytes()
 // − scratch_bytes(), scratch_bytes() and weight_bytes()).
 struct EngineFootprint {
-  size_t kv_bytes = 0;       // every slot's KV cache: n_slots × n_layers × 2 × n_ctx rows of kv_type
+  // every slot's KV cache: n_slots × n_layers × 2 × n_ctx rows of kv_type
+  size_t kv_bytes = 0;
   size_t scratch_bytes = 0;  // every slot's activation scratch
   size_t weight_bytes = 0;   // the f32 compute layout (held by the WeightCache, not the engine)
   // What the engine itself holds: kv_bytes + scratch_bytes.

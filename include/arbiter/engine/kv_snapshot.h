@@ -94,9 +94,10 @@ struct KvSnapshotView {
 
 // A KV prefix viewed layer by layer in place: for every layer the K rows
 // [0, n_tokens) and the V rows [0, n_tokens), each n_tokens contiguous rows
-// of KvRowBytes(kv_type, kv_dim) bytes, wherever they live (a slot's KV cache — Engine::VisitSlot —
-// or a snapshot's array, RowsOf). What a KV file is written from, so a slot
-// can be saved without a copy. The memory must outlive every use.
+// of KvRowBytes(kv_type, kv_dim) bytes, wherever they live (a slot's KV
+// cache — Engine::VisitSlot — or a snapshot's array, Rows()). What a KV
+// file is written from, so a slot can be saved without a copy. The memory
+// must outlive every use.
 struct KvRowsView {
   uint32_t n_layers = 0;
   uint32_t kv_dim = 0;

@@ -282,7 +282,8 @@ Result<ComputeLayout> RouteParts(ComputeLayout layout, const LlamaTensorPlan& pl
       return static_cast<int>(layout.buffers.size()) - 1;
     };
     auto add_part = [&](int buffer, size_t byte_offset) {
-      layout.parts.push_back(ComputePart{t.name, t.shape, static_cast<size_t>(buffer), byte_offset});
+      layout.parts.push_back(
+          ComputePart{t.name, t.shape, static_cast<size_t>(buffer), byte_offset});
     };
     // A vector (norm, bias) routed to F32 floats [offset, …) of `*slot`.
     auto vec = [&](int* slot, const char* member, int64_t n, int64_t offset) {
@@ -317,8 +318,12 @@ Result<ComputeLayout> RouteParts(ComputeLayout layout, const LlamaTensorPlan& pl
     switch (t.role) {
       case LlamaTensorRole::kEmbed: mat(&layout.embed, "embed", V, H); break;
       case LlamaTensorRole::kAttnNorm: vec(&l->attn_norm, "attn_norm", H, 0); break;
-      case LlamaTensorRole::kQProj: fused_part(&l->wqkv, fqkv, "wqkv", QKV, 0, "wq", Q, 0, H); break;
-      case LlamaTensorRole::kKProj: fused_part(&l->wqkv, fqkv, "wqkv", QKV, 1, "wk", KV, Q, H); break;
+      case LlamaTensorRole::kQProj:
+        fused_part(&l->wqkv, fqkv, "wqkv", QKV, 0, "wq", Q, 0, H);
+        break;
+      case LlamaTensorRole::kKProj:
+        fused_part(&l->wqkv, fqkv, "wqkv", QKV, 1, "wk", KV, Q, H);
+        break;
       case LlamaTensorRole::kVProj:
         fused_part(&l->wqkv, fqkv, "wqkv", QKV, 2, "wv", KV, Q + KV, H);
         break;
@@ -378,8 +383,9 @@ Result<ComputeLayout> PlanComputeLayout(const ModelConfig& config, const Safeten
   std::vector<GgmlType> types;  // the compute type of each plan tensor
   types.reserve(plan.tensors.size());
   for (const LlamaTensor& t : plan.tensors) {
-    ARBITER_ASSIGN_OR_RETURN(const TensorInfo* info,
-                             FindPart(ComputePart{t.name, t.shape, 0, 0}, config, d, st, model_dir));
+    ARBITER_ASSIGN_OR_RETURN(
+        const TensorInfo* info,
+        FindPart(ComputePart{t.name, t.shape, 0, 0}, config, d, st, model_dir));
     GgmlType type = GgmlType::kF32;  // Note [Compute types]
     if (IsMatrixRole(t.role) && !options.f32) {
       if (info->dtype == DType::kF16) type = GgmlType::kF16;
