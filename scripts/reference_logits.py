@@ -370,7 +370,10 @@ def load_gguf(path):
     elif scaling != "none":
         fail("%s: rope scaling %r is not implemented" % (path, scaling))
     if "rope_freqs.weight" in tensors:
-        fail("%s: rope_freqs.weight (per-dimension RoPE factors) is not implemented" % path)
+        # Llama 3.1+: inv_freq_i / factor_i (llama.cpp's converter bakes the
+        # llama3 rope_scaling into these factors).
+        gtype, dims, raw = tensors["rope_freqs.weight"]
+        cfg["rope_freq_factors"] = dequantize(gtype, raw, int(np.prod(dims)))
 
     w = {}
     for name, (gtype, dims, raw) in tensors.items():
@@ -464,6 +467,8 @@ def forward(cfg, w, ids):
 
     pos = np.arange(T, dtype=np.float64)
     inv_freq = rope_inv_freq(cfg, hd)                                    # [hd/2]
+    if "rope_freq_factors" in cfg:
+        inv_freq = inv_freq / cfg["rope_freq_factors"]
     ang = pos[:, None] * inv_freq[None, :]                               # [T, hd/2]
     cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]  # [T, 1, hd]
     sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]

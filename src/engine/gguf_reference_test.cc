@@ -26,11 +26,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <numbers>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "arbiter/base/file.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/gguf.h"
 #include "engine/internal/engine_impl.h"
@@ -277,6 +282,93 @@ TEST(GgufQkPermutationTest, UnpermutedLlamaQkIsCaught) {
   const double err = MaxRangeRelativeError(b->data(), want.data(), want.size());
   std::printf("[ gguf qk  ] llama file without the q/k permutation: max|dlogit|/range %.2e\n", err);
   EXPECT_GT(err, 1e-2);
+}
+
+// Llama 3.1+ GGUF files carry their "llama3" RoPE scaling as per-dimension
+// factors (tensor rope_freqs.weight, inv_freq_i / factor_i), where the
+// safetensors config.json has rope_scaling. The same generated llama model,
+// with rope_scaling llama3 in config.json and with the factors in the GGUF
+// file (computed here from transformers' rule, independently of
+// RopeInverseFrequencies), gives the same logits, which the numpy reference
+// (reading the factors from the file itself) agrees with; the GGUF file
+// without the factors does not (so the comparison can fail).
+TEST(GgufRopeFreqsTest, Llama3FactorsMatchSafetensorsRopeScaling) {
+  const std::string dir = engine_internal::MakeTempDir("arbiter_gguf_rope_freqs_");
+  const ModelShape shape = TestShape("llama");
+  Result<GeneratedModel> model = GenerateModel(shape, kSeed);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_TRUE(WriteModelDirectory(*model, dir + "/hf", GgmlType::kF32).ok());
+  constexpr double kFactor = 8, kLow = 1, kHigh = 4, kOriginal = 64;
+  {
+    Result<std::string> text = ReadFile(dir + "/hf/config.json");
+    ASSERT_TRUE(text.ok());
+    nlohmann::json cfg = nlohmann::json::parse(*text);
+    cfg["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", kFactor},
+                           {"low_freq_factor", kLow},
+                           {"high_freq_factor", kHigh},
+                           {"original_max_position_embeddings", static_cast<int>(kOriginal)}};
+    ASSERT_TRUE(WriteFileAtomic(dir + "/hf/config.json", cfg.dump(2)).ok());
+  }
+  GgufModelOptions go;
+  go.type = GgmlType::kF32;
+  ASSERT_TRUE(WriteModelGguf(*model, dir + "/plain.gguf", go).ok());
+
+  // plain.gguf + rope_freqs.weight → freqs.gguf.
+  std::vector<float> factors(static_cast<size_t>(shape.head_dim / 2));
+  for (size_t i = 0; i < factors.size(); ++i) {
+    const double base = std::pow(shape.rope_theta, -2.0 * i / shape.head_dim);
+    const double wavelen = 2.0 * std::numbers::pi / base;
+    double scaled = base;
+    if (wavelen > kOriginal / kLow) {
+      scaled = base / kFactor;
+    } else if (wavelen >= kOriginal / kHigh) {
+      const double smooth = (kOriginal / wavelen - kLow) / (kHigh - kLow);
+      scaled = (1 - smooth) * base / kFactor + smooth * base;
+    }
+    factors[i] = static_cast<float>(base / scaled);
+  }
+  Result<GgufFile> plain = OpenGguf(dir + "/plain.gguf");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  Result<MappedFile> bytes = MappedFile::Open(dir + "/plain.gguf");
+  ASSERT_TRUE(bytes.ok());
+  GgufWriter w;
+  for (const GgufMetadataEntry& e : plain->metadata()) ASSERT_TRUE(w.Add(e.key, e.value).ok());
+  for (const GgufTensorInfo& t : plain->tensors()) {
+    const char* at = reinterpret_cast<const char*>(bytes->data()) + plain->data_offset() + t.offset;
+    ASSERT_TRUE(w.AddTensor(t.name, t.dims, t.type, std::string_view(at, t.size_bytes)).ok());
+  }
+  const std::string_view factor_bytes(reinterpret_cast<const char*>(factors.data()),
+                                      factors.size() * sizeof(float));
+  ASSERT_TRUE(w.AddTensor("rope_freqs.weight", {static_cast<int64_t>(factors.size())},
+                          GgmlType::kF32, factor_bytes)
+                  .ok());
+  ASSERT_TRUE(w.Write(dir + "/freqs.gguf").ok());
+
+  Result<std::unique_ptr<Engine>> st = Engine::Load(dir + "/hf", Options());
+  Result<std::unique_ptr<Engine>> with = Engine::Load(dir + "/freqs.gguf", Options());
+  Result<std::unique_ptr<Engine>> without = Engine::Load(dir + "/plain.gguf", Options());
+  ASSERT_TRUE(st.ok() && with.ok() && without.ok())
+      << st.status().ToString() << with.status().ToString() << without.status().ToString();
+  EXPECT_EQ((*st)->config().rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ((*with)->config().rope_scaling.freq_factors, factors);
+  const std::vector<int32_t> ids = (*st)->tokenizer().Encode(Prompts()[2], false);
+  Result<std::vector<float>> a = (*st)->ComputeLogits(ids);
+  Result<std::vector<float>> b = (*with)->ComputeLogits(ids);
+  Result<std::vector<float>> c = (*without)->ComputeLogits(ids);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const std::vector<double> want(a->begin(), a->end());
+  const double err = MaxRangeRelativeError(b->data(), want.data(), want.size());
+  const double err_plain = MaxRangeRelativeError(c->data(), want.data(), want.size());
+  std::printf("[ gguf rope] llama3 scaling as rope_freqs vs config.json: %.2e (without: %.2e)\n",
+              err, err_plain);
+  EXPECT_LE(err, 1e-5);
+  EXPECT_GT(err_plain, 1e-3);
+  // scripts/reference_logits.py reads the factors from the file too.
+  Result<std::vector<double>> ref = engine_internal::RunReferenceLogits(
+      dir + "/freqs.gguf", ids, (*with)->config().vocab_size);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  EXPECT_LE(MaxRangeRelativeError(b->data(), ref->data(), ref->size()), 1e-3);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -382,7 +383,50 @@ class GgufConfigReader {
 
 }  // namespace
 
-Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf) {
+namespace {
+
+// The bytes of tensor `t`, read from the file OpenGguf opened (bounds
+// checked against the file's size again: it may have changed since).
+Result<std::string> ReadTensorFromFile(const GgufFile& gguf, const GgufTensorInfo& t) {
+  ARBITER_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(gguf.name()));
+  const uint64_t at = gguf.data_offset() + t.offset;
+  if (at > f.size() || t.size_bytes > f.size() - at) {
+    return DataLossError(gguf.name() + ": the file ends before tensor \"" + t.name + "\" does");
+  }
+  return std::string(reinterpret_cast<const char*>(f.data() + at), t.size_bytes);
+}
+
+// rope_freqs.weight → config.rope_scaling.freq_factors (see the header).
+Status ReadRopeFreqs(const GgufFile& gguf, const GgufTensorInfo& t,
+                     const GgufTensorReader& read_tensor, ModelConfig* c) {
+  const std::string what = gguf.name() + ": tensor \"" + t.name + "\" (RoPE frequency factors)";
+  const int64_t want = c->head_dim / 2;
+  if (t.type != GgmlType::kF32 || t.n_elements != want) {
+    return DataLossError(what + " is " + std::string(GgmlTypeName(t.type)) + " with " +
+                         std::to_string(t.n_elements) + " values; expected F32 with head_dim / 2 = " +
+                         std::to_string(want));
+  }
+  Result<std::string> bytes = read_tensor ? read_tensor(t) : ReadTensorFromFile(gguf, t);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() != static_cast<size_t>(want) * sizeof(float)) {
+    return DataLossError(what + ": read " + std::to_string(bytes->size()) + " bytes, expected " +
+                         std::to_string(want * sizeof(float)));
+  }
+  c->rope_scaling.freq_factors.resize(static_cast<size_t>(want));
+  std::memcpy(c->rope_scaling.freq_factors.data(), bytes->data(), bytes->size());
+  for (size_t i = 0; i < c->rope_scaling.freq_factors.size(); ++i) {
+    const float f = c->rope_scaling.freq_factors[i];
+    if (!std::isfinite(f) || f <= 0.0f) {
+      return DataLossError(what + ": value " + std::to_string(i) + " is " + std::to_string(f) +
+                           "; factors must be finite and > 0");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf, const GgufTensorReader& read_tensor) {
   const std::string& file = gguf.name();
   GgufConfigReader r(gguf);
   ModelConfig c;
@@ -456,10 +500,8 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf) {
         r.PositiveFloat(a + "rope.scale_linear", /*required=*/true, &c.rope_scaling.factor));
     if (c.rope_scaling.factor != 1.0f) c.rope_scaling.type = RopeScalingType::kLinear;
   }
-  if (gguf.FindTensor("rope_freqs.weight") != nullptr) {
-    return UnimplementedError(file + ": tensor \"rope_freqs.weight\" (per-dimension RoPE "
-                              "frequency factors, as in Llama 3.1+) is not supported yet; running "
-                              "the model with plain RoPE would give wrong logits");
+  if (const GgufTensorInfo* freqs = gguf.FindTensor("rope_freqs.weight")) {
+    ARBITER_RETURN_IF_ERROR(ReadRopeFreqs(gguf, *freqs, read_tensor, &c));
   }
 
   // Vocabulary.

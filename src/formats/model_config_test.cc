@@ -551,6 +551,13 @@ class GgufModel {
     tensors_ = std::move(names);
     return *this;
   }
+  // Adds "rope_freqs.weight" as F32 [values.size()] holding `values`.
+  GgufModel& RopeFreqs(const std::vector<float>& values) {
+    rope_freqs_.assign(reinterpret_cast<const char*>(values.data()),
+                       values.size() * sizeof(float));
+    n_rope_freqs_ = static_cast<int64_t>(values.size());
+    return *this;
+  }
   Result<ModelConfig> Parse() const {
     GgufWriter w;
     for (const auto& [k, v] : kv_) EXPECT_TRUE(w.Add(k, v).ok()) << k;
@@ -558,15 +565,25 @@ class GgufModel {
     for (const std::string& n : tensors_) {
       EXPECT_TRUE(w.AddTensor(n, {1}, GgmlType::kF32, kOne).ok()) << n;
     }
-    Result<GgufFile> f = ParseGguf(w.Serialize(), "model.gguf");
+    if (n_rope_freqs_ > 0) {
+      EXPECT_TRUE(w.AddTensor("rope_freqs.weight", {n_rope_freqs_}, GgmlType::kF32, rope_freqs_)
+                      .ok());
+    }
+    const std::string bytes = w.Serialize();
+    Result<GgufFile> f = ParseGguf(bytes, "model.gguf");
     EXPECT_TRUE(f.ok()) << f.status().ToString();
     if (!f.ok()) return f.status();
-    return ModelConfigFromGguf(*f);
+    const uint64_t data_offset = f->data_offset();
+    return ModelConfigFromGguf(*f, [&](const GgufTensorInfo& t) -> Result<std::string> {
+      return bytes.substr(data_offset + t.offset, t.size_bytes);
+    });
   }
 
  private:
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<std::string> tensors_;
+  std::string rope_freqs_;
+  int64_t n_rope_freqs_ = 0;
 };
 
 TEST(ModelConfigGgufTest, Llama) {
@@ -692,6 +709,23 @@ TEST(ModelConfigGgufTest, LinearRopeScaling) {
   EXPECT_EQ(old.Parse()->rope_scaling.factor, 2.0f);
 }
 
+// Llama 3.1+ files carry their RoPE scaling as per-dimension factors.
+TEST(ModelConfigGgufTest, RopeFreqsBecomeFrequencyFactors) {
+  Result<ModelConfig> c = GgufModel("llama").RopeFreqs({1.0f, 8.0f}).Parse();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.freq_factors, (std::vector<float>{1.0f, 8.0f}));
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_TRUE(GgufModel("llama").Parse()->rope_scaling.freq_factors.empty());
+  EXPECT_CONFIG_ERROR(GgufModel("llama").RopeFreqs({1.0f, 2.0f, 3.0f}).Parse(),
+                      StatusCode::kDataLoss,
+                      "tensor \"rope_freqs.weight\" (RoPE frequency factors) is F32 with 3 "
+                      "values; expected F32 with head_dim / 2 = 2");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").RopeFreqs({1.0f, -2.0f}).Parse(), StatusCode::kDataLoss,
+                      "value 1 is -2.000000; factors must be finite and > 0");
+  EXPECT_CONFIG_ERROR(GgufModel("llama").Tensors({"output.weight", "rope_freqs.weight"}).Parse(),
+                      StatusCode::kDataLoss, "with 1 values; expected F32 with head_dim / 2 = 2");
+}
+
 TEST(ModelConfigGgufTest, UnsupportedFeaturesAreRefusedByName) {
   EXPECT_CONFIG_ERROR(GgufModel("gemma2").Parse(), StatusCode::kUnimplemented,
                       "model.gguf: key \"general.architecture\": \"gemma2\" is not supported "
@@ -699,8 +733,6 @@ TEST(ModelConfigGgufTest, UnsupportedFeaturesAreRefusedByName) {
   EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.rope.scaling.type", GgufValue::String("yarn")).Parse(),
                       StatusCode::kUnimplemented,
                       "key \"llama.rope.scaling.type\": \"yarn\" is not supported");
-  EXPECT_CONFIG_ERROR(GgufModel("llama").Tensors({"output.weight", "rope_freqs.weight"}).Parse(),
-                      StatusCode::kUnimplemented, "tensor \"rope_freqs.weight\"");
   EXPECT_CONFIG_ERROR(GgufModel("llama").Set("llama.rope.dimension_count", GgufValue::Uint32(2)).Parse(),
                       StatusCode::kUnimplemented,
                       "key \"llama.rope.dimension_count\": 2 differs from the head dimension 4");

@@ -38,6 +38,7 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,11 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;              // kLlama3
   float high_freq_factor = 4.0f;             // kLlama3; > low_freq_factor
   int original_max_position_embeddings = 0;  // kLlama3, in positions
+  // Per-dimension divisors of the inverse frequencies, [head_dim / 2], each
+  // finite and > 0: inv_freq_i / freq_factors[i] after `type` is applied.
+  // GGUF "rope_freqs.weight" (llama.cpp's converter bakes a Llama 3.1+
+  // "llama3" rope_scaling into it); empty = none.
+  std::vector<float> freq_factors;
 };
 
 struct ModelConfig {
@@ -90,6 +96,7 @@ Result<ModelConfig> ParseModelConfig(std::string_view json_text, const std::stri
 Result<ModelConfig> LoadModelConfig(const std::string& path);
 
 class GgufFile;
+struct GgufTensorInfo;
 
 // The ModelConfig of a GGUF file (arbiter/formats/gguf.h), from the metadata
 // keys llama.cpp's converter writes (<a> is the value of
@@ -128,9 +135,15 @@ class GgufFile;
 // positive and finite, head_count_kv dividing head_count);
 // kUnimplemented, naming the key and value, for another architecture, a
 // value_length or rope.dimension_count other than head_dim (partial RoPE),
-// a rope scaling type other than none/linear (yarn, longrope, ...), and a
-// "rope_freqs.weight" tensor (Llama 3.1+ per-dimension RoPE frequency
-// factors): running any of these as plain RoPE would give wrong logits.
-Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf);
+// or a rope scaling type other than none/linear (yarn, longrope, ...):
+// running any of these as plain RoPE would give wrong logits.
+// A "rope_freqs.weight" tensor (Llama 3.1+ per-dimension RoPE frequency
+// factors) becomes rope_scaling.freq_factors; it must be F32 with head_dim / 2
+// finite positive values (else kDataLoss naming the tensor). Its bytes come
+// from `read_tensor`, or, when that is null, from the file gguf.name() names
+// (as OpenGguf opened it; a GgufFile parsed from memory needs a reader).
+using GgufTensorReader = std::function<Result<std::string>(const GgufTensorInfo&)>;
+Result<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf,
+                                        const GgufTensorReader& read_tensor = nullptr);
 
 }  // namespace arbiter

@@ -130,6 +130,7 @@ std::vector<double> RopeInverseFrequencies(const ModelConfig& config, int head_d
         break;
       }
     }
+    if (!rs.freq_factors.empty()) inv_freq[i] /= rs.freq_factors[i];  // GGUF rope_freqs
   }
   return inv_freq;
 }

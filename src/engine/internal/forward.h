@@ -145,7 +145,8 @@ struct ForwardOutputs {
 // The RoPE inverse frequencies [head_dim / 2] in radians per position:
 // theta^(−2i/head_dim), then config.rope_scaling applied as transformers'
 // ROPE_INIT_FUNCTIONS do ("linear": / factor; "llama3": the three wavelength
-// bands, see forward.cc Note [Llama 3 RoPE scaling]).
+// bands, see forward.cc Note [Llama 3 RoPE scaling]), then divided by
+// config.rope_scaling.freq_factors[i] when there are any (GGUF rope_freqs).
 // REQUIRES: head_dim even and > 0; config.rope_scaling as ParseModelConfig
 // validates it.
 std::vector<double> RopeInverseFrequencies(const ModelConfig& config, int head_dim);
