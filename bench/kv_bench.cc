@@ -790,9 +790,9 @@ Status CheckOptions(const KvBenchOptions& o) {
 
 Result<KvBenchResult> RunKvBench(const KvBenchOptions& options) {
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
-  if (!fs::is_directory(options.model_dir)) {
-    return InvalidArgumentError(
-        fmt::format("kv bench: model directory {} does not exist", options.model_dir));
+  if (!fs::is_directory(options.model_dir) && !fs::is_regular_file(options.model_dir)) {
+    return InvalidArgumentError(fmt::format(
+        "kv bench: {} is neither a model directory nor a .gguf file", options.model_dir));
   }
   KvBenchResult r;
   r.model_dir = options.model_dir;

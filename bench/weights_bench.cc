@@ -778,6 +778,12 @@ Result<WeightsBenchResult> RunWeightsBench(const WeightsBenchOptions& options) {
         "must be >= 1");
   }
   if (options.model_dir.empty()) return InvalidArgumentError("bench weights: --model is required");
+  if (!std::filesystem::is_directory(options.model_dir)) {
+    // Its file_load scenario times the safetensors reader itself.
+    return InvalidArgumentError("bench weights: " + options.model_dir +
+                                " is not a directory; this bench takes a safetensors model "
+                                "directory (e.g. make-model --preset demo-chat)");
+  }
   const spdlog::level::level_enum saved_level = spdlog::get_level();
   spdlog::set_level(spdlog::level::err);
   const int saved_blas = openblas_get_num_threads();

@@ -156,7 +156,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       "holds one (floors vs file reloads, vs both fitting), (d) summed PSS of N worker "
       "processes with shared vs private floors. See docs/BENCHMARKS.md. Drops the model "
       "files from the page cache and forks; run it on a quiet machine");
-  c.weights->add_option("--model", w.model_dir, "Model directory (e.g. preset demo-chat)")
+  c.weights->add_option("--model", w.model_dir,
+                        "Safetensors model directory (e.g. preset demo-chat)")
       ->required();
   c.weights->add_option("--model2", w.model2_dir,
                         "Second model for (c), same architecture or not (default: a byte copy "
@@ -182,7 +183,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       "file write/read vs memcpy and llama.cpp's figures; a shared-prefix workload; multi-round "
       "QA with more users than slots. See docs/BENCHMARKS.md. Writes KV files under $TMPDIR "
       "(removed afterwards)");
-  c.kv->add_option("--model", k.model_dir, "Model directory (e.g. preset demo-chat)")->required();
+  c.kv->add_option("--model", k.model_dir, "Model directory or .gguf file (e.g. demo-chat)")
+      ->required();
   c.kv->add_option("--prefix-tokens", k.prefix_tokens,
                    "Stable prefix of the TTFT and save/restore scenarios (default 2000)")
       ->check(CLI::PositiveNumber);
