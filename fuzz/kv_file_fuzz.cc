@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   arbiter::Result<arbiter::KvSnapshot> r = arbiter::ParseKvFile(data, size, "fuzz", "");
   if (r.ok()) {
     const arbiter::KvSnapshot& s = *r;
-    if (s.kv.size() != size_t{2} * s.n_layers * s.n_tokens() * s.kv_dim) std::abort();
+    if (!arbiter::IsKvType(s.kv_type)) std::abort();
+    if (s.kv.size() != s.ExpectedKvBytes()) std::abort();
     if (KvFileBytes(s) != size) std::abort();
   }
   return 0;

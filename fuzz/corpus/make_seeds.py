@@ -361,19 +361,32 @@ xxh.XXH3_64bits.restype = ctypes.c_uint64
 xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 
 
-def kv_file(model_hash, n_layers, kv_dim, tokens):
-    header = b"ARBKV001" + struct.pack("<II", 1, 0) + model_hash.encode()
+def kv_file(model_hash, n_layers, kv_dim, tokens, dtype=0):
+    """dtype: the ggml type number of the rows (0 f32, 1 f16, 8 q8_0, 30 bf16)."""
+    header = b"ARBKV001" + struct.pack("<II", 1, dtype) + model_hash.encode()
     header += struct.pack("<III", n_layers, kv_dim, len(tokens))
     header += b"\0" * (64 - len(header))
     body = struct.pack("<%di" % len(tokens), *tokens)
     n = 2 * n_layers * len(tokens) * kv_dim
-    body += struct.pack("<%df" % n, *[(i % 17) * 0.125 - 1 for i in range(n)])
+    values = [(i % 17) * 0.125 - 1 for i in range(n)]
+    if dtype == 0:
+        body += struct.pack("<%df" % n, *values)
+    elif dtype == 1:
+        body += struct.pack("<%de" % n, *values)
+    elif dtype == 30:
+        body += b"".join(struct.pack("<f", v)[2:] for v in values)  # bf16: the high half
+    elif dtype == 8:
+        for b in range(n // 32):  # blocks: f16 scale, 32 int8
+            body += struct.pack("<e", 1.0 / 127) + bytes((i * 7 + b) % 256 for i in range(32))
     data = header + body
     return data + struct.pack("<Q", xxh.XXH3_64bits(data, len(data)))
 
 
 put("kv_file", "two_layers.bin", kv_file("0123456789abcdef", 2, 8, [1, 17, 42]))
 put("kv_file", "empty_prefix.bin", kv_file("fedcba9876543210", 1, 4, []))
+put("kv_file", "f16.bin", kv_file("0123456789abcdef", 2, 8, [1, 17, 42], dtype=1))
+put("kv_file", "bf16.bin", kv_file("0123456789abcdef", 1, 8, [5, 6], dtype=30))
+put("kv_file", "q8_0.bin", kv_file("0123456789abcdef", 2, 32, [3, 4], dtype=8))
 
 # ---- shared weight region -------------------------------------------------
 def region(digest, specs):
