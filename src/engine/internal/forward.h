@@ -104,6 +104,8 @@ class ForwardScratch {
                          // (prefill: [batch, L] of one head; decode: [n_heads, L])
   AlignedFloats xq;      // typed: [3 × max(hidden, q_dim, inter)] quantized activations
   AlignedFloats panel;   // typed and batch > 1: [kPanelFloats] dequantized rows
+  AlignedFloats xa;      // typed and batch > 1: a chunk's quantized activations,
+                         // quant_gemm.h's layout for [batch, max(hidden, q_dim, inter)]
 
  private:
   int batch_ = 0;
@@ -128,7 +130,8 @@ class Decoder {
  public:
   // `n_ctx`: the largest position + 1 any KV cache will hold. `n_threads`:
   // threads for decode's matrix-vector products (the caller + a pool of
-  // n_threads − 1). Prefill's sgemm uses OpenBLAS's own thread count.
+  // n_threads − 1), also used by prefill's integer products and panel
+  // dequantization. Prefill's sgemm uses OpenBLAS's own thread count.
   // `has_lm_head`: whether the weights it will be given can produce logits.
   // REQUIRES: DimsOf(config) valid (PlanComputeLayout accepted it).
   Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads = 1);
@@ -154,7 +157,8 @@ class Decoder {
                     int nt, int pos, bool need_all_rows) const;
   void Attention(KvCache& kv, ForwardScratch& s, int layer, int nt, int pos) const;
   // y[t·ldy + r] = Σ_j W[r, j] · x[t·W.cols + j] (+= when `accumulate`) for
-  // t < nt, r < W.rows: the matrix-vector pool for nt == 1, sgemm otherwise.
+  // t < nt, r < W.rows: the matrix-vector pool for nt == 1; for nt > 1 sgemm
+  // or the integer product (Note [Prefill on typed weights] in forward.cc).
   void Project(const WeightMatrix& w, ForwardScratch& s, const float* x, int nt, float* y,
                int ldy, bool accumulate) const;
   void Rope(float* head, int pos) const;
