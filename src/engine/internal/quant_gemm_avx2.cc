@@ -65,6 +65,11 @@ Acts ActsOf(const uint8_t* xa, size_t row_bytes, int64_t nb, int nt, bool scales
   return a;
 }
 
+// An empty asm on an accumulator: GCC reassociates chains of integer adds
+// into trees whose pending products (one vector per token and sub-block)
+// spill; this keeps each token's sum a running register.
+ARBITER_AVX2 inline void KeepInRegister(__m256i& v) { __asm__("" : "+x"(v)); }
+
 ARBITER_AVX2 inline void Store(float* y, float v, bool accumulate) {
   *y = accumulate ? *y + v : v;
 }
@@ -344,7 +349,8 @@ ARBITER_AVX2 void TileK4(const uint8_t* w, const ActsK& a, int t0, float* y, int
     __m256i hbits = kFiveBits ? Load256(w + offsetof(BlockQ5_K, qh)) : __m256i{};
     __m256i sum[T];
     for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
+    // Not unrolled: with 8 tokens' sums live, an unrolled body spills.
+#pragma GCC unroll 1
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load256(qs + 32 * c);
       __m256i lo = _mm256_and_si256(q, low4);
@@ -358,9 +364,11 @@ ARBITER_AVX2 void TileK4(const uint8_t* w, const ActsK& a, int t0, float* y, int
       const __m256i s1 = _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c + 1));
       for (int t = 0; t < T; ++t) {
         const int8_t* yq = xb[t][i].qs + 64 * c;
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, Load256(yq)), s0);
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, Load256(yq + 32)), s1);
-        sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(p0, p1));
+        sum[t] = _mm256_add_epi32(sum[t],
+                                  _mm256_madd_epi16(_mm256_maddubs_epi16(lo, Load256(yq)), s0));
+        sum[t] = _mm256_add_epi32(
+            sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, Load256(yq + 32)), s1));
+        KeepInRegister(sum[t]);
       }
     }
     __m128i m[T];
@@ -403,34 +411,46 @@ ARBITER_AVX2 void TileQ6_K(const uint8_t* w, const ActsK& a, int t0, float* y, i
       sum[t] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, Load256(xb[t][i].bsums)), 5);
       sum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), sum[t]);
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 1
     for (int h = 0; h < 2; ++h) {
       const __m256i sc = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
                                 : _mm256_permute2x128_si256(sc16, sc16, 0x11);
       const __m256i qla = Load256(b[i].ql + 64 * h);
       const __m256i qlb = Load256(b[i].ql + 64 * h + 32);
       const __m256i qh = Load256(b[i].qh + 32 * h);
-      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qla, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(qlb, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4),
-                                         _mm256_and_si256(qh, bits45));
-      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-      const __m256i s0 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0));
-      const __m256i s1 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1));
-      const __m256i s2 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2));
-      const __m256i s3 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3));
-      for (int t = 0; t < T; ++t) {
-        const int8_t* yq = xb[t][i].qs + 128 * h;
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, Load256(yq)), s0);
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, Load256(yq + 32)), s1);
-        const __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q2, Load256(yq + 64)), s2);
-        const __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, Load256(yq + 96)), s3);
-        sum[t] = _mm256_add_epi32(sum[t],
-                                  _mm256_add_epi32(_mm256_add_epi32(p0, p1),
-                                                   _mm256_add_epi32(p2, p3)));
+      // Two passes of two 32-element groups each: 8 tokens' sums, two codes
+      // and two scale vectors stay in registers.
+      {
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qla, low4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(qlb, low4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+        const __m256i s0 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0));
+        const __m256i s1 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1));
+        for (int t = 0; t < T; ++t) {
+          const int8_t* yq = xb[t][i].qs + 128 * h;
+          sum[t] = _mm256_add_epi32(sum[t],
+                                    _mm256_madd_epi16(_mm256_maddubs_epi16(q0, Load256(yq)), s0));
+          sum[t] = _mm256_add_epi32(
+              sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q1, Load256(yq + 32)), s1));
+          KeepInRegister(sum[t]);
+        }
+      }
+      {
+        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4),
+                                           _mm256_and_si256(qh, bits45));
+        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+        const __m256i s2 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2));
+        const __m256i s3 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3));
+        for (int t = 0; t < T; ++t) {
+          const int8_t* yq = xb[t][i].qs + 128 * h + 64;
+          sum[t] = _mm256_add_epi32(sum[t],
+                                    _mm256_madd_epi16(_mm256_maddubs_epi16(q2, Load256(yq)), s2));
+          sum[t] = _mm256_add_epi32(
+              sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q3, Load256(yq + 32)), s3));
+          KeepInRegister(sum[t]);
+        }
       }
     }
     __m128 dx[kG], fs[kG];
