@@ -52,18 +52,19 @@
 // i16 pairs) plus madd (→ i32), and on the machines measured (Zen 3, no
 // VNNI) that pair sustains only somewhat more multiply-adds per cycle than
 // f32 FMA, which OpenBLAS's sgemm runs near peak: there is little room for
-// per-block overhead. The K-quants carry their
-// sub-block scales as small integers, so a 32-element sub-block costs
-// maddubs, madd-by-scale and an add per token, and floats appear once per
-// 256: the tile kernel beats dequantize + sgemm. The 32-element types (Q4_0,
-// Q5_0, Q8_0, Q4_1, Q5_1) have an f16 scale per 32 elements, so each block
-// and token also needs an int→float conversion and an FMA (Q8_0 a sign
-// operation too); their tile kernels (kept in quant_gemm_avx2.cc, and used
-// by GemmRows) measured slower than dequantize + sgemm, so prefill does not
-// use them. docs/BENCHMARKS.md ("Weights in their stored type vs
-// llama.cpp") has the measurements. The integer path rounds x to 8 bits as
-// decode does (gguf_reference_test.cc bounds both against a float64
-// reference); the sgemm path keeps x in f32.
+// per-block overhead. The K-quants carry their sub-block scales as small
+// integers, so a 32-element sub-block costs maddubs, madd-by-scale and an
+// add per token, and floats appear once per 256: the tile kernel beats
+// dequantize + sgemm. The 32-element types (Q4_0, Q5_0, Q8_0, Q4_1, Q5_1)
+// have an f16 scale per 32 elements, so each block and token also needs an
+// int→float conversion and an FMA (Q8_0 a sign operation too); their tile
+// kernels (kept in quant_gemm_avx2.cc, and used by GemmRows) measured
+// slower than dequantize + sgemm, so prefill does not use them; nor Q8_K
+// weights (no tile kernel). `arbiter bench kernels` measures both ways per
+// type (its prefill columns); docs/BENCHMARKS.md ("Prefill on the stored
+// blocks") has the figures. The integer path rounds x to 8 bits as decode
+// does (gguf_reference_test.cc bounds both against a float64 reference);
+// the sgemm path keeps x in f32.
 // Scratch: the panel (typed and batch > 1) and the quantized activations
 // (ForwardScratch::xa) are part of each slot's scratch, charged to the
 // ledger with it.
@@ -106,11 +107,11 @@ namespace {
 constexpr int kAttnTile = 64;
 
 // Note [Prefill on typed weights]: the work units of prefill's parallel loops.
-constexpr int kPrepareTokens = 16;         // tokens quantized per chunk
-constexpr size_t kGemmChunkBytes = 8192;  // weight bytes per chunk of the integer product
-constexpr size_t kGemmMinChunkRows = 8;
+constexpr int kPrepareTokens = 16;        // tokens quantized per chunk
+constexpr size_t kGemmChunkBytes = 8192;  // weight bytes per chunk of the integer product,
+constexpr size_t kGemmMinChunkRows = 8;   // as rows, clamped to [8, 64]
 constexpr size_t kGemmMaxChunkRows = 64;
-constexpr int kDequantChunkRows = 64;  // rows dequantized per chunk
+constexpr int kDequantChunkRows = 64;     // rows dequantized per chunk
 
 // Whether prefill through weights of `type` quantizes the activations and
 // computes in integers (quant_gemm.h) rather than dequantizing panels for
