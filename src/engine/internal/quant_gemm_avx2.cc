@@ -43,25 +43,23 @@ using namespace avx2;  // NOLINT: this path's helpers
 
 constexpr int kTileTokens = 4;  // tokens per tile of the 32-element types
 
-// Views of PrepareGemmActivations' layout for one call.
+// The 32-element types' view of PrepareGemmActivations' layout.
 struct Acts {
   const uint8_t* rows = nullptr;  // [nt] activation rows
   size_t row_bytes = 0;
-  const float* dx = nullptr;    // [nt, nb] (32-element types only)
+  const float* dx = nullptr;    // [nt, nb]
   const float* sums = nullptr;  // [nt, nb]
   int64_t nb = 0;
 };
 
-Acts ActsOf(const uint8_t* xa, size_t row_bytes, int64_t nb, int nt, bool scales) {
+Acts ActsOf(const uint8_t* xa, size_t row_bytes, int64_t nb, int nt) {
   Acts a;
   a.rows = xa;
   a.row_bytes = row_bytes;
   a.nb = nb;
-  if (scales) {
-    const size_t off = (row_bytes * static_cast<size_t>(nt) + 31) / 32 * 32;
-    a.dx = reinterpret_cast<const float*>(xa + off);
-    a.sums = a.dx + nb * nt;
-  }
+  const size_t off = (row_bytes * static_cast<size_t>(nt) + 31) / 32 * 32;
+  a.dx = reinterpret_cast<const float*>(xa + off);
+  a.sums = a.dx + nb * nt;
   return a;
 }
 
@@ -221,7 +219,7 @@ ARBITER_AVX2 void Tile32Tokens(int tn, const uint8_t* w, size_t row_bytes, const
 template <Kind kKind>
 ARBITER_AVX2 void Gemm32(const uint8_t* w, size_t row_bytes, int64_t n, const uint8_t* xa, int nt,
                          int64_t rows, float* y, int64_t ldy, bool accumulate) {
-  const Acts a = ActsOf(xa, static_cast<size_t>(n / kQK) * Traits<kKind>::kX, n / kQK, nt, true);
+  const Acts a = ActsOf(xa, static_cast<size_t>(n / kQK) * Traits<kKind>::kX, n / kQK, nt);
   for (int t0 = 0; t0 < nt; t0 += kTileTokens) {
     const int tn = std::min(kTileTokens, nt - t0);
     float* yt = y + t0 * ldy;
