@@ -12,8 +12,9 @@
 // positions [0, pos) are already in the KV cache. It processes the tokens in
 // chunks of at most scratch.batch(): for a chunk of more than one token every
 // projection is one cblas_sgemm ([n_tokens, in] × W^T) per f32 segment of W,
-// or one per panel of rows dequantized to f32 for other types, and attention
-// is two
+// an integer product on the stored blocks for the K-quants (quant_gemm.h),
+// or one sgemm per panel of rows dequantized to f32 for other types (Note
+// [Prefill on typed weights] in forward.cc), and attention is two
 // sgemm per head and query tile (Q·Kᵀ then P·V) with the causal mask applied
 // before the softmax; a single token (decode) uses row-streaming
 // matrix-vector products (MatVecPool; faster than cblas_sgemv here, see
