@@ -16,13 +16,20 @@
 //           dotted with x in f32 (DotRows F32 on the same path); GB/s of
 //           the same weight bytes, best of `repetitions` passes (Note
 //           [Activation quantization]).
+//   prefill a chunk's projection, for the integer types: Y [prefill_tokens,
+//           prefill_rows] = X · Wᵀ on a cache-sized [prefill_rows, n] matrix,
+//           (a) "gemm": PrepareGemmActivations + GemmRows (quant_gemm.h), and
+//           (b) "sgemm": DequantizeRows + one 1-thread cblas_sgemm; GMAC/s
+//           (10⁹ multiply-adds per second), best of `repetitions` passes.
+//           forward.cc Note [Prefill on typed weights] chooses between them
+//           per type from these figures.
 // Limits (same run, 1 thread, `limit_bytes` = 256 MiB): sequential read (a sum of floats)
 // and memcpy bandwidth (bench/memory_bandwidth.h). ratio = stream GB/s /
 // read GB/s. Matrices are made from QuantizeRow'd random rows (a 64-row
 // band repeated); the figures do not depend on the values.
 //
 // Errors: kInvalidArgument for n not a multiple of 256 or non-positive
-// sizes / repetitions.
+// sizes / repetitions / prefill tokens or rows.
 // Thread safety: not thread-safe (switches the kernel path with
 // SetKernelPathForTest and restores it); run one bench at a time with
 // nothing else computing.
@@ -43,6 +50,8 @@ struct KernelBenchOptions {
   size_t cached_bytes = size_t{256} << 10;  // weight bytes of the cache-resident one
   int repetitions = 7;
   size_t limit_bytes = size_t{256} << 20;  // buffer of the read / memcpy limits
+  int prefill_tokens = 512;                // tokens of the prefill product
+  int64_t prefill_rows = 1024;             // rows of the prefill product's matrix
 };
 
 struct KernelBenchRow {
@@ -53,6 +62,8 @@ struct KernelBenchRow {
   double stream_p50_gb_s = 0;
   double cached_gb_s = 0;
   double dequant_gb_s = 0;   // 0 = not measured (f32/f16/bf16)
+  double gemm_gmac_s = 0;    // prefill, integer: 0 = not measured (f32/f16/bf16)
+  double sgemm_gmac_s = 0;   // prefill, dequantize + sgemm: 0 = not measured
   double ratio_to_read = 0;  // stream_gb_s / read_gb_s
 };
 
@@ -62,6 +73,8 @@ struct KernelBenchResult {
   size_t cached_bytes = 0;
   int repetitions = 0;
   size_t limit_bytes = 0;
+  int prefill_tokens = 0;
+  int64_t prefill_rows = 0;
   double read_gb_s = 0;    // 1 thread, best of 5
   double memcpy_gb_s = 0;  // 1 thread, best of 5
   double loadavg_start = 0;
@@ -72,7 +85,7 @@ struct KernelBenchResult {
 Result<KernelBenchResult> RunKernelBench(const KernelBenchOptions& options);
 
 // A table: type, path, bits/weight, stream GB/s (best, p50), ratio to read,
-// cached GB/s, dequant+f32 GB/s.
+// cached GB/s, dequant+f32 GB/s, prefill gemm and sgemm GMAC/s.
 std::string FormatKernelBench(const KernelBenchResult& result);
 
 // The result as one JSON object (`arbiter bench kernels --json`), with a

@@ -1,6 +1,7 @@
 // bench/kernel_bench_test.cc — smoke test of RunKernelBench (`arbiter bench
 // kernels`) at tiny sizes: every type runs on every supported path, the
-// integer types get a dequant+f32 figure and the float types none, and
+// integer types get dequant+f32 and prefill gemm/sgemm figures and the
+// float types none, and
 // --json keeps its keys. Benchmarks are not tests: no timing is asserted.
 #include "bench/kernel_bench.h"
 
@@ -20,6 +21,8 @@ TEST(KernelBenchTest, TinyRunCoversEveryTypeAndPath) {
   o.cached_bytes = size_t{32} << 10;
   o.repetitions = 1;
   o.limit_bytes = size_t{4} << 20;
+  o.prefill_tokens = 5;
+  o.prefill_rows = 3;
   Result<KernelBenchResult> r = RunKernelBench(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const size_t paths = engine_internal::SupportedKernelPaths().size();
@@ -29,6 +32,8 @@ TEST(KernelBenchTest, TinyRunCoversEveryTypeAndPath) {
     EXPECT_GT(row.cached_gb_s, 0) << row.type << " " << row.path;
     const bool is_float = row.type == "F32" || row.type == "F16" || row.type == "BF16";
     EXPECT_EQ(row.dequant_gb_s > 0, !is_float) << row.type;
+    EXPECT_EQ(row.gemm_gmac_s > 0, !is_float) << row.type;
+    EXPECT_EQ(row.sgemm_gmac_s > 0, !is_float) << row.type;
   }
   EXPECT_EQ(r->rows[0].type, "F32");
   EXPECT_DOUBLE_EQ(r->rows[0].bits_per_weight, 32.0);

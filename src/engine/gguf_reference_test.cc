@@ -7,11 +7,13 @@
 //     float64 from the ggml block layouts (written independently of the C++
 //     kernels) and runs the forward pass in float64. Measured per prompt as
 //     max|Δlogit| ÷ (max logit − min logit) of the reference, for the batch
-//     path (prefill: dequantized panels + sgemm, activations f32) and for the
-//     decode path (the last 4 tokens one by one: DotRows, activations
-//     quantized to 8 bits for the block types) on every kernel path the CPU
-//     has. Bounds: 1e-3 for F32/F16/BF16 weights, 2e-2 where decode
-//     quantizes activations. KV is f32.
+//     path (prefill: the integer product with activations quantized to 8
+//     bits where the kernel path has a tile kernel for the type, else
+//     dequantized panels + sgemm with f32 activations; forward.cc Note
+//     [Prefill on typed weights]) and for the decode path (the last 4 tokens
+//     one by one: DotRows, activations quantized to 8 bits for the block
+//     types), each on every kernel path the CPU has. Bounds: 1e-3 for
+//     F32/F16/BF16 weights, 2e-2 where decode quantizes activations. KV is f32.
 //   - GgufF32MatchesSafetensors: the GGUF f32 file and the safetensors f32
 //     directory of one generated model give the same token ids and logits
 //     (llama: q/k rows permuted in the file; qwen2: biases, tied).
@@ -151,10 +153,23 @@ TEST_P(GgufReferenceTest, LogitsMatchNumpy) {
   for (size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<int32_t>& ids = prompts[p];
     const std::vector<double>& want = (*ref)[p];
-    Result<std::vector<float>> got = (*engine)->ComputeLogits(ids);
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    const double batch = MaxRangeRelativeError(got->data(), want.data(), got->size());
-    EXPECT_LE(batch, bound) << c.arch << " " << type_name << " prompt " << p << " (batch)";
+    // The batch path on every kernel path: prefill through the block types
+    // computes in integers where the path has a tile kernel (quant_gemm.h),
+    // else on dequantized panels.
+    std::string batch_text;
+    for (KernelPath path_k : engine_internal::SupportedKernelPaths()) {
+      engine_internal::SetKernelPathForTest(path_k);
+      Result<std::vector<float>> got = (*engine)->ComputeLogits(ids);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      const double err = MaxRangeRelativeError(got->data(), want.data(), got->size());
+      EXPECT_LE(err, bound) << c.arch << " " << type_name << " prompt " << p << " (batch, "
+                            << engine_internal::KernelPathName(path_k) << ")";
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s%s %.2e", batch_text.empty() ? "" : ", ",
+                    std::string(engine_internal::KernelPathName(path_k)).c_str(), err);
+      batch_text += buf;
+    }
+    engine_internal::SetKernelPathForTest(active);
 
     const int n = static_cast<int>(ids.size());
     const int n_prefill = std::max(1, n - kDecodeTokens);
@@ -174,9 +189,9 @@ TEST_P(GgufReferenceTest, LogitsMatchNumpy) {
     }
     engine_internal::SetKernelPathForTest(active);
     std::printf(
-        "[ gguf ref ] %-5s %-4s prompt %zu (%2d tokens): max|dlogit|/range batch %.2e%s "
+        "[ gguf ref ] %-5s %-4s prompt %zu (%2d tokens): max|dlogit|/range batch %s%s "
         "(bound %.0e)\n",
-        c.arch, type_name.c_str(), p, n, batch, decode_text.c_str(), bound);
+        c.arch, type_name.c_str(), p, n, batch_text.c_str(), decode_text.c_str(), bound);
   }
 }
 

@@ -226,8 +226,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       "kernels",
       "The quantized decode kernels, 1 thread: GB/s of weight bytes streamed per type and kernel "
       "path (scalar, avx2) against the read and memcpy bandwidth measured in the same run, on a "
-      "cache-resident matrix, and the dequantize-to-f32 alternative. See docs/BENCHMARKS.md "
-      "\"Quantized kernels\"");
+      "cache-resident matrix, and the dequantize-to-f32 alternative; prefill's integer product "
+      "against dequantize + sgemm. See docs/BENCHMARKS.md \"Quantized kernels\"");
   c.kernels->add_option("--n", kn.n, "Row length, a multiple of 256 (default 768)")
       ->check(CLI::PositiveNumber);
   c.kernels
@@ -235,6 +235,14 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
                    "Weight MB of the streamed matrix (default 128)")
       ->check(CLI::PositiveNumber);
   c.kernels->add_option("--repetitions", kn.repetitions, "Timed passes, best kept (default 7)")
+      ->check(CLI::PositiveNumber);
+  c.kernels
+      ->add_option("--prefill-tokens", kn.prefill_tokens,
+                   "Tokens of the prefill product (default 512)")
+      ->check(CLI::PositiveNumber);
+  c.kernels
+      ->add_option("--prefill-rows", kn.prefill_rows,
+                   "Rows of the prefill product's matrix (default 1024)")
       ->check(CLI::PositiveNumber);
   c.kernels->add_flag("--json", c.kernels_json, "Print the result as JSON");
 }

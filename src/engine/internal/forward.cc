@@ -30,15 +30,44 @@
 // are split across the decoder's MatVecPool (matvec_pool.h).
 //
 // Note [Prefill on typed weights]
-// A chunk's projection through a matrix that is not f32 dequantizes row
-// panels of at most ForwardScratch::kPanelFloats floats (4 MiB) and runs
-// one sgemm per panel: the dequantization costs one pass over the weights
-// per chunk, amortized over the chunk's tokens, and sgemm keeps prefill at
-// f32 speed whatever the stored type. Larger panels mean fewer sgemm calls,
-// each of which packs the chunk's activations again: on demo-chat Q4_K_M
-// (1 thread, 512 tokens) 512 KiB panels prefilled 660 tok/s and 4 MiB
-// panels 690 tok/s (an 8 MiB panel measured no better). The panel is part
-// of each slot's scratch, charged to the ledger with it.
+// A chunk's projection (nt > 1 tokens) through a matrix that is not f32 takes
+// one of two paths, chosen per segment type by PrefillIsInteger:
+//   - Integer (Q4_K, Q5_K, Q6_K on the AVX2 path): the chunk's nt rows of x
+//     are quantized once into the type's activation type (Q8_K; quant_gemm.h,
+//     the same 8-bit blocks decode uses, Note [Activation quantization] in
+//     quant.cc), tokens split across the decoder's MatVecPool; then
+//     GemmRows computes tiles of 1 row × 8 tokens in integers on the stored
+//     blocks, the rows cut into chunks of about kGemmChunkBytes of weights
+//     and split across the pool. Each unpacked weight block (nibbles, high
+//     bits, the sub-block scales as i16 multipliers) serves 8 tokens, and the
+//     float work (d·d_x, the mins) is done once per 256 elements for 4
+//     tokens at once.
+//   - Dequantize + sgemm (every other type): panels of at most
+//     ForwardScratch::kPanelFloats floats (4 MiB) are dequantized to f32,
+//     rows split across the pool, then one sgemm per panel (OpenBLAS's
+//     threads). Larger panels mean fewer sgemm calls, each of which packs the
+//     chunk's activations again (512 KiB panels measured slower than 4 MiB
+//     on demo-chat Q4_K_M; 8 MiB no better).
+// Why the split: without AVX-VNNI, an 8-bit product is maddubs (u8 × i8 →
+// i16 pairs) plus madd (→ i32), and on the machines measured (Zen 3, no
+// VNNI) that pair sustains only somewhat more multiply-adds per cycle than
+// f32 FMA, which OpenBLAS's sgemm runs near peak: there is little room for
+// per-block overhead. The K-quants carry their sub-block scales as small
+// integers, so a 32-element sub-block costs maddubs, madd-by-scale and an
+// add per token, and floats appear once per 256: the tile kernel beats
+// dequantize + sgemm. The 32-element types (Q4_0, Q5_0, Q8_0, Q4_1, Q5_1)
+// have an f16 scale per 32 elements, so each block and token also needs an
+// int→float conversion and an FMA (Q8_0 a sign operation too); their tile
+// kernels (kept in quant_gemm_avx2.cc, and used by GemmRows) measured
+// slower than dequantize + sgemm, so prefill does not use them; nor Q8_K
+// weights (no tile kernel). `arbiter bench kernels` measures both ways per
+// type (its prefill columns); docs/BENCHMARKS.md ("Prefill on the stored
+// blocks") has the figures. The integer path rounds x to 8 bits as decode
+// does (gguf_reference_test.cc bounds both against a float64 reference);
+// the sgemm path keeps x in f32.
+// Scratch: the panel (typed and batch > 1) and the quantized activations
+// (ForwardScratch::xa) are part of each slot's scratch, charged to the
+// ledger with it.
 //
 // Note [KV cache types]
 // The KV cache holds each K and V row in the slot's kv_type (f16 by default;
@@ -90,6 +119,7 @@
 #include <numbers>
 
 #include "engine/internal/quant.h"
+#include "engine/internal/quant_gemm.h"
 #include "engine/internal/vec_ops.h"
 
 namespace arbiter::engine_internal {
@@ -97,6 +127,27 @@ namespace {
 
 // Query rows per prefill attention tile (see Decoder::Attention).
 constexpr int kAttnTile = 64;
+
+// Note [Prefill on typed weights]: the work units of prefill's parallel loops.
+constexpr int kPrepareTokens = 16;        // tokens quantized per chunk
+constexpr size_t kGemmChunkBytes = 8192;  // weight bytes per chunk of the integer product,
+constexpr size_t kGemmMinChunkRows = 8;   // as rows, clamped to [8, 64]
+constexpr size_t kGemmMaxChunkRows = 64;
+constexpr int kDequantChunkRows = 64;     // rows dequantized per chunk
+
+// Whether prefill through weights of `type` quantizes the activations and
+// computes in integers (quant_gemm.h) rather than dequantizing panels for
+// sgemm (Note [Prefill on typed weights]).
+bool PrefillIsInteger(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return HasGemmTileKernel(type);
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 
@@ -171,6 +222,13 @@ size_t XqFloats(const ModelDims& d, bool typed) {
 size_t PanelFloats(int batch, bool typed) {
   return typed && batch > 1 ? ForwardScratch::kPanelFloats : 0;
 }
+// Room for GemmActivationBytes of any projection's input (at most
+// nt × (cols × 11/8 + 64) bytes, quant_gemm.h), in floats.
+size_t XaFloats(const ModelDims& d, int batch, bool typed) {
+  if (!typed || batch <= 1) return 0;
+  const size_t cols = static_cast<size_t>(std::max({d.hidden, d.q_dim, d.inter}));
+  return (static_cast<size_t>(batch) * (cols * 11 / 8 + 64) + 3) / 4;
+}
 size_t KvFloats(const ModelDims& d, int n_ctx, GgmlType kv_type) {
   if (kv_type == GgmlType::kF32) return 0;
   return std::max(size_t{2} * n_ctx * d.head_dim,
@@ -207,13 +265,14 @@ ForwardScratch::ForwardScratch(const ModelDims& d, int batch, int n_ctx, bool ty
       scores(size_t{1} * std::max(batch, d.n_heads) * n_ctx),
       xq(XqFloats(d, typed)),
       panel(PanelFloats(batch, typed)),
+      xa(XaFloats(d, batch, typed)),
       kvf(KvFloats(d, n_ctx, kv_type)),
       batch_(batch) {}
 
 size_t ForwardScratch::bytes() const {
   return x.size_bytes() + xn.size_bytes() + qkv.size_bytes() + attn.size_bytes() +
          gu.size_bytes() + act.size_bytes() + scores.size_bytes() + xq.size_bytes() +
-         panel.size_bytes() + kvf.size_bytes();
+         panel.size_bytes() + xa.size_bytes() + kvf.size_bytes();
 }
 
 size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx, bool typed,
@@ -222,7 +281,8 @@ size_t ForwardScratch::BytesFor(const ModelDims& d, int batch, int n_ctx, bool t
                         size_t{1} * batch * d.q_dim + size_t{2} * batch * d.inter +
                         size_t{1} * batch * d.inter +
                         size_t{1} * std::max(batch, d.n_heads) * n_ctx + XqFloats(d, typed) +
-                        PanelFloats(batch, typed) + KvFloats(d, n_ctx, kv_type);
+                        PanelFloats(batch, typed) + XaFloats(d, batch, typed) +
+                        KvFloats(d, n_ctx, kv_type);
   return floats * sizeof(float);
 }
 
@@ -252,6 +312,7 @@ void Decoder::Project(const WeightMatrix& w, ForwardScratch& s, const float* x, 
     return;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
+  GgmlType prepared = GgmlType::kF32;  // the activation type s.xa holds
   int row0 = 0;
   for (int k = 0; k < w.n_segments; row0 += w.segments[k].rows, ++k) {
     const MatrixSegment& seg = w.segments[k];
@@ -260,14 +321,39 @@ void Decoder::Project(const WeightMatrix& w, ForwardScratch& s, const float* x, 
                   reinterpret_cast<const float*>(seg.data), w.cols, beta, y + row0, ldy);
       continue;
     }
-    // Note [Prefill on typed weights]: panels of rows dequantized to f32.
+    if (PrefillIsInteger(seg.type)) {
+      // Note [Prefill on typed weights]: x quantized once per activation
+      // type, then tiles of rows × tokens in integers, rows split across
+      // the pool.
+      void* xa = s.xa.data();
+      if (ActivationType(seg.type) != prepared) {
+        pool_->ParallelFor(nt, kPrepareTokens, [&](int t0, int t1) {
+          PrepareGemmActivations(seg.type, x, w.cols, t0, t1, nt, xa);
+        });
+        prepared = ActivationType(seg.type);
+      }
+      const size_t row_bytes = *GgmlRowBytes(seg.type, w.cols);
+      const int chunk = static_cast<int>(
+          std::clamp<size_t>(kGemmChunkBytes / row_bytes, kGemmMinChunkRows, kGemmMaxChunkRows));
+      float* yseg = y + row0;
+      pool_->ParallelFor(seg.rows, chunk, [&](int r0, int r1) {
+        GemmRows(seg.type, seg.data, w.cols, xa, nt, r0, r1, yseg + r0, ldy, accumulate);
+      });
+      continue;
+    }
+    // Note [Prefill on typed weights]: panels of rows dequantized to f32
+    // (split across the pool), then sgemm.
     const int panel_rows =
         std::max(1, static_cast<int>(ForwardScratch::kPanelFloats / static_cast<size_t>(w.cols)));
+    float* panel = s.panel.data();
     for (int p0 = 0; p0 < seg.rows; p0 += panel_rows) {
       const int p1 = std::min(seg.rows, p0 + panel_rows);
-      DequantizeRows(seg.type, seg.data, w.cols, p0, p1, s.panel.data());
+      pool_->ParallelFor(p1 - p0, kDequantChunkRows, [&](int r0, int r1) {
+        DequantizeRows(seg.type, seg.data, w.cols, p0 + r0, p0 + r1,
+                       panel + static_cast<size_t>(r0) * w.cols);
+      });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, p1 - p0, w.cols, 1.0f, x, w.cols,
-                  s.panel.data(), w.cols, beta, y + row0 + p0, ldy);
+                  panel, w.cols, beta, y + row0 + p0, ldy);
     }
   }
 }

@@ -12,8 +12,9 @@
 // positions [0, pos) are already in the KV cache. It processes the tokens in
 // chunks of at most scratch.batch(): for a chunk of more than one token every
 // projection is one cblas_sgemm ([n_tokens, in] × W^T) per f32 segment of W,
-// or one per panel of rows dequantized to f32 for other types, and attention
-// is two
+// an integer product on the stored blocks for the K-quants (quant_gemm.h),
+// or one sgemm per panel of rows dequantized to f32 for other types (Note
+// [Prefill on typed weights] in forward.cc), and attention is two
 // sgemm per head and query tile (Q·Kᵀ then P·V) with the causal mask applied
 // before the softmax; a single token (decode) uses row-streaming
 // matrix-vector products (MatVecPool; faster than cblas_sgemv here, see
@@ -128,6 +129,8 @@ class ForwardScratch {
                          // (prefill: [batch, L] of one head; decode: [n_heads, L])
   AlignedFloats xq;      // typed: [3 × max(hidden, q_dim, inter)] quantized activations
   AlignedFloats panel;   // typed and batch > 1: [kPanelFloats] dequantized rows
+  AlignedFloats xa;      // typed and batch > 1: a chunk's quantized activations,
+                         // quant_gemm.h's layout for [batch, max(hidden, q_dim, inter)]
   AlignedFloats kvf;     // kv_type not f32: [max(2 × n_ctx × head_dim,
                          //   kDecodeKvRows × kv_dim)] K/V rows as f32
 
@@ -155,7 +158,8 @@ class Decoder {
  public:
   // `n_ctx`: the largest position + 1 any KV cache will hold. `n_threads`:
   // threads for decode's matrix-vector products (the caller + a pool of
-  // n_threads − 1). Prefill's sgemm uses OpenBLAS's own thread count.
+  // n_threads − 1), also used by prefill's integer products and panel
+  // dequantization. Prefill's sgemm uses OpenBLAS's own thread count.
   // `has_lm_head`: whether the weights it will be given can produce logits.
   // REQUIRES: DimsOf(config) valid (PlanComputeLayout accepted it).
   Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads = 1);
@@ -181,7 +185,8 @@ class Decoder {
                     int nt, int pos, bool need_all_rows) const;
   void Attention(KvCache& kv, ForwardScratch& s, int layer, int nt, int pos) const;
   // y[t·ldy + r] = Σ_j W[r, j] · x[t·W.cols + j] (+= when `accumulate`) for
-  // t < nt, r < W.rows: the matrix-vector pool for nt == 1, sgemm otherwise.
+  // t < nt, r < W.rows: the matrix-vector pool for nt == 1; for nt > 1 sgemm
+  // or the integer product (Note [Prefill on typed weights] in forward.cc).
   void Project(const WeightMatrix& w, ForwardScratch& s, const float* x, int nt, float* y,
                int ldy, bool accumulate) const;
   void Rope(float* head, int pos) const;

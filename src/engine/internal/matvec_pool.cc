@@ -54,6 +54,16 @@ void MatVecPool::RunRows(const Job& job, int r0, int r1) {
   }
 }
 
+void MatVecPool::RunChunk(const Job& job, uint32_t chunk) {
+  if (job.fn != nullptr) {
+    const int begin = static_cast<int>(chunk) * job.chunk_items;
+    (*job.fn)(begin, std::min(job.n_items, begin + job.chunk_items));
+    return;
+  }
+  const int r0 = static_cast<int>(chunk) * kChunkRows;
+  RunRows(job, r0, std::min(job.w->rows, r0 + kChunkRows));
+}
+
 void MatVecPool::WorkOn(uint32_t gen) {
   uint64_t s = state_.load(std::memory_order_acquire);
   while (GenerationOf(s) == gen) {
@@ -65,10 +75,7 @@ void MatVecPool::WorkOn(uint32_t gen) {
     }
     // Claimed a real chunk of `gen`: the job cannot be replaced before this
     // chunk is reported done, so reading job_ is safe.
-    const Job& job = job_;
-    const int r0 = static_cast<int>(chunk) * kChunkRows;
-    const int r1 = std::min(job.w->rows, r0 + kChunkRows);
-    RunRows(job, r0, r1);
+    RunChunk(job_, chunk);
     done_chunks_.fetch_add(1, std::memory_order_release);
     s = state_.load(std::memory_order_acquire);
   }
@@ -111,11 +118,36 @@ void MatVecPool::Run(const float* w, int rows, int cols, const float* x, bool ac
 }
 
 void MatVecPool::Run(const WeightMatrix& w, const void* const* xa, bool accumulate, float* y) {
-  Job job{&w, xa, y, accumulate, static_cast<uint32_t>((w.rows + kChunkRows - 1) / kChunkRows)};
+  Job job;
+  job.w = &w;
+  job.xa = xa;
+  job.y = y;
+  job.accumulate = accumulate;
+  job.n_chunks = static_cast<uint32_t>((w.rows + kChunkRows - 1) / kChunkRows);
+  Dispatch(job);
+}
+
+void MatVecPool::ParallelFor(int n, int chunk, const std::function<void(int, int)>& fn) {
+  if (n <= 0) return;
+  Job job;
+  job.fn = &fn;
+  job.n_items = n;
+  // Fewer, larger chunks when n / chunk would not fit the 16-bit counter.
+  const int64_t min_chunk = (int64_t{n} + kMaxChunks - 1) / kMaxChunks;
+  job.chunk_items = static_cast<int>(std::max<int64_t>(chunk, min_chunk));
+  job.n_chunks = static_cast<uint32_t>((n + job.chunk_items - 1) / job.chunk_items);
+  Dispatch(job);
+}
+
+void MatVecPool::Dispatch(const Job& job) {
   bool expected = false;
   if (workers_.empty() || job.n_chunks < 2 || job.n_chunks > kMaxChunks ||
       !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-    RunRows(job, 0, w.rows);
+    if (job.fn == nullptr) {
+      RunRows(job, 0, job.w->rows);  // one DotRows call per segment (quant.h)
+    } else {
+      for (uint32_t c = 0; c < job.n_chunks; ++c) RunChunk(job, c);
+    }
     return;
   }
   // No worker holds a chunk of the previous job (its caller waited for all

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -53,20 +54,35 @@ class MatVecPool {
   void Run(const WeightMatrix& w, const void* const* xa, bool accumulate, float* y);
   // The same for an f32 matrix [rows, cols].
   void Run(const float* w, int rows, int cols, const float* x, bool accumulate, float* y);
+  // Calls fn(begin, end) for the chunks [k·chunk, min(n, (k + 1)·chunk)) of
+  // [0, n), each once, on the caller and the workers (work sharing, as Run),
+  // and returns when all are done. fn must be safe to call concurrently on
+  // disjoint chunks. Prefill uses it for its row- and token-parallel loops
+  // (forward.cc Note [Prefill on typed weights]). REQUIRES: n ≥ 0, chunk ≥ 1.
+  void ParallelFor(int n, int chunk, const std::function<void(int, int)>& fn);
 
  private:
+  // Either a product (w set) or a ParallelFor (fn set).
   struct Job {
     const WeightMatrix* w = nullptr;
     const void* const* xa = nullptr;  // one per segment
     float* y = nullptr;
     bool accumulate = false;
     uint32_t n_chunks = 0;
+    const std::function<void(int, int)>* fn = nullptr;
+    int n_items = 0;      // ParallelFor: items [0, n_items)
+    int chunk_items = 0;  // ParallelFor: items per chunk
   };
   static constexpr int kChunkRows = 32;
   static constexpr uint32_t kMaxChunks = 0xFFFF - 256;  // room for over-claims in 16 bits
   static constexpr int64_t kSpinNs = 200000;  // 200 µs
 
   static void RunRows(const Job& job, int r0, int r1);
+  // Runs chunk `chunk` of `job` (rows of a product, or items of a ParallelFor).
+  static void RunChunk(const Job& job, uint32_t chunk);
+  // Publishes `job` to the workers, works on it, waits for every chunk;
+  // runs it alone on this thread when the workers are busy or it is small.
+  void Dispatch(const Job& job);
   // Claims and runs chunks of generation `gen` until none are left.
   void WorkOn(uint32_t gen);
   void WorkerLoop();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
 #include <thread>
 #include <vector>
@@ -61,6 +62,40 @@ TEST(MatVecPoolTest, ConcurrentCallersAllGetTheirOwnResult) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 6; ++t) EXPECT_EQ(failures[t], 0) << "caller " << t;
+}
+
+TEST(MatVecPoolTest, ParallelForVisitsEveryItemOnce) {
+  for (int threads : {1, 2, 3}) {
+    MatVecPool pool(threads);
+    for (int n : {0, 1, 7, 64, 65, 1000, 200000}) {
+      for (int chunk : {1, 3, 64}) {
+        std::vector<std::atomic<int>> seen(n);
+        std::atomic<int> bad_chunks{0};
+        pool.ParallelFor(n, chunk, [&](int begin, int end) {
+          // Chunks are aligned to the chunk size the pool chose (≥ chunk).
+          if (begin >= end || end > n) bad_chunks.fetch_add(1);
+          for (int i = begin; i < end; ++i) seen[i].fetch_add(1);
+        });
+        EXPECT_EQ(bad_chunks.load(), 0);
+        for (int i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << n << " " << chunk << " " << i;
+      }
+    }
+  }
+}
+
+TEST(MatVecPoolTest, ParallelForAndProductsInterleave) {
+  MatVecPool pool(2);
+  const int rows = 300, cols = 40;
+  std::vector<float> w(size_t{1} * rows * cols, 1.0f), x(cols, 2.0f), y(rows);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::vector<int> out(100, 0);
+    pool.ParallelFor(100, 7, [&](int b, int e) {
+      for (int i = b; i < e; ++i) out[i] = i + rep;
+    });
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(out[i], i + rep);
+    pool.Run(w.data(), rows, cols, x.data(), false, y.data());
+    for (int r = 0; r < rows; ++r) ASSERT_EQ(y[r], 80.0f);
+  }
 }
 
 }  // namespace

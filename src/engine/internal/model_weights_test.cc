@@ -468,6 +468,22 @@ TEST(ForwardScratchTest, BytesForMatchesAllocation) {
   d.qkv_dim = 128;
   for (auto [batch, ctx] : {std::pair{1, 2}, std::pair{16, 256}, std::pair{3, 7}}) {
     EXPECT_EQ(ForwardScratch::BytesFor(d, batch, ctx), ForwardScratch(d, batch, ctx).bytes());
+    // Typed weights add the quantized activations (decode's and, for a
+    // batch, prefill's [batch, max(hidden, q_dim, inter)]) and the panel.
+    const ForwardScratch typed(d, batch, ctx, true);
+    EXPECT_EQ(ForwardScratch::BytesFor(d, batch, ctx, true), typed.bytes());
+    EXPECT_EQ(typed.xa.size() > 0, batch > 1);
+    if (batch > 1) {
+      // Room for GemmActivationBytes of the widest input (quant_gemm.h's bound).
+      EXPECT_GE(typed.xa.size_bytes(), static_cast<size_t>(batch) * (96 * 11 / 8 + 64));
+    }
+    // A KV cache not in f32 adds the rows attention converts to f32.
+    d.head_dim = 16;
+    for (GgmlType kv : {GgmlType::kF16, GgmlType::kQ8_0}) {
+      const ForwardScratch s(d, batch, ctx, true, kv);
+      EXPECT_EQ(ForwardScratch::BytesFor(d, batch, ctx, true, kv), s.bytes());
+      EXPECT_EQ(s.kvf.size(), std::max<size_t>(2 * ctx * 16, ForwardScratch::kDecodeKvRows * 32));
+    }
   }
 }
 

@@ -12,7 +12,9 @@
 // K-quants, F32 for F32/F16/BF16, whose activations stay f32); DotRows then
 // computes the rows' dot products on the stored blocks
 // (Note [Activation quantization] in quant.cc says why).
-// Prefill dequantizes row panels (DequantizeRows) and calls sgemm.
+// Prefill computes in integers on the stored blocks for the K-quants
+// (quant_gemm.h) and dequantizes row panels (DequantizeRows) for sgemm
+// otherwise (forward.cc Note [Prefill on typed weights]).
 //
 // Paths: each kernel has a portable scalar path and an AVX2+FMA(+F16C)
 // path; the active path is the best the CPU supports (CPUID, at first use),

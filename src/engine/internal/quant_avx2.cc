@@ -216,20 +216,6 @@ ARBITER_AVX2 Prepared32 Prepare32(const uint8_t* xa, int64_t nb) {
   return p;
 }
 
-// The 8 f16 values at w + k·stride (k < 8) as f32. The 16-bit loads are
-// combined in general-purpose registers (the empty asm keeps GCC from
-// "vectorizing" the combination into a dozen vector shuffles, which would
-// compete with the dot product for the vector pipes).
-ARBITER_AVX2 inline __m256 Gather8Halves(const uint8_t* w, size_t stride) {
-  uint64_t lo = 0, hi = 0;
-  for (int k = 0; k < 4; ++k) {
-    lo |= static_cast<uint64_t>(LoadU16(w + k * stride)) << (16 * k);
-    hi |= static_cast<uint64_t>(LoadU16(w + (k + 4) * stride)) << (16 * k);
-    __asm__("" : "+r"(lo), "+r"(hi));
-  }
-  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
-}
-
 // Σ over groups of 4 of q_w·q_x for one block, as 8 × i32; Q4_0/Q5_0 with
 // their unsigned codes (DotRow32 takes the offsets out).
 template <Kind32 kKind>

@@ -230,6 +230,13 @@ void FillScalarKernels(KernelTable* table);
 // starts as a copy of the scalar one. Only on x86-64.
 void FillAvx2Kernels(KernelTable* table);
 
+// Prefill's tile kernels (quant_gemm.h): y[t·ldy + r] (or +=) for t < nt,
+// r < rows, row r at w + r·row_bytes; xa as PrepareGemmActivations wrote it.
+using GemmRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t n, const uint8_t* xa,
+                            int nt, int64_t rows, float* y, int64_t ldy, bool accumulate);
+// The AVX2 tile kernel of `type` (quant_gemm_avx2.cc), or nullptr. Only on x86-64.
+GemmRowsFn Avx2GemmKernel(GgmlType type);
+
 // The reference dequantizer of `type` (quant_reference.cc), or nullptr.
 DequantizeRowFn ReferenceDequantizer(GgmlType type);
 
