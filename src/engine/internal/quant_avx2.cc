@@ -326,8 +326,6 @@ template <bool kFiveBits>
 ARBITER_AVX2 inline float DotK4(const uint8_t* w, const uint8_t* xa, int64_t n) {
   const auto* y = reinterpret_cast<const BlockQ8_K*>(xa);
   constexpr size_t kBlockBytes = kFiveBits ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
   __m256 acc = _mm256_setzero_ps();
   __m128 acc_m = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i, w += kBlockBytes) {
@@ -345,13 +343,8 @@ ARBITER_AVX2 inline float DotK4(const uint8_t* w, const uint8_t* xa, int64_t n) 
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load256(qs + 32 * c);
-      __m256i lo = _mm256_and_si256(q, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      if constexpr (kFiveBits) {
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-        hbits = _mm256_srli_epi16(hbits, 2);
-      }
+      __m256i lo, hi;
+      UnpackK4Chunk<kFiveBits>(q, &hbits, &lo, &hi);
       const __m256i p0 = _mm256_maddubs_epi16(lo, Load256(y[i].qs + 64 * c));
       const __m256i p1 = _mm256_maddubs_epi16(hi, Load256(y[i].qs + 64 * c + 32));
       sum0 = _mm256_add_epi32(

@@ -39,6 +39,23 @@ ARBITER_AVX2 inline float Half(const uint8_t* p) { return _cvtsh_ss(LoadU16(p));
 ARBITER_AVX2 inline __m256i Load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
+
+// Chunk c (32 bytes of qs, 64 weights) of a Q4_K / Q5_K super-block as
+// unsigned 8-bit quants: *lo the first 32 weights (low nibbles), *hi the
+// next 32 (high nibbles); for Q5_K (kFiveBits) bit 4 comes from *hbits
+// (the block's qh, loaded whole), which is shifted on for the next chunk.
+template <bool kFiveBits>
+ARBITER_AVX2 inline void UnpackK4Chunk(__m256i q, __m256i* hbits, __m256i* lo, __m256i* hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  *lo = _mm256_and_si256(q, low4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+  if constexpr (kFiveBits) {
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(*hbits, 4), bit4));
+    *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(*hbits, 3), bit4));
+    *hbits = _mm256_srli_epi16(*hbits, 2);
+  }
+}
 ARBITER_AVX2 inline __m128i Load128(const void* p) {
   return _mm_loadu_si128(static_cast<const __m128i*>(p));
 }

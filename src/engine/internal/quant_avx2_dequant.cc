@@ -83,8 +83,6 @@ ARBITER_AVX2 void DequantQ8_0(const uint8_t* row, int64_t n, float* out) {
 template <bool kFiveBits>
 ARBITER_AVX2 inline void DequantK4(const uint8_t* row, int64_t n, float* out) {
   constexpr size_t kBlockBytes = kFiveBits ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
   for (int64_t i = 0; i < n / kQKK; ++i, row += kBlockBytes) {
     const auto& b = *reinterpret_cast<const BlockQ4_K*>(row);
     const uint8_t* qs = kFiveBits ? reinterpret_cast<const BlockQ5_K*>(row)->qs : b.qs;
@@ -94,13 +92,8 @@ ARBITER_AVX2 inline void DequantK4(const uint8_t* row, int64_t n, float* out) {
     UnpackScalesMinsK4(b.scales, sc, m);
     for (int c = 0; c < 4; ++c, out += 64) {
       const __m256i q = Load256(qs + 32 * c);
-      __m256i lo = _mm256_and_si256(q, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      if constexpr (kFiveBits) {
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-        hbits = _mm256_srli_epi16(hbits, 2);
-      }
+      __m256i lo, hi;
+      UnpackK4Chunk<kFiveBits>(q, &hbits, &lo, &hi);
       StoreScaledMinus32(lo, _mm256_set1_ps(d * sc[2 * c]), _mm256_set1_ps(dmin * m[2 * c]), out);
       StoreScaledMinus32(hi, _mm256_set1_ps(d * sc[2 * c + 1]), _mm256_set1_ps(dmin * m[2 * c + 1]),
                          out + 32);

@@ -328,8 +328,6 @@ ARBITER_AVX2 void TileK4(const uint8_t* w, const ActsK& a, int t0, float* y, int
                          bool accumulate) {
   constexpr size_t kBlockBytes = kFiveBits ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
   constexpr size_t kQsAt = kFiveBits ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
   const BlockQ8_K* xb[T];
   const int16_t* pairs[T];
   for (int t = 0; t < T; ++t) {
@@ -351,13 +349,8 @@ ARBITER_AVX2 void TileK4(const uint8_t* w, const ActsK& a, int t0, float* y, int
 #pragma GCC unroll 1
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load256(qs + 32 * c);
-      __m256i lo = _mm256_and_si256(q, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      if constexpr (kFiveBits) {
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-        hbits = _mm256_srli_epi16(hbits, 2);
-      }
+      __m256i lo, hi;
+      UnpackK4Chunk<kFiveBits>(q, &hbits, &lo, &hi);
       const __m256i s0 = _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c));
       const __m256i s1 = _mm256_shuffle_epi8(sc, Shuffle(kBroadcast16, 2 * c + 1));
       for (int t = 0; t < T; ++t) {
