@@ -370,8 +370,6 @@ ARBITER_AVX2 float DotQ5_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
 ARBITER_AVX2 float DotQ6_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
   const auto* b = reinterpret_cast<const BlockQ6_K*>(w);
   const auto* y = reinterpret_cast<const BlockQ8_K*>(xa);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bits45 = _mm256_set1_epi8(0x30);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(Load128(b[i].scales));
@@ -385,14 +383,10 @@ ARBITER_AVX2 float DotQ6_K(const uint8_t* w, const uint8_t* xa, int64_t n) {
       const __m256i qlb = Load256(b[i].ql + 64 * h + 32);
       const __m256i qh = Load256(b[i].qh + 32 * h);
       const int8_t* yq = y[i].qs + 128 * h;
-      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qla, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(qlb, low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4),
-                                         _mm256_and_si256(qh, bits45));
-      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+      const __m256i q0 = Q6Code<0>(qla, qlb, qh);
+      const __m256i q1 = Q6Code<1>(qla, qlb, qh);
+      const __m256i q2 = Q6Code<2>(qla, qlb, qh);
+      const __m256i q3 = Q6Code<3>(qla, qlb, qh);
       const __m256i p0 = _mm256_maddubs_epi16(q0, Load256(yq));
       const __m256i p1 = _mm256_maddubs_epi16(q1, Load256(yq + 32));
       const __m256i p2 = _mm256_maddubs_epi16(q2, Load256(yq + 64));

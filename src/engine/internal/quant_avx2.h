@@ -40,6 +40,25 @@ ARBITER_AVX2 inline __m256i Load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
+// Code group k ∈ [0, 4) (32 weights) of one 128-weight half of a Q6_K
+// super-block as unsigned 6-bit quants: the low 4 bits from ql (qla =
+// ql[0, 32), qlb = ql[32, 64) of the half; groups 2 and 3 take the high
+// nibbles), bits 4–5 from qh's 2-bit field k.
+template <int k>
+ARBITER_AVX2 inline __m256i Q6Code(__m256i qla, __m256i qlb, __m256i qh) {
+  static_assert(k >= 0 && k < 4);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  const __m256i ql = k % 2 == 0 ? qla : qlb;
+  const __m256i nibble = k < 2 ? _mm256_and_si256(ql, low4)
+                               : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low4);
+  __m256i high = qh;  // field k of qh moved to bits 4–5
+  if constexpr (k == 0) high = _mm256_slli_epi16(qh, 4);
+  if constexpr (k == 1) high = _mm256_slli_epi16(qh, 2);
+  if constexpr (k == 3) high = _mm256_srli_epi16(qh, 2);
+  return _mm256_or_si256(nibble, _mm256_and_si256(high, bits45));
+}
+
 // Chunk c (32 bytes of qs, 64 weights) of a Q4_K / Q5_K super-block as
 // unsigned 8-bit quants: *lo the first 32 weights (low nibbles), *hi the
 // next 32 (high nibbles); for Q5_K (kFiveBits) bit 4 comes from *hbits

@@ -109,8 +109,6 @@ ARBITER_AVX2 void DequantQ5_K(const uint8_t* row, int64_t n, float* out) {
 
 ARBITER_AVX2 void DequantQ6_K(const uint8_t* row, int64_t n, float* out) {
   const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bits45 = _mm256_set1_epi8(0x30);
   const __m256i k32 = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = Half(b[i].d);
@@ -118,15 +116,8 @@ ARBITER_AVX2 void DequantQ6_K(const uint8_t* row, int64_t n, float* out) {
       const __m256i qla = Load256(b[i].ql + 64 * h);
       const __m256i qlb = Load256(b[i].ql + 64 * h + 32);
       const __m256i qh = Load256(b[i].qh + 32 * h);
-      __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(qla, low4),
-                             _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-      q[1] = _mm256_or_si256(_mm256_and_si256(qlb, low4),
-                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4),
-                             _mm256_and_si256(qh, bits45));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
-                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+      const __m256i q[4] = {Q6Code<0>(qla, qlb, qh), Q6Code<1>(qla, qlb, qh),
+                            Q6Code<2>(qla, qlb, qh), Q6Code<3>(qla, qlb, qh)};
       const int8_t* sc = b[i].scales + 8 * h;
       for (int k = 0; k < 4; ++k) {
         const __m256i v = _mm256_sub_epi8(q[k], k32);

@@ -385,8 +385,6 @@ ARBITER_AVX2 void TileK4(const uint8_t* w, const ActsK& a, int t0, float* y, int
 template <int T>
 ARBITER_AVX2 void TileQ6_K(const uint8_t* w, const ActsK& a, int t0, float* y, int64_t ldy,
                            bool accumulate) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bits45 = _mm256_set1_epi8(0x30);
   const auto* b = reinterpret_cast<const BlockQ6_K*>(w);
   const BlockQ8_K* xb[T];
   for (int t = 0; t < T; ++t) {
@@ -412,10 +410,8 @@ ARBITER_AVX2 void TileQ6_K(const uint8_t* w, const ActsK& a, int t0, float* y, i
       // Two passes of two 32-element groups each: 8 tokens' sums, two codes
       // and two scale vectors stay in registers.
       {
-        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(qla, low4),
-                                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(qlb, low4),
-                                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+        const __m256i q0 = Q6Code<0>(qla, qlb, qh);
+        const __m256i q1 = Q6Code<1>(qla, qlb, qh);
         const __m256i s0 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 0));
         const __m256i s1 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 1));
         for (int t = 0; t < T; ++t) {
@@ -428,10 +424,8 @@ ARBITER_AVX2 void TileQ6_K(const uint8_t* w, const ActsK& a, int t0, float* y, i
         }
       }
       {
-        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qla, 4), low4),
-                                           _mm256_and_si256(qh, bits45));
-        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qlb, 4), low4),
-                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+        const __m256i q2 = Q6Code<2>(qla, qlb, qh);
+        const __m256i q3 = Q6Code<3>(qla, qlb, qh);
         const __m256i s2 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 2));
         const __m256i s3 = _mm256_shuffle_epi8(sc, Shuffle(kPairQ6, 3));
         for (int t = 0; t < T; ++t) {
