@@ -11,7 +11,6 @@
 //
 // No wall-clock speed assertions: every wait has a generous deadline.
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
@@ -51,10 +50,10 @@ class ModelFormatsE2E : public ::testing::Test {
     make("tiny-qwen3", dir_ + "/chat.gguf", ModelFormat::kGguf, "q8_0", 1);
     make("tiny", dir_ + "/embed.gguf", ModelFormat::kGguf, "f16", 2);
     make("tiny", dir_ + "/bf16", ModelFormat::kSafetensors, "bf16", 3);
-    port_ = ::arbiter::testing::FreeLoopbackPort();
-    ASSERT_GT(port_, 0);
+    server_.port = ::arbiter::testing::FreeLoopbackPort();
+    ASSERT_GT(server_.port, 0);
     const std::string config = dir_ + "/arbiter.toml";
-    std::ofstream(config) << "[server]\nport = " << port_ << "\n"
+    std::ofstream(config) << "[server]\nport = " << server_.port << "\n"
                           << "[memory]\nbudget = \"1GiB\"\n"
                           << "[pressure]\nsource = \"none\"\n"
                           << "[[models]]\nname = \"chat-gguf\"\npath = \"chat.gguf\"\n"
@@ -63,35 +62,32 @@ class ModelFormatsE2E : public ::testing::Test {
                           << "[[models]]\nname = \"chat-bf16\"\npath = \"bf16\"\n"
                           << "[[models]]\nname = \"embed-bf16\"\npath = \"bf16\"\n"
                           << "capability = \"embedding\"\n";
-    log_path_ = dir_ + "/serve.log";
+    server_.log = dir_ + "/serve.log";
     std::string error;
-    pid_ = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state", log_path_,
-                                           port_, std::chrono::seconds(60), &error);
-    ASSERT_GT(pid_, 0) << error;
+    server_.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state",
+                                                  server_.log, server_.port,
+                                                  std::chrono::seconds(60), &error);
+    ASSERT_GT(server_.pid, 0) << error;
   }
 
   static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
+    ::arbiter::testing::KillServer(server_, SIGKILL);
     std::error_code ec;
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
   void TearDown() override {
-    if (HasFailure()) std::cerr << "---- serve.log ----\n" << testing::ReadAll(log_path_);
+    if (HasFailure()) std::cerr << "---- serve.log ----\n" << testing::ReadAll(server_.log);
   }
 
   static httplib::Result Post(const std::string& path, const json& body) {
-    httplib::Client cli("127.0.0.1", port_);
+    httplib::Client cli("127.0.0.1", server_.port);
     cli.set_read_timeout(120, 0);
     return cli.Post(path.c_str(), body.dump(), "application/json");
   }
 
   static json Get(const std::string& path) {
-    httplib::Client cli("127.0.0.1", port_);
+    httplib::Client cli("127.0.0.1", server_.port);
     cli.set_read_timeout(60, 0);
     auto r = cli.Get(path.c_str());
     if (!r || r->status != 200) return json();
@@ -107,15 +103,11 @@ class ModelFormatsE2E : public ::testing::Test {
   }
 
   static std::string dir_;
-  static std::string log_path_;
-  static int port_;
-  static pid_t pid_;
+  static ::arbiter::testing::ServerProc server_;
 };
 
 std::string ModelFormatsE2E::dir_;
-std::string ModelFormatsE2E::log_path_;
-int ModelFormatsE2E::port_ = -1;
-pid_t ModelFormatsE2E::pid_ = -1;
+::arbiter::testing::ServerProc ModelFormatsE2E::server_;
 
 TEST_F(ModelFormatsE2E, EveryFormatIsListedReady) {
   const json models = Get("/v1/models");
