@@ -508,14 +508,15 @@ void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos)
     const float* q = s.qkv.data();
     float* sc = s.scores.data();
     constexpr int kRows = ForwardScratch::kDecodeKvRows;
+    // Rows [j0, j1) of `cache` as f32 [j1 − j0, KV]: in place, or converted.
+    auto rows_f32 = [&](const uint8_t* cache, int j0, int j1) -> const float* {
+      if (f32) return reinterpret_cast<const float*>(cache) + size_t{1} * j0 * KV;
+      DequantizeRows(type, cache, KV, j0, j1, s.kvf.data());
+      return s.kvf.data();
+    };
     for (int j0 = 0; j0 < L; j0 += kRows) {
       const int j1 = std::min(L, j0 + kRows);
-      const float* rows = s.kvf.data();
-      if (f32) {
-        rows = reinterpret_cast<const float*>(kc) + size_t{1} * j0 * KV;
-      } else {
-        DequantizeRows(type, kc, KV, j0, j1, s.kvf.data());
-      }
+      const float* rows = rows_f32(kc, j0, j1);
       for (int j = j0; j < j1; ++j) {
         const float* krow = rows + size_t{1} * (j - j0) * KV;
         for (int h = 0; h < d.n_heads; ++h) {
@@ -527,12 +528,7 @@ void Decoder::Attention(KvCache& kv, ForwardScratch& s, int li, int nt, int pos)
     std::memset(out, 0, sizeof(float) * Q);
     for (int j0 = 0; j0 < L; j0 += kRows) {
       const int j1 = std::min(L, j0 + kRows);
-      const float* rows = s.kvf.data();
-      if (f32) {
-        rows = reinterpret_cast<const float*>(vc) + size_t{1} * j0 * KV;
-      } else {
-        DequantizeRows(type, vc, KV, j0, j1, s.kvf.data());
-      }
+      const float* rows = rows_f32(vc, j0, j1);
       for (int j = j0; j < j1; ++j) {
         const float* vrow = rows + size_t{1} * (j - j0) * KV;
         for (int h = 0; h < d.n_heads; ++h) {
