@@ -22,6 +22,7 @@
 #include "arbiter/formats/safetensors.h"  // F32ToF16
 #include "engine/internal/quant.h"
 #include "engine/internal/quant_internal.h"
+#include "engine/internal/quant_test_util.h"
 
 namespace arbiter::engine_internal {
 namespace {
@@ -29,16 +30,6 @@ namespace {
 const GgmlType kGemmTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,
                                GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K};
-
-int64_t BlockElems(GgmlType t) { return GgmlTypeTraitsOf(t)->block_elems; }
-size_t RowBytes(GgmlType t, int64_t n) { return *GgmlRowBytes(t, n); }
-
-bool PathSupported(KernelPath path) {
-  for (KernelPath p : SupportedKernelPaths()) {
-    if (p == path) return true;
-  }
-  return false;
-}
 
 // How the quant bytes of a test row are filled.
 enum class Fill { kRandom, kAllZero, kAllOnes };
@@ -90,14 +81,6 @@ std::vector<uint8_t> MakeRow(GgmlType type, int64_t n, std::mt19937& rng, Fill f
   return row;
 }
 
-std::vector<float> Dequant(GgmlType type, const uint8_t* row, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  DequantizeRowReference(type, row, n, out.data());
-  return out;
-}
-
-using TypePath = std::tuple<GgmlType, KernelPath>;
-
 class QuantGemmTest : public ::testing::TestWithParam<TypePath> {
  protected:
   void SetUp() override {
@@ -107,12 +90,9 @@ class QuantGemmTest : public ::testing::TestWithParam<TypePath> {
       GTEST_SKIP() << "kernel path " << KernelPathName(path_)
                    << " is not supported by this CPU; skipped";
     }
-    saved_ = ActiveKernelPath();
-    SetKernelPathForTest(path_);
+    scoped_ = std::make_unique<ScopedPath>(path_);
   }
-  void TearDown() override {
-    if (PathSupported(path_)) SetKernelPathForTest(saved_);
-  }
+  void TearDown() override { scoped_.reset(); }
 
   // Y[nt, r1 − r0] of W (`rows` rows of n) and x [nt, n], checked against
   // the reference with accumulate off and on. The activations are prepared
@@ -185,7 +165,7 @@ class QuantGemmTest : public ::testing::TestWithParam<TypePath> {
 
   GgmlType type_{};
   KernelPath path_{};
-  KernelPath saved_{};
+  std::unique_ptr<ScopedPath> scoped_;
 };
 
 TEST_P(QuantGemmTest, MatchesReferenceOnRandomBlocks) {
@@ -244,16 +224,11 @@ TEST_P(QuantGemmTest, EdgeCases) {
   Check(w, n, x, 1, 2, 5, "edge rows, one token");
 }
 
-std::string Name(const ::testing::TestParamInfo<TypePath>& info) {
-  return std::string(GgmlTypeName(std::get<0>(info.param))) + "_" +
-         std::string(KernelPathName(std::get<1>(info.param)));
-}
-
 INSTANTIATE_TEST_SUITE_P(AllTypesAndPaths, QuantGemmTest,
                          ::testing::Combine(::testing::ValuesIn(kGemmTypes),
                                             ::testing::Values(KernelPath::kScalar,
                                                               KernelPath::kAvx2)),
-                         Name);
+                         TypePathName);
 
 }  // namespace
 }  // namespace arbiter::engine_internal

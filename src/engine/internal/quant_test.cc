@@ -20,6 +20,7 @@
 
 #include "arbiter/formats/safetensors.h"  // F32ToF16, F16ToF32
 #include "engine/internal/quant_internal.h"
+#include "engine/internal/quant_test_util.h"
 
 namespace arbiter::engine_internal {
 namespace {
@@ -28,26 +29,6 @@ const GgmlType kComputeTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kB
                                   GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                   GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,
                                   GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K};
-
-int64_t BlockElems(GgmlType t) { return GgmlTypeTraitsOf(t)->block_elems; }
-size_t RowBytes(GgmlType t, int64_t n) { return *GgmlRowBytes(t, n); }
-
-bool PathSupported(KernelPath path) {
-  for (KernelPath p : SupportedKernelPaths()) {
-    if (p == path) return true;
-  }
-  return false;
-}
-
-// Runs the kernels on one path for the scope, then restores the default.
-class ScopedPath {
- public:
-  explicit ScopedPath(KernelPath path) : saved_(ActiveKernelPath()) { SetKernelPathForTest(path); }
-  ~ScopedPath() { SetKernelPathForTest(saved_); }
-
- private:
-  KernelPath saved_;
-};
 
 uint16_t RandomHalf(std::mt19937& rng, float lo, float hi) {
   return F32ToF16(std::uniform_real_distribution<float>(lo, hi)(rng));
@@ -113,12 +94,6 @@ std::vector<float> RandomFloats(int64_t n, std::mt19937& rng, float sigma = 1.0f
   return x;
 }
 
-std::vector<float> Dequant(GgmlType type, const void* row, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  DequantizeRowReference(type, row, n, out.data());
-  return out;
-}
-
 // x as the kernels see it: the activation row, and its reference values.
 struct Activation {
   std::vector<uint8_t> bytes;
@@ -160,8 +135,6 @@ double MinRoundingAllowance(GgmlType type, const uint8_t* w_row, const Activatio
   }
   return allowance;
 }
-
-using TypePath = std::tuple<GgmlType, KernelPath>;
 
 class QuantKernelTest : public ::testing::TestWithParam<TypePath> {
  protected:
@@ -389,11 +362,6 @@ TEST_P(QuantKernelTest, ActivationsAreIdenticalOnEveryPath) {
       amax = std::max(amax, std::fabs(x[j]));
     EXPECT_NEAR(here.values[i], x[i], amax / 127 * 0.57 + 1e-7 * amax) << i;
   }
-}
-
-std::string TypePathName(const ::testing::TestParamInfo<TypePath>& info) {
-  return std::string(GgmlTypeName(std::get<0>(info.param))) + "_" +
-         std::string(KernelPathName(std::get<1>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantKernelTest,
