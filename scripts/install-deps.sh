@@ -17,6 +17,16 @@ packages=(
   python3 python3-numpy
   curl
   wrk  # bench/http_transport/http_transport.py
+  # The modality backends (src/backends/) and their front doors (formats/):
+  # speech recognition and VAD (PocketSphinx with its en-us model), speech
+  # synthesis (Flite, eSpeak NG), OCR (Tesseract with English LSTM data,
+  # Leptonica for images), audio decoding/resampling/encoding.
+  libpocketsphinx-dev libsphinxbase-dev pocketsphinx-en-us
+  flite1-dev libespeak-ng-dev espeak-ng-data
+  libtesseract-dev libleptonica-dev tesseract-ocr-eng
+  libsndfile1-dev libsamplerate0-dev libmp3lame-dev
+  libwebp-dev libpng-dev libjpeg-dev
+  python3-pil  # test images (tests, ../shared/checks)
 )
 if [[ "${1:-}" == "--with-fuzz" ]]; then
   packages+=(clang-16 libclang-rt-16-dev)
