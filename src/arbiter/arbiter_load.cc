@@ -343,6 +343,25 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
   return out;
 }
 
+Result<bool> MemoryArbiterImpl::UpdateResidentBytes(Capability capability,
+                                                    std::string_view model_key, size_t bytes) {
+  MutexLock l(&mu_);
+  if (regs_[Index(capability)] == nullptr) {
+    return NotFoundError(
+        fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
+  }
+  Entry* e = FindEntry(capability, model_key);
+  if (e == nullptr || e->state != ModelState::kLoaded) return false;
+  size_t parts = 0;
+  for (const MemoryCharge& c : e->part_charges) parts += c.bytes();
+  bytes = std::max(bytes, parts);
+  e->charge.ForceResize(bytes - parts);
+  resident_bytes_ = resident_bytes_ - e->bytes + bytes;
+  e->bytes = bytes;
+  e->measured = true;
+  return true;
+}
+
 Result<bool> MemoryArbiterImpl::Unload(Capability capability, std::string_view model_key,
                                        ArbiterDeadline deadline) {
   std::vector<Unloaded> unloaded;

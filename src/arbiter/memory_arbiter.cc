@@ -153,7 +153,7 @@ namespace arbiter {
 namespace {
 
 constexpr std::string_view kCapabilityNames[kCapabilityCount] = {
-    "text", "embedding", "vision-describe", "image-gen", "transcribe", "speak"};
+    "text", "embedding", "vision-describe", "image-gen", "transcribe", "speak", "vad"};
 constexpr std::string_view kRoleNames[kResidentRoleCount] = {
     "drafter", "emotion", "speaker-id", "vision", "embedding", "turn-detector",
     "wake-word", "vad", "asr", "tts", "text-target"};
@@ -176,7 +176,7 @@ Result<Capability> ParseCapability(std::string_view name) {
   }
   return InvalidArgumentError(fmt::format(
       "unknown capability \"{}\"; expected one of text, embedding, vision-describe, image-gen, "
-      "transcribe, speak",
+      "transcribe, speak, vad",
       name));
 }
 
@@ -202,6 +202,7 @@ ResidentRole DefaultRoleFor(Capability capability) {
     case Capability::kImageGen: return ResidentRole::kVision;
     case Capability::kTranscribe: return ResidentRole::kAsr;
     case Capability::kSpeak: return ResidentRole::kTts;
+    case Capability::kVad: return ResidentRole::kVad;
   }
   return ResidentRole::kTextTarget;
 }
@@ -308,6 +309,11 @@ Result<bool> MemoryArbiter::Unload(Capability capability, std::string_view model
 
 size_t MemoryArbiter::ReclaimIdle(size_t bytes, size_t* evicted) {
   return impl_->ReclaimIdle(bytes, evicted);
+}
+
+Result<bool> MemoryArbiter::UpdateResidentBytes(Capability capability,
+                                                std::string_view model_key, size_t bytes) {
+  return impl_->UpdateResidentBytes(capability, model_key, bytes);
 }
 
 std::future<Result<std::any>> MemoryArbiter::Request(Capability capability, std::string model_key,
@@ -668,6 +674,12 @@ MemoryPressureLevel MemoryArbiterImpl::CurrentPressureLevel() const {
 }
 
 ArbiterStats MemoryArbiterImpl::Stats() const {
+  ArbiterStats s = StatsWithoutQueues();
+  AddQueueStats(&s);
+  return s;
+}
+
+ArbiterStats MemoryArbiterImpl::StatsWithoutQueues() const {
   MutexLock l(&mu_);
   ArbiterStats s;
   s.budget_bytes = static_cast<size_t>(ledger_->budget_bytes());

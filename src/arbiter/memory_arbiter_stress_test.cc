@@ -171,6 +171,8 @@ class ArbiterStressTest : public ::testing::TestWithParam<bool> {
         return 100 * kMB;
       case Capability::kSpeak:
         return 90 * kMB;
+      case Capability::kVad:
+        return 20 * kMB;
     }
     return 0;
   }

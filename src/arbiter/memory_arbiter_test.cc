@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -579,6 +581,65 @@ TEST_F(ArbiterTest, CancelledRequestDoesNotRun) {
   stop.request_stop();
   auto r = a.Request(Capability::kText, "m", std::string("x"), stop.get_token()).get();
   EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+}
+
+// Queues are per resident key: two models of one capability run side by
+// side (each waits for the other to have started its run).
+TEST_F(ArbiterTest, TwoModelsOfOneCapabilityRunSideBySide) {
+  MemoryArbiter a;
+  CapabilityRegistration r = Reg(Capability::kSpeak);
+  r.swap_same_role = false;
+  auto started = std::make_shared<std::atomic<int>>(0);
+  r.run = [started](const ArbiterHandle&, std::any&) -> Result<std::any> {
+    started->fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (started->load() < 2) {
+      if (std::chrono::steady_clock::now() > until) return InternalError("ran alone");
+      std::this_thread::sleep_for(1ms);
+    }
+    return std::any(1);
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  auto f1 = a.Request(Capability::kSpeak, "tts-a", std::string("x"));
+  auto f2 = a.Request(Capability::kSpeak, "tts-b", std::string("x"));
+  EXPECT_TRUE(f1.get().ok());
+  EXPECT_TRUE(f2.get().ok());
+}
+
+// Note [Bounded queues]: the waiting items are bounded, the running one is
+// not counted, and an item whose client left frees its place.
+TEST_F(ArbiterTest, FullQueueRefusesAndACancelledItemFreesItsPlace) {
+  MemoryArbiter a;
+  CapabilityRegistration r = Reg(Capability::kTranscribe);
+  r.queue_max = 1;
+  r.model_keys = {"asr"};
+  auto gate = std::make_shared<std::promise<void>>();
+  std::shared_future<void> open = gate->get_future().share();
+  r.run = [open](const ArbiterHandle&, std::any& req) -> Result<std::any> {
+    if (std::any_cast<std::string>(req) == "hold") open.wait();
+    return std::any(std::any_cast<std::string>(req));
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  auto running = a.Request(Capability::kTranscribe, "asr", std::string("hold"));
+  auto model = [&] { return a.Stats().models.at(0); };
+  for (int i = 0; i < 10000 && !model().running; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(model().running);
+  std::stop_source leaves;
+  auto waiting = a.Request(Capability::kTranscribe, "asr", std::string("w"), leaves.get_token());
+  EXPECT_EQ(model().queued, 1);
+  Result<std::any> full = a.Request(Capability::kTranscribe, "asr", std::string("x")).get();
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().reason(), ErrorReason::kQueueFull);
+  EXPECT_EQ(model().queue_rejections, 1u);
+  leaves.request_stop();
+  auto next = a.Request(Capability::kTranscribe, "asr", std::string("y"));
+  EXPECT_EQ(waiting.get().status().code(), StatusCode::kCancelled);
+  gate->set_value();
+  EXPECT_TRUE(running.get().ok());
+  Result<std::any> y = next.get();
+  ASSERT_TRUE(y.ok());
+  EXPECT_EQ(std::any_cast<std::string>(*y), "y");
+  EXPECT_EQ(model().runs, 2u);
 }
 
 // ---- Handles, events and shutdown ----

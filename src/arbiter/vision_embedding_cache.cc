@@ -78,7 +78,9 @@ Status VisionEmbeddingCache::Set(const std::string& hash, VisionEmbedding entry,
   const size_t n = entry.tokens != nullptr ? entry.tokens->size() : 0;
   const bool overflow =
       entry.hidden_size != 0 && entry.token_count > SIZE_MAX / entry.hidden_size;
-  if (entry.tokens == nullptr || overflow || n != entry.token_count * entry.hidden_size) {
+  const bool other_result = entry.tokens == nullptr && entry.result != nullptr;
+  if (!other_result &&
+      (entry.tokens == nullptr || overflow || n != entry.token_count * entry.hidden_size)) {
     // The reference's wording. Built with append(): GCC 12 warns
     // (-Wrestrict, a false positive) on `literal + std::string` at -O3.
     std::string msg = "[vision-embedding-cache] token buffer length ";
@@ -87,7 +89,7 @@ Status VisionEmbeddingCache::Set(const std::string& hash, VisionEmbedding entry,
     msg.append("*").append(std::to_string(entry.hidden_size)).append(") for entry ").append(hash);
     return InvalidArgumentError(std::move(msg));
   }
-  const size_t bytes = n * sizeof(float);
+  const size_t bytes = other_result ? entry.result_bytes : n * sizeof(float);
   const int64_t ttl = ttl_ms.has_value() && *ttl_ms > 0 ? *ttl_ms : default_ttl_ms_;
 
   std::vector<Entry> graveyard;  // destroyed after the lock is dropped

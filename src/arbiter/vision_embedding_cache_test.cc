@@ -360,5 +360,24 @@ TEST(VisionEmbeddingCacheLedgerTest, ConcurrentUseKeepsLedgerInSync) {
   EXPECT_EQ(ledger.charged_bytes(), 0u);
 }
 
+// Another vision result (an OCR text) is cached as its own bytes.
+TEST(VisionEmbeddingCacheTest, AnyResultIsCachedAndChargedAtItsSize) {
+  MemoryLedger ledger(1 << 20);
+  VisionEmbeddingCache cache({.ledger = &ledger});
+  VisionEmbedding e;
+  auto text = std::make_shared<const std::string>("Invoice 4711");
+  e.result = text;
+  e.result_bytes = 1000;
+  ASSERT_TRUE(cache.Set("k", e).ok());
+  EXPECT_EQ(ledger.charged_bytes(), 1000u);
+  std::optional<VisionEmbedding> hit = cache.Get("k");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->result.get(), text.get());
+  EXPECT_EQ(cache.Set("empty", VisionEmbedding{}).code(), StatusCode::kInvalidArgument);
+  cache.Clear();
+  EXPECT_EQ(ledger.charged_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace arbiter
+

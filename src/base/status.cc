@@ -47,6 +47,7 @@ std::string_view ErrorReasonName(ErrorReason reason) {
     case ErrorReason::kConversationNotFound: return "conversation_not_found";
     case ErrorReason::kNoKvPrecache: return "no_kv_precache";
     case ErrorReason::kCancelled: return "cancelled";
+    case ErrorReason::kQueueFull: return "queue_full";
   }
   return "none";
 }

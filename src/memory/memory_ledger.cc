@@ -31,6 +31,7 @@ std::string_view ChargeKindName(ChargeKind kind) {
     case ChargeKind::kPromptCache: return "prompt_cache";
     case ChargeKind::kVisionCache: return "vision_cache";
     case ChargeKind::kScratch: return "scratch";
+    case ChargeKind::kModel: return "model";
     case ChargeKind::kOther: return "other";
   }
   return "other";

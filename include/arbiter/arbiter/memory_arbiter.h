@@ -27,8 +27,9 @@
 //     vision-cache entries and evict the lowest-priority idle non-text entry;
 //     critical → evict every idle non-text entry and refuse non-text acquires.
 //   - Request(capability, model_key, payload, stop) queues a run: per
-//     capability a FIFO drained by one worker thread (one run at a time per
-//     capability, capabilities concurrent); returns a std::future.
+//     resident key a bounded FIFO drained by one worker thread (one run at a
+//     time per loaded model; models, even of one capability, run side by
+//     side); returns a std::future.
 //   - OnEvent(listener) → RAII subscription to model_load / model_unload /
 //     memory_pressure / eviction / capability_run events.
 //
@@ -86,9 +87,12 @@ class MemoryArbiterImpl;
 struct Entry;
 }  // namespace arbiter_internal
 
-enum class Capability { kText = 0, kEmbedding, kVisionDescribe, kImageGen, kTranscribe, kSpeak };
-inline constexpr size_t kCapabilityCount = 6;
-// "text" | "embedding" | "vision-describe" | "image-gen" | "transcribe" | "speak".
+// The seed's six capabilities plus kVad (voice-activity detection, role vad,
+// priority 35), which the seed's roles name but its capabilities did not.
+enum class Capability { kText = 0, kEmbedding, kVisionDescribe, kImageGen, kTranscribe, kSpeak, kVad };
+inline constexpr size_t kCapabilityCount = 7;
+// "text" | "embedding" | "vision-describe" | "image-gen" | "transcribe" |
+// "speak" | "vad".
 std::string_view CapabilityName(Capability capability);
 // Parses the names above; kInvalidArgument otherwise.
 Result<Capability> ParseCapability(std::string_view name);
@@ -116,7 +120,7 @@ Result<ResidentRole> ParseResidentRole(std::string_view name);
 int ResidentRolePriority(ResidentRole role);
 // text → text-target, embedding → embedding, vision-describe → vision,
 // image-gen → vision (they cross-evict on purpose), transcribe → asr,
-// speak → tts.
+// speak → tts, vad → vad.
 ResidentRole DefaultRoleFor(Capability capability);
 // "<capability>::<model_key>".
 std::string ResidentKey(Capability capability, std::string_view model_key);
@@ -194,6 +198,13 @@ struct CapabilityRegistration {
   std::function<void(const LoadedBackend& backend)> unload;
   // Optional (required for Request()). Runs one queued request.
   std::function<Result<std::any>(const ArbiterHandle& handle, std::any& request)> run;
+  // Request() queue bound per resident key: requests waiting (not the one
+  // running) beyond it are refused at once (kResourceExhausted, reason
+  // kQueueFull). 0 = unbounded.
+  size_t queue_max = 0;
+  // Optional per-model bound, same calling rules as role_for; empty keeps
+  // queue_max.
+  std::function<std::optional<size_t>(const std::string& model_key)> queue_max_for;
 };
 
 enum class ModelState {
@@ -220,6 +231,10 @@ struct ModelStats {
   uint64_t evictions = 0;      // unloads for any reason but shutdown
   double last_load_ms = 0;
   std::string last_error;
+  int queued = 0;              // Request()s waiting in the model's queue (not running)
+  bool running = false;        // a queued Request() is running now
+  uint64_t runs = 0;           // Request()s run (successful or not)
+  uint64_t queue_rejections = 0;  // Request()s refused because the queue was full
 };
 
 struct ArbiterStats {
@@ -439,13 +454,27 @@ class MemoryArbiter {
   size_t ReclaimIdle(size_t bytes, size_t* evicted = nullptr);
 
   // Queues one run: acquire → run → capability_run event → release, on the
-  // capability's worker thread, FIFO, one at a time per capability. The
-  // future holds the run's result or any acquire error; an error fails only
-  // this request. A stop requested before the run starts → kCancelled.
+  // resident key's worker thread, FIFO, one at a time per key (keys run
+  // concurrently). The future holds the run's result or any acquire error;
+  // an error fails only this request. A stop requested before the run
+  // starts → kCancelled (such items stop counting against the bound at
+  // once). A full queue (the registration's queue_max) → kResourceExhausted
+  // with reason kQueueFull, at once. The run itself may observe `stop`
+  // through its payload.
   std::future<Result<std::any>> Request(Capability capability, std::string model_key,
                                         std::any payload, std::stop_token stop = {});
 
   ArbiterEventSubscription OnEvent(ArbiterEventListener listener);
+
+  // A loaded entry's size measured again (a backend that grew during its
+  // first run, a child process's RSS): its main charge is resized without
+  // refusal (parts charged by kind stay), and its bytes become `bytes`
+  // (measured). Evicts nothing: the caller asks its reclaim policy for room
+  // when the ledger is now over budget. Returns false (nothing changed) when
+  // the entry is not loaded. Errors: kNotFound for an unregistered
+  // capability.
+  Result<bool> UpdateResidentBytes(Capability capability, std::string_view model_key,
+                                   size_t bytes);
 
   // Starts and subscribes to the pressure source (its replayed event is
   // handled like any other) and the idle reaper. Idempotent.

@@ -1,5 +1,6 @@
 // arbiter/arbiter/vision_embedding_cache.h — content-addressed LRU + TTL
-// cache of projected vision-language tokens.
+// cache of vision results: projected vision-language tokens, or any other
+// result of a vision model (OCR text and boxes) with its size in bytes.
 //
 // The vision-embedding cache of the reference memory arbiter
 // (docs/memory-arbiter.md): its constants and semantics are kept (below),
@@ -23,7 +24,8 @@
 //   - RAM only; nothing survives the process.
 // Additions of ours:
 //   - Entries are charged to an optional MemoryLedger (owner "vision_cache",
-//     kind kVisionCache, bytes = token_count × hidden_size × sizeof(float))
+//     kind kVisionCache, bytes = token_count × hidden_size × sizeof(float),
+//     or result_bytes for another result)
 //     and uncharged when evicted, expired, replaced or cleared. When the
 //     ledger refuses a charge, Set() first evicts this cache's own LRU
 //     entries; if the entry still does not fit, Set() fails with
@@ -70,13 +72,18 @@ inline constexpr int64_t kVisionCacheDefaultCapacity = 32;        // entries
 inline constexpr int64_t kVisionCacheDefaultTtlMs = 300000;       // 5 minutes
 inline constexpr std::string_view kVisionCacheLedgerOwner = "vision_cache";
 
-// Projected tokens of one frame.
+// The vision result of one frame: projected tokens, or (tokens null) any
+// other result.
 struct VisionEmbedding {
   // [token_count, hidden_size], row-major float32. Shared: a hit returns the
   // very buffer that was Set().
   std::shared_ptr<const std::vector<float>> tokens;
   size_t token_count = 0;
   size_t hidden_size = 0;
+  // Used when `tokens` is null: the result object (its type is the
+  // caller's, e.g. an OcrResult) and the bytes it holds, charged as such.
+  std::shared_ptr<const void> result;
+  size_t result_bytes = 0;
 };
 
 // One row of VisionEmbeddingCache::Snapshot().
@@ -131,7 +138,8 @@ class VisionEmbeddingCache {
   // Inserts or replaces the entry for `hash`, expiring at now + ttl
   // (ttl_ms when > 0, else the default), then evicts LRU entries while over
   // capacity.
-  // Errors: kInvalidArgument when `tokens` is null or its length ≠
+  // Errors: kInvalidArgument when both `tokens` and `result` are null, or
+  // `tokens`' length ≠
   // token_count × hidden_size (message contains "does not match
   // tokenCount*hiddenSize"); kResourceExhausted when the ledger cannot hold
   // the entry even after evicting this cache's other entries. On error the

@@ -85,6 +85,7 @@ enum class ErrorReason {
   kConversationNotFound,   // no open conversation of that id
   kNoKvPrecache,           // the server (or the model) has no KV precache
   kCancelled,              // the client went away or the server is stopping
+  kQueueFull,              // the model's request queue is full ([[models]] queue)
 };
 // "none", "invalid_request", "model_not_found", ..., "cancelled".
 std::string_view ErrorReasonName(ErrorReason reason);

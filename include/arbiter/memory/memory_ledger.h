@@ -65,12 +65,13 @@ enum class ChargeKind {
   kPromptCache,        // saved prompt/KV prefixes held in RAM
   kVisionCache,        // VisionEmbeddingCache entries
   kScratch,            // activations / compute scratch
+  kModel,              // a backend's or child process's measured footprint
   kOther,
 };
-inline constexpr size_t kChargeKindCount = 7;
+inline constexpr size_t kChargeKindCount = 8;
 
 // "device_weights" | "host_floor" | "kv_slot" | "prompt_cache" |
-// "vision_cache" | "scratch" | "other".
+// "vision_cache" | "scratch" | "model" | "other".
 std::string_view ChargeKindName(ChargeKind kind);
 
 // Bytes per kind, indexed by static_cast<size_t>(ChargeKind).

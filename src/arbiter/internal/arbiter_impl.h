@@ -9,7 +9,7 @@
 //   arbiter_load.cc     the slow acquire (swap, fit, reclaim), loads,
 //                       Preload, Unload
 //   arbiter_eviction.cc idle lists, victims, evictions, pressure, idle TTL
-//   request_queues.cc   Request() and the per-capability queue workers
+//   request_queues.cc   Request() and the per-resident-key queue workers
 //   arbiter_events.cc   OnEvent(), Emit() and the listener table
 //
 // Thread safety: as MemoryArbiter. Lock order: lifecycle_mu_ → mu_ and
@@ -161,17 +161,23 @@ struct Listeners {
   std::atomic<size_t> count{0};
 };
 
-// One capability's request FIFO and its worker (request_queues.cc).
+// One resident key's request FIFO and its worker (request_queues.cc).
+// Fields other than the immutable ones are guarded by queue_mu_.
 struct Queue {
   struct Item {
-    std::string model_key;
     std::any payload;
     std::stop_token stop;
     std::promise<Result<std::any>> promise;
   };
-  explicit Queue(Mutex* mu) : cv(mu) {}
+  Queue(Mutex* mu, Capability capability, std::string model_key)
+      : cv(mu), capability(capability), model_key(std::move(model_key)) {}
   CondVar cv;
-  std::deque<Item> items;  // guarded by queue_mu_
+  const Capability capability;
+  const std::string model_key;
+  std::deque<Item> items;
+  bool running = false;
+  uint64_t runs = 0;
+  uint64_t rejections = 0;
   std::thread worker;
 };
 
@@ -197,6 +203,8 @@ class MemoryArbiterImpl {
                                         std::any payload, std::stop_token stop)
       EXCLUDES(queue_mu_);
   ArbiterEventSubscription OnEvent(ArbiterEventListener listener);  // the listener table's lock
+  Result<bool> UpdateResidentBytes(Capability capability, std::string_view model_key,
+                                   size_t bytes) EXCLUDES(mu_);
   Status Start() EXCLUDES(mu_, lifecycle_mu_);
   void Stop() EXCLUDES(mu_, lifecycle_mu_);
   void Shutdown() EXCLUDES(mu_, lifecycle_mu_, queue_mu_);
@@ -272,7 +280,10 @@ class MemoryArbiterImpl {
   size_t EstimateFor(const Registration& reg, const std::string& model_key) const;
   // Closes the request queues and joins their workers (pending items fail).
   void CloseQueues() EXCLUDES(queue_mu_);
-  void QueueWorker(Queue* q, Capability capability) EXCLUDES(mu_, queue_mu_);
+  void QueueWorker(Queue* q) EXCLUDES(mu_, queue_mu_);
+  // Fills ModelStats' queue fields from queues_.
+  void AddQueueStats(ArbiterStats* stats) const EXCLUDES(queue_mu_);
+  ArbiterStats StatsWithoutQueues() const EXCLUDES(mu_);
   // Marks `e` loading and charges `incoming` to the ledger.
   void ClaimLocked(Entry* e, size_t incoming) REQUIRES(mu_);
   // Runs the claimed load unlocked, publishes it, pins it when `pin`.
@@ -331,8 +342,9 @@ class MemoryArbiterImpl {
   std::thread reaper_ GUARDED_BY(lifecycle_mu_);
 
   // Request queues.
-  Mutex queue_mu_;
-  std::array<std::unique_ptr<Queue>, kCapabilityCount> queues_ GUARDED_BY(queue_mu_);
+  mutable Mutex queue_mu_;
+  // By resident key; a queue and its worker live until CloseQueues().
+  std::map<std::string, std::unique_ptr<Queue>> queues_ GUARDED_BY(queue_mu_);
   bool queues_closed_ GUARDED_BY(queue_mu_) = false;
 };
 

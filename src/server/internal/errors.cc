@@ -31,6 +31,7 @@ HttpError HttpErrorFor(const Status& st) {
     case ErrorReason::kConversationNotFound: return {404, kBad, "conversation_not_found"};
     case ErrorReason::kNoKvPrecache: return {503, kServer, "unavailable"};
     case ErrorReason::kCancelled: return {503, kServer, "cancelled"};
+    case ErrorReason::kQueueFull: return {503, kServer, "queue_full", kRetry};
   }
   switch (st.code()) {
     case StatusCode::kInvalidArgument:

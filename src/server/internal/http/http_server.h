@@ -202,6 +202,10 @@ struct ServerOptions {
   int port = 8080;  // 0 = any free port (see Server::port())
 
   size_t max_body_bytes = 8u << 20;    // request bodies above → 413
+  // Per-path body limits replacing max_body_bytes for requests to exactly
+  // that path (e.g. audio uploads): path → {bytes, the setting's name for
+  // the 413 message}. Applied once the header is read, before any body byte.
+  std::map<std::string, std::pair<size_t, std::string>> path_body_limits;
   size_t max_header_bytes = 16 << 10;  // request line + header block above → 431
   int read_timeout_s = 30;             // longest pause inside a request → 408
   int request_timeout_s = 60;          // a whole request (headers + body) from its first byte → 408

@@ -629,6 +629,47 @@ TEST_F(HttpServerTest, BodyOverTheLimitGets413) {
   EXPECT_EQ(r->body.size(), 1000u);
 }
 
+// A path with its own limit (audio uploads): larger than max_body_bytes
+// there, the default elsewhere; the 413 names the path's setting.
+TEST_F(HttpServerTest, APathsOwnBodyLimitReplacesTheDefault) {
+  ServerOptions o = Options();
+  o.max_body_bytes = 1000;
+  o.path_body_limits["/echo"] = {5000, "max_audio_bytes"};
+  Start(o);
+  {
+    Client c(port());
+    ASSERT_TRUE(c.Send(Post("/echo?x=1", std::string(4000, 'y'))));
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body.size(), 4000u);
+  }
+  {
+    Client c(port());
+    ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 6000\r\n\r\n"));
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+    EXPECT_THAT(r->body, HasSubstr("5000 bytes (max_audio_bytes)"));
+  }
+  {
+    // Chunked to the limited path: counted against its own limit.
+    Client c(port());
+    ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    const std::string chunk = "800\r\n" + std::string(2048, 'x') + "\r\n";
+    for (int i = 0; i < 3; ++i) c.Send(chunk);
+    auto r = c.Read();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413);
+  }
+  Client c(port());  // another path keeps max_body_bytes
+  ASSERT_TRUE(c.Send("POST /other HTTP/1.1\r\nHost: t\r\nContent-Length: 2000\r\n\r\n"));
+  auto r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_THAT(r->body, HasSubstr("(max_body_bytes)"));
+}
+
 TEST_F(HttpServerTest, ExpectContinueIsAnsweredBeforeTheBody) {
   ServerOptions o = Options();
   o.max_body_bytes = 4000;

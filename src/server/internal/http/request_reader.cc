@@ -22,14 +22,14 @@ using boost::system::error_code;
 namespace {
 
 // The transport error for a parser error.
-RequestReader::Step ParseError(const error_code& ec, const ServerOptions& options) {
+RequestReader::Step ParseError(const error_code& ec, const ServerOptions& options,
+                               size_t body_limit, const std::string& body_limit_name) {
   RequestReader::Step step;
   step.kind = RequestReader::Step::kError;
   if (ec == bhttp::error::body_limit) {
     step.status = 413;
-    step.message = fmt::format("the request body is larger than the limit of {} bytes "
-                               "(max_body_bytes)",
-                               options.max_body_bytes);
+    step.message = fmt::format("the request body is larger than the limit of {} bytes ({})",
+                               body_limit, body_limit_name);
   } else if (ec == bhttp::error::header_limit) {
     step.status = 431;
     step.message = fmt::format("the request line and headers are larger than the limit of {} "
@@ -62,31 +62,53 @@ void RequestReader::ConsumeInput(size_t n) {
 
 void RequestReader::Begin(const ServerOptions& options) {
   parser_.emplace();
-  parser_->eager(true);
+  // Not eager until the header is checked: the path's body limit is set
+  // before any body byte is parsed.
+  parser_->eager(false);
   parser_->header_limit(
       static_cast<std::uint32_t>(std::min<size_t>(options.max_header_bytes, UINT32_MAX)));
-  parser_->body_limit(options.max_body_bytes);
+  // The header is parsed under the largest limit (Beast checks a
+  // Content-Length against it as the header ends); Feed() then sets the
+  // request's own.
+  size_t largest = options.max_body_bytes;
+  for (const auto& [path, limit] : options.path_body_limits) largest = std::max(largest, limit.first);
+  parser_->body_limit(largest);
+  body_limit_ = options.max_body_bytes;
+  body_limit_name_ = "max_body_bytes";
   header_checked_ = false;
 }
 
 RequestReader::Step RequestReader::Feed(const ServerOptions& options) {
   error_code ec;
-  while (buffered() > 0 && !parser_->is_done()) {
-    const size_t used =
-        parser_->put(boost::asio::const_buffer(input_.data() + input_off_, buffered()), ec);
-    ConsumeInput(used);
-    if (ec == bhttp::error::need_more) {
-      ec = {};
-      break;
-    }
-    if (ec) break;
-    if (used == 0) break;
-  }
-  if (ec) return ParseError(ec, options);
   Step step;
-  if (parser_->is_header_done() && !header_checked_) {
+  for (;;) {
+    while (buffered() > 0 && !parser_->is_done()) {
+      const size_t used =
+          parser_->put(boost::asio::const_buffer(input_.data() + input_off_, buffered()), ec);
+      ConsumeInput(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec) break;
+      if (used == 0) break;
+      if (parser_->is_header_done() && !header_checked_) break;
+    }
+    if (ec) return ParseError(ec, options, body_limit_, body_limit_name_);
+    if (!parser_->is_header_done() || header_checked_) break;
     header_checked_ = true;
     const auto& h = parser_->get();
+    const std::string_view target(h.target().data(), h.target().size());
+    auto limit = options.path_body_limits.find(std::string(target.substr(0, target.find('?'))));
+    if (limit != options.path_body_limits.end()) {
+      body_limit_ = limit->second.first;
+      body_limit_name_ = limit->second.second;
+    }
+    if (parser_->content_length() && *parser_->content_length() > body_limit_) {
+      return ParseError(bhttp::error::body_limit, options, body_limit_, body_limit_name_);
+    }
+    if (!parser_->is_done()) parser_->body_limit(body_limit_);
+    parser_->eager(true);
     // A request body's length must be known (RFC 9112 6.3): a
     // Transfer-Encoding other than a final "chunked" cannot be framed.
     if (h.find(bhttp::field::transfer_encoding) != h.end() && !parser_->chunked()) {
@@ -102,6 +124,7 @@ RequestReader::Step RequestReader::Feed(const ServerOptions& options) {
                 "100-continue")) {
       step.send_continue = true;
     }
+    // Loop once more: parse the body bytes already buffered.
   }
   step.kind = parser_->is_done() ? Step::kDone : Step::kNeedMore;
   return step;

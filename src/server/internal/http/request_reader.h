@@ -71,6 +71,8 @@ class RequestReader {
   size_t input_off_ = 0;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   bool header_checked_ = false;  // this request's header was checked (framing, 100-continue)
+  size_t body_limit_ = 0;        // this request's body limit (max_body_bytes or its path's)
+  std::string body_limit_name_;  // the setting that gave it
 };
 
 }  // namespace arbiter::http
