@@ -1,0 +1,254 @@
+// The audio front door (arbiter/formats/audio.h).
+//
+// libsndfile reads the upload through SF_VIRTUAL_IO over the request body
+// (a MemoryFile: offset into a span; reads are clamped to its end, writes
+// refused). The header gives frames, rate and channels; the duration check
+// happens there, before any sample is decoded. Samples are then read in
+// blocks of kBlockFrames frames as float, downmixed to mono (the mean of the
+// channels) and pushed through one libsamplerate state in streaming mode, so
+// memory stays at the output plus one block whatever the source rate or
+// channel count. The read loop also stops at the duration limit, for headers
+// that claim fewer frames than the file holds.
+#include "arbiter/formats/audio.h"
+
+#include <samplerate.h>
+#include <sndfile.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+namespace arbiter {
+namespace {
+
+constexpr sf_count_t kBlockFrames = 4096;
+// More channels than any real recording; bounds the block buffer.
+constexpr int kMaxChannels = 64;
+// Rates libsamplerate converts within its ratio bounds (1/256 .. 256) of 16 kHz.
+constexpr int kMinRate = 1000;
+constexpr int kMaxRate = 768000;
+
+struct MemoryFile {
+  std::span<const uint8_t> bytes;
+  sf_count_t offset = 0;
+};
+
+sf_count_t MemLength(void* user) {
+  return static_cast<sf_count_t>(static_cast<MemoryFile*>(user)->bytes.size());
+}
+sf_count_t MemSeek(sf_count_t offset, int whence, void* user) {
+  auto* f = static_cast<MemoryFile*>(user);
+  const auto size = static_cast<sf_count_t>(f->bytes.size());
+  sf_count_t base = 0;
+  switch (whence) {
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = f->offset; break;
+    case SEEK_END: base = size; break;
+    default: return -1;
+  }
+  // Offsets can be anything a hostile header says: refuse overflow and
+  // negative positions; positions past the end read as EOF.
+  if ((offset > 0 && base > INT64_MAX - offset) || base + offset < 0) return -1;
+  f->offset = base + offset;
+  return f->offset;
+}
+sf_count_t MemRead(void* ptr, sf_count_t count, void* user) {
+  auto* f = static_cast<MemoryFile*>(user);
+  const auto size = static_cast<sf_count_t>(f->bytes.size());
+  if (count <= 0 || f->offset >= size) return 0;
+  const sf_count_t n = std::min(count, size - f->offset);
+  std::memcpy(ptr, f->bytes.data() + f->offset, static_cast<size_t>(n));
+  f->offset += n;
+  return n;
+}
+sf_count_t MemWrite(const void*, sf_count_t, void*) { return 0; }
+sf_count_t MemTell(void* user) { return static_cast<MemoryFile*>(user)->offset; }
+
+struct SndfileCloser {
+  void operator()(SNDFILE* f) const { sf_close(f); }
+};
+struct SrcDeleter {
+  void operator()(SRC_STATE* s) const { src_delete(s); }
+};
+
+std::string FormatName(const SF_INFO& info) {
+  switch (info.format & SF_FORMAT_TYPEMASK) {
+    case SF_FORMAT_WAV:
+    case SF_FORMAT_WAVEX:
+    case SF_FORMAT_RF64: return "wav";
+    case SF_FORMAT_FLAC: return "flac";
+    case SF_FORMAT_OGG: return "ogg";
+    case SF_FORMAT_AIFF: return "aiff";
+    case SF_FORMAT_AU: return "au";
+    case SF_FORMAT_CAF: return "caf";
+    case SF_FORMAT_W64: return "w64";
+#ifdef SF_FORMAT_MPEG
+    case SF_FORMAT_MPEG: return "mp3";
+#endif
+    default: break;
+  }
+  SF_FORMAT_INFO fi{};
+  fi.format = info.format & SF_FORMAT_TYPEMASK;
+  if (sf_command(nullptr, SFC_GET_FORMAT_MAJOR, &fi, sizeof(fi)) == 0 && fi.extension != nullptr) {
+    std::string ext = fi.extension;
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return ext;
+  }
+  return "unknown";
+}
+
+int16_t ToInt16(float v) {
+  const float scaled = std::nearbyint(v * 32767.0f);
+  return static_cast<int16_t>(std::clamp(scaled, -32768.0f, 32767.0f));
+}
+
+// Mono float → int16 at another rate, fed block by block. `to_rate` ≠
+// `from_rate`, both within [kMinRate, kMaxRate].
+class StreamingResampler {
+ public:
+  static std::unique_ptr<StreamingResampler> Create(int from_rate, int to_rate) {
+    int err = 0;
+    SRC_STATE* s = src_new(SRC_SINC_FASTEST, 1, &err);
+    if (s == nullptr) return nullptr;
+    return std::unique_ptr<StreamingResampler>(
+        new StreamingResampler(s, static_cast<double>(to_rate) / from_rate));
+  }
+
+  // Appends the converted samples of `in` ([n] mono) to `out`.
+  bool Push(const float* in, long n, bool last, std::vector<int16_t>& out) {
+    SRC_DATA d{};
+    d.src_ratio = ratio_;
+    d.end_of_input = last ? 1 : 0;
+    const float* cur = in;
+    long left = n;
+    while (true) {
+      d.data_in = cur;
+      d.input_frames = left;
+      d.data_out = buf_.data();
+      d.output_frames = static_cast<long>(buf_.size());
+      if (src_process(state_.get(), &d) != 0) return false;
+      for (long i = 0; i < d.output_frames_gen; ++i) out.push_back(ToInt16(buf_[i]));
+      cur += d.input_frames_used;
+      left -= d.input_frames_used;
+      // Done with this block when all input is consumed and, at the end of
+      // input, the converter has nothing more to give.
+      if (left == 0 && (!last || d.output_frames_gen == 0)) return true;
+      if (d.input_frames_used == 0 && d.output_frames_gen == 0 && !last) return true;
+    }
+  }
+
+ private:
+  StreamingResampler(SRC_STATE* s, double ratio) : state_(s), ratio_(ratio), buf_(8192) {}
+  std::unique_ptr<SRC_STATE, SrcDeleter> state_;
+  double ratio_;
+  std::vector<float> buf_;
+};
+
+std::string Fmt1(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.1f", v);
+  return b;
+}
+std::string FmtG(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%g", v);
+  return b;
+}
+
+}  // namespace
+
+Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimits& limits,
+                                 std::string_view field) {
+  const std::string f(field);
+  if (bytes.empty()) return InvalidArgumentError(f + " is empty");
+  if (bytes.size() > limits.max_bytes) {
+    return InvalidArgumentError(f + " is " + std::to_string(bytes.size()) +
+                                " bytes; the limit is max_audio_bytes (" +
+                                std::to_string(limits.max_bytes) + ")");
+  }
+  MemoryFile mem{bytes, 0};
+  SF_VIRTUAL_IO vio{MemLength, MemSeek, MemRead, MemWrite, MemTell};
+  SF_INFO info{};
+  std::unique_ptr<SNDFILE, SndfileCloser> sf(sf_open_virtual(&vio, SFM_READ, &info, &mem));
+  if (sf == nullptr) {
+    return InvalidArgumentError(f + " is not audio libsndfile can read (WAV, FLAC, OGG): " +
+                                sf_strerror(nullptr));
+  }
+  if (info.channels <= 0 || info.channels > kMaxChannels || info.samplerate < kMinRate ||
+      info.samplerate > kMaxRate) {
+    return InvalidArgumentError(f + " is not audio libsndfile can read (WAV, FLAC, OGG): " +
+                                std::to_string(info.channels) + " channels at " +
+                                std::to_string(info.samplerate) + " Hz is not supported");
+  }
+  if (info.frames <= 0) return InvalidArgumentError(f + " has no audio frames");
+  const double seconds = static_cast<double>(info.frames) / info.samplerate;
+  if (seconds > limits.max_seconds) {
+    return InvalidArgumentError(f + " is " + Fmt1(seconds) +
+                                " s of audio; the limit is max_audio_seconds (" +
+                                FmtG(limits.max_seconds) + ")");
+  }
+
+  DecodedAudio out;
+  out.source_rate = info.samplerate;
+  out.source_channels = info.channels;
+  out.format = FormatName(info);
+  const bool resample = info.samplerate != kAsrSampleRate;
+  std::unique_ptr<StreamingResampler> resampler;
+  if (resample) {
+    resampler = StreamingResampler::Create(info.samplerate, kAsrSampleRate);
+    if (resampler == nullptr) return InternalError(f + ": libsamplerate could not be initialized");
+  }
+  out.samples.reserve(static_cast<size_t>(seconds * kAsrSampleRate) + 16);
+
+  // Bounds decoding to the limit even if the header under-reports frames.
+  const auto max_frames = static_cast<sf_count_t>(limits.max_seconds * info.samplerate) + 1;
+  std::vector<float> block(static_cast<size_t>(kBlockFrames) * info.channels);  // [frames, channels]
+  std::vector<float> mono(static_cast<size_t>(kBlockFrames));                   // [frames]
+  sf_count_t total = 0;
+  while (true) {
+    const sf_count_t got = sf_readf_float(sf.get(), block.data(), kBlockFrames);
+    if (got <= 0) break;
+    if (total + got > max_frames) {
+      return InvalidArgumentError(f + " is more than " + FmtG(limits.max_seconds) +
+                                  " s of audio; the limit is max_audio_seconds (" +
+                                  FmtG(limits.max_seconds) + ")");
+    }
+    total += got;
+    for (sf_count_t i = 0; i < got; ++i) {
+      float sum = 0;
+      for (int c = 0; c < info.channels; ++c) sum += block[static_cast<size_t>(i) * info.channels + c];
+      mono[static_cast<size_t>(i)] = sum / static_cast<float>(info.channels);
+    }
+    if (resample) {
+      if (!resampler->Push(mono.data(), static_cast<long>(got), false, out.samples)) {
+        return InternalError(f + ": resampling failed");
+      }
+    } else {
+      for (sf_count_t i = 0; i < got; ++i) out.samples.push_back(ToInt16(mono[static_cast<size_t>(i)]));
+    }
+  }
+  if (total == 0) return InvalidArgumentError(f + " has no audio frames");
+  if (resample && !resampler->Push(mono.data(), 0, true, out.samples)) {
+    return InternalError(f + ": resampling failed");
+  }
+  out.seconds = static_cast<double>(total) / info.samplerate;
+  return out;
+}
+
+std::vector<int16_t> ResampleMono(std::span<const int16_t> in, int from_rate, int to_rate) {
+  if (from_rate <= 0 || to_rate <= 0) return {};
+  if (from_rate == to_rate) return std::vector<int16_t>(in.begin(), in.end());
+  if (in.empty()) return {};
+  std::vector<float> f(in.size());
+  src_short_to_float_array(in.data(), f.data(), static_cast<int>(in.size()));
+  std::unique_ptr<StreamingResampler> r = StreamingResampler::Create(from_rate, to_rate);
+  std::vector<int16_t> out;
+  if (r == nullptr) return out;
+  out.reserve(static_cast<size_t>(static_cast<double>(in.size()) * to_rate / from_rate) + 16);
+  if (!r->Push(f.data(), static_cast<long>(f.size()), true, out)) return {};
+  return out;
+}
+
+}  // namespace arbiter

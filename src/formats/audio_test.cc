@@ -1,0 +1,192 @@
+#include "arbiter/formats/audio.h"
+
+#include <gtest/gtest.h>
+#include <sndfile.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace arbiter {
+namespace {
+
+// A growable in-memory file for sf_open_virtual in write mode.
+struct MemOut {
+  std::string data;
+  sf_count_t pos = 0;
+};
+sf_count_t OutLen(void* u) { return static_cast<sf_count_t>(static_cast<MemOut*>(u)->data.size()); }
+sf_count_t OutSeek(sf_count_t off, int whence, void* u) {
+  auto* m = static_cast<MemOut*>(u);
+  sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : static_cast<sf_count_t>(m->data.size());
+  m->pos = base + off;
+  return m->pos;
+}
+sf_count_t OutRead(void* p, sf_count_t n, void* u) {
+  auto* m = static_cast<MemOut*>(u);
+  const auto size = static_cast<sf_count_t>(m->data.size());
+  if (m->pos >= size) return 0;
+  n = std::min(n, size - m->pos);
+  std::memcpy(p, m->data.data() + m->pos, static_cast<size_t>(n));
+  m->pos += n;
+  return n;
+}
+sf_count_t OutWrite(const void* p, sf_count_t n, void* u) {
+  auto* m = static_cast<MemOut*>(u);
+  const size_t end = static_cast<size_t>(m->pos + n);
+  if (m->data.size() < end) m->data.resize(end);
+  std::memcpy(m->data.data() + m->pos, p, static_cast<size_t>(n));
+  m->pos += n;
+  return n;
+}
+sf_count_t OutTell(void* u) { return static_cast<MemOut*>(u)->pos; }
+
+// `seconds` of a 440 Hz tone at `rate` Hz with `channels` channels, encoded as `format`.
+std::vector<uint8_t> Encode(int format, int rate, int channels, double seconds) {
+  MemOut out;
+  SF_VIRTUAL_IO vio{OutLen, OutSeek, OutRead, OutWrite, OutTell};
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = channels;
+  info.format = format;
+  SNDFILE* f = sf_open_virtual(&vio, SFM_WRITE, &info, &out);
+  EXPECT_NE(f, nullptr) << sf_strerror(nullptr);
+  if (f == nullptr) return {};
+  const auto frames = static_cast<sf_count_t>(seconds * rate);
+  std::vector<float> buf(static_cast<size_t>(frames * channels));
+  for (sf_count_t i = 0; i < frames; ++i) {
+    for (int c = 0; c < channels; ++c) {
+      buf[static_cast<size_t>(i * channels + c)] = 0.5f * std::sin(2 * M_PI * 440.0 * i / rate);
+    }
+  }
+  EXPECT_EQ(sf_writef_float(f, buf.data(), frames), frames);
+  sf_close(f);
+  return std::vector<uint8_t>(out.data.begin(), out.data.end());
+}
+
+void ExpectSamples(const DecodedAudio& a, double seconds) {
+  const double want = seconds * kAsrSampleRate;
+  EXPECT_NEAR(static_cast<double>(a.samples.size()), want, want * 0.01);
+}
+
+TEST(DecodeAudioTest, WavStereo44kTo16kMono) {
+  std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 44100, 2, 2.0);
+  Result<DecodedAudio> a = DecodeAudio(wav, AudioLimits{});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->format, "wav");
+  EXPECT_EQ(a->source_rate, 44100);
+  EXPECT_EQ(a->source_channels, 2);
+  EXPECT_NEAR(a->seconds, 2.0, 1e-6);
+  ExpectSamples(*a, 2.0);
+  // The tone survives: its peak is near 0.5 full scale.
+  int peak = 0;
+  for (int16_t s : a->samples) peak = std::max(peak, std::abs(static_cast<int>(s)));
+  EXPECT_NEAR(peak, 16384, 1200);
+}
+
+TEST(DecodeAudioTest, Flac48kMono) {
+  std::vector<uint8_t> flac = Encode(SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 48000, 1, 1.5);
+  Result<DecodedAudio> a = DecodeAudio(flac, AudioLimits{});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->format, "flac");
+  ExpectSamples(*a, 1.5);
+}
+
+TEST(DecodeAudioTest, OggVorbis22k) {
+  std::vector<uint8_t> ogg = Encode(SF_FORMAT_OGG | SF_FORMAT_VORBIS, 22050, 1, 1.0);
+  Result<DecodedAudio> a = DecodeAudio(ogg, AudioLimits{});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->format, "ogg");
+  ExpectSamples(*a, 1.0);
+}
+
+TEST(DecodeAudioTest, Wav16kIsNotResampled) {
+  std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 16000, 1, 1.0);
+  Result<DecodedAudio> a = DecodeAudio(wav, AudioLimits{});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->samples.size(), 16000u);
+}
+
+TEST(DecodeAudioTest, RefusesEmptyGarbageTruncated) {
+  Result<DecodedAudio> a = DecodeAudio({}, AudioLimits{});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.status().message(), "file is empty");
+
+  std::vector<uint8_t> garbage(1000, 0x5a);
+  a = DecodeAudio(garbage, AudioLimits{}, "audio");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.status().message().rfind("audio is not audio libsndfile can read (WAV, FLAC, OGG): ", 0), 0u)
+      << a.status().message();
+
+  std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 16000, 1, 1.0);
+  std::vector<uint8_t> header_only(wav.begin(), wav.begin() + 44);
+  a = DecodeAudio(header_only, AudioLimits{});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  std::vector<uint8_t> cut(wav.begin(), wav.begin() + 20);
+  a = DecodeAudio(cut, AudioLimits{});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  // Truncated in the data: what is there decodes.
+  std::vector<uint8_t> half(wav.begin(), wav.begin() + 44 + 16000);
+  a = DecodeAudio(half, AudioLimits{});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->samples.size(), 8000u);
+}
+
+TEST(DecodeAudioTest, RefusesOverBytes) {
+  std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 16000, 1, 1.0);
+  AudioLimits limits;
+  limits.max_bytes = 1000;
+  Result<DecodedAudio> a = DecodeAudio(wav, limits);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message(),
+            "file is " + std::to_string(wav.size()) + " bytes; the limit is max_audio_bytes (1000)");
+}
+
+TEST(DecodeAudioTest, RefusesOverLongFromTheHeader) {
+  AudioLimits limits;
+  limits.max_seconds = 1;
+  std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 8000, 1, 2.0);
+  Result<DecodedAudio> a = DecodeAudio(wav, limits);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message(), "file is 2.0 s of audio; the limit is max_audio_seconds (1)");
+}
+
+// A hand-written WAV header claiming ~2 hours of 8 kHz 8-bit mono (the data
+// size field says 57.6 MB) followed by 1000 bytes.
+TEST(DecodeAudioTest, RefusesHeaderClaimingHours) {
+  const uint32_t data_size = 57'600'000;
+  std::vector<uint8_t> b;
+  auto put = [&](const char* s) { b.insert(b.end(), s, s + 4); };
+  auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i))); };
+  auto u16 = [&](uint16_t v) { b.push_back(static_cast<uint8_t>(v)); b.push_back(static_cast<uint8_t>(v >> 8)); };
+  put("RIFF"); u32(36 + data_size); put("WAVE");
+  put("fmt "); u32(16); u16(1); u16(1); u32(8000); u32(8000); u16(1); u16(8);
+  put("data"); u32(data_size);
+  b.resize(b.size() + 1000, 0x80);
+  Result<DecodedAudio> a = DecodeAudio(b, AudioLimits{});
+  // libsndfile either believes the header (refused for length) or clamps the
+  // data to the file (0.125 s decodes); it never decodes hours.
+  if (a.ok()) {
+    EXPECT_LE(a->samples.size(), 2100u);
+  } else {
+    EXPECT_EQ(a.status().message(), "file is 7200.0 s of audio; the limit is max_audio_seconds (600)");
+  }
+}
+
+TEST(ResampleMonoTest, LengthsAndIdentity) {
+  std::vector<int16_t> in(22050, 1000);
+  EXPECT_NEAR(static_cast<double>(ResampleMono(in, 22050, 16000).size()), 16000, 16);
+  EXPECT_NEAR(static_cast<double>(ResampleMono(in, 22050, 44100).size()), 44100, 44);
+  EXPECT_EQ(ResampleMono(in, 16000, 16000), in);
+  EXPECT_TRUE(ResampleMono(in, 0, 16000).empty());
+  EXPECT_TRUE(ResampleMono({}, 8000, 16000).empty());
+}
+
+}  // namespace
+}  // namespace arbiter

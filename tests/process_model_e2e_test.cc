@@ -1,0 +1,416 @@
+// End-to-end tests of external model servers (backends/process_model.h,
+// server/internal/proxy.h): real child processes — a second `arbiter serve`,
+// /bin/sh, python3's http.server — and real HTTP, no mocks.
+#include "arbiter/backends/process_model.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "arbiter/base/cancel.h"
+
+extern char** environ;
+
+namespace arbiter {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+// Waits (polling, bounded) for `pred`; a fuse, not a timing assertion.
+bool WaitFor(const std::function<bool()>& pred, milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return pred();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Running, or a zombie not yet reaped by its parent, counts as "gone" only
+// when the process no longer runs: missing or state Z.
+bool ProcessRuns(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return false;
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  const char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// pgrp (field 5) of /proc/<pid>/stat, or 0.
+pid_t ProcessGroupOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 1));
+  char state;
+  long ppid = 0, pgrp = 0;
+  rest >> state >> ppid >> pgrp;
+  return static_cast<pid_t>(pgrp);
+}
+
+std::vector<pid_t> RunningMembersOf(pid_t pgid) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t p = static_cast<pid_t>(std::stol(name));
+    if (ProcessGroupOf(p) == pgid && ProcessRuns(p)) out.push_back(p);
+  }
+  return out;
+}
+
+// Our own reading of /proc/<pid>/status: RssAnon + RssFile + RssShmem.
+uint64_t MyRssBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  uint64_t kib = 0;
+  while (std::getline(in, line)) {
+    for (const char* key : {"RssAnon:", "RssFile:", "RssShmem:"}) {
+      if (line.rfind(key, 0) == 0) kib += std::stoull(line.substr(std::strlen(key)));
+    }
+  }
+  return kib * 1024;
+}
+
+std::string CommOf(pid_t pid) {
+  std::string s = ReadFile("/proc/" + std::to_string(pid) + "/comm");
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// Forks `argv` in a new session (its own process group); returns its pid.
+pid_t SpawnInOwnGroup(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+class ProcessModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/arbiter_process_model_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto sup = ProcessSupervisor::Create(dir_ + "/sup");
+    ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+    sup_ = std::move(*sup);
+  }
+  void TearDown() override {
+    sup_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  ProcessModelSpec ArbiterSpec() const {
+    ProcessModelSpec spec;
+    spec.name = "child-arbiter";
+    spec.command = {ARBITER_BINARY, "serve",       "--host", "127.0.0.1", "--port",
+                    "{port}",       "--state-dir", dir_ + "/child-state"};
+    spec.ready_timeout_ms = 120000;
+    return spec;
+  }
+  // A tiny HTTP server (python3 -m http.server) run by /bin/sh -c `prefix`.
+  ProcessModelSpec ShellServerSpec(const std::string& prefix) const {
+    ProcessModelSpec spec;
+    spec.name = "py";
+    spec.command = {"/bin/sh", "-c",
+                    prefix + std::string(kPython) + " -m http.server {port} --bind 127.0.0.1"};
+    spec.health = "/";
+    spec.ready_timeout_ms = 30000;
+    return spec;
+  }
+  std::string RecordPath(pid_t pid) const {
+    return dir_ + "/sup/children/" + std::to_string(pid) + ".rec";
+  }
+
+  std::string dir_;
+  std::unique_ptr<ProcessSupervisor> sup_;
+};
+
+TEST_F(ProcessModelTest, ChildArbiterServesIsMeasuredAndStops) {
+  auto started = sup_->Start(ArbiterSpec());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<ProcessModel> m = std::move(*started);
+  const pid_t pid = m->pid();
+  EXPECT_GT(m->port(), 0);
+  EXPECT_TRUE(m->alive());
+  EXPECT_EQ(m->spec().command[5], std::to_string(m->port()));  // "{port}" replaced
+  EXPECT_TRUE(std::filesystem::exists(RecordPath(pid)));
+  EXPECT_EQ(ProcessGroupOf(pid), pid);
+
+  httplib::Client cli("127.0.0.1", m->port());
+  auto r = cli.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("demo-chat"), std::string::npos) << r->body;
+
+  uint64_t mine = 0;
+  for (pid_t p : RunningMembersOf(pid)) mine += MyRssBytes(p);
+  const uint64_t measured = m->MeasureRssBytes();
+  std::printf("child arbiter RSS: %.1f MiB (measured), %.1f MiB (own reading)\n",
+              measured / 1048576.0, mine / 1048576.0);
+  EXPECT_GT(measured, 10u << 20);
+  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(mine), 0.1 * mine);
+
+  m->Stop();
+  EXPECT_FALSE(m->alive());
+  EXPECT_FALSE(ProcessRuns(pid));
+  EXPECT_FALSE(std::filesystem::exists(RecordPath(pid)));
+  ASSERT_TRUE(m->exit().has_value());
+  EXPECT_EQ(m->MeasureRssBytes(), 0u);
+  m->Stop();  // idempotent
+}
+
+TEST_F(ProcessModelTest, EmptyCommandIsInvalid) {
+  ProcessModelSpec spec;
+  spec.name = "empty";
+  auto r = sup_->Start(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ProcessModelTest, MissingOrNonExecutableCommandIsNotFound) {
+  const std::string plain = dir_ + "/not-executable";
+  std::ofstream(plain) << "#!/bin/sh\nexit 0\n";
+  chmod(plain.c_str(), 0644);
+  for (const std::string& cmd : {plain, dir_ + "/does-not-exist", std::string("no-such-server-xyz")}) {
+    ProcessModelSpec spec;
+    spec.name = "bad";
+    spec.command = {cmd, "--port", "{port}"};
+    auto r = sup_->Start(spec);
+    ASSERT_FALSE(r.ok()) << cmd;
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(cmd), std::string::npos) << r.status().ToString();
+  }
+}
+
+TEST_F(ProcessModelTest, ExecFailureInTheChildIsNotFound) {
+  // Executable bit set, but no format exec knows: the exec itself fails
+  // (ENOEXEC), reported through the status pipe.
+  const std::string junk = dir_ + "/junk";
+  std::ofstream(junk) << std::string("\x7f" "ELFjunk", 8);
+  chmod(junk.c_str(), 0755);
+  ProcessModelSpec spec;
+  spec.name = "junk";
+  spec.command = {junk};
+  auto r = sup_->Start(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("exec"), std::string::npos) << r.status().ToString();
+}
+
+TEST_F(ProcessModelTest, EarlyExitReportsStatusAndOutput) {
+  ProcessModelSpec spec;
+  spec.name = "boomer";
+  spec.command = {"/bin/sh", "-c", "echo boom >&2; exit 3"};
+  auto r = sup_->Start(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("code 3"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("boom"), std::string::npos) << r.status().ToString();
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/sup/children"));
+}
+
+TEST_F(ProcessModelTest, NeverHealthyIsDeadlineExceededAndStopped) {
+  const std::string pid_file = dir_ + "/sleep.pid";
+  ProcessModelSpec spec;
+  spec.name = "sleeper";
+  spec.command = {"/bin/sh", "-c", "echo $$ > " + pid_file + "; exec /bin/sleep 60"};
+  spec.ready_timeout_ms = 500;
+  auto r = sup_->Start(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  const pid_t pid = static_cast<pid_t>(std::stol(ReadFile(pid_file)));
+  EXPECT_FALSE(ProcessRuns(pid));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/sup/children"));
+}
+
+TEST_F(ProcessModelTest, CancelledStartStopsTheChild) {
+  const std::string pid_file = dir_ + "/sleep.pid";
+  ProcessModelSpec spec;
+  spec.name = "sleeper";
+  spec.command = {"/bin/sh", "-c", "echo $$ > " + pid_file + "; exec /bin/sleep 60"};
+  CancelSource source;
+  std::thread canceller([&] {
+    WaitFor([&] { return std::filesystem::exists(pid_file); }, seconds(10));
+    source.Cancel();
+  });
+  auto r = sup_->Start(spec, source.token());
+  canceller.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  EXPECT_FALSE(ProcessRuns(static_cast<pid_t>(std::stol(ReadFile(pid_file)))));
+}
+
+TEST_F(ProcessModelTest, ChildIgnoringSigtermIsKilledAfterTheGrace) {
+  ProcessModelSpec spec = ShellServerSpec("trap '' TERM; exec ");
+  spec.stop_grace_ms = 500;
+  auto started = sup_->Start(spec);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<ProcessModel> m = std::move(*started);
+  const pid_t pid = m->pid();
+  const auto t0 = Clock::now();
+  m->Stop();
+  EXPECT_GE(Clock::now() - t0, milliseconds(400));
+  EXPECT_FALSE(ProcessRuns(pid));
+  ASSERT_TRUE(m->exit().has_value());
+  EXPECT_EQ(m->exit()->signal, SIGKILL);
+}
+
+TEST_F(ProcessModelTest, ProcessGroupIsMeasuredAndStoppedWhole) {
+  auto started = sup_->Start(ShellServerSpec("/bin/sleep 60 & "));
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<ProcessModel> m = std::move(*started);
+  const pid_t pid = m->pid();
+  std::vector<pid_t> members = RunningMembersOf(pid);
+  pid_t python = 0, sleeper = 0;
+  for (pid_t p : members) {
+    if (CommOf(p).rfind("python", 0) == 0) python = p;
+    if (CommOf(p) == "sleep") sleeper = p;
+  }
+  ASSERT_GT(python, 0);
+  ASSERT_GT(sleeper, 0);
+  const uint64_t measured = m->MeasureRssBytes();
+  EXPECT_GT(measured, MyRssBytes(python));
+  m->Stop();
+  EXPECT_FALSE(ProcessRuns(pid));
+  EXPECT_FALSE(ProcessRuns(python));
+  EXPECT_FALSE(ProcessRuns(sleeper));
+  EXPECT_TRUE(RunningMembersOf(pid).empty());
+}
+
+TEST_F(ProcessModelTest, CrashIsReportedAndHelpersAreKilled) {
+  auto started = sup_->Start(ShellServerSpec("/bin/sleep 60 & echo about to serve; "));
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<ProcessModel> m = std::move(*started);
+  const pid_t pid = m->pid();
+  kill(pid, SIGKILL);  // the shell (group leader) crashes; python and sleep are left
+  ASSERT_TRUE(WaitFor([&] { return !m->alive(); }, seconds(10)));
+  ASSERT_TRUE(m->exit().has_value());
+  EXPECT_EQ(m->exit()->signal, SIGKILL);
+  EXPECT_NE(m->exit()->stderr_tail.find("about to serve"), std::string::npos);
+  EXPECT_TRUE(WaitFor([&] { return RunningMembersOf(pid).empty(); }, seconds(10)));
+  EXPECT_FALSE(std::filesystem::exists(RecordPath(pid)));
+}
+
+// Run only as the helper process of ChildDiesWithItsSupervisorProcess (it
+// sets ARBITER_PM_HELPER_DIR): starts a child, says so, and waits to be
+// SIGKILLed.
+TEST(ProcessModelHelper, StartChildAndWait) {
+  const char* dir = std::getenv("ARBITER_PM_HELPER_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "helper process only";
+  auto sup = ProcessSupervisor::Create(std::string(dir) + "/sup");
+  ASSERT_TRUE(sup.ok());
+  ProcessModelSpec spec;
+  spec.name = "orphan";
+  spec.command = {"/bin/sh", "-c",
+                  "echo $$ > " + std::string(dir) + "/child.pid; exec " + kPython +
+                      " -m http.server {port} --bind 127.0.0.1"};
+  spec.health = "/";
+  auto m = (*sup)->Start(spec);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::ofstream(std::string(dir) + "/ready") << "ready\n";
+  std::this_thread::sleep_for(seconds(120));
+}
+
+TEST_F(ProcessModelTest, ChildDiesWithItsSupervisorProcess) {
+  const std::string helper_dir = dir_ + "/helper";
+  std::filesystem::create_directories(helper_dir);
+  const pid_t helper = fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    setenv("ARBITER_PM_HELPER_DIR", helper_dir.c_str(), 1);
+    execl("/proc/self/exe", "process_model_e2e_test",
+          "--gtest_filter=ProcessModelHelper.StartChildAndWait", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const bool ready =
+      WaitFor([&] { return std::filesystem::exists(helper_dir + "/ready"); }, seconds(60));
+  kill(helper, SIGKILL);
+  waitpid(helper, nullptr, 0);
+  ASSERT_TRUE(ready) << "the helper did not start its child";
+  const pid_t child = static_cast<pid_t>(std::stol(ReadFile(helper_dir + "/child.pid")));
+  EXPECT_TRUE(WaitFor([&] { return !ProcessRuns(child); }, seconds(10)))
+      << "the child outlived its supervisor (PR_SET_PDEATHSIG)";
+
+  // The killed helper left the child's record; the next supervisor finds it.
+  auto next = ProcessSupervisor::Create(helper_dir + "/sup");
+  ASSERT_TRUE(next.ok());
+  std::vector<std::string> lines = (*next)->ReapStale();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("orphan"), std::string::npos) << lines[0];
+  EXPECT_TRUE(std::filesystem::is_empty(helper_dir + "/sup/children"));
+}
+
+TEST_F(ProcessModelTest, ReapStaleStopsLeftoverGroupsAndSparesReusedPids) {
+  const pid_t stale = SpawnInOwnGroup({"/bin/sleep", "60"});
+  const pid_t innocent = SpawnInOwnGroup({"/bin/sleep", "60"});
+  ASSERT_TRUE(WaitFor([&] { return ProcessGroupOf(stale) == stale && ProcessGroupOf(innocent) == innocent; },
+                      seconds(5)));
+  const std::optional<uint64_t> stale_start = ProcStartTime(stale);
+  const std::optional<uint64_t> innocent_start = ProcStartTime(innocent);
+  ASSERT_TRUE(stale_start && innocent_start);
+  ASSERT_TRUE(WriteChildRecord(dir_ + "/sup", {stale, stale, *stale_start, "left-behind", "sleep 60"}).ok());
+  // The pid of a process that is not the recorded one (another start time).
+  ASSERT_TRUE(WriteChildRecord(dir_ + "/sup", {innocent, innocent, *innocent_start + 12345, "reused",
+                                               "server --port 1"}).ok());
+
+  std::vector<std::string> lines = sup_->ReapStale(/*grace_ms=*/2000);
+  ASSERT_EQ(lines.size(), 2u);
+  std::string all = lines[0] + "\n" + lines[1];
+  EXPECT_NE(all.find("left-behind"), std::string::npos) << all;
+  EXPECT_NE(all.find("stopped"), std::string::npos) << all;
+  EXPECT_NE(all.find("another process"), std::string::npos) << all;
+
+  int status = 0;
+  ASSERT_EQ(waitpid(stale, &status, 0), stale);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  EXPECT_TRUE(ProcessRuns(innocent));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/sup/children"));
+  kill(innocent, SIGKILL);
+  waitpid(innocent, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace arbiter
