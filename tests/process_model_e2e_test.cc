@@ -4,8 +4,11 @@
 #include "arbiter/backends/process_model.h"
 
 #include <dirent.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +29,8 @@
 #include <httplib.h>
 
 #include "arbiter/base/cancel.h"
+#include "server/internal/http/http_server.h"
+#include "server/internal/proxy.h"
 
 extern char** environ;
 
@@ -410,6 +415,107 @@ TEST_F(ProcessModelTest, ReapStaleStopsLeftoverGroupsAndSparesReusedPids) {
   EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/sup/children"));
   kill(innocent, SIGKILL);
   waitpid(innocent, nullptr, 0);
+}
+
+// A loopback port nothing listens on (bound, then closed).
+int DeadPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Our own HTTP server whose routes proxy to a child `arbiter serve`.
+TEST_F(ProcessModelTest, ProxyRelaysPlainAndStreamedAnswersAnd502sADeadPort) {
+  auto started = sup_->Start(ArbiterSpec());
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<ProcessModel> m = std::move(*started);
+  const int child_port = m->port();
+  const int dead_port = DeadPort();
+
+  http::ServerOptions options;
+  options.port = 0;
+  options.worker_threads = 4;
+  http::Server server(options);
+  for (const char* method : {"GET", "POST"}) {
+    server.Route(method, "/v1/{rest...}", http::Dispatch::kWorker,
+                 [&](const http::Request& req, http::Responder& r) {
+                   server_internal::ProxyToProcess(req, r, child_port, "child", 60);
+                 });
+  }
+  server.Route("GET", "/dead", http::Dispatch::kWorker,
+               [&](const http::Request& req, http::Responder& r) {
+                 server_internal::ProxyToProcess(req, r, dead_port, "gone", 5);
+               });
+  ASSERT_TRUE(server.Bind().ok());
+  std::thread loop([&] { server.Run().IgnoreError(); });
+
+  httplib::Client cli("127.0.0.1", server.port());
+  cli.set_read_timeout(120, 0);
+  // GET with a query string, and the Authorization header the child must not see.
+  auto models = cli.Get("/v1/models?limit=5", {{"Authorization", "Bearer outer-key"}});
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_NE(models->body.find("demo-chat"), std::string::npos) << models->body;
+
+  const std::string body =
+      R"({"model":"demo-chat","messages":[{"role":"user","content":"Hello"}],"max_tokens":6)";
+  auto plain = cli.Post("/v1/chat/completions", body + "}", "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200) << plain->body;
+  EXPECT_NE(plain->get_header_value("Content-Type").find("application/json"), std::string::npos);
+  EXPECT_NE(plain->body.find("\"chat.completion\""), std::string::npos) << plain->body;
+  EXPECT_NE(plain->body.find("\"completion_tokens\":6"), std::string::npos) << plain->body;
+
+  // Streamed: the events arrive through our server as the child sends them.
+  std::string streamed;
+  int pieces = 0;
+  std::string stream_type;
+  httplib::Request sreq;
+  sreq.method = "POST";
+  sreq.path = "/v1/chat/completions";
+  sreq.body = body + R"(,"stream":true})";
+  sreq.set_header("Content-Type", "application/json");
+  sreq.response_handler = [&](const httplib::Response& r) {
+    stream_type = r.get_header_value("Content-Type");
+    return r.status == 200;
+  };
+  sreq.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    streamed.append(d, n);
+    ++pieces;
+    return true;
+  };
+  httplib::Response sres;
+  httplib::Error serr = httplib::Error::Success;
+  ASSERT_TRUE(cli.send(sreq, sres, serr)) << httplib::to_string(serr);
+  EXPECT_EQ(sres.status, 200);
+  EXPECT_EQ(stream_type.rfind("text/event-stream", 0), 0u) << stream_type;
+  size_t events = 0;
+  for (size_t at = streamed.find("data: "); at != std::string::npos; at = streamed.find("data: ", at + 1)) {
+    ++events;
+  }
+  EXPECT_GE(events, 7u) << streamed;  // role, 6 tokens, finish, [DONE]
+  EXPECT_NE(streamed.find("chat.completion.chunk"), std::string::npos) << streamed;
+  EXPECT_EQ(streamed.substr(streamed.size() - 14), "data: [DONE]\n\n") << streamed;
+  std::printf("streamed %zu events in %d pieces\n", events, pieces);
+
+  auto dead = cli.Get("/dead");
+  ASSERT_TRUE(dead);
+  EXPECT_EQ(dead->status, 502);
+  EXPECT_NE(dead->body.find(R"("type":"server_error")"), std::string::npos) << dead->body;
+  EXPECT_NE(dead->body.find(R"(model \"gone\" (process) did not answer)"), std::string::npos)
+      << dead->body;
+
+  server.Stop();
+  loop.join();
 }
 
 }  // namespace
