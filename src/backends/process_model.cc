@@ -53,6 +53,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -680,7 +681,6 @@ Result<std::unique_ptr<ProcessModel>> ProcessSupervisor::Start(const ProcessMode
   // The health wait (on this thread; the spawner reaps meanwhile).
   httplib::Client cli("127.0.0.1", port);
   cli.set_connection_timeout(0, 500 * 1000);
-  cli.set_read_timeout(5, 0);
   const auto deadline = Clock::now() + milliseconds(spec.ready_timeout_ms);
   for (;;) {
     if (std::optional<ProcessExit> e = model->exit()) {
@@ -703,6 +703,12 @@ Result<std::unique_ptr<ProcessModel>> ProcessSupervisor::Start(const ProcessMode
           "and was stopped (raise ready_timeout_s if it loads slowly); its output ended with:\n{}",
           spec.name, port, spec.health, spec.ready_timeout_ms, tail));
     }
+    // A child that accepts but does not answer must not hold the wait past
+    // its deadline by more than the poll period.
+    const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    const auto read_limit = std::clamp<std::chrono::microseconds>(remaining, milliseconds(kHealthPollMs),
+                                                                  std::chrono::seconds(5));
+    cli.set_read_timeout(read_limit.count() / 1000000, read_limit.count() % 1000000);
     if (auto r = cli.Get(spec.health.c_str()); r && r->status == 200) break;
     model->child_->WaitExited(std::min(deadline, Clock::now() + milliseconds(kHealthPollMs)));
   }

@@ -154,7 +154,10 @@ class ProcessModel {
   // scan of /proc (a few ms on a busy machine): call it about once a second.
   uint64_t MeasureRssBytes() const;
   // False once the child (the group leader) has exited and been reaped
-  // (the supervisor reaps every ~50 ms).
+  // (the supervisor reaps every ~50 ms). A child that exits without Stop()
+  // crashed: the supervisor logs its status and output tail, SIGKILLs what
+  // remains of its process group and removes its record; the caller marks
+  // the model failed and may Start() it again.
   bool alive() const;
   // Once exited: its status and output tail; nullopt while it runs.
   std::optional<ProcessExit> exit() const;

@@ -60,6 +60,9 @@ void ProxyToProcess(const http::Request& req, http::Responder& res, int port,
   cli.set_read_timeout(timeout_s, 0);
   cli.set_write_timeout(timeout_s, 0);
   cli.set_keep_alive(false);
+  // Bytes relay as they come: if the child compresses anyway, its
+  // Content-Encoding header goes along with the compressed body.
+  cli.set_decompress(false);
 
   httplib::Request up;
   up.method = req.method;
@@ -67,6 +70,8 @@ void ProxyToProcess(const http::Request& req, http::Responder& res, int port,
   for (const auto& [name, value] : req.headers) {
     if (!DropFromRequest(name)) up.headers.emplace(name, value);
   }
+  // Without this the Client offers gzip/br on its own.
+  up.headers.emplace("Accept-Encoding", "identity");
   up.body = req.body;
 
   bool streaming = false;   // relaying as it arrives (StartStream done)

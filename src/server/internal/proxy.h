@@ -16,8 +16,9 @@ namespace arbiter::server_internal {
 // with what comes back. Forwarded: method, target (query included), body,
 // and the headers minus hop-by-hop ones (Connection, Keep-Alive,
 // Transfer-Encoding, TE, Trailer, Upgrade, Proxy-*), Host, Content-Length,
-// Expect, Accept-Encoding (the child answers uncompressed, so the bytes
-// relay as they are) and Authorization (the child has no key). Relayed:
+// Expect, Accept-Encoding (replaced by "identity": the child answers
+// uncompressed; a body it compresses anyway relays as it is, with its
+// Content-Encoding) and Authorization (the child has no key). Relayed:
 // status, headers minus hop-by-hop ones and Content-Length, body.
 //
 // An answer with a Content-Length (and not text/event-stream) is read whole
