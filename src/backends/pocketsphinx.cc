@@ -11,6 +11,9 @@
 // -vad_startspeech speech frames, "silence" after -vad_postspeech silent
 // frames (10 ms each), so segment bounds are moved back by those latencies
 // and clamped to the audio.
+//
+// PocketSphinx logs through a process-wide FILE; it is switched off once
+// (err_set_logfp(NULL)) before the first decoder is made.
 #include "arbiter/backends/pocketsphinx.h"
 
 #include <pocketsphinx.h>
@@ -72,7 +75,10 @@ Result<std::unique_ptr<PocketSphinxAsr::Decoder>> MakeDecoder(const std::string&
   SilenceSphinxLog();
   ARBITER_RETURN_IF_ERROR(CheckExists(hmm + "/mdef", "acoustic model file"));
   ARBITER_RETURN_IF_ERROR(CheckExists(hmm + "/means", "acoustic model file"));
-  args.insert(args.begin(), {"-hmm", hmm, "-samprate", "16000", "-logfn", "/dev/null"});
+  // No -logfn: ps_init would swap the process-wide log FILE (closing the
+  // old one) on every load, racing with decoders on other threads; logging
+  // is off process-wide instead (SilenceSphinxLog).
+  args.insert(args.begin(), {"-hmm", hmm, "-samprate", "16000"});
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>("arbiter"));
   for (std::string& a : args) argv.push_back(a.data());

@@ -7,7 +7,8 @@
 //   <model_dir>/en-us.lm.bin      trigram language model   (ASR only)
 //   <model_dir>/cmudict-en-us.dict pronunciation dictionary (ASR only)
 //   <model_dir>/en-us-phone.lm.bin phone language model     (VAD only)
-// PocketSphinx's own log goes nowhere (-logfn /dev/null).
+// PocketSphinx's own log is switched off process-wide (err_set_logfp(NULL))
+// by the first Load.
 //
 // Audio: [n] int16 mono at 16 kHz (kAsrSampleRate; DecodeAudio makes it).
 // Times are milliseconds from the start of `pcm`.
