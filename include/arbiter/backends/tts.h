@@ -1,0 +1,115 @@
+// arbiter/backends/tts.h — speech synthesis (capability "tts") and the
+// encoders for its responses.
+//
+// A TtsEngine turns text into mono 16-bit PCM at its voice's sample rate,
+// streaming it to a PcmSink as it is produced. Two engines:
+//   Flite    (LoadFliteTts): voices compiled into the library (slt, kal,
+//            awb, rms); no data files.
+//   eSpeak NG (LoadEspeakNgTts): the espeak-ng-data directory; eSpeak NG
+//            keeps its state in globals, so at most one engine is live per
+//            process.
+// An AudioEncoder turns the PCM into the bytes of a response (mp3, wav,
+// pcm), incrementally so responses can stream.
+//
+// Usage:
+//   ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<TtsEngine> tts, LoadFliteTts());
+//   const int rate = tts->sample_rate("slt");
+//   ARBITER_ASSIGN_OR_RETURN(auto enc, AudioEncoder::Create(AudioFormat::kMp3, rate));
+//   Status s = tts->Synthesize("hello", "slt", 1.0, [&](std::span<const int16_t> pcm) {
+//     Result<std::string> bytes = enc->Encode(pcm);
+//     return bytes.ok() && Send(*bytes);
+//   }, cancel_token);
+//   Send(enc->Finish());
+//
+// Thread safety: TtsEngine and AudioEncoder are thread-compatible — one
+// call at a time per instance. Flite synthesis is additionally serialized
+// process-wide (its voices are process-global objects shared by engines).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "arbiter/base/cancel.h"
+#include "arbiter/base/status.h"
+
+namespace arbiter {
+
+// Receives synthesized audio as it is produced: [n] int16 mono at the
+// voice's sample_rate. Return false to stop synthesis (Synthesize then
+// returns kCancelled). Called on the Synthesize caller's thread.
+using PcmSink = std::function<bool(std::span<const int16_t> samples)>;
+
+class TtsEngine {
+ public:
+  virtual ~TtsEngine() = default;
+  // "flite" | "espeak-ng".
+  virtual std::string_view engine_name() const = 0;
+  // Flite: slt, kal, awb, rms. eSpeak NG: the language codes of the
+  // installed voices ("en", "en-us", "de", ...), sorted.
+  virtual std::vector<std::string> voices() const = 0;
+  // "slt" / "en-us".
+  virtual std::string default_voice() const = 0;
+  // Hz; 0 for a voice that is not one of voices().
+  virtual int sample_rate(const std::string& voice) const = 0;
+  // Synthesizes `text` (non-empty, UTF-8) with `voice` at `speed`
+  // (0.25..4.0; 1 = normal; changes the speaking rate, not the pitch) and
+  // streams the audio to `sink` as it is produced (Flite: per utterance
+  // chunk from its audio stream callback; eSpeak NG: per synth callback
+  // buffer). Checks `cancelled` in those callbacks.
+  // Errors: kInvalidArgument for empty text, a speed out of range, or an
+  // unknown voice (`voice "x" is not one of this model's voices: slt, kal,
+  // awb, rms`); kCancelled when `cancelled` fires or the sink returns false;
+  // kInternal when the engine fails.
+  virtual Status Synthesize(std::string_view text, const std::string& voice, double speed,
+                            const PcmSink& sink, const Cancellation& cancelled) = 0;
+  // The voice/data files it reads (empty for Flite's compiled-in voices).
+  virtual std::vector<std::string> files() const = 0;
+};
+
+// Flite with its four US English voices registered. Errors: kInternal when
+// a voice cannot be registered.
+Result<std::unique_ptr<TtsEngine>> LoadFliteTts();
+
+// eSpeak NG. `data_dir`: the espeak-ng-data directory (or the directory
+// holding it); "" = the package default. Errors: kFailedPrecondition "only
+// one espeak-ng model can be loaded at a time" while another is live;
+// kNotFound when the data directory has no phoneme data.
+// Memory: eSpeak NG 1.51's espeak_Terminate deadlocks, so the library is
+// initialized by the first Load and never terminated; destroying the engine
+// frees the slot but not eSpeak NG's data (Note [eSpeak NG is never
+// terminated] in src/backends/espeak_tts.cc). A later Load with another
+// data_dir → kFailedPrecondition.
+Result<std::unique_ptr<TtsEngine>> LoadEspeakNgTts(const std::string& data_dir = "");
+
+enum class AudioFormat { kMp3, kWav, kPcm };
+
+// "mp3" | "wav" | "pcm". Others: kInvalidArgument
+// `response_format "x" is not one of mp3, wav, pcm`.
+Result<AudioFormat> ParseAudioFormat(std::string_view name);
+std::string_view AudioFormatName(AudioFormat f);  // "mp3" | "wav" | "pcm"
+std::string_view AudioFormatMime(AudioFormat f);  // audio/mpeg, audio/wav, audio/pcm
+
+// Incremental encoder of [n] int16 mono PCM at `sample_rate` Hz.
+// Encode() returns the bytes ready so far (possibly empty), Finish() the
+// rest; after Finish() the encoder is spent (kFailedPrecondition).
+//   kPcm: raw int16 little-endian, streamed (2 bytes per sample).
+//   kWav: RIFF/WAVE 16-bit PCM mono. The header holds the data size, so
+//         the WAV encoder buffers everything and Encode() returns nothing:
+//         the whole file comes from Finish().
+//   kMp3: LAME, mono, CBR 64 kbps, streamed (no Xing/ID3 tag; frames only).
+class AudioEncoder {
+ public:
+  // Errors: kInvalidArgument for a sample rate outside 8000..48000 (MP3) or
+  // 1..384000 (WAV, PCM); kInternal when LAME cannot be initialized.
+  static Result<std::unique_ptr<AudioEncoder>> Create(AudioFormat format, int sample_rate);
+  virtual ~AudioEncoder() = default;
+  virtual Result<std::string> Encode(std::span<const int16_t> samples) = 0;
+  virtual Result<std::string> Finish() = 0;
+};
+
+}  // namespace arbiter
