@@ -42,7 +42,9 @@ TEST(FliteTtsTest, SltSpeaksTheFox) {
   Collected c;
   Status s = SynthesizeAll(**tts, kFox, "slt", c);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_GE(c.chunks, 1);
+  EXPECT_GT(c.chunks, 1);  // streamed as synthesized, not as one buffer at the end
+  RecordProperty("slt_rate_hz", rate);
+  RecordProperty("slt_chunks", c.chunks);
   const double seconds = static_cast<double>(c.pcm.size()) / rate;
   EXPECT_GT(seconds, 1.0);
   EXPECT_LT(seconds, 10.0);
@@ -92,6 +94,17 @@ TEST(FliteTtsTest, Errors) {
   s = (*tts)->Synthesize(kFox, "slt", 1.0, [&](std::span<const int16_t>) { ++calls; return false; }, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 1);
+  // Cancelled from the sink's thread mid-stream: seen in the next callback.
+  {
+    CancelSource mid;
+    int chunks = 0;
+    s = (*tts)->Synthesize(kFox, "slt", 1.0, [&](std::span<const int16_t>) {
+      if (++chunks == 2) mid.Cancel();
+      return true;
+    }, mid.token());
+    EXPECT_EQ(s.code(), StatusCode::kCancelled);
+    EXPECT_EQ(chunks, 2);
+  }
   // Cancelled before it starts.
   CancelSource source;
   source.Cancel();
