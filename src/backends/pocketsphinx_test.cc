@@ -7,6 +7,15 @@
 
 #include "backends/backends_test_util.h"
 
+// PocketSphinx 5prealpha's phone-loop (allphone) search, which
+// PocketSphinxVad uses, leaks ~1 KB per decoder that has decoded speech
+// (allocated by sphinxbase's ckd_calloc, not freed by ps_free). It is once
+// per load, not per utterance: ten utterances on one decoder leak the same
+// 58 allocations as two. LeakSanitizer (make test-asan) would fail the VAD
+// test on it; the library cannot be fixed here, so its allocations are
+// suppressed for this binary.
+extern "C" const char* __lsan_default_suppressions() { return "leak:libsphinxbase.so\n"; }
+
 namespace arbiter {
 namespace {
 
