@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   arbiter::Result<arbiter::GrayImage> r = arbiter::DecodeImageGray(std::span(data, size), limits);
   if (r.ok()) {
     const arbiter::GrayImage& g = *r;
-    if (g.width <= 0 || g.height <= 0 || g.width >= limits.max_side || g.height >= limits.max_side) std::abort();
+    if (g.width <= 0 || g.height <= 0 || g.width >= limits.max_side || g.height >= limits.max_side)
+      std::abort();
     const uint64_t pixels = static_cast<uint64_t>(g.width) * static_cast<uint64_t>(g.height);
     if (pixels > limits.max_pixels || g.pixels.size() != pixels) std::abort();
   } else if (r.status().code() != arbiter::StatusCode::kInvalidArgument) {
@@ -30,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const std::string_view url(reinterpret_cast<const char*>(data), size);
   constexpr size_t kMaxUrlBytes = 4096;
-  arbiter::Result<std::vector<uint8_t>> bytes = arbiter::DecodeDataUrl(url, "image_url", kMaxUrlBytes);
+  arbiter::Result<std::vector<uint8_t>> bytes =
+      arbiter::DecodeDataUrl(url, "image_url", kMaxUrlBytes);
   if (bytes.ok()) {
     if (bytes->empty() || bytes->size() > kMaxUrlBytes || bytes->size() > size) std::abort();
   } else if (bytes.status().code() != arbiter::StatusCode::kInvalidArgument) {

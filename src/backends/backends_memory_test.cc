@@ -39,8 +39,8 @@ void CheckCycles(const char* name, const std::function<std::function<void()>()>&
   GTEST_SKIP() << "RSS is not meaningful under a sanitizer";
 #endif
   int64_t after_first = 0, after_last = 0;
-  int64_t anon_delta = 0, file_delta = 0;    // the last cycle's
-  int64_t first_anon = 0, first_file = 0;    // the first load's, with one-time state
+  int64_t anon_delta = 0, file_delta = 0;  // the last cycle's
+  int64_t first_anon = 0, first_file = 0;  // the first load's, with one-time state
   for (int i = 0; i < kCycles; ++i) {
     const int64_t anon0 = StatusKib("RssAnon"), file0 = StatusKib("RssFile");
     std::function<void()> destroy = load_and_use();
@@ -57,12 +57,15 @@ void CheckCycles(const char* name, const std::function<std::function<void()>()>&
     }
   }
   std::printf(
-      "[memory] %-16s first load: RssAnon %+7.1f MiB, RssFile %+7.1f MiB; later loads: RssAnon %+7.1f MiB, "
+      "[memory] %-16s first load: RssAnon %+7.1f MiB, RssFile %+7.1f MiB; later loads: RssAnon "
+      "%+7.1f MiB, "
       "RssFile %+7.1f MiB; growth over %d cycles after the first: %+.1f MiB\n",
-      name, first_anon / 1024.0, first_file / 1024.0, anon_delta / 1024.0, file_delta / 1024.0, kCycles - 1,
-      (after_last - after_first) / 1024.0);
-  ::testing::Test::RecordProperty(std::string(name) + "_rss_anon_kib", static_cast<int>(anon_delta));
-  ::testing::Test::RecordProperty(std::string(name) + "_rss_file_kib", static_cast<int>(file_delta));
+      name, first_anon / 1024.0, first_file / 1024.0, anon_delta / 1024.0, file_delta / 1024.0,
+      kCycles - 1, (after_last - after_first) / 1024.0);
+  ::testing::Test::RecordProperty(std::string(name) + "_rss_anon_kib",
+                                  static_cast<int>(anon_delta));
+  ::testing::Test::RecordProperty(std::string(name) + "_rss_file_kib",
+                                  static_cast<int>(file_delta));
   EXPECT_LE(after_last - after_first, kMaxGrowthKib) << name << " leaks across load/unload";
 }
 
@@ -94,8 +97,14 @@ std::function<void()> LoadSpeakDestroy(Result<std::unique_ptr<TtsEngine>> tts) {
   EXPECT_TRUE(tts.ok()) << tts.status().ToString();
   if (!tts.ok()) return [] {};
   size_t n = 0;
-  EXPECT_TRUE((*tts)->Synthesize("memory test", (*tts)->default_voice(), 1.0,
-                                 [&](std::span<const int16_t> s) { n += s.size(); return true; }, nullptr)
+  EXPECT_TRUE((*tts)
+                  ->Synthesize(
+                      "memory test", (*tts)->default_voice(), 1.0,
+                      [&](std::span<const int16_t> s) {
+                        n += s.size();
+                        return true;
+                      },
+                      nullptr)
                   .ok());
   EXPECT_GT(n, 0u);
   auto* p = tts->release();

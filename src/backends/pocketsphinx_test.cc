@@ -61,8 +61,8 @@ class PocketSphinxTest : public ::testing::Test {
     a.insert(a.end(), fox_->begin(), fox_->end());
     return a;
   }
-  static void ExpectTwoSegments(const std::vector<SpeechSegment>& segs, int64_t first_end, int64_t second_start,
-                                int64_t total) {
+  static void ExpectTwoSegments(const std::vector<SpeechSegment>& segs, int64_t first_end,
+                                int64_t second_start, int64_t total) {
     ASSERT_EQ(segs.size(), 2u);
     EXPECT_NEAR(segs[0].start_ms, 1000, 400);
     EXPECT_NEAR(segs[0].end_ms, first_end, 500);
@@ -145,7 +145,8 @@ TEST(PocketSphinxLoadTest, FilesAndErrors) {
   Result<std::unique_ptr<PocketSphinxAsr>> asr = PocketSphinxAsr::Load({"/nonexistent/model"});
   ASSERT_FALSE(asr.ok());
   EXPECT_EQ(asr.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(asr.status().message().find("/nonexistent/model/en-us"), std::string::npos) << asr.status().message();
+  EXPECT_NE(asr.status().message().find("/nonexistent/model/en-us"), std::string::npos)
+      << asr.status().message();
   Result<std::unique_ptr<PocketSphinxVad>> vad = PocketSphinxVad::Load({"/nonexistent/model"});
   EXPECT_EQ(vad.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(PocketSphinxAsr::EstimateBytes({"/nonexistent/model"}), 0u);
