@@ -84,42 +84,15 @@ TEST(DecodeImageGrayTest, SamePixelsFromPngBmpWebp) {
 // Inserts an APP1 Exif segment (big-endian TIFF, IFD0 with one SHORT
 // Orientation entry) after the SOI of `jpeg`.
 std::vector<uint8_t> WithExifOrientation(const std::vector<uint8_t>& jpeg, uint16_t orientation) {
-  const uint8_t app1[] = {0xFF,
-                          0xE1,
-                          0x00,
-                          34,
-                          'E',
-                          'x',
-                          'i',
-                          'f',
-                          0,
-                          0,
-                          'M',
-                          'M',
-                          0x00,
-                          0x2A,
-                          0,
-                          0,
-                          0,
-                          8,  // TIFF header, IFD0 at 8
-                          0x00,
-                          0x01,  // one entry
-                          0x01,
-                          0x12,
-                          0x00,
-                          0x03,
-                          0,
-                          0,
-                          0,
-                          1,  // Orientation, SHORT, 1
-                          static_cast<uint8_t>(orientation >> 8),
-                          static_cast<uint8_t>(orientation),
-                          0,
-                          0,
-                          0,
-                          0,
-                          0,
-                          0};  // no next IFD
+  // clang-format off
+  const uint8_t app1[] = {
+      0xFF, 0xE1, 0x00, 34, 'E', 'x', 'i', 'f', 0, 0,
+      'M', 'M', 0x00, 0x2A, 0, 0, 0, 8,                   // TIFF header, IFD0 at 8
+      0x00, 0x01,                                         // one entry
+      0x01, 0x12, 0x00, 0x03, 0, 0, 0, 1,                 // Orientation, SHORT, count 1
+      static_cast<uint8_t>(orientation >> 8), static_cast<uint8_t>(orientation), 0, 0,
+      0, 0, 0, 0};                                        // no next IFD
+  // clang-format on
   std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
   out.insert(out.end(), std::begin(app1), std::end(app1));
   out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
