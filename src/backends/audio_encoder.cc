@@ -11,23 +11,30 @@ Result<AudioFormat> ParseAudioFormat(std::string_view name) {
   if (name == "mp3") return AudioFormat::kMp3;
   if (name == "wav") return AudioFormat::kWav;
   if (name == "pcm") return AudioFormat::kPcm;
-  return InvalidArgumentError("response_format \"" + std::string(name) + "\" is not one of mp3, wav, pcm");
+  return InvalidArgumentError("response_format \"" + std::string(name) +
+                              "\" is not one of mp3, wav, pcm");
 }
 
 std::string_view AudioFormatName(AudioFormat f) {
   switch (f) {
-    case AudioFormat::kMp3: return "mp3";
-    case AudioFormat::kWav: return "wav";
-    case AudioFormat::kPcm: return "pcm";
+    case AudioFormat::kMp3:
+      return "mp3";
+    case AudioFormat::kWav:
+      return "wav";
+    case AudioFormat::kPcm:
+      return "pcm";
   }
   return "pcm";
 }
 
 std::string_view AudioFormatMime(AudioFormat f) {
   switch (f) {
-    case AudioFormat::kMp3: return "audio/mpeg";
-    case AudioFormat::kWav: return "audio/wav";
-    case AudioFormat::kPcm: return "audio/pcm";
+    case AudioFormat::kMp3:
+      return "audio/mpeg";
+    case AudioFormat::kWav:
+      return "audio/wav";
+    case AudioFormat::kPcm:
+      return "audio/pcm";
   }
   return "audio/pcm";
 }
@@ -81,8 +88,13 @@ class WavEncoder final : public AudioEncoder {
     done_ = true;
     std::string out;
     out.reserve(44 + data_.size());
-    auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i))); };
-    auto u16 = [&](uint16_t v) { out.push_back(static_cast<char>(v & 0xFF)); out.push_back(static_cast<char>(v >> 8)); };
+    auto u32 = [&](uint32_t v) {
+      for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+    };
+    auto u16 = [&](uint16_t v) {
+      out.push_back(static_cast<char>(v & 0xFF));
+      out.push_back(static_cast<char>(v >> 8));
+    };
     const auto data_size = static_cast<uint32_t>(data_.size());
     out += "RIFF";
     u32(36 + data_size);
@@ -121,8 +133,8 @@ class Mp3Encoder final : public AudioEncoder {
     for (size_t off = 0; off < samples.size(); off += kChunk) {
       const size_t n = std::min(kChunk, samples.size() - off);
       buf_.resize(n + n / 4 + 7200);  // LAME's documented worst case
-      const int got = lame_encode_buffer(gf_, samples.data() + off, nullptr, static_cast<int>(n), buf_.data(),
-                                         static_cast<int>(buf_.size()));
+      const int got = lame_encode_buffer(gf_, samples.data() + off, nullptr, static_cast<int>(n),
+                                         buf_.data(), static_cast<int>(buf_.size()));
       if (got < 0) return InternalError("lame_encode_buffer failed (" + std::to_string(got) + ")");
       out.append(reinterpret_cast<const char*>(buf_.data()), static_cast<size_t>(got));
     }
@@ -150,7 +162,8 @@ Result<std::unique_ptr<AudioEncoder>> AudioEncoder::Create(AudioFormat format, i
     case AudioFormat::kPcm:
     case AudioFormat::kWav:
       if (sample_rate < 1 || sample_rate > 384000) {
-        return InvalidArgumentError("sample rate " + std::to_string(sample_rate) + " Hz is outside 1..384000");
+        return InvalidArgumentError("sample rate " + std::to_string(sample_rate) +
+                                    " Hz is outside 1..384000");
       }
       if (format == AudioFormat::kPcm) return std::unique_ptr<AudioEncoder>(new PcmEncoder());
       return std::unique_ptr<AudioEncoder>(new WavEncoder(sample_rate));
@@ -169,7 +182,8 @@ Result<std::unique_ptr<AudioEncoder>> AudioEncoder::Create(AudioFormat format, i
       lame_set_bWriteVbrTag(gf, 0);  // the Xing tag needs a seek back to the start
       if (lame_init_params(gf) < 0) {
         lame_close(gf);
-        return InternalError("lame_init_params failed for " + std::to_string(sample_rate) + " Hz mono");
+        return InternalError("lame_init_params failed for " + std::to_string(sample_rate) +
+                             " Hz mono");
       }
       return std::unique_ptr<AudioEncoder>(new Mp3Encoder(gf));
     }

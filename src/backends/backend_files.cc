@@ -11,8 +11,8 @@ uint64_t FilesBytes(const std::vector<std::string>& paths) {
   for (const std::string& p : paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
-      for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
-           it.increment(ec)) {
+      for (auto it = fs::recursive_directory_iterator(p, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         std::error_code fec;
         if (it->is_regular_file(fec)) total += it->file_size(fec);
       }

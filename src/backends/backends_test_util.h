@@ -16,14 +16,18 @@
 namespace arbiter::testing_util {
 
 // `text` spoken by Flite's voice `voice`, resampled to 16 kHz mono.
-inline std::vector<int16_t> FliteSpeech16k(const std::string& text, const std::string& voice = "slt") {
+inline std::vector<int16_t> FliteSpeech16k(const std::string& text,
+                                           const std::string& voice = "slt") {
   Result<std::unique_ptr<TtsEngine>> tts = LoadFliteTts();
   if (!tts.ok()) return {};
   std::vector<int16_t> pcm;
-  Status s = (*tts)->Synthesize(text, voice, 1.0, [&](std::span<const int16_t> chunk) {
-    pcm.insert(pcm.end(), chunk.begin(), chunk.end());
-    return true;
-  }, nullptr);
+  Status s = (*tts)->Synthesize(
+      text, voice, 1.0,
+      [&](std::span<const int16_t> chunk) {
+        pcm.insert(pcm.end(), chunk.begin(), chunk.end());
+        return true;
+      },
+      nullptr);
   if (!s.ok()) return {};
   return ResampleMono(pcm, (*tts)->sample_rate(voice), kAsrSampleRate);
 }

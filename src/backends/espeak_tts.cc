@@ -13,12 +13,11 @@
 // later Load reuses the library (with the same data directory; another one
 // is refused with kFailedPrecondition). The memory eSpeak NG holds (its
 // phoneme data and the current voice's dictionary) therefore stays after
-// an unload; the runtime should treat it as resident once loaded. Synthesis is synchronous (AUDIO_OUTPUT_SYNCHRONOUS):
-// espeak_Synth calls our callback with each buffer (kBufferMs of audio) on
-// the calling thread and returns when the text is spoken; the callback's
-// user_data is the call's SynthState. Speed maps to the speaking rate in
-// words per minute (espeakRATE, 175 × speed, clamped to what eSpeak NG
-// accepts).
+// an unload; the runtime should treat it as resident once loaded. Synthesis is synchronous
+// (AUDIO_OUTPUT_SYNCHRONOUS): espeak_Synth calls our callback with each buffer (kBufferMs of audio)
+// on the calling thread and returns when the text is spoken; the callback's user_data is the call's
+// SynthState. Speed maps to the speaking rate in words per minute (espeakRATE, 175 × speed, clamped
+// to what eSpeak NG accepts).
 #include <espeak-ng/speak_lib.h>
 
 #include <algorithm>
@@ -87,16 +86,19 @@ class EspeakTts final : public TtsEngine {
   std::string default_voice() const override {
     return voices_.count("en-us") ? "en-us" : voices_.empty() ? "" : voices_.begin()->first;
   }
-  int sample_rate(const std::string& voice) const override { return voices_.count(voice) ? rate_ : 0; }
+  int sample_rate(const std::string& voice) const override {
+    return voices_.count(voice) ? rate_ : 0;
+  }
   std::vector<std::string> files() const override { return files_; }
 
-  Status Synthesize(std::string_view text, const std::string& voice, double speed, const PcmSink& sink,
-                    const Cancellation& cancelled) override {
+  Status Synthesize(std::string_view text, const std::string& voice, double speed,
+                    const PcmSink& sink, const Cancellation& cancelled) override {
     auto it = voices_.find(voice);
     if (it == voices_.end()) {
       std::string list;
       for (const auto& [lang, id] : voices_) list += (list.empty() ? "" : ", ") + lang;
-      return InvalidArgumentError("voice \"" + voice + "\" is not one of this model's voices: " + list);
+      return InvalidArgumentError("voice \"" + voice +
+                                  "\" is not one of this model's voices: " + list);
     }
     if (text.empty()) return InvalidArgumentError("input is empty");
     if (!(speed >= 0.25 && speed <= 4.0)) {
@@ -142,8 +144,9 @@ Result<std::unique_ptr<TtsEngine>> LoadEspeakNgTts(const std::string& data_dir) 
     } else if (fs::exists(d / "espeak-ng-data" / "phontab", ec)) {
       parent = d.string();
     } else {
-      return NotFoundError("espeak-ng data directory " + data_dir +
-                           " has no phoneme data (phontab); install espeak-ng-data or fix data_dir");
+      return NotFoundError(
+          "espeak-ng data directory " + data_dir +
+          " has no phoneme data (phontab); install espeak-ng-data or fix data_dir");
     }
   }
   bool expected = false;
@@ -154,12 +157,14 @@ Result<std::unique_ptr<TtsEngine>> LoadEspeakNgTts(const std::string& data_dir) 
   // library for the life of the process; later ones reuse it.
   static Library lib;  // guarded by g_live: only the thread that set it gets here
   if (!lib.initialized) {
-    const int rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, kBufferMs,
-                                       parent.empty() ? nullptr : parent.c_str(), espeakINITIALIZE_DONT_EXIT);
+    const int rate =
+        espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, kBufferMs,
+                          parent.empty() ? nullptr : parent.c_str(), espeakINITIALIZE_DONT_EXIT);
     if (rate <= 0) {
       g_live.store(false);
-      return NotFoundError("espeak-ng could not load its data" +
-                           (data_dir.empty() ? std::string(" (the package default)") : " from " + data_dir));
+      return NotFoundError(
+          "espeak-ng could not load its data" +
+          (data_dir.empty() ? std::string(" (the package default)") : " from " + data_dir));
     }
     espeak_SetSynthCallback(SynthCallback);
     const espeak_VOICE** list = espeak_ListVoices(nullptr);
@@ -184,8 +189,10 @@ Result<std::unique_ptr<TtsEngine>> LoadEspeakNgTts(const std::string& data_dir) 
   } else if (lib.parent != parent) {
     g_live.store(false);
     return FailedPreconditionError(
-        "espeak-ng was loaded from another data directory in this process and cannot be reloaded from " +
-        (data_dir.empty() ? std::string("the package default") : data_dir) + "; restart the server");
+        "espeak-ng was loaded from another data directory in this process and cannot be reloaded "
+        "from " +
+        (data_dir.empty() ? std::string("the package default") : data_dir) +
+        "; restart the server");
   }
   if (lib.voices.empty()) {
     g_live.store(false);

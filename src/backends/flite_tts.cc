@@ -51,9 +51,9 @@ std::mutex& FliteMutex() {
   static std::mutex mu;
   return mu;
 }
-int g_refs = 0;                           // live engines; guarded by FliteMutex()
-cst_voice* g_voices[kNumVoices] = {};     // guarded by FliteMutex()
-int g_rates[kNumVoices] = {};             // Hz; guarded by FliteMutex()
+int g_refs = 0;                        // live engines; guarded by FliteMutex()
+cst_voice* g_voices[kNumVoices] = {};  // guarded by FliteMutex()
+int g_rates[kNumVoices] = {};          // Hz; guarded by FliteMutex()
 
 struct StreamState {
   const PcmSink* sink = nullptr;
@@ -73,7 +73,8 @@ int StreamChunk(const cst_wave* w, int start, int size, int last, cst_audio_stre
   const int begin = std::max(start, st->delivered);
   const int end = std::min(start + size, w->num_samples);
   if (end > begin) {
-    if (!(*st->sink)(std::span<const int16_t>(w->samples + begin, static_cast<size_t>(end - begin)))) {
+    if (!(*st->sink)(
+            std::span<const int16_t>(w->samples + begin, static_cast<size_t>(end - begin)))) {
       st->stopped = true;
       return CST_AUDIO_STREAM_STOP;
     }
@@ -110,13 +111,14 @@ class FliteTts final : public TtsEngine {
   }
   std::vector<std::string> files() const override { return {}; }
 
-  Status Synthesize(std::string_view text, const std::string& voice, double speed, const PcmSink& sink,
-                    const Cancellation& cancelled) override {
+  Status Synthesize(std::string_view text, const std::string& voice, double speed,
+                    const PcmSink& sink, const Cancellation& cancelled) override {
     const int i = Index(voice);
     if (i < 0) {
       std::string list;
       for (const VoiceDef& d : kVoices) list += std::string(list.empty() ? "" : ", ") + d.name;
-      return InvalidArgumentError("voice \"" + voice + "\" is not one of this model's voices: " + list);
+      return InvalidArgumentError("voice \"" + voice +
+                                  "\" is not one of this model's voices: " + list);
     }
     if (text.empty()) return InvalidArgumentError("input is empty");
     if (!(speed >= 0.25 && speed <= 4.0)) {

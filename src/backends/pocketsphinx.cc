@@ -42,7 +42,7 @@ namespace {
 
 constexpr int kRate = 16000;
 constexpr size_t kBlockSamples = kRate / 100;  // 10 ms
-constexpr size_t kCancelEveryBlocks = 100;      // 1 s of audio
+constexpr size_t kCancelEveryBlocks = 100;     // 1 s of audio
 
 int64_t SamplesToMs(size_t n) { return static_cast<int64_t>(n) * 1000 / kRate; }
 
@@ -83,8 +83,10 @@ Result<std::unique_ptr<PocketSphinxAsr::Decoder>> MakeDecoder(const std::string&
   argv.push_back(const_cast<char*>("arbiter"));
   for (std::string& a : args) argv.push_back(a.data());
   auto d = std::make_unique<PocketSphinxAsr::Decoder>();
-  d->config = cmd_ln_parse_r(nullptr, ps_args(), static_cast<int32>(argv.size()), argv.data(), TRUE);
-  if (d->config == nullptr) return InternalError("pocketsphinx: the decoder arguments were refused");
+  d->config =
+      cmd_ln_parse_r(nullptr, ps_args(), static_cast<int32>(argv.size()), argv.data(), TRUE);
+  if (d->config == nullptr)
+    return InternalError("pocketsphinx: the decoder arguments were refused");
   ps_default_search_args(d->config);
   d->ps = ps_init(d->config);
   if (d->ps == nullptr) {
@@ -107,7 +109,8 @@ Status Run(PocketSphinxAsr::Decoder& d, std::span<const int16_t> pcm, const Canc
   const int64_t total_ms = SamplesToMs(pcm.size());
   auto close_segment = [&](int64_t end_ms) -> Status {
     if (ps_end_utt(ps) < 0) return InternalError("pocketsphinx: ps_end_utt failed");
-    SpeechSegment s{std::clamp<int64_t>(start_ms, 0, total_ms), std::clamp<int64_t>(end_ms, 0, total_ms)};
+    SpeechSegment s{std::clamp<int64_t>(start_ms, 0, total_ms),
+                    std::clamp<int64_t>(end_ms, 0, total_ms)};
     if (!segments.empty()) s.start_ms = std::max(s.start_ms, segments.back().end_ms);
     s.end_ms = std::max(s.end_ms, s.start_ms);
     segments.push_back(s);
@@ -159,7 +162,8 @@ Result<std::unique_ptr<PocketSphinxAsr>> PocketSphinxAsr::Load(const PocketSphin
 
 PocketSphinxAsr::~PocketSphinxAsr() = default;
 
-Result<Transcript> PocketSphinxAsr::Transcribe(std::span<const int16_t> pcm, const Cancellation& cancelled) {
+Result<Transcript> PocketSphinxAsr::Transcribe(std::span<const int16_t> pcm,
+                                               const Cancellation& cancelled) {
   Transcript t;
   t.seconds = static_cast<double>(pcm.size()) / kRate;
   if (cancelled.cancelled()) return CancelledError("speech recognition cancelled");
@@ -193,9 +197,9 @@ Result<std::unique_ptr<PocketSphinxVad>> PocketSphinxVad::Load(const PocketSphin
   ARBITER_RETURN_IF_ERROR(CheckExists(p.hmm, "acoustic model directory"));
   ARBITER_RETURN_IF_ERROR(CheckExists(p.phone_lm, "phone language model"));
   std::unique_ptr<PocketSphinxVad> vad(new PocketSphinxVad());
-  ARBITER_ASSIGN_OR_RETURN(vad->decoder_,
-                           MakeDecoder(p.hmm, {"-allphone", p.phone_lm, "-allphone_ci", "yes",
-                                               "-bestpath", "no"}));
+  ARBITER_ASSIGN_OR_RETURN(
+      vad->decoder_,
+      MakeDecoder(p.hmm, {"-allphone", p.phone_lm, "-allphone_ci", "yes", "-bestpath", "no"}));
   vad->files_ = {p.hmm, p.phone_lm};
   return vad;
 }

@@ -7,6 +7,15 @@
 
 #include "backends/backends_test_util.h"
 
+// PocketSphinx 5prealpha's phone-loop (allphone) search, which
+// PocketSphinxVad uses, leaks ~1 KB per decoder that has decoded speech
+// (allocated by sphinxbase's ckd_calloc, not freed by ps_free). It is once
+// per load, not per utterance: ten utterances on one decoder leak the same
+// 58 allocations as two. LeakSanitizer (make test-asan) would fail the VAD
+// test on it; the library cannot be fixed here, so its allocations are
+// suppressed for this binary.
+extern "C" const char* __lsan_default_suppressions() { return "leak:libsphinxbase.so\n"; }
+
 namespace arbiter {
 namespace {
 
@@ -52,8 +61,8 @@ class PocketSphinxTest : public ::testing::Test {
     a.insert(a.end(), fox_->begin(), fox_->end());
     return a;
   }
-  static void ExpectTwoSegments(const std::vector<SpeechSegment>& segs, int64_t first_end, int64_t second_start,
-                                int64_t total) {
+  static void ExpectTwoSegments(const std::vector<SpeechSegment>& segs, int64_t first_end,
+                                int64_t second_start, int64_t total) {
     ASSERT_EQ(segs.size(), 2u);
     EXPECT_NEAR(segs[0].start_ms, 1000, 400);
     EXPECT_NEAR(segs[0].end_ms, first_end, 500);
@@ -136,7 +145,8 @@ TEST(PocketSphinxLoadTest, FilesAndErrors) {
   Result<std::unique_ptr<PocketSphinxAsr>> asr = PocketSphinxAsr::Load({"/nonexistent/model"});
   ASSERT_FALSE(asr.ok());
   EXPECT_EQ(asr.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(asr.status().message().find("/nonexistent/model/en-us"), std::string::npos) << asr.status().message();
+  EXPECT_NE(asr.status().message().find("/nonexistent/model/en-us"), std::string::npos)
+      << asr.status().message();
   Result<std::unique_ptr<PocketSphinxVad>> vad = PocketSphinxVad::Load({"/nonexistent/model"});
   EXPECT_EQ(vad.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(PocketSphinxAsr::EstimateBytes({"/nonexistent/model"}), 0u);

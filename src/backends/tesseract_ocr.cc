@@ -43,7 +43,8 @@ std::vector<std::string> TraineddataFiles(const TesseractOptions& o) {
   std::stringstream ss(o.language);
   std::string lang;
   while (std::getline(ss, lang, '+')) {
-    if (!lang.empty()) files.push_back((std::filesystem::path(TessdataDir(o)) / (lang + ".traineddata")).string());
+    if (!lang.empty())
+      files.push_back((std::filesystem::path(TessdataDir(o)) / (lang + ".traineddata")).string());
   }
   return files;
 }
@@ -72,8 +73,10 @@ Result<std::unique_ptr<TesseractOcr>> TesseractOcr::Load(const TesseractOptions&
   ocr->impl_ = std::make_unique<Impl>();
   tesseract::TessBaseAPI& api = ocr->impl_->api;
   api.SetVariable("debug_file", "/dev/null");
-  if (api.Init(TessdataDir(options).c_str(), options.language.c_str(), tesseract::OEM_LSTM_ONLY) != 0) {
-    return DataLossError("tesseract could not load " + files[0] + " (corrupt, or not an LSTM model)");
+  if (api.Init(TessdataDir(options).c_str(), options.language.c_str(), tesseract::OEM_LSTM_ONLY) !=
+      0) {
+    return DataLossError("tesseract could not load " + files[0] +
+                         " (corrupt, or not an LSTM model)");
   }
   api.SetPageSegMode(tesseract::PSM_AUTO);
   ocr->impl_->files = std::move(files);
@@ -87,13 +90,15 @@ TesseractOcr::~TesseractOcr() = default;
 Result<OcrResult> TesseractOcr::Recognize(const GrayImage& image, const Cancellation& cancelled) {
   if (image.width <= 0 || image.height <= 0 ||
       image.pixels.size() != static_cast<size_t>(image.width) * static_cast<size_t>(image.height)) {
-    return InvalidArgumentError("image is " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                                " with " + std::to_string(image.pixels.size()) + " pixels; they must agree");
+    return InvalidArgumentError("image is " + std::to_string(image.width) + "x" +
+                                std::to_string(image.height) + " with " +
+                                std::to_string(image.pixels.size()) + " pixels; they must agree");
   }
   if (cancelled.cancelled()) return CancelledError("text recognition cancelled");
   std::unique_ptr<PIX, PixDeleter> pix(pixCreate(image.width, image.height, 8));
-  if (!pix) return ResourceExhaustedError("cannot allocate a " + std::to_string(image.width) + "x" +
-                                          std::to_string(image.height) + " image for tesseract");
+  if (!pix)
+    return ResourceExhaustedError("cannot allocate a " + std::to_string(image.width) + "x" +
+                                  std::to_string(image.height) + " image for tesseract");
   l_uint32* data = pixGetData(pix.get());
   const l_int32 wpl = pixGetWpl(pix.get());
   for (int y = 0; y < image.height; ++y) {

@@ -17,15 +17,23 @@ constexpr char kLine2[] = "Memory budget exceeded on node alpha";
 
 // Renders the two lines black on white with PIL into a PNG; empty on failure.
 std::vector<uint8_t> RenderTwoLines() {
-  const std::string path = ::testing::TempDir() + "ocr_two_lines_" + std::to_string(getpid()) + ".png";
+  const std::string path =
+      ::testing::TempDir() + "ocr_two_lines_" + std::to_string(getpid()) + ".png";
   const std::string script =
       "from PIL import Image, ImageDraw, ImageFont\n"
-      "f = ImageFont.truetype('" + std::string(kFont) + "', 28)\n"
+      "f = ImageFont.truetype('" +
+      std::string(kFont) +
+      "', 28)\n"
       "im = Image.new('L', (700, 140), 255)\n"
       "d = ImageDraw.Draw(im)\n"
-      "d.text((20, 20), '" + kLine1 + "', font=f, fill=0)\n"
-      "d.text((20, 80), '" + kLine2 + "', font=f, fill=0)\n"
-      "im.save('" + path + "')\n";
+      "d.text((20, 20), '" +
+      kLine1 +
+      "', font=f, fill=0)\n"
+      "d.text((20, 80), '" +
+      kLine2 +
+      "', font=f, fill=0)\n"
+      "im.save('" +
+      path + "')\n";
   const std::string cmd = "/usr/bin/python3 -c \"" + script + "\"";
   if (std::system(cmd.c_str()) != 0) return {};
   std::ifstream in(path, std::ios::binary);
@@ -90,7 +98,8 @@ TEST(TesseractOcrTest, MissingLanguage) {
   Result<std::unique_ptr<TesseractOcr>> ocr = TesseractOcr::Load({"xyz", ""});
   ASSERT_FALSE(ocr.ok());
   EXPECT_EQ(ocr.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(ocr.status().message().find("xyz.traineddata"), std::string::npos) << ocr.status().message();
+  EXPECT_NE(ocr.status().message().find("xyz.traineddata"), std::string::npos)
+      << ocr.status().message();
   EXPECT_EQ(TesseractOcr::EstimateBytes({"xyz", ""}), 0u);
   EXPECT_GT(TesseractOcr::EstimateBytes({}), 1u << 20);
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <string>
 #include <vector>
 
@@ -20,13 +19,16 @@ struct Collected {
   int chunks = 0;
 };
 
-Status SynthesizeAll(TtsEngine& tts, const std::string& text, const std::string& voice, Collected& out,
-                     double speed = 1.0) {
-  return tts.Synthesize(text, voice, speed, [&](std::span<const int16_t> chunk) {
-    out.pcm.insert(out.pcm.end(), chunk.begin(), chunk.end());
-    ++out.chunks;
-    return true;
-  }, nullptr);
+Status SynthesizeAll(TtsEngine& tts, const std::string& text, const std::string& voice,
+                     Collected& out, double speed = 1.0) {
+  return tts.Synthesize(
+      text, voice, speed,
+      [&](std::span<const int16_t> chunk) {
+        out.pcm.insert(out.pcm.end(), chunk.begin(), chunk.end());
+        ++out.chunks;
+        return true;
+      },
+      nullptr);
 }
 
 TEST(FliteTtsTest, SltSpeaksTheFox) {
@@ -42,7 +44,9 @@ TEST(FliteTtsTest, SltSpeaksTheFox) {
   Collected c;
   Status s = SynthesizeAll(**tts, kFox, "slt", c);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_GE(c.chunks, 1);
+  EXPECT_GT(c.chunks, 1);  // streamed as synthesized, not as one buffer at the end
+  RecordProperty("slt_rate_hz", rate);
+  RecordProperty("slt_chunks", c.chunks);
   const double seconds = static_cast<double>(c.pcm.size()) / rate;
   EXPECT_GT(seconds, 1.0);
   EXPECT_LT(seconds, 10.0);
@@ -89,13 +93,34 @@ TEST(FliteTtsTest, Errors) {
 
   // The sink stops it.
   int calls = 0;
-  s = (*tts)->Synthesize(kFox, "slt", 1.0, [&](std::span<const int16_t>) { ++calls; return false; }, nullptr);
+  s = (*tts)->Synthesize(
+      kFox, "slt", 1.0,
+      [&](std::span<const int16_t>) {
+        ++calls;
+        return false;
+      },
+      nullptr);
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 1);
+  // Cancelled from the sink's thread mid-stream: seen in the next callback.
+  {
+    CancelSource mid;
+    int chunks = 0;
+    s = (*tts)->Synthesize(
+        kFox, "slt", 1.0,
+        [&](std::span<const int16_t>) {
+          if (++chunks == 2) mid.Cancel();
+          return true;
+        },
+        mid.token());
+    EXPECT_EQ(s.code(), StatusCode::kCancelled);
+    EXPECT_EQ(chunks, 2);
+  }
   // Cancelled before it starts.
   CancelSource source;
   source.Cancel();
-  s = (*tts)->Synthesize(kFox, "slt", 1.0, [&](std::span<const int16_t>) { return true; }, source.token());
+  s = (*tts)->Synthesize(
+      kFox, "slt", 1.0, [&](std::span<const int16_t>) { return true; }, source.token());
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
 }
 
@@ -128,7 +153,13 @@ TEST(EspeakNgTtsTest, SpeaksAndIsSingleInstance) {
   EXPECT_EQ(s.message().rfind("voice \"xx-nope\" is not one of this model's voices: ", 0), 0u);
 
   int calls = 0;
-  s = (*tts)->Synthesize(kFox, "en-us", 1.0, [&](std::span<const int16_t>) { ++calls; return false; }, nullptr);
+  s = (*tts)->Synthesize(
+      kFox, "en-us", 1.0,
+      [&](std::span<const int16_t>) {
+        ++calls;
+        return false;
+      },
+      nullptr);
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 1);
 
@@ -168,7 +199,8 @@ TEST(AudioFormatTest, ParseNamesMimes) {
 
 std::vector<int16_t> Tone(size_t n) {
   std::vector<int16_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int16_t>(8000 * std::sin(0.05 * static_cast<double>(i)));
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<int16_t>(8000 * std::sin(0.05 * static_cast<double>(i)));
   return v;
 }
 
@@ -178,7 +210,8 @@ TEST(AudioEncoderTest, WavReadsBack) {
   std::vector<int16_t> pcm = Tone(12345);
   std::string out;
   for (size_t off = 0; off < pcm.size(); off += 1000) {
-    Result<std::string> r = (*enc)->Encode(std::span(pcm).subspan(off, std::min<size_t>(1000, pcm.size() - off)));
+    Result<std::string> r =
+        (*enc)->Encode(std::span(pcm).subspan(off, std::min<size_t>(1000, pcm.size() - off)));
     ASSERT_TRUE(r.ok());
     EXPECT_TRUE(r->empty());  // WAV is emitted by Finish
   }
@@ -188,8 +221,8 @@ TEST(AudioEncoderTest, WavReadsBack) {
   ASSERT_EQ(out.size(), 44 + 2 * pcm.size());
   EXPECT_EQ(out.substr(0, 4), "RIFF");
   EXPECT_EQ(out.substr(8, 4), "WAVE");
-  Result<DecodedAudio> back = DecodeAudio(std::span(reinterpret_cast<const uint8_t*>(out.data()), out.size()),
-                                          AudioLimits{});
+  Result<DecodedAudio> back = DecodeAudio(
+      std::span(reinterpret_cast<const uint8_t*>(out.data()), out.size()), AudioLimits{});
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->format, "wav");
   EXPECT_EQ(back->source_rate, 16000);
@@ -217,7 +250,8 @@ TEST(AudioEncoderTest, Mp3HasFrames) {
     std::vector<int16_t> pcm = Tone(static_cast<size_t>(rate));  // 1 s
     std::string out;
     for (size_t off = 0; off < pcm.size(); off += 4000) {
-      Result<std::string> r = (*enc)->Encode(std::span(pcm).subspan(off, std::min<size_t>(4000, pcm.size() - off)));
+      Result<std::string> r =
+          (*enc)->Encode(std::span(pcm).subspan(off, std::min<size_t>(4000, pcm.size() - off)));
       ASSERT_TRUE(r.ok());
       out += *r;
     }
@@ -227,10 +261,12 @@ TEST(AudioEncoderTest, Mp3HasFrames) {
     ASSERT_GT(out.size(), 1000u) << rate;  // ~8 KB at 64 kbps
     EXPECT_LT(out.size(), 16000u) << rate;
     const bool id3 = out.substr(0, 3) == "ID3";
-    const bool sync = static_cast<uint8_t>(out[0]) == 0xFF && (static_cast<uint8_t>(out[1]) & 0xE0) == 0xE0;
+    const bool sync =
+        static_cast<uint8_t>(out[0]) == 0xFF && (static_cast<uint8_t>(out[1]) & 0xE0) == 0xE0;
     EXPECT_TRUE(id3 || sync) << rate;
   }
-  EXPECT_EQ(AudioEncoder::Create(AudioFormat::kMp3, 96000).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(AudioEncoder::Create(AudioFormat::kMp3, 96000).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

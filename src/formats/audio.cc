@@ -43,10 +43,17 @@ sf_count_t MemSeek(sf_count_t offset, int whence, void* user) {
   const auto size = static_cast<sf_count_t>(f->bytes.size());
   sf_count_t base = 0;
   switch (whence) {
-    case SEEK_SET: base = 0; break;
-    case SEEK_CUR: base = f->offset; break;
-    case SEEK_END: base = size; break;
-    default: return -1;
+    case SEEK_SET:
+      base = 0;
+      break;
+    case SEEK_CUR:
+      base = f->offset;
+      break;
+    case SEEK_END:
+      base = size;
+      break;
+    default:
+      return -1;
   }
   // Offsets can be anything a hostile header says: refuse overflow and
   // negative positions; positions past the end read as EOF.
@@ -77,17 +84,26 @@ std::string FormatName(const SF_INFO& info) {
   switch (info.format & SF_FORMAT_TYPEMASK) {
     case SF_FORMAT_WAV:
     case SF_FORMAT_WAVEX:
-    case SF_FORMAT_RF64: return "wav";
-    case SF_FORMAT_FLAC: return "flac";
-    case SF_FORMAT_OGG: return "ogg";
-    case SF_FORMAT_AIFF: return "aiff";
-    case SF_FORMAT_AU: return "au";
-    case SF_FORMAT_CAF: return "caf";
-    case SF_FORMAT_W64: return "w64";
+    case SF_FORMAT_RF64:
+      return "wav";
+    case SF_FORMAT_FLAC:
+      return "flac";
+    case SF_FORMAT_OGG:
+      return "ogg";
+    case SF_FORMAT_AIFF:
+      return "aiff";
+    case SF_FORMAT_AU:
+      return "au";
+    case SF_FORMAT_CAF:
+      return "caf";
+    case SF_FORMAT_W64:
+      return "w64";
 #ifdef SF_FORMAT_MPEG
-    case SF_FORMAT_MPEG: return "mp3";
+    case SF_FORMAT_MPEG:
+      return "mp3";
 #endif
-    default: break;
+    default:
+      break;
   }
   SF_FORMAT_INFO fi{};
   fi.format = info.format & SF_FORMAT_TYPEMASK;
@@ -173,14 +189,14 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
   SF_INFO info{};
   std::unique_ptr<SNDFILE, SndfileCloser> sf(sf_open_virtual(&vio, SFM_READ, &info, &mem));
   if (sf == nullptr) {
-    return InvalidArgumentError(f + " is not audio libsndfile can read (WAV, FLAC, OGG): " +
-                                sf_strerror(nullptr));
+    return InvalidArgumentError(
+        f + " is not audio libsndfile can read (WAV, FLAC, OGG): " + sf_strerror(nullptr));
   }
   if (info.channels <= 0 || info.channels > kMaxChannels || info.samplerate < kMinRate ||
       info.samplerate > kMaxRate) {
-    return InvalidArgumentError(f + " is not audio libsndfile can read (WAV, FLAC, OGG): " +
-                                std::to_string(info.channels) + " channels at " +
-                                std::to_string(info.samplerate) + " Hz is not supported");
+    return InvalidArgumentError(
+        f + " is not audio libsndfile can read (WAV, FLAC, OGG): " + std::to_string(info.channels) +
+        " channels at " + std::to_string(info.samplerate) + " Hz is not supported");
   }
   if (info.frames <= 0) return InvalidArgumentError(f + " has no audio frames");
   const double seconds = static_cast<double>(info.frames) / info.samplerate;
@@ -204,8 +220,9 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
 
   // Bounds decoding to the limit even if the header under-reports frames.
   const auto max_frames = static_cast<sf_count_t>(limits.max_seconds * info.samplerate) + 1;
-  std::vector<float> block(static_cast<size_t>(kBlockFrames) * info.channels);  // [frames, channels]
-  std::vector<float> mono(static_cast<size_t>(kBlockFrames));                   // [frames]
+  std::vector<float> block(static_cast<size_t>(kBlockFrames) *
+                           info.channels);                     // [frames, channels]
+  std::vector<float> mono(static_cast<size_t>(kBlockFrames));  // [frames]
   sf_count_t total = 0;
   while (true) {
     const sf_count_t got = sf_readf_float(sf.get(), block.data(), kBlockFrames);
@@ -218,7 +235,8 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
     total += got;
     for (sf_count_t i = 0; i < got; ++i) {
       float sum = 0;
-      for (int c = 0; c < info.channels; ++c) sum += block[static_cast<size_t>(i) * info.channels + c];
+      for (int c = 0; c < info.channels; ++c)
+        sum += block[static_cast<size_t>(i) * info.channels + c];
       mono[static_cast<size_t>(i)] = sum / static_cast<float>(info.channels);
     }
     if (resample) {
@@ -226,7 +244,8 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
         return InternalError(f + ": resampling failed");
       }
     } else {
-      for (sf_count_t i = 0; i < got; ++i) out.samples.push_back(ToInt16(mono[static_cast<size_t>(i)]));
+      for (sf_count_t i = 0; i < got; ++i)
+        out.samples.push_back(ToInt16(mono[static_cast<size_t>(i)]));
     }
   }
   if (total == 0) return InvalidArgumentError(f + " has no audio frames");

@@ -20,7 +20,9 @@ struct MemOut {
 sf_count_t OutLen(void* u) { return static_cast<sf_count_t>(static_cast<MemOut*>(u)->data.size()); }
 sf_count_t OutSeek(sf_count_t off, int whence, void* u) {
   auto* m = static_cast<MemOut*>(u);
-  sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : static_cast<sf_count_t>(m->data.size());
+  sf_count_t base = whence == SEEK_SET   ? 0
+                    : whence == SEEK_CUR ? m->pos
+                                         : static_cast<sf_count_t>(m->data.size());
   m->pos = base + off;
   return m->pos;
 }
@@ -119,7 +121,9 @@ TEST(DecodeAudioTest, RefusesEmptyGarbageTruncated) {
   a = DecodeAudio(garbage, AudioLimits{}, "audio");
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(a.status().message().rfind("audio is not audio libsndfile can read (WAV, FLAC, OGG): ", 0), 0u)
+  EXPECT_EQ(
+      a.status().message().rfind("audio is not audio libsndfile can read (WAV, FLAC, OGG): ", 0),
+      0u)
       << a.status().message();
 
   std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 16000, 1, 1.0);
@@ -144,8 +148,8 @@ TEST(DecodeAudioTest, RefusesOverBytes) {
   limits.max_bytes = 1000;
   Result<DecodedAudio> a = DecodeAudio(wav, limits);
   ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.status().message(),
-            "file is " + std::to_string(wav.size()) + " bytes; the limit is max_audio_bytes (1000)");
+  EXPECT_EQ(a.status().message(), "file is " + std::to_string(wav.size()) +
+                                      " bytes; the limit is max_audio_bytes (1000)");
 }
 
 TEST(DecodeAudioTest, RefusesOverLongFromTheHeader) {
@@ -163,11 +167,26 @@ TEST(DecodeAudioTest, RefusesHeaderClaimingHours) {
   const uint32_t data_size = 57'600'000;
   std::vector<uint8_t> b;
   auto put = [&](const char* s) { b.insert(b.end(), s, s + 4); };
-  auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i))); };
-  auto u16 = [&](uint16_t v) { b.push_back(static_cast<uint8_t>(v)); b.push_back(static_cast<uint8_t>(v >> 8)); };
-  put("RIFF"); u32(36 + data_size); put("WAVE");
-  put("fmt "); u32(16); u16(1); u16(1); u32(8000); u32(8000); u16(1); u16(8);
-  put("data"); u32(data_size);
+  auto u32 = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  auto u16 = [&](uint16_t v) {
+    b.push_back(static_cast<uint8_t>(v));
+    b.push_back(static_cast<uint8_t>(v >> 8));
+  };
+  put("RIFF");
+  u32(36 + data_size);
+  put("WAVE");
+  put("fmt ");
+  u32(16);
+  u16(1);
+  u16(1);
+  u32(8000);
+  u32(8000);
+  u16(1);
+  u16(8);
+  put("data");
+  u32(data_size);
   b.resize(b.size() + 1000, 0x80);
   Result<DecodedAudio> a = DecodeAudio(b, AudioLimits{});
   // libsndfile either believes the header (refused for length) or clamps the
@@ -175,7 +194,8 @@ TEST(DecodeAudioTest, RefusesHeaderClaimingHours) {
   if (a.ok()) {
     EXPECT_LE(a->samples.size(), 2100u);
   } else {
-    EXPECT_EQ(a.status().message(), "file is 7200.0 s of audio; the limit is max_audio_seconds (600)");
+    EXPECT_EQ(a.status().message(),
+              "file is 7200.0 s of audio; the limit is max_audio_seconds (600)");
   }
 }
 

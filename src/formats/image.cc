@@ -50,11 +50,16 @@ Kind Sniff(std::span<const uint8_t> b) {
 
 const char* KindName(Kind k) {
   switch (k) {
-    case Kind::kPng: return "png";
-    case Kind::kJpeg: return "jpeg";
-    case Kind::kWebp: return "webp";
-    case Kind::kBmp: return "bmp";
-    default: return "unknown";
+    case Kind::kPng:
+      return "png";
+    case Kind::kJpeg:
+      return "jpeg";
+    case Kind::kWebp:
+      return "webp";
+    case Kind::kBmp:
+      return "bmp";
+    default:
+      return "unknown";
   }
 }
 
@@ -142,20 +147,26 @@ int ReadExifOrientation(std::span<const uint8_t> b) {
 PixPtr Orient(PixPtr pix, int o) {
   PIX* p = pix.get();
   switch (o) {
-    case 2: return PixPtr(pixFlipLR(nullptr, p));
-    case 3: return PixPtr(pixRotate180(nullptr, p));
-    case 4: return PixPtr(pixFlipTB(nullptr, p));
+    case 2:
+      return PixPtr(pixFlipLR(nullptr, p));
+    case 3:
+      return PixPtr(pixRotate180(nullptr, p));
+    case 4:
+      return PixPtr(pixFlipTB(nullptr, p));
     case 5: {  // transpose: rotate clockwise, then mirror
       PixPtr r(pixRotate90(p, 1));
       return r ? PixPtr(pixFlipLR(nullptr, r.get())) : nullptr;
     }
-    case 6: return PixPtr(pixRotate90(p, 1));
+    case 6:
+      return PixPtr(pixRotate90(p, 1));
     case 7: {  // transverse: rotate clockwise, then flip vertically
       PixPtr r(pixRotate90(p, 1));
       return r ? PixPtr(pixFlipTB(nullptr, r.get())) : nullptr;
     }
-    case 8: return PixPtr(pixRotate90(p, -1));
-    default: return pix;
+    case 8:
+      return PixPtr(pixRotate90(p, -1));
+    default:
+      return pix;
   }
 }
 
@@ -175,7 +186,8 @@ Result<GrayImage> DecodeImageGray(std::span<const uint8_t> bytes, const ImageLim
 
   int64_t w = 0, h = 0;
   if (kind == Kind::kBmp) {
-    if (!BmpDimensions(bytes, &w, &h)) return InvalidArgumentError(f + " is corrupt: bad BMP header");
+    if (!BmpDimensions(bytes, &w, &h))
+      return InvalidArgumentError(f + " is corrupt: bad BMP header");
   } else {
     l_int32 format = 0, pw = 0, ph = 0, bps = 0, spp = 0, iscmap = 0;
     if (pixReadHeaderMem(bytes.data(), bytes.size(), &format, &pw, &ph, &bps, &spp, &iscmap) != 0) {
@@ -198,7 +210,9 @@ Result<GrayImage> DecodeImageGray(std::span<const uint8_t> bytes, const ImageLim
   }
 
   PixPtr pix(pixReadMem(bytes.data(), bytes.size()));
-  if (!pix) return InvalidArgumentError(f + " is corrupt: the " + std::string(KindName(kind)) + " data cannot be decoded");
+  if (!pix)
+    return InvalidArgumentError(f + " is corrupt: the " + std::string(KindName(kind)) +
+                                " data cannot be decoded");
   // The decoder must agree with the header we checked.
   if (static_cast<int64_t>(pixGetWidth(pix.get())) != w ||
       static_cast<int64_t>(pixGetHeight(pix.get())) != h) {
@@ -269,14 +283,16 @@ Result<std::vector<uint8_t>> DecodeDataUrl(std::string_view url, std::string_vie
   constexpr std::string_view kB64 = ";base64";
   if (meta.size() < kB64.size() ||
       !StartsWithNoCase(meta.substr(meta.size() - kB64.size()), kB64)) {
-    return InvalidArgumentError(f + ": only base64 data: URLs are accepted (data:<mime>;base64,<payload>)");
+    return InvalidArgumentError(
+        f + ": only base64 data: URLs are accepted (data:<mime>;base64,<payload>)");
   }
   std::string_view payload = url.substr(comma + 1);
   while (!payload.empty() && payload.back() == '=') payload.remove_suffix(1);
   if (url.size() - comma - 1 - payload.size() > 2 || payload.size() % 4 == 1) {
     return InvalidArgumentError(f + ": the base64 payload has a bad length or padding");
   }
-  const size_t out_size = payload.size() / 4 * 3 + (payload.size() % 4 == 0 ? 0 : payload.size() % 4 - 1);
+  const size_t out_size =
+      payload.size() / 4 * 3 + (payload.size() % 4 == 0 ? 0 : payload.size() % 4 - 1);
   if (out_size > max_bytes) {
     return InvalidArgumentError(f + " is " + std::to_string(out_size) + " bytes; the limit is " +
                                 std::to_string(max_bytes));

@@ -84,12 +84,15 @@ TEST(DecodeImageGrayTest, SamePixelsFromPngBmpWebp) {
 // Inserts an APP1 Exif segment (big-endian TIFF, IFD0 with one SHORT
 // Orientation entry) after the SOI of `jpeg`.
 std::vector<uint8_t> WithExifOrientation(const std::vector<uint8_t>& jpeg, uint16_t orientation) {
-  const uint8_t app1[] = {0xFF, 0xE1, 0x00, 34,  'E', 'x', 'i', 'f', 0, 0,
-                          'M', 'M', 0x00, 0x2A, 0, 0, 0, 8,           // TIFF header, IFD0 at 8
-                          0x00, 0x01,                                   // one entry
-                          0x01, 0x12, 0x00, 0x03, 0, 0, 0, 1,           // Orientation, SHORT, 1
-                          static_cast<uint8_t>(orientation >> 8), static_cast<uint8_t>(orientation), 0, 0,
-                          0, 0, 0, 0};                                  // no next IFD
+  // clang-format off
+  const uint8_t app1[] = {
+      0xFF, 0xE1, 0x00, 34, 'E', 'x', 'i', 'f', 0, 0,
+      'M', 'M', 0x00, 0x2A, 0, 0, 0, 8,                   // TIFF header, IFD0 at 8
+      0x00, 0x01,                                         // one entry
+      0x01, 0x12, 0x00, 0x03, 0, 0, 0, 1,                 // Orientation, SHORT, count 1
+      static_cast<uint8_t>(orientation >> 8), static_cast<uint8_t>(orientation), 0, 0,
+      0, 0, 0, 0};                                        // no next IFD
+  // clang-format on
   std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
   out.insert(out.end(), std::begin(app1), std::end(app1));
   out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
@@ -112,7 +115,7 @@ TEST(DecodeImageGrayTest, JpegExifOrientation) {
   // Rotated clockwise: stored (x, y) shows at (H-1-y, x). The black
   // rectangle a (x 10..49, y 10..29) lands at x 50..69, y 10..49.
   EXPECT_LT(r6->pixels[20 * 80 + 60], 30);
-  EXPECT_GT(r6->pixels[115 * 80 + 5], 190);  // stored (115, 74): background
+  EXPECT_GT(r6->pixels[115 * 80 + 5], 190);        // stored (115, 74): background
   EXPECT_NEAR(r6->pixels[20 * 80 + 20], 160, 30);  // stored (20, 59): rectangle c
 
   Result<GrayImage> r3 = DecodeImageGray(WithExifOrientation(jpeg, 3), ImageLimits{});
@@ -161,12 +164,15 @@ TEST(DecodeImageGrayTest, RefusesBombFromTheHeader) {
   Result<GrayImage> r = DecodeImageGray(PngHeader(20000, 20000), ImageLimits{});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message().rfind("image is 20000x20000 (400000000 pixels); the limit is 50000000", 0), 0u)
+  EXPECT_EQ(r.status().message().rfind(
+                "image is 20000x20000 (400000000 pixels); the limit is 50000000", 0),
+            0u)
       << r.status().message();
   // A side at the bound is refused even under the pixel limit.
   r = DecodeImageGray(PngHeader(20000, 10), ImageLimits{});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("image is 20000x10 (200000 pixels)", 0), 0u) << r.status().message();
+  EXPECT_EQ(r.status().message().rfind("image is 20000x10 (200000 pixels)", 0), 0u)
+      << r.status().message();
   // Within the limits the header passes and the missing data is "corrupt".
   r = DecodeImageGray(PngHeader(100, 100), ImageLimits{});
   ASSERT_FALSE(r.ok());
@@ -178,7 +184,8 @@ TEST(DecodeImageGrayTest, RefusesBombFromTheHeader) {
   small.max_pixels = 1000;
   r = DecodeImageGray(bmp, small, "image_url");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("image_url is 120x80 (9600 pixels); the limit is 1000", 0), 0u)
+  EXPECT_EQ(r.status().message().rfind("image_url is 120x80 (9600 pixels); the limit is 1000", 0),
+            0u)
       << r.status().message();
   pixDestroy(&pix);
 }
@@ -188,7 +195,8 @@ TEST(DecodeImageGrayTest, RefusesEmptyUnknownTruncated) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "image is empty");
   const std::string gif = "GIF89a\x01\x00\x01\x00";
-  r = DecodeImageGray(std::span(reinterpret_cast<const uint8_t*>(gif.data()), gif.size()), ImageLimits{});
+  r = DecodeImageGray(std::span(reinterpret_cast<const uint8_t*>(gif.data()), gif.size()),
+                      ImageLimits{});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "image is not a PNG, JPEG, WebP or BMP");
 
@@ -212,7 +220,8 @@ TEST(DecodeImageGrayTest, RefusesEmptyUnknownTruncated) {
 }
 
 TEST(DecodeDataUrlTest, GoodAndBad) {
-  Result<std::vector<uint8_t>> r = DecodeDataUrl("data:image/png;base64,aGVsbG8=", "image_url", 100);
+  Result<std::vector<uint8_t>> r =
+      DecodeDataUrl("data:image/png;base64,aGVsbG8=", "image_url", 100);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(std::string(r->begin(), r->end()), "hello");
   r = DecodeDataUrl("data:image/png;base64,aGVsbG8", "image_url", 100);  // no padding
@@ -226,14 +235,15 @@ TEST(DecodeDataUrlTest, GoodAndBad) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "image_url: remote URLs are not fetched (no outbound requests); send the image as a data: URL");
+            "image_url: remote URLs are not fetched (no outbound requests); send the image as a "
+            "data: URL");
   r = DecodeDataUrl("HTTP://example.com/cat.png", "image_url", 100);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message().rfind("image_url: remote URLs", 0), 0u);
 
-  for (const char* bad : {"data:image/png;base64,aGV$bG8=", "data:image/png;base64,a", "data:image/png,hello",
-                          "file:///etc/passwd", "data:image/png;base64", "data:image/png;base64,aGVsbG8====",
-                          "data:image/png;base64,"}) {
+  for (const char* bad : {"data:image/png;base64,aGV$bG8=", "data:image/png;base64,a",
+                          "data:image/png,hello", "file:///etc/passwd", "data:image/png;base64",
+                          "data:image/png;base64,aGVsbG8====", "data:image/png;base64,"}) {
     r = DecodeDataUrl(bad, "image_url", 100);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;

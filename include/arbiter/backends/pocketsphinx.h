@@ -107,7 +107,8 @@ class PocketSphinxVad {
 
   // As PocketSphinxAsr::DetectSpeech; checks `cancelled` every second of
   // audio (kCancelled).
-  Result<std::vector<SpeechSegment>> Detect(std::span<const int16_t> pcm, const Cancellation& cancelled);
+  Result<std::vector<SpeechSegment>> Detect(std::span<const int16_t> pcm,
+                                            const Cancellation& cancelled);
 
   std::vector<std::string> files() const;
   static uint64_t EstimateBytes(const PocketSphinxOptions& options);

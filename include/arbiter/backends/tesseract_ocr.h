@@ -26,8 +26,8 @@
 namespace arbiter {
 
 struct OcrLine {
-  std::string text;        // UTF-8, no trailing newline
-  float confidence = 0;    // 0..100, Tesseract's
+  std::string text;                // UTF-8, no trailing newline
+  float confidence = 0;            // 0..100, Tesseract's
   int x = 0, y = 0, w = 0, h = 0;  // pixels; x, y = top-left
 };
 
@@ -38,7 +38,8 @@ struct OcrResult {
 
 struct TesseractOptions {
   std::string language = "eng";  // "<language>.traineddata" in tessdata_dir; "eng+deu" allowed
-  std::string tessdata_dir = "";  // "" = $TESSDATA_PREFIX, else the package's /usr/share/tesseract-ocr/5/tessdata
+  std::string tessdata_dir =
+      "";  // "" = $TESSDATA_PREFIX, else the package's /usr/share/tesseract-ocr/5/tessdata
 };
 
 class TesseractOcr {

@@ -39,8 +39,8 @@ struct DecodedAudio {
   std::vector<int16_t> samples;  // [n] at kAsrSampleRate (16000 Hz), mono
   int source_rate = 0;           // Hz
   int source_channels = 0;
-  double seconds = 0;            // duration of the source, seconds
-  std::string format;            // "wav" | "flac" | "ogg" | "aiff" | "mp3" | ... (lowercase)
+  double seconds = 0;  // duration of the source, seconds
+  std::string format;  // "wav" | "flac" | "ogg" | "aiff" | "mp3" | ... (lowercase)
 };
 
 // The sample rate of DecodedAudio::samples and of the speech models' input.

@@ -10,8 +10,9 @@
 // with the same dimensions (and, for the lossless formats, the same pixels).
 //
 // Usage:
-//   ARBITER_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, DecodeDataUrl(url, "image_url", limits.max_bytes));
-//   ARBITER_ASSIGN_OR_RETURN(GrayImage img, DecodeImageGray(bytes, limits, "image_url"));
+//   ARBITER_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, DecodeDataUrl(url, "image_url",
+//   limits.max_bytes)); ARBITER_ASSIGN_OR_RETURN(GrayImage img, DecodeImageGray(bytes, limits,
+//   "image_url"));
 //
 // Thread safety: the functions are thread-safe (Leptonica's message
 // severity is set once, process-wide, to "none").
