@@ -6,6 +6,7 @@
 #   SECONDS  run time of each target (-max_total_time)
 #   TARGET   target names without _fuzz (default: every fuzz/<name>_fuzz.cc)
 # Environment: FUZZ_DIR (default build-fuzz), FUZZ_ARGS (extra libFuzzer flags).
+# Leaks inside system libraries are suppressed by fuzz/lsan.supp (each says why).
 #
 # Each target reads its committed seeds fuzz/corpus/<name>/ read-only and
 # writes what it discovers to a scratch corpus FUZZ_DIR/fuzz-run/corpus/<name>/
@@ -57,6 +58,7 @@ for name in "${targets[@]}"; do
   [[ -d "$seeds" ]] && seed_dirs+=("$seeds")
   echo "fuzz-run: $name for ${seconds} s ($(ls "$seeds" 2>/dev/null | wc -l) seeds, $(ls "$corpus" | wc -l) in scratch corpus)"
   # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
+  LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp ${LSAN_OPTIONS:-}" \
   "$bin" -max_total_time="$seconds" -print_final_stats=1 -timeout=30 \
       -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} "$corpus" "${seed_dirs[@]}" >"$log" 2>&1
   rc=$?

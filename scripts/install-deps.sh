@@ -102,3 +102,29 @@ install_tokenizer_packages() {
      npm install --no-package-lock --no-audit --no-fund --loglevel=error)
 }
 install_tokenizer_packages
+
+# The client tests (tests/clients/) drive a real server with the official
+# `openai` Node SDK, pinned in tests/clients/package.json; installed outside
+# the source tree into ARBITER_CLIENT_DEPS_DIR (tests/CMakeLists.txt's
+# default). Without Node 20 those tests skip, saying so.
+client_deps_dir=${ARBITER_CLIENT_DEPS_DIR:-$HOME/.cache/arbiter/clients}
+install_client_packages() {
+  local pkg_json
+  pkg_json="$(dirname "$0")/../tests/clients/package.json"
+  if cmp -s "$pkg_json" "$client_deps_dir/package.json" &&
+     [[ -f "$client_deps_dir/node_modules/openai/package.json" ]]; then
+    echo "install-deps: client packages present in $client_deps_dir"
+    return 0
+  fi
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1 ||
+     [[ $(node -p 'process.versions.node.split(".")[0]') -lt 20 ]]; then
+    echo "install-deps: node 20 / npm not found; the client tests will skip" >&2
+    return 0
+  fi
+  mkdir -p "$client_deps_dir"
+  cp "$pkg_json" "$client_deps_dir/package.json"
+  echo "install-deps: installing the client packages into $client_deps_dir"
+  (cd "$client_deps_dir" &&
+     npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+}
+install_client_packages

@@ -2,7 +2,9 @@
 // docs/config.md for every key and its default.
 #include "arbiter/runtime/config.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <limits>
 #include <set>
 
@@ -130,13 +132,25 @@ Status ParseServer(const toml::table& t, Config* c) {
                                     "an integer in 1..1000000", &s.max_embedding_inputs));
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_embedding_tokens", p, 1, int64_t{1} << 40,
                                     "a positive integer", &s.max_embedding_tokens));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_audio_bytes", p, 1, int64_t{1} << 34,
+                                    "a positive integer (bytes)", &s.max_audio_bytes));
+  ARBITER_RETURN_IF_ERROR(ReadDouble(t, "max_audio_seconds", p, "a number of seconds in (0, 86400]",
+                                     &s.max_audio_seconds));
+  if (!(s.max_audio_seconds > 0 && s.max_audio_seconds <= 86400)) {
+    return KeyError(p + "max_audio_seconds", "a number of seconds in (0, 86400]");
+  }
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_image_bytes", p, 1, int64_t{1} << 32,
+                                    "a positive integer (bytes)", &s.max_image_bytes));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_image_pixels", p, 1, int64_t{1} << 34,
+                                    "a positive integer", &s.max_image_pixels));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "metrics_public", p, &s.metrics_public));
   WarnUnknown(t,
               {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
                "request_timeout_s", "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s",
                "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max",
-               "max_embedding_inputs", "max_embedding_tokens"},
+               "max_embedding_inputs", "max_embedding_tokens", "max_audio_bytes",
+               "max_audio_seconds", "max_image_bytes", "max_image_pixels"},
               p, &c->warnings);
   return OkStatus();
 }
@@ -413,6 +427,111 @@ Status ParseKv(const toml::table& t, uint64_t mem_total, Config* c) {
   return OkStatus();
 }
 
+// `engine` (with `language` and the process keys) of one [[models]] entry;
+// the capability is already read.
+Status ParseModelEngine(const toml::table& t, const std::string& p, const fs::path& base_dir,
+                        ModelEntry* m) {
+  m->engine = DefaultEngineFor(m->capability);
+  const bool has_command = t.get("command") != nullptr;
+  if (has_command) m->engine = ModelEngine::kProcess;
+  if (t.get("engine") != nullptr) {
+    std::string name;
+    ARBITER_RETURN_IF_ERROR(ReadString(t, "engine", p, &name));
+    std::optional<ModelEngine> parsed;
+    for (ModelEngine e : {ModelEngine::kBuiltin, ModelEngine::kPocketSphinx, ModelEngine::kFlite,
+                          ModelEngine::kEspeakNg, ModelEngine::kTesseract, ModelEngine::kProcess}) {
+      if (ModelEngineName(e) == name) parsed = e;
+    }
+    if (!parsed) {
+      return KeyError(p + "engine", fmt::format("one of \"builtin\", \"pocketsphinx\", \"flite\", "
+                                                "\"espeak-ng\", \"tesseract\", \"process\" (got "
+                                                "\"{}\")",
+                                                name));
+    }
+    m->engine = *parsed;
+  }
+  // Which engine serves which capability.
+  bool fits = false;
+  switch (m->engine) {
+    case ModelEngine::kBuiltin:
+      fits = m->capability == Capability::kText || m->capability == Capability::kEmbedding;
+      break;
+    case ModelEngine::kPocketSphinx:
+      fits = m->capability == Capability::kTranscribe || m->capability == Capability::kVad;
+      break;
+    case ModelEngine::kFlite:
+    case ModelEngine::kEspeakNg:
+      fits = m->capability == Capability::kSpeak;
+      break;
+    case ModelEngine::kTesseract:
+      fits = m->capability == Capability::kVisionDescribe;
+      break;
+    case ModelEngine::kProcess:
+      fits = m->capability != Capability::kVad;
+      break;
+  }
+  if (!fits) {
+    return InvalidArgumentError(fmt::format("{}engine \"{}\" cannot serve capability \"{}\"", p,
+                                            ModelEngineName(m->engine),
+                                            CapabilityName(m->capability)));
+  }
+  ARBITER_RETURN_IF_ERROR(ReadString(t, "language", p, &m->language));
+  if (t.get("language") != nullptr) {
+    if (m->engine != ModelEngine::kTesseract) return KeyError(p + "language", "set only on tesseract models");
+    if (m->language.empty() || m->language.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+") !=
+                                   std::string::npos) {
+      return KeyError(p + "language", "a tessdata language name such as \"eng\" or \"eng+deu\"");
+    }
+  }
+  const bool process_keys = has_command || t.get("health") != nullptr ||
+                            t.get("ready_timeout_s") != nullptr ||
+                            t.get("estimated_size") != nullptr;
+  if (m->engine != ModelEngine::kProcess) {
+    if (process_keys) {
+      return InvalidArgumentError(fmt::format(
+          "{}command, health, ready_timeout_s and estimated_size are set only on process models "
+          "(engine = \"process\")",
+          p));
+    }
+    return OkStatus();
+  }
+  ProcessCommand& pc = m->process;
+  const toml::array* argv = t.get("command") != nullptr ? t.get("command")->as_array() : nullptr;
+  if (argv == nullptr || argv->empty()) {
+    return KeyError(p + "command", "a non-empty array of strings: [\"/path/to/server\", \"--port\", "
+                                   "\"{port}\", ...]");
+  }
+  for (const toml::node& n : *argv) {
+    auto str = n.value_exact<std::string>();
+    if (!str || str->empty()) return KeyError(p + "command", "an array of non-empty strings");
+    pc.argv.push_back(*str);
+  }
+  if (pc.argv[0].find('/') != std::string::npos && fs::path(pc.argv[0]).is_relative()) {
+    pc.argv[0] = (base_dir / pc.argv[0]).lexically_normal().string();
+  }
+  ARBITER_RETURN_IF_ERROR(ReadString(t, "health", p, &pc.health));
+  if (pc.health.empty() || pc.health[0] != '/') return KeyError(p + "health", "a path starting with /");
+  int64_t ready_s = pc.ready_timeout_ms / 1000;
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "ready_timeout_s", p, 1, 86400, "an integer in 1..86400",
+                                    &ready_s));
+  pc.ready_timeout_ms = ready_s * 1000;
+  if (const toml::node* n = t.get("estimated_size")) {
+    if (auto i = n->value_exact<int64_t>(); i && *i > 0) {
+      pc.estimated_bytes = static_cast<uint64_t>(*i);
+      pc.estimated_size_text = std::to_string(*i);
+    } else if (auto str = n->value_exact<std::string>()) {
+      Result<uint64_t> size = ParseSize(*str, 0);
+      if (!size.ok() || *size == 0) return KeyError(p + "estimated_size", "a positive size: bytes or \"2GiB\"");
+      pc.estimated_bytes = *size;
+      pc.estimated_size_text = *str;
+    } else {
+      return KeyError(p + "estimated_size", "a positive size: bytes or \"2GiB\"");
+    }
+  }
+  return OkStatus();
+}
+
 Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) {
   for (size_t i = 0; i < arr.size(); ++i) {
     const std::string p = fmt::format("[[models]][{}].", i);
@@ -421,18 +540,33 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     ModelEntry m;
     ARBITER_RETURN_IF_ERROR(ReadString(*t, "name", p, &m.name));
     if (m.name.empty()) return KeyError(p + "name", "a non-empty string");
-    ARBITER_RETURN_IF_ERROR(ReadString(*t, "path", p, &m.path));
-    if (m.path.empty()) return KeyError(p + "path", "a non-empty string (the model directory)");
-    fs::path path(m.path);
-    if (path.is_relative()) path = base_dir / path;
-    m.path = path.lexically_normal().string();
     std::string cap;
     ARBITER_RETURN_IF_ERROR(ReadString(*t, "capability", p, &cap));
     if (!cap.empty()) {
       auto parsed = ParseCapability(cap);
-      if (!parsed.ok() || (*parsed != Capability::kText && *parsed != Capability::kEmbedding))
-        return KeyError(p + "capability", "\"text\" or \"embedding\"");
+      if (!parsed.ok()) {
+        return KeyError(p + "capability",
+                        "one of \"text\", \"embedding\", \"vision-describe\", \"image-gen\", "
+                        "\"transcribe\", \"speak\", \"vad\"");
+      }
       m.capability = *parsed;
+    }
+    ARBITER_RETURN_IF_ERROR(ParseModelEngine(*t, p, base_dir, &m));
+    ARBITER_RETURN_IF_ERROR(ReadString(*t, "path", p, &m.path));
+    if (m.engine == ModelEngine::kBuiltin && m.path.empty()) {
+      return KeyError(p + "path", "a non-empty string (the model directory)");
+    }
+    if (t->get("path") != nullptr && m.path.empty()) return KeyError(p + "path", "a non-empty path");
+    if (!m.path.empty()) {
+      fs::path path(m.path);
+      if (path.is_relative()) path = base_dir / path;
+      m.path = path.lexically_normal().string();
+    }
+    ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "queue", p, 1, 100000, "an integer in 1..100000",
+                                      &m.queue));
+    ARBITER_RETURN_IF_ERROR(ReadString(*t, "vision", p, &m.vision));
+    if (!m.vision.empty() && m.capability != Capability::kText) {
+      return KeyError(p + "vision", "set only on text models");
     }
     ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "parallel", p, 1, kMaxParallel,
                                       fmt::format("an integer in 1..{}", kMaxParallel),
@@ -527,7 +661,8 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
                  "residency", "system_prompt", "same_role", "compute_dtype", "kv_type",
-                 "chat_template"},
+                 "chat_template", "engine", "language", "queue", "vision", "command", "health",
+                 "ready_timeout_s", "estimated_size"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));
   }
@@ -535,6 +670,31 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
 }
 
 }  // namespace
+
+std::string_view ModelEngineName(ModelEngine engine) {
+  switch (engine) {
+    case ModelEngine::kBuiltin: return "builtin";
+    case ModelEngine::kPocketSphinx: return "pocketsphinx";
+    case ModelEngine::kFlite: return "flite";
+    case ModelEngine::kEspeakNg: return "espeak-ng";
+    case ModelEngine::kTesseract: return "tesseract";
+    case ModelEngine::kProcess: return "process";
+  }
+  return "unknown";
+}
+
+ModelEngine DefaultEngineFor(Capability capability) {
+  switch (capability) {
+    case Capability::kText:
+    case Capability::kEmbedding: return ModelEngine::kBuiltin;
+    case Capability::kTranscribe:
+    case Capability::kVad: return ModelEngine::kPocketSphinx;
+    case Capability::kSpeak: return ModelEngine::kFlite;
+    case Capability::kVisionDescribe: return ModelEngine::kTesseract;
+    case Capability::kImageGen: return ModelEngine::kProcess;
+  }
+  return ModelEngine::kBuiltin;
+}
 
 std::string_view PressureSourceKindName(PressureSourceKind kind) {
   switch (kind) {
@@ -682,6 +842,16 @@ Status ValidateConfig(const Config& config) {
       return InvalidArgumentError(fmt::format("[[models]][{}].name \"{}\" is used twice; model "
                                               "names must be unique",
                                               i, config.models[i].name));
+    }
+  }
+  for (size_t i = 0; i < config.models.size(); ++i) {
+    const ModelEntry& m = config.models[i];
+    if (m.vision.empty()) continue;
+    auto it = std::find_if(config.models.begin(), config.models.end(),
+                           [&](const ModelEntry& o) { return o.name == m.vision; });
+    if (it == config.models.end() || it->capability != Capability::kVisionDescribe) {
+      return InvalidArgumentError(fmt::format(
+          "[[models]][{}].vision \"{}\" must name a configured vision-describe model", i, m.vision));
     }
   }
   if (config.server.port < 0 || config.server.port > 65535) {

@@ -163,7 +163,36 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[[models]]\npath = \"/a\"\n", "[[models]][0].name"},
         BadConfig{"[[models]]\nname = \"a\"\n", "[[models]][0].path"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\ncapability = \"vision\"\n",
-                  "[[models]][0].capability must be \"text\" or \"embedding\""},
+                  "[[models]][0].capability must be one of \"text\", \"embedding\", "
+                  "\"vision-describe\""},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"speak\"\nengine = \"tesseract\"\n",
+                  "[[models]][0].engine \"tesseract\" cannot serve capability \"speak\""},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"speak\"\nengine = \"coqui\"\n",
+                  "[[models]][0].engine must be one of \"builtin\""},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"vad\"\ncommand = [\"/bin/x\"]\n",
+                  "cannot serve capability \"vad\""},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"image-gen\"\n",
+                  "[[models]][0].command must be a non-empty array of strings"},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"image-gen\"\ncommand = []\n",
+                  "[[models]][0].command must be a non-empty array"},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"speak\"\nhealth = \"/h\"\n",
+                  "set only on process models"},
+        BadConfig{"[[models]]\nname = \"a\"\ncommand = [\"/x\"]\nhealth = \"h\"\n",
+                  "[[models]][0].health must be a path starting with /"},
+        BadConfig{"[[models]]\nname = \"a\"\ncommand = [\"/x\"]\nestimated_size = \"big\"\n",
+                  "[[models]][0].estimated_size must be a positive size"},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"speak\"\nlanguage = \"eng\"\n",
+                  "[[models]][0].language must be set only on tesseract models"},
+        BadConfig{"[[models]]\nname = \"o\"\ncapability = \"vision-describe\"\nlanguage = \"../x\"\n",
+                  "[[models]][0].language must be a tessdata language name"},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"speak\"\nqueue = 0\n",
+                  "[[models]][0].queue must be an integer in 1..100000"},
+        BadConfig{"[[models]]\nname = \"a\"\ncapability = \"speak\"\nvision = \"o\"\n",
+                  "[[models]][0].vision must be set only on text models"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nvision = \"nope\"\n",
+                  "[[models]][0].vision \"nope\" must name a configured vision-describe model"},
+        BadConfig{"[server]\nmax_audio_seconds = 0\n", "[server].max_audio_seconds"},
+        BadConfig{"[server]\nmax_audio_bytes = -1\n", "[server].max_audio_bytes"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\n[[models]]\nname = \"a\"\npath = "
                   "\"/b\"\n",
                   "used twice"},
@@ -224,6 +253,70 @@ INSTANTIATE_TEST_SUITE_P(
                   "[[models]][0].chat_template must be one of \"chatml\""},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
         BadConfig{"server = 5\n", "[server] must be a table"}));
+
+// Every capability, each engine's default, a process model (issue 14).
+TEST(Config, ModalitiesAndProcessModels) {
+  auto c = ParseConfigToml(R"(
+[server]
+max_audio_bytes = 1000000
+max_audio_seconds = 30.5
+[[models]]
+name = "chat"
+path = "chat"
+vision = "ocr"
+[[models]]
+name = "asr"
+capability = "transcribe"
+queue = 4
+[[models]]
+name = "tts"
+capability = "speak"
+[[models]]
+name = "tts2"
+capability = "speak"
+engine = "espeak-ng"
+[[models]]
+name = "ocr"
+capability = "vision-describe"
+language = "eng+deu"
+[[models]]
+name = "vad"
+capability = "vad"
+[[models]]
+name = "sd"
+capability = "image-gen"
+command = ["bin/sd-server", "--port", "{port}"]
+health = "/healthz"
+ready_timeout_s = 5
+estimated_size = "2GiB"
+)",
+                           "/etc/arbiter/a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(ValidateConfig(*c).ok());
+  EXPECT_EQ(c->server.max_audio_bytes, 1000000u);
+  EXPECT_DOUBLE_EQ(c->server.max_audio_seconds, 30.5);
+  const auto& m = c->models;
+  ASSERT_EQ(m.size(), 7u);
+  EXPECT_EQ(m[0].engine, ModelEngine::kBuiltin);
+  EXPECT_EQ(m[0].vision, "ocr");
+  EXPECT_EQ(m[1].engine, ModelEngine::kPocketSphinx);
+  EXPECT_EQ(m[1].queue, 4);
+  EXPECT_TRUE(m[1].path.empty());
+  EXPECT_EQ(m[2].engine, ModelEngine::kFlite);
+  EXPECT_EQ(m[2].queue, 16);
+  EXPECT_EQ(m[3].engine, ModelEngine::kEspeakNg);
+  EXPECT_EQ(m[4].engine, ModelEngine::kTesseract);
+  EXPECT_EQ(m[4].language, "eng+deu");
+  EXPECT_EQ(m[5].engine, ModelEngine::kPocketSphinx);
+  EXPECT_EQ(m[5].capability, Capability::kVad);
+  EXPECT_EQ(m[6].engine, ModelEngine::kProcess);
+  EXPECT_EQ(m[6].process.argv,
+            (std::vector<std::string>{"/etc/arbiter/bin/sd-server", "--port", "{port}"}));
+  EXPECT_EQ(m[6].process.health, "/healthz");
+  EXPECT_EQ(m[6].process.ready_timeout_ms, 5000);
+  EXPECT_EQ(m[6].process.estimated_bytes, 2ull << 30);
+  EXPECT_TRUE(c->warnings.empty());
+}
 
 TEST(Config, EnvOverrides) {
   Config c = DefaultConfig(kMemTotal);

@@ -92,7 +92,7 @@ Result<std::unique_ptr<ServeKv>> MakeServeKv(
     out->prompt_cache = std::make_unique<PromptCache>(std::move(po));
   }
   for (const ModelEntry& m : config.models) {
-    if (m.capability != Capability::kText) continue;
+    if (m.capability != Capability::kText || m.engine != ModelEngine::kBuiltin) continue;
     const auto it = opened != nullptr ? opened->find(m.name) : decltype(opened->end()){};
     Result<std::string> hash =
         opened == nullptr || it == opened->end() ? KvModelHash(m)

@@ -247,16 +247,29 @@ CapabilityRegistration EngineCapabilityRegistration(
 
 OpenedModels OpenConfiguredModels(const Config& config) {
   OpenedModels out;
-  for (const ModelEntry& m : config.models) out.emplace(m.name, OpenEntryFiles(m));
+  for (const ModelEntry& m : config.models) {
+    if (m.engine == ModelEngine::kBuiltin) out.emplace(m.name, OpenEntryFiles(m));
+  }
   return out;
 }
 
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
                                 WeightCache* cache, const ServeKv* kv,
-                                const OpenedModels* opened) {
+                                const OpenedModels* opened,
+                                std::shared_ptr<BackendContext> backends) {
   std::vector<std::string> broken;
   std::map<std::string, size_t> estimates;
+  std::vector<ModelEntry> builtin;
   for (const ModelEntry& m : config.models) {
+    if (m.engine == ModelEngine::kBuiltin) builtin.push_back(m);
+  }
+  for (const ModelEntry& m : config.models) {
+    if (m.engine != ModelEngine::kBuiltin) {
+      spdlog::info("model \"{}\" ({}, engine {}{}): estimated {} until measured", m.name,
+                   CapabilityName(m.capability), ModelEngineName(m.engine),
+                   m.path.empty() ? "" : ", " + m.path, FormatSize(EstimateBackendBytes(m)));
+      continue;
+    }
     auto found = opened != nullptr ? opened->find(m.name) : OpenedModels::const_iterator();
     Result<std::shared_ptr<const ModelFiles>> files =
         opened != nullptr && found != opened->end() ? found->second : OpenEntryFiles(m);
@@ -280,10 +293,17 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
       broken.push_back(m.name);
     }
   }
-  for (Capability cap : {Capability::kText, Capability::kEmbedding}) {
-    CapabilityRegistration r =
-        EngineCapabilityRegistration(cap, config.models, estimates, cache, kv, config.same_role);
-    if (r.model_keys.empty()) continue;
+  if (backends == nullptr) backends = std::make_shared<BackendContext>(nullptr, nullptr);
+  for (size_t c = 0; c < kCapabilityCount; ++c) {
+    const Capability cap = static_cast<Capability>(c);
+    std::vector<std::string> order;
+    for (const ModelEntry& m : config.models) {
+      if (m.capability == cap) order.push_back(m.name);
+    }
+    if (order.empty()) continue;
+    CapabilityRegistration r = MergeRegistrations(
+        EngineCapabilityRegistration(cap, builtin, estimates, cache, kv, config.same_role),
+        BackendCapabilityRegistration(cap, config.models, backends), order);
     ARBITER_RETURN_IF_ERROR(arbiter->RegisterCapability(std::move(r)));
   }
   // Record the failures in the arbiter (its load re-runs the cheap check and

@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
@@ -81,18 +82,41 @@ arbiter::Status RuntimeImpl::Build() {
   const OpenedModels opened = OpenConfiguredModels(config_);
   ARBITER_ASSIGN_OR_RETURN(kv_, MakeServeKv(config_, ledger_.get(), &opened));
   ARBITER_ASSIGN_OR_RETURN(weights_, MakeServeWeights(config_, ledger_.get(), &policy_));
+  vision_cache_ = std::make_unique<VisionEmbeddingCache>(
+      VisionEmbeddingCache::Options{.ledger = ledger_.get()});
+  targets_.vision_cache = vision_cache_.get();
+  bool any_process = false;
+  for (const ModelEntry& m : config_.models) any_process |= m.engine == ModelEngine::kProcess;
+  if (any_process) {
+    const std::string dir = (std::filesystem::path(config_.state_dir.empty() ? "." : config_.state_dir) /
+                             "processes")
+                                .string();
+    Result<std::unique_ptr<ProcessSupervisor>> sup = ProcessSupervisor::Create(dir);
+    if (!sup.ok()) return sup.status().WithPrefix("process models");
+    supervisor_ = std::move(sup).value();
+    for (const std::string& line : supervisor_->ReapStale()) {
+      spdlog::warn("process models: stopped a child left by an earlier arbiter: {}", line);
+    }
+  }
+  backends_ = std::make_shared<BackendContext>(supervisor_.get(), ledger_.get());
   MemoryArbiterOptions ao;
   ao.ledger = ledger_.get();
   ao.refuse_over_budget = true;
   ao.reclaimer = &policy_;
+  ao.vision_cache = vision_cache_.get();
   arbiter_ = std::make_unique<MemoryArbiter>(ao);
+  backends_->Bind(arbiter_.get(), [this](const std::string&) {
+    policy_.MakeRoom(0);
+    return ledger_->charged_bytes() <= ledger_->budget_bytes();
+  });
   // The policy's targets are complete before any model can load.
   targets_.ledger = ledger_.get();
   targets_.arbiter = arbiter_.get();
   targets_.weights = weights_->cache.get();
   targets_.prompt_cache = kv_->prompt_cache.get();
   ARBITER_RETURN_IF_ERROR(
-      RegisterConfiguredModels(config_, arbiter_.get(), weights_->cache.get(), kv_.get(), &opened));
+      RegisterConfiguredModels(config_, arbiter_.get(), weights_->cache.get(), kv_.get(), &opened,
+                               backends_));
   if (arbiter::Status s = arbiter_->Start(); !s.ok()) {
     return s.WithPrefix("cannot start the memory arbiter");
   }
@@ -127,7 +151,8 @@ void RuntimeImpl::Shutdown() {
   pressure_sub_.Reset();
   if (pressure_) pressure_->composite->Stop();
   StopMaintenance();
-  if (arbiter_) arbiter_->Shutdown();  // frees every engine (KV saved)
+  if (backends_) backends_->Stop();    // the process watcher
+  if (arbiter_) arbiter_->Shutdown();  // frees every engine (KV saved), stops every child
   kv_.reset();                         // spills the prompt cache
   targets_.prompt_cache = nullptr;
   weights_.reset();
@@ -153,19 +178,31 @@ arbiter::Status RuntimeImpl::CheckCapability(const std::string& name, Capability
       ErrorReason::kWrongCapability);
 }
 
-Result<ArbiterHandle> RuntimeImpl::AcquireModel(const std::string& name, Capability capability) {
+Result<ArbiterHandle> RuntimeImpl::AcquireModel(const std::string& name, Capability capability,
+                                                bool any_backend) {
   if (stopping()) {
     return UnavailableError("the server is shutting down", ErrorReason::kShuttingDown);
   }
   WeightCache* cache = weights_->cache.get();
+  Result<ModelEntry> entry = Model(name);
+  const bool builtin = !entry.ok() || entry->engine == ModelEngine::kBuiltin;
+  if (!builtin && !any_backend) {
+    return InvalidArgumentError(
+        fmt::format("model \"{}\" is served by {} (engine \"{}\"), not by the built-in engine",
+                    name, entry->engine == ModelEngine::kProcess ? "an external process" : "a backend",
+                    ModelEngineName(entry->engine)),
+        ErrorReason::kWrongCapability);
+  }
   // Externally managed: the control plane decides residency; a model whose
   // weights are not on the device is refused before anything loads.
-  if (cache->mode() == ResidencyMode::kExternallyManaged && cache->DeviceResident(name) == false) {
+  if (builtin && cache->mode() == ResidencyMode::kExternallyManaged &&
+      cache->DeviceResident(name) == false) {
     return NotResidentError(name);
   }
   Result<ArbiterHandle> h = arbiter_->Acquire(
       capability, name, Deadline(std::chrono::seconds(config_.server.acquire_timeout_s)));
   if (!h.ok()) return h.status();
+  if (!builtin) return h;  // a backend (BackendModel)
   if (h->backend<Engine>() == nullptr) {
     return InternalError(fmt::format("model \"{}\" has no engine backend", name));
   }
@@ -226,13 +263,25 @@ RuntimeStatus RuntimeImpl::Status() const {
   s.ledger = ledger_->Snapshot();
   if (mem.ok()) {
     s.process_resident_bytes = mem->resident_bytes();
-    s.unaccounted_bytes = static_cast<int64_t>(mem->resident_bytes()) -
+    // Charges outside RssAnon + RssShmem: backends' file pages, children.
+    s.outside_bytes = backends_ != nullptr ? backends_->OutsideBytes() : 0;
+    s.unaccounted_bytes = static_cast<int64_t>(mem->resident_bytes() + s.outside_bytes) -
                           static_cast<int64_t>(s.ledger.charged_bytes + s.ledger.runtime_bytes);
   }
   if (weights_ != nullptr) s.weights = weights_->cache->Stats();
-  for (const ModelStats& m : s.arbiter.models) s.models.push_back(ModelStatusFrom(m, s.weights));
+  for (const ModelStats& m : s.arbiter.models) {
+    ModelStatus& ms = s.models.emplace_back(ModelStatusFrom(m, s.weights));
+    for (const ModelEntry& e : config_.models) {
+      if (e.name == m.name) ms.engine = std::string(ModelEngineName(e.engine));
+    }
+    ms.total_bytes = m.bytes;
+    auto w = s.ledger.by_owner.find("weights::" + m.name);
+    if (w != s.ledger.by_owner.end()) ms.total_bytes += w->second.total_bytes;
+  }
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
   s.next_victim = policy_.Next();
+  s.processes = ProcessStats();
+  s.vision_cache = vision_cache_->Stats();
   return s;
 }
 
@@ -284,7 +333,7 @@ Result<KvStatus> RuntimeImpl::Kv(bool with_files) const {
 
 Result<ModelStatus> RuntimeImpl::LoadModel(const std::string& name) {
   ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(name));
-  ARBITER_ASSIGN_OR_RETURN(ArbiterHandle h, AcquireModel(name, cap));
+  ARBITER_ASSIGN_OR_RETURN(ArbiterHandle h, AcquireModel(name, cap, /*any_backend=*/true));
   h.Release();  // loaded, unpinned: evictable like any idle model
   return ModelStatusOf(name);
 }

@@ -103,6 +103,12 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
   ARBITER_ASSIGN_OR_RETURN(Capability cap, FindModel(r.model));
   ARBITER_RETURN_IF_ERROR(CheckCapability(r.model, cap, Capability::kText));
   ARBITER_ASSIGN_OR_RETURN(TtlClass ttl, TtlOf(r.cache_ttl));
+  if (!r.images.empty()) {
+    // Before the text model is pinned: the vision model's load may evict
+    // idle voice models, never the text target.
+    ARBITER_RETURN_IF_ERROR(
+        DescribeChatImages(r.model, std::move(r.images), &r.messages, nullptr));
+  }
   ARBITER_ASSIGN_OR_RETURN(ArbiterHandle handle, AcquireModel(r.model, Capability::kText));
   auto job = std::make_unique<TextGenerationImpl>(std::move(handle), r.model);
   Engine* engine = job->engine_;

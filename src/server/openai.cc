@@ -224,7 +224,11 @@ Status CheckN(const json& j) {
   return OkStatus();
 }
 
-Status ParseContent(const json& c, const std::string& path, std::string* out) {
+// A message's content: a string, or an array of parts. Text parts are
+// concatenated; with `images` (chat requests), image_url parts are recorded
+// at their place in the text (a byte offset), else refused.
+Status ParseContent(const json& c, const std::string& path, size_t message, std::string* out,
+                    std::vector<ChatImagePart>* images) {
   if (c.is_string()) {
     *out = c.get<std::string>();
     return OkStatus();
@@ -237,10 +241,27 @@ Status ParseContent(const json& c, const std::string& path, std::string* out) {
     if (!part.is_object()) return TypeError(ppath, "an object {\"type\":\"text\",\"text\":...}");
     const json* type = Field(part, "type");
     if (type == nullptr || !type->is_string()) return TypeError(ppath + ".type", "a string");
-    if (type->get_ref<const std::string&>() != "text") {
+    const std::string& kind = type->get_ref<const std::string&>();
+    if (kind == "image_url" && images != nullptr) {
+      const json* image = Field(part, "image_url");
+      const json* url = image != nullptr && image->is_object() ? Field(*image, "url") : image;
+      if (url == nullptr || !url->is_string()) {
+        return TypeError(ppath + ".image_url", "an object {\"url\": \"data:image/png;base64,...\"}");
+      }
+      if (image->is_object()) {
+        if (const json* detail = Field(*image, "detail");
+            detail != nullptr && !(detail->is_string() && (*detail == "auto" || *detail == "low" ||
+                                                          *detail == "high"))) {
+          return TypeError(ppath + ".image_url.detail", "one of \"auto\", \"low\", \"high\"");
+        }
+      }
+      images->push_back({message, out->size(), url->get<std::string>(), ppath + ".image_url"});
+      continue;
+    }
+    if (kind != "text") {
       return InvalidArgumentError(fmt::format(
-          "\"{}.type\" is \"{}\": only \"text\" content parts are supported", ppath,
-          type->get<std::string>()));
+          "\"{}.type\" is \"{}\": only \"text\"{} content parts are supported", ppath, kind,
+          images != nullptr ? " and \"image_url\"" : ""));
     }
     const json* text = Field(part, "text");
     if (text == nullptr || !text->is_string()) return TypeError(ppath + ".text", "a string");
@@ -249,7 +270,8 @@ Status ParseContent(const json& c, const std::string& path, std::string* out) {
   return OkStatus();
 }
 
-Status ParseMessages(const json& j, std::vector<ChatMessage>* out) {
+Status ParseMessages(const json& j, std::vector<ChatMessage>* out,
+                     std::vector<ChatImagePart>* images = nullptr) {
   const json* m = Field(j, "messages");
   if (m == nullptr) return InvalidArgumentError("\"messages\" is required");
   if (!m->is_array()) return TypeError("messages", "an array");
@@ -271,7 +293,8 @@ Status ParseMessages(const json& j, std::vector<ChatMessage>* out) {
     }
     auto content = msg.find("content");
     if (content != msg.end()) {
-      ARBITER_RETURN_IF_ERROR(ParseContent(*content, path + ".content", &cm.content));
+      ARBITER_RETURN_IF_ERROR(
+          ParseContent(*content, path + ".content", out->size(), &cm.content, images));
     } else if (cm.role != "assistant") {
       return InvalidArgumentError(fmt::format("\"{}.content\" is required", path));
     }
@@ -361,7 +384,7 @@ Result<ChatRequest> ParseChatRequest(std::string_view body) {
     ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
     ChatRequest r;
     ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
-    ARBITER_RETURN_IF_ERROR(ParseMessages(j, &r.messages));
+    ARBITER_RETURN_IF_ERROR(ParseMessages(j, &r.messages, &r.images));
     ARBITER_RETURN_IF_ERROR(ParseMaxTokens(j, &r.max_tokens));
     ARBITER_RETURN_IF_ERROR(ParseSampling(j, &r.sampling));
     ARBITER_RETURN_IF_ERROR(ParseStop(j, &r.stop));
@@ -433,6 +456,59 @@ Result<PrewarmRequest> ParsePrewarmRequest(std::string_view body) {
       ARBITER_RETURN_IF_ERROR(GetString(j, "prompt", true, &r.prompt));
       if (r.prompt.empty()) return InvalidArgumentError("\"prompt\" must not be empty");
     }
+    return r;
+  });
+}
+
+Result<SpeechBody> ParseSpeechRequest(std::string_view body) {
+  return Guard([&]() -> Result<SpeechBody> {
+    ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
+    SpeechBody r;
+    ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
+    ARBITER_RETURN_IF_ERROR(GetString(j, "input", true, &r.input));
+    if (r.input.empty()) return InvalidArgumentError("\"input\" must not be empty");
+    ARBITER_RETURN_IF_ERROR(GetString(j, "voice", false, &r.voice));
+    if (const json* v = Field(j, "voice"); v != nullptr && v->is_object()) {
+      return InvalidArgumentError("\"voice\" must be a voice name; custom voice objects are not "
+                                  "supported");
+    }
+    ARBITER_RETURN_IF_ERROR(GetString(j, "response_format", false, &r.response_format));
+    if (r.response_format.empty()) r.response_format = "mp3";
+    if (r.response_format != "mp3" && r.response_format != "wav" && r.response_format != "pcm") {
+      return InvalidArgumentError(fmt::format(
+          "\"response_format\" \"{}\" is not supported: one of mp3 (default), wav, pcm",
+          r.response_format));
+    }
+    std::optional<double> speed;
+    ARBITER_RETURN_IF_ERROR(GetNumber(j, "speed", 0.25, 4.0, false, "between 0.25 and 4.0", &speed));
+    r.speed = speed.value_or(1.0);
+    if (const json* f = Field(j, "stream_format"); f != nullptr && !(f->is_string() && *f == "audio")) {
+      return InvalidArgumentError("\"stream_format\" must be \"audio\" (\"sse\" is not supported)");
+    }
+    if (Field(j, "instructions") != nullptr) {
+      return InvalidArgumentError("\"instructions\" is not supported by these speech models");
+    }
+    return r;
+  });
+}
+
+Result<DescribeBody> ParseDescribeRequest(std::string_view body) {
+  return Guard([&]() -> Result<DescribeBody> {
+    ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
+    DescribeBody r;
+    ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
+    for (const char* field : {"image", "image_url"}) {
+      const json* v = Field(j, field);
+      if (v == nullptr) continue;
+      if (!r.field.empty()) return InvalidArgumentError("give one of \"image\" and \"image_url\"");
+      const json* url = v->is_object() ? Field(*v, "url") : v;
+      if (url == nullptr || !url->is_string()) {
+        return TypeError(field, "a data: URL string (or {\"url\": ...})");
+      }
+      r.image = url->get<std::string>();
+      r.field = field;
+    }
+    if (r.field.empty()) return InvalidArgumentError("\"image\" is required (a data: URL)");
     return r;
   });
 }

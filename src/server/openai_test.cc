@@ -102,7 +102,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"model":"m","messages":[{"role":"user","content":5}]})",
                 "\"messages[0].content\" must be a string or an array"},
         BadCase{R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
-                "only \"text\""},
+                "\"messages[0].content[0].image_url\" must be an object"},
+        BadCase{R"({"model":"m","messages":[{"role":"user","content":[{"type":"input_audio"}]}]})",
+                "only \"text\" and \"image_url\" content parts"},
+        BadCase{R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url",)"
+                R"("image_url":{"url":"data:x","detail":"max"}}]}]})",
+                "image_url.detail\" must be one of"},
         BadCase{R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content\" is required"},
         BadCase{R"({"model":"m",)" MSGS R"(,"temperature":"hot"})", "\"temperature\" must be a number"},
         BadCase{R"({"model":"m",)" MSGS R"(,"temperature":2.5})", "\"temperature\" must be between 0 and 2"},
@@ -124,6 +129,53 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"model":"m",)" MSGS R"(,"user":7})", "\"user\" must be a string"},
         BadCase{R"({"model":"m",)" MSGS R"(,"cache_ttl":"forever"})", "\"cache_ttl\""},
         BadCase{R"({"model":"m",)" MSGS R"(,"conversation_id":5})", "\"conversation_id\""}));
+
+// Image parts are recorded where they stand in the message's text.
+TEST(ParseChatRequest, ImagePartsAreRecordedAtTheirOffset) {
+  auto r = ParseChatRequest(R"({"model":"m","messages":[{"role":"system","content":"s"},
+      {"role":"user","content":[{"type":"text","text":"look: "},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,AA==","detail":"low"}},
+        {"type":"text","text":" ok"},{"type":"image_url","image_url":"data:image/bmp;base64,Qk0="}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->messages[1].content, "look:  ok");
+  ASSERT_EQ(r->images.size(), 2u);
+  EXPECT_EQ(r->images[0].message, 1u);
+  EXPECT_EQ(r->images[0].offset, 6u);
+  EXPECT_EQ(r->images[0].url, "data:image/png;base64,AA==");
+  EXPECT_EQ(r->images[0].field, "messages[1].content[1].image_url");
+  EXPECT_EQ(r->images[1].offset, 9u);
+}
+
+TEST(ParseSpeechRequest, DefaultsAndErrors) {
+  auto r = ParseSpeechRequest(R"({"model":"tts","input":"hi","voice":"slt"})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->response_format, "mp3");
+  EXPECT_EQ(r->speed, 1.0);
+  EXPECT_EQ(r->voice, "slt");
+  for (const auto& [body, part] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model":"tts","input":""})", "\"input\" must not be empty"},
+           {R"({"model":"tts"})", "\"input\""},
+           {R"({"model":"tts","input":"x","response_format":"opus"})", "response_format"},
+           {R"({"model":"tts","input":"x","speed":9})", "\"speed\" must be between 0.25 and 4.0"},
+           {R"({"model":"tts","input":"x","stream_format":"sse"})", "stream_format"},
+           {R"({"model":"tts","input":"x","instructions":"calm"})", "instructions"}}) {
+    auto bad = ParseSpeechRequest(body);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
+  }
+}
+
+TEST(ParseDescribeRequest, ImageOrImageUrl) {
+  auto a = ParseDescribeRequest(R"({"model":"ocr","image":"data:image/png;base64,AA=="})");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->field, "image");
+  auto b = ParseDescribeRequest(R"({"model":"ocr","image_url":{"url":"data:x"}})");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->image, "data:x");
+  EXPECT_EQ(b->field, "image_url");
+  EXPECT_FALSE(ParseDescribeRequest(R"({"model":"ocr"})").ok());
+  EXPECT_FALSE(ParseDescribeRequest(R"({"model":"ocr","image":"a","image_url":"b"})").ok());
+}
 
 TEST(ParseRequest, CacheFieldsOnBothEndpoints) {
   auto c = ParseCompletionRequest(

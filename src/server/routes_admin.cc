@@ -71,8 +71,9 @@ void HandleMetrics(ServerContext& ctx, http::Responder& out) {
   res.content_type = "text/plain; version=0.0.4";
   const server_internal::ProcessMemorySample process{s.process_resident_bytes,
                                                      s.unaccounted_bytes};
+  const server_internal::ModalityMetricsSample modalities{s.processes, s.vision_cache};
   res.body = ctx.metrics->Scrape(s.arbiter, s.ledger, s.weights ? &*s.weights : nullptr,
-                                 k ? &*k : nullptr, &process);
+                                 k ? &*k : nullptr, &process, &modalities);
   out.Send(std::move(res));
 }
 

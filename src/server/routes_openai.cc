@@ -178,16 +178,23 @@ TextRequest SharedTextFields(Parsed& r) {
 }
 
 void HandleChat(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  if (ProxyIfProcessModel(ctx, req, out, Capability::kText)) return;
   Result<ChatRequest> parsed = ParseChatRequest(req.body);
   if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   ChatRequest& r = *parsed;
   TextRequest t = SharedTextFields(r);
   t.chat = true;
   t.messages = std::move(r.messages);
+  if (!r.images.empty()) {
+    Result<std::vector<ChatImage>> images = ChatImagesOf(ctx, r.images);
+    if (!images.ok()) return SendStatus(out, images.status());
+    t.images = std::move(images).value();
+  }
   RunText(ctx, out, std::move(t), r.stream, r.include_usage);
 }
 
 void HandleCompletion(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  if (ProxyIfProcessModel(ctx, req, out, Capability::kText)) return;
   Result<CompletionRequest> parsed = ParseCompletionRequest(req.body);
   if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   CompletionRequest& r = *parsed;
@@ -201,6 +208,7 @@ void HandleCompletion(ServerContext& ctx, const http::Request& req, http::Respon
 }
 
 void HandleEmbeddings(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  if (ProxyIfProcessModel(ctx, req, out, Capability::kEmbedding)) return;
   Result<EmbeddingRequest> parsed = ParseEmbeddingRequest(req.body);
   if (!parsed.ok()) return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
   EmbedRequest e;

@@ -282,6 +282,26 @@ class FailingRunRuntime : public Runtime {
                                                      const std::string& m) override {
     return real_->CloseConversation(id, m);
   }
+  Result<TranscribeResult> Transcribe(const TranscribeRequest& r, const Cancellation& c) override {
+    return real_->Transcribe(r, c);
+  }
+  Result<VadResult> DetectSpeech(const VadRequest& r, const Cancellation& c) override {
+    return real_->DetectSpeech(r, c);
+  }
+  ::arbiter::Status Speak(const SpeechRequest& r,
+                          const std::function<bool(const SpeechStart&)>& on_start,
+                          const std::function<bool(std::span<const int16_t>)>& on_pcm,
+                          const Cancellation& c) override {
+    return real_->Speak(r, on_start, on_pcm, c);
+  }
+  Result<DescribeResult> Describe(const DescribeRequest& r, const Cancellation& c) override {
+    return real_->Describe(r, c);
+  }
+  Result<ModelEntry> Model(const std::string& n) const override { return real_->Model(n); }
+  Result<ProcessLease> AcquireProcess(const std::string& n, Capability c) override {
+    return real_->AcquireProcess(n, c);
+  }
+  VisionCacheStats VisionCache() const override { return real_->VisionCache(); }
   ArbiterEventSubscription OnEvent(ArbiterEventListener l) override {
     return real_->OnEvent(std::move(l));
   }

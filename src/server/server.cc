@@ -72,7 +72,9 @@ std::string RouteLabel(const std::string& path) {
   static const std::set<std::string, std::less<>> kFixed = {
       "/health",        "/v1/models",     "/v1/chat/completions", "/v1/completions",
       "/v1/embeddings", "/admin/status",  "/admin/pressure",      "/admin/events",
-      "/admin/compact", "/admin/prewarm", "/admin/kv",    "/metrics"};
+      "/admin/compact", "/admin/prewarm", "/admin/kv",    "/metrics",
+      "/v1/audio/transcriptions", "/v1/audio/speech", "/v1/audio/vad", "/v1/vision/describe",
+      "/v1/images/generations"};
   if (kFixed.count(path) != 0) return path;
   if (path.rfind("/admin/conversations/", 0) == 0 && path.size() > 27 &&
       path.compare(path.size() - 6, 6, "/close") == 0) {
@@ -126,6 +128,11 @@ struct Server::Impl {
     o.host = st.host;
     o.port = st.port;
     o.max_body_bytes = st.max_body_bytes;
+    // Audio uploads have their own limit ([server] max_audio_bytes) plus
+    // room for the multipart framing and fields.
+    for (const char* path : {"/v1/audio/transcriptions", "/v1/audio/vad"}) {
+      o.path_body_limits[path] = {st.max_audio_bytes + (64u << 10), "max_audio_bytes"};
+    }
     o.read_timeout_s = st.read_timeout_s;
     o.request_timeout_s = st.request_timeout_s;
     o.write_timeout_s = st.write_timeout_s;
@@ -141,7 +148,8 @@ struct Server::Impl {
                 [](const http::Request&, http::Responder& out) {
                   out.Send(JsonResponse(200, R"({"status":"ok"})"));
                 });
-    for (auto group : {server_internal::OpenAIRoutes(ctx), server_internal::AdminRoutes(ctx)}) {
+    for (auto group : {server_internal::OpenAIRoutes(ctx), server_internal::ModalityRoutes(ctx),
+                       server_internal::AdminRoutes(ctx)}) {
       for (server_internal::Route& r : group) {
         http->Route(std::move(r.method), std::move(r.pattern), r.dispatch, std::move(r.handler));
       }

@@ -16,6 +16,7 @@
 #include "bench/kernel_bench.h"
 #include "bench/kv_bench.h"
 #include "bench/memory_bench.h"
+#include "bench/modalities_bench.h"
 #include "bench/weights_bench.h"
 
 namespace arbiter {
@@ -82,6 +83,15 @@ int RunKernels(const KernelBenchOptions& options, bool json) {
   return 0;
 }
 
+int RunModalities(const ModalitiesBenchOptions& options, bool json) {
+  // As RunDecode: keep stdout to the report.
+  spdlog::set_level(spdlog::level::warn);
+  Result<ModalitiesBenchResult> r = RunModalitiesBench(options);
+  if (!r.ok()) return Fail("modalities", r.status());
+  std::cout << (json ? FormatModalitiesBenchJson(*r) : FormatModalitiesBench(*r));
+  return r->all_ok() ? 0 : 1;
+}
+
 int RunMemory(const MemoryBenchOptions& options, bool json) {
   // As RunDecode: keep stdout to the report.
   spdlog::set_level(spdlog::level::warn);
@@ -100,6 +110,9 @@ struct BenchCommands::Commands {
   CLI::App* kv = nullptr;
   CLI::App* memory = nullptr;
   CLI::App* kernels = nullptr;
+  CLI::App* modalities = nullptr;
+  ModalitiesBenchOptions modalities_options;
+  bool modalities_json = false;
   DecodeFlags decode_flags;
   int arbiter_iterations = 100000;
   bool arbiter_json = false;
@@ -221,6 +234,20 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       ->check(CLI::PositiveNumber);
   c.memory->add_flag("--json", c.memory_json, "Print the result as JSON");
 
+  c.modalities = bench->add_subcommand(
+      "modalities",
+      "The cross-modal scenario: each backend model's load time, first-result latency and "
+      "footprint (measured vs charged); the TTS → ASR word error rate on 20 Harvard sentences; "
+      "then a budget of demo-chat + the largest other model: voice turn, image chat, vision-cache "
+      "hit, critical pressure, memory returned. Exits 1 when a scenario check fails. See "
+      "docs/BENCHMARKS.md \"Modalities\"");
+  c.modalities->add_option("--chat", c.modalities_options.chat_dir,
+                           "demo-chat model directory (default: generated)");
+  c.modalities->add_option("--sentences", c.modalities_options.sentences,
+                           "Harvard sentences spoken and transcribed (1..20, default 20)")
+      ->check(CLI::Range(1, 20));
+  c.modalities->add_flag("--json", c.modalities_json, "Print the result as JSON");
+
   KernelBenchOptions& kn = c.kernels_options;
   c.kernels = bench->add_subcommand(
       "kernels",
@@ -252,7 +279,7 @@ BenchCommands::~BenchCommands() = default;
 bool BenchCommands::parsed() const {
   const Commands& c = *commands_;
   return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed() ||
-         c.memory->parsed() || c.kernels->parsed();
+         c.memory->parsed() || c.kernels->parsed() || c.modalities->parsed();
 }
 
 int BenchCommands::Run() {
@@ -265,6 +292,7 @@ int BenchCommands::Run() {
     return RunKv(c.kv_options, c.kv_json);
   }
   if (c.memory->parsed()) return RunMemory(c.memory_options, c.memory_json);
+  if (c.modalities->parsed()) return RunModalities(c.modalities_options, c.modalities_json);
   if (c.kernels->parsed()) {
     c.kernels_options.stream_bytes = static_cast<size_t>(c.kernels_stream_mb) << 20;
     return RunKernels(c.kernels_options, c.kernels_json);

@@ -9,6 +9,8 @@
 //   arbiter bench kv --model DIR [--prefix-tokens N] [--turn-tokens N]
 //                    [--repetitions N] [--threads N] [--only SCENARIO] [--json]
 //   arbiter bench kernels [--n N] [--stream-mb MB] [--repetitions N] [--json]
+//   arbiter bench memory [--chat DIR] [--embed DIR] [--conversations N] [--json]
+//   arbiter bench modalities [--chat DIR] [--sentences N] [--json]
 //
 // Each prints its scenario's text report (Format*Bench) or, with --json, one
 // JSON object (Format*BenchJson) on stdout; docs/BENCHMARKS.md describes

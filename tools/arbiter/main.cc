@@ -380,8 +380,23 @@ Result<std::vector<ModelEntry>> EnsureDemoModels(const std::string& state_dir) {
     } else {
       spdlog::info("demo model \"{}\" found in {}", preset, m.path);
     }
+    if (m.name == "demo-chat") m.vision = "ocr";
     entries.push_back(std::move(m));
   }
+  // The other modalities, from Debian's trained models (issue 14 point 4):
+  // speech recognition and VAD (PocketSphinx en-us), speech synthesis
+  // (Flite), OCR (Tesseract eng). Nothing to generate.
+  auto backend = [&](const char* name, Capability capability, ModelEngine engine) {
+    ModelEntry m;
+    m.name = name;
+    m.capability = capability;
+    m.engine = engine;
+    entries.push_back(std::move(m));
+  };
+  backend("asr", Capability::kTranscribe, ModelEngine::kPocketSphinx);
+  backend("tts", Capability::kSpeak, ModelEngine::kFlite);
+  backend("ocr", Capability::kVisionDescribe, ModelEngine::kTesseract);
+  backend("vad", Capability::kVad, ModelEngine::kPocketSphinx);
   return entries;
 }
 
@@ -661,7 +676,8 @@ int main(int argc, char** argv) {
   CLI::App* serve_cmd = app.add_subcommand(
       "serve",
       "Serve models over HTTP. Without --config, serves the built-in demo models "
-      "(demo-chat, demo-embed), generating them into <state-dir>/models on first run.");
+      "(demo-chat with vision = \"ocr\", demo-embed — generated into <state-dir>/models on "
+      "first run — and asr, vad (PocketSphinx en-us), tts (Flite) and ocr (Tesseract eng)).");
   serve_cmd->add_option("--config", serve.config, "TOML config file (see docs/config.md)")
       ->check(CLI::ExistingFile);
   serve_cmd->add_option("--host", serve.host, "Address to bind (default 127.0.0.1)");

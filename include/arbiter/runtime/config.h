@@ -8,7 +8,8 @@
 //   [server]  host, port, api_key, max_body_bytes, threads, read_timeout_s,
 //             request_timeout_s, write_timeout_s, keep_alive_max, keep_alive_timeout_s,
 //             acquire_timeout_s, preload, metrics_public, max_connections, queue_max,
-//             max_embedding_inputs, max_embedding_tokens
+//             max_embedding_inputs, max_embedding_tokens, max_audio_bytes,
+//             max_audio_seconds, max_image_bytes, max_image_pixels
 //   [memory]  budget (SIZE: bytes, "512MiB", "2GB", "75%" of MemTotal),
 //             headroom (SIZE; budget = MemTotal − headroom when budget is unset),
 //             the weight runtime: device_arena (SIZE; default = 2 × budget),
@@ -23,7 +24,13 @@
 //             conversation_ttl, eviction_interval, keepalive_interval
 //             (durations), prompt_cache, disk_budget (SIZE; 0 = off /
 //             unlimited)
-//   [[models]] name, path, capability ("text" | "embedding"), role (a
+//   [[models]] name, path, capability ("text" | "embedding" |
+//             "vision-describe" | "image-gen" | "transcribe" | "speak" | "vad"),
+//             engine ("builtin" | "pocketsphinx" | "flite" | "espeak-ng" |
+//             "tesseract" | "process"; default from the capability), language
+//             (tesseract), queue (requests waiting per model), vision (text
+//             models: the vision-describe model run on image parts), command,
+//             health, ready_timeout_s, estimated_size (process models), role (a
 //             ResidentRoleName), idle_ttl (duration: "30s", "5m", "1h", or
 //             integer seconds), parallel, ctx, residency ("unpinned" |
 //             "pinned_system" | "pinned_device"), system_prompt (prefilled
@@ -88,6 +95,14 @@ struct ServerSettings {
   // inputs together, so one request cannot hold an embedding model for long.
   int max_embedding_inputs = 2048;
   int64_t max_embedding_tokens = 300000;
+  // Audio uploads (POST /v1/audio/transcriptions, /v1/audio/vad): their own
+  // body limit instead of max_body_bytes, and the longest audio decoded.
+  size_t max_audio_bytes = 64u << 20;
+  double max_audio_seconds = 600;
+  // Images (chat image parts, /v1/vision/describe): decoded bytes per image
+  // and pixels, checked from the header before decoding.
+  size_t max_image_bytes = 32u << 20;
+  uint64_t max_image_pixels = 50'000'000;
 };
 
 // `[pressure] source`.
@@ -175,10 +190,41 @@ std::string_view SameRolePolicyName(SameRolePolicy policy);
 // Errors: kInvalidArgument naming the accepted values.
 Result<SameRolePolicy> ParseSameRolePolicy(std::string_view text);
 
+// `[[models]] engine`: what implements a model (docs/config.md "Engines").
+enum class ModelEngine { kBuiltin, kPocketSphinx, kFlite, kEspeakNg, kTesseract, kProcess };
+// "builtin" | "pocketsphinx" | "flite" | "espeak-ng" | "tesseract" | "process".
+std::string_view ModelEngineName(ModelEngine engine);
+// The engine a capability gets without `engine` (and without `command`):
+// text, embedding → builtin; transcribe, vad → pocketsphinx; speak → flite;
+// vision-describe → tesseract; image-gen → process.
+ModelEngine DefaultEngineFor(Capability capability);
+
+// An external model server (`engine = "process"`, issue 14 point 3).
+struct ProcessCommand {
+  std::vector<std::string> argv;         // "{port}" in any element = the chosen port
+  std::string health = "/health";        // GET path polled until 200
+  int64_t ready_timeout_ms = 60000;
+  uint64_t estimated_bytes = 256ull << 20;  // the charge before the first measurement
+  std::string estimated_size_text;       // as written ("" = default)
+};
+
 struct ModelEntry {
   std::string name;                      // the "model" of requests
-  std::string path;                      // model directory (absolute after load)
+  // builtin: the model directory or .gguf file (required); pocketsphinx:
+  // the acoustic/language model directory; tesseract: the tessdata
+  // directory; espeak-ng: its data directory; "" = the engine's default.
+  // Absolute after load.
+  std::string path;
   Capability capability = Capability::kText;
+  ModelEngine engine = ModelEngine::kBuiltin;
+  std::string language = "eng";          // tesseract: the language data's name
+  // Requests waiting for this model beyond the one running → 503 with
+  // Retry-After (non-text capabilities; MemoryArbiter queue_max).
+  int queue = 16;
+  // Text models: the vision-describe model run on image parts ("" = images
+  // refused with 400).
+  std::string vision;
+  ProcessCommand process;                // engine = process
   int parallel = 1;                      // KV slots = concurrent requests
   int ctx = 2048;                        // tokens per slot
   // Resident role; empty = DefaultRoleFor(capability).

@@ -26,6 +26,7 @@
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/kv/precache.h"
+#include "arbiter/runtime/backend_models.h"
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/kv_service.h"
 #include "arbiter/weights/weight_cache.h"
@@ -107,9 +108,13 @@ CapabilityRegistration EngineCapabilityRegistration(
 // `opened` (may be null: each entry is opened here) holds the entries'
 // files opened once at startup (OpenConfiguredModels), shared with the KV
 // model hash so a model's files are parsed once.
+// `backends` (may be null: a context without a process supervisor) serves
+// the entries whose engine is not builtin (runtime/backend_models.h); each
+// capability gets one registration joining both kinds.
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache,
                                 const ServeKv* kv = nullptr,
-                                const OpenedModels* opened = nullptr);
+                                const OpenedModels* opened = nullptr,
+                                std::shared_ptr<BackendContext> backends = nullptr);
 
 // The weight runtime of `arbiter serve`: the device arena, the host-floor
 // store and the WeightCache over them. Destroy in reverse order (cache,

@@ -31,10 +31,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/arbiter/vision_embedding_cache.h"
 #include "arbiter/base/status.h"
 #include "arbiter/engine/chat_template.h"
 #include "arbiter/engine/engine.h"
@@ -44,7 +46,9 @@
 #include "arbiter/kv/prompt_cache.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/memory/memory_pool.h"
+#include "arbiter/runtime/backend_models.h"
 #include "arbiter/runtime/config.h"
+#include "arbiter/runtime/modalities.h"
 #include "arbiter/runtime/reclaim_policy.h"
 #include "arbiter/weights/weight_cache.h"
 
@@ -69,6 +73,10 @@ struct TextRequest {
   bool ignore_eos = false;             // keep generating past end-of-sequence
   std::string conversation_id;         // "" = none (the longest-prefix slot)
   std::string cache_ttl;               // "" | "short" | "long" | "extended"
+  // Chat image parts: each is read by the model's `vision` model first and
+  // its text placed in the message as a delimited block (kInvalidRequest
+  // when the model has no vision model).
+  std::vector<ChatImage> images;
 };
 
 struct TextResult {
@@ -129,6 +137,11 @@ struct ModelStatus {
   ModelStats arbiter;
   std::optional<WeightModelStats> weights;
   bool ready = true;
+  std::optional<std::string> engine;       // ModelEngineName of its [[models]] engine
+  // Everything the model costs now: the arbiter's bytes (its entry's
+  // charges, or the estimate when not loaded) plus its weights' ledger
+  // charges (device weights and host floors, owner "weights::<name>").
+  uint64_t total_bytes = 0;
 };
 
 struct RuntimeStatus {
@@ -141,10 +154,18 @@ struct RuntimeStatus {
   // The measured side of the ledger (docs/memory.md "The ledger is the
   // truth"): RssAnon + RssShmem of the process at the time of the status,
   // and that minus ledger.charged_bytes minus ledger.runtime_bytes, signed
-  // (positive: memory the ledger does not know of). 0 and 0 when
+  // (positive: memory the ledger does not know of), outside_bytes added to
+  // the measured side. 0 and 0 when
   // /proc/self/status cannot be read.
   uint64_t process_resident_bytes = 0;
   int64_t unaccounted_bytes = 0;
+  // Charged bytes that live outside RssAnon + RssShmem, counted on the
+  // measured side: backends' file-backed pages and process models'
+  // children (BackendContext::OutsideBytes).
+  uint64_t outside_bytes = 0;
+  // Process-backed models (starts, crashes, RSS) and the vision cache.
+  std::vector<ProcessModelStats> processes;
+  VisionCacheStats vision_cache;
 };
 
 struct KvModelStatus {
@@ -249,6 +270,37 @@ class Runtime {
   // `model`), kConversationNotFound.
   virtual Result<std::vector<std::string>> CloseConversation(const std::string& conversation_id,
                                                              const std::string& model) = 0;
+
+  // ---- other modalities (issue 14; arbiter/runtime/modalities.h) ----
+  // Each runs through the model's request queue (one run at a time per
+  // model, bounded by [[models]] queue: kQueueFull when full). Errors: as
+  // StartText's acquire, kInvalidRequest for bad input (naming the field:
+  // not audio, too long, a corrupt or oversized image, an unknown voice,
+  // empty input), kCancelled.
+  virtual Result<TranscribeResult> Transcribe(const TranscribeRequest& request,
+                                              const Cancellation& cancelled) = 0;
+  virtual Result<VadResult> DetectSpeech(const VadRequest& request,
+                                         const Cancellation& cancelled) = 0;
+  // Synthesizes; `on_start` is called once before the first audio (return
+  // false to stop), then `on_pcm` with [n] int16 mono samples at that rate
+  // as they are produced (return false to stop). Both run on the calling
+  // thread. An error before on_start means nothing was produced.
+  virtual arbiter::Status Speak(const SpeechRequest& request,
+                       const std::function<bool(const SpeechStart&)>& on_start,
+                       const std::function<bool(std::span<const int16_t>)>& on_pcm,
+                       const Cancellation& cancelled) = 0;
+  // Reads an image, through the VisionEmbeddingCache (keyed by the model
+  // family and the normalized image).
+  virtual Result<DescribeResult> Describe(const DescribeRequest& request,
+                                          const Cancellation& cancelled) = 0;
+  // The configured entry of `name` (engine, vision model, ...).
+  virtual Result<ModelEntry> Model(const std::string& name) const = 0;
+  // Pins a process-backed model (starting its process if needed) for one
+  // proxied request. Errors: kModelNotFound, kWrongCapability (not a
+  // process model or another capability), the acquire's.
+  virtual Result<ProcessLease> AcquireProcess(const std::string& name, Capability capability) = 0;
+  // The VisionEmbeddingCache's counters.
+  virtual VisionCacheStats VisionCache() const = 0;
 
   // Arbiter events (loads, unloads, evictions, pressure, runs).
   virtual ArbiterEventSubscription OnEvent(ArbiterEventListener listener) = 0;

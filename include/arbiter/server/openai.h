@@ -50,9 +50,19 @@ struct CacheFields {
   std::string cache_ttl;              // "" | "short" | "long" | "extended"
 };
 
+// An image_url content part of a chat message: its URL as sent and where
+// it stands in the message's text (a byte offset into content).
+struct ChatImagePart {
+  size_t message = 0;
+  size_t offset = 0;
+  std::string url;
+  std::string field;                  // "messages[0].content[1].image_url"
+};
+
 struct ChatRequest {
   std::string model;                  // required
   std::vector<ChatMessage> messages;  // required, non-empty; "developer" → "system"
+  std::vector<ChatImagePart> images;  // image_url parts, in order
   std::optional<int> max_tokens;      // max_tokens or max_completion_tokens, ≥ 1
   SamplingFields sampling;
   std::vector<std::string> stop;      // "stop": string or array of ≤ 4 strings
@@ -96,8 +106,28 @@ struct EmbeddingRequest {
   std::string user;
 };
 
+// POST /v1/audio/speech: {"model", "input", "voice", "response_format",
+// "speed"} (OpenAI's shape; stream_format "audio" only).
+struct SpeechBody {
+  std::string model;                  // required
+  std::string input;                  // required, non-empty
+  std::string voice;                  // "" = the model's default
+  std::string response_format = "mp3";  // mp3 | wav | pcm
+  double speed = 1.0;                 // 0.25..4.0
+};
+
+// POST /v1/vision/describe: {"model", "image": "data:..."} ("image_url"
+// accepted too, as a string or {"url": ...}).
+struct DescribeBody {
+  std::string model;
+  std::string image;                  // the URL as sent
+  std::string field;                  // "image" or "image_url"
+};
+
 // Errors: kInvalidArgument naming the field (see the file comment).
 Result<ChatRequest> ParseChatRequest(std::string_view body);
+Result<SpeechBody> ParseSpeechRequest(std::string_view body);
+Result<DescribeBody> ParseDescribeRequest(std::string_view body);
 Result<CompletionRequest> ParseCompletionRequest(std::string_view body);
 Result<PrewarmRequest> ParsePrewarmRequest(std::string_view body);
 Result<EmbeddingRequest> ParseEmbeddingRequest(std::string_view body);

@@ -48,15 +48,42 @@ class RuntimeImpl final : public Runtime {
                                                      const std::string& model) override;
   ArbiterEventSubscription OnEvent(ArbiterEventListener listener) override;
   ReclaimPolicy& reclaim_policy() override { return policy_; }
+  // modalities.cc
+  Result<TranscribeResult> Transcribe(const TranscribeRequest& request,
+                                      const Cancellation& cancelled) override;
+  Result<VadResult> DetectSpeech(const VadRequest& request, const Cancellation& cancelled) override;
+  arbiter::Status Speak(const SpeechRequest& request,
+               const std::function<bool(const SpeechStart&)>& on_start,
+               const std::function<bool(std::span<const int16_t>)>& on_pcm,
+               const Cancellation& cancelled) override;
+  Result<DescribeResult> Describe(const DescribeRequest& request,
+                                  const Cancellation& cancelled) override;
+  Result<ModelEntry> Model(const std::string& name) const override;
+  Result<ProcessLease> AcquireProcess(const std::string& name, Capability capability) override;
+  VisionCacheStats VisionCache() const override;
+  // Places the vision model's text of each image in its message (text.cc's
+  // StartText calls it). Errors: kInvalidRequest (no vision model, bad image).
+  arbiter::Status DescribeChatImages(const std::string& model, std::vector<ChatImage> images,
+                                     std::vector<ChatMessage>* messages,
+                                     const Cancellation& cancelled);
+  std::vector<ProcessModelStats> ProcessStats() const;
 
   // ---- shared by runtime.cc and text.cc ----
   // The capability of configured model `name`, or kModelNotFound.
   Result<Capability> FindModel(const std::string& name) const;
   // kWrongCapability unless `name` (configured) serves `want`.
   arbiter::Status CheckCapability(const std::string& name, Capability have, Capability want) const;
+  // Runs one backend job through the model's request queue and waits for
+  // it (cancellation reaches the queue and the run). Errors: the acquire's,
+  // the run's, kQueueFull.
+  Result<std::any> RunBackend(Capability capability, const std::string& model,
+                              std::shared_ptr<BackendJob> job, const Cancellation& cancelled);
   // Pins the model (loading it); typed errors. Externally managed weights
   // that are not on the device are refused before anything loads.
-  Result<ArbiterHandle> AcquireModel(const std::string& name, Capability capability);
+  // `any_backend`: a model of another engine is pinned too (its handle
+  // holds a BackendModel); else such a model is kWrongCapability.
+  Result<ArbiterHandle> AcquireModel(const std::string& name, Capability capability,
+                                     bool any_backend = false);
   // A handle on `name` when the arbiter reports it loaded; never loads it.
   std::optional<ArbiterHandle> ResidentHandle(const std::string& name);
   ModelStatus ModelStatusOf(const std::string& name) const;
@@ -84,6 +111,13 @@ class RuntimeImpl final : public Runtime {
   ReclaimTargets targets_;
   ReclaimPolicy policy_{&targets_};
   std::unique_ptr<ServeWeights> weights_;
+  // Chat image parts and /v1/vision/describe results (charged; purged by
+  // the reclaim policy).
+  std::unique_ptr<VisionEmbeddingCache> vision_cache_;
+  // Process-backed models: their supervisor (null without any) and the
+  // backends' shared context (the process watcher).
+  std::unique_ptr<ProcessSupervisor> supervisor_;
+  std::shared_ptr<BackendContext> backends_;
   std::unique_ptr<MemoryArbiter> arbiter_;
   MemoryPressureSubscription pressure_sub_;
 

@@ -15,6 +15,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/runtime.h"
+#include "arbiter/server/openai.h"
 #include "server/internal/event_stream.h"
 #include "server/internal/http/http_server.h"
 #include "server/internal/metrics.h"
@@ -57,5 +58,17 @@ void SendStatus(http::Responder& out, const Status& status);
 // outlive the routes.
 std::vector<Route> OpenAIRoutes(ServerContext& ctx);
 std::vector<Route> AdminRoutes(ServerContext& ctx);
+// routes_modalities.cc: audio, speech, vision, images.
+std::vector<Route> ModalityRoutes(ServerContext& ctx);
+
+// Note [Proxied models] in routes_modalities.cc: when the body's `model` is
+// a process-backed model of `capability`, forwards the request to its
+// process and answers it (true); false when it is not (nothing sent).
+bool ProxyIfProcessModel(ServerContext& ctx, const http::Request& req, http::Responder& out,
+                         Capability capability);
+// A chat's image parts decoded from their data: URLs ([server]
+// max_image_bytes). Errors: kInvalidRequest naming the part.
+Result<std::vector<ChatImage>> ChatImagesOf(const ServerContext& ctx,
+                                            const std::vector<ChatImagePart>& parts);
 
 }  // namespace arbiter::server_internal

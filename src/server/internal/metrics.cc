@@ -1,6 +1,7 @@
 // See metrics.h for the series and where each comes from.
 #include "server/internal/metrics.h"
 
+#include <prometheus/histogram.h>
 #include <prometheus/text_serializer.h>
 
 namespace arbiter::server_internal {
@@ -66,6 +67,52 @@ ServerMetrics::ServerMetrics()
                              .Help("process_resident - charged - runtime bytes (signed)")
                              .Register(*registry_)
                              .Add({})),
+      model_unloads_(BuildCounter()
+                         .Name("arbiter_model_unloads_by_model_total")
+                         .Help("Model unloads by model, capability and reason")
+                         .Register(*registry_)),
+      runs_(prometheus::BuildHistogram()
+                .Name("arbiter_capability_run_seconds")
+                .Help("Queued runs (speech, transcription, vision, VAD) by model: latency")
+                .Register(*registry_)),
+      queue_depth_(BuildGauge()
+                       .Name("arbiter_model_queue_depth")
+                       .Help("Requests waiting in the model's queue (not running)")
+                       .Register(*registry_)),
+      queue_rejections_(BuildCounter()
+                            .Name("arbiter_model_queue_rejections_total")
+                            .Help("Requests refused because the model's queue was full")
+                            .Register(*registry_)),
+      process_starts_(BuildCounter()
+                          .Name("arbiter_process_model_starts_total")
+                          .Help("Starts of a process-backed model's process")
+                          .Register(*registry_)),
+      process_crashes_(BuildCounter()
+                           .Name("arbiter_process_model_crashes_total")
+                           .Help("Exits of a process-backed model that were not asked for")
+                           .Register(*registry_)),
+      process_over_budget_(BuildCounter()
+                               .Name("arbiter_process_model_over_budget_stops_total")
+                               .Help("Processes stopped because the budget could not hold them")
+                               .Register(*registry_)),
+      process_rss_(BuildGauge()
+                       .Name("arbiter_process_model_rss_bytes")
+                       .Help("RSS of a process-backed model's process group (last reading)")
+                       .Register(*registry_)),
+      vision_cache_lookups_(BuildCounter()
+                                .Name("arbiter_vision_cache_lookups_total")
+                                .Help("VisionEmbeddingCache lookups by result (hit, miss)")
+                                .Register(*registry_)),
+      vision_cache_entries_(BuildGauge()
+                                .Name("arbiter_vision_cache_entries")
+                                .Help("Entries in the VisionEmbeddingCache")
+                                .Register(*registry_)
+                                .Add({})),
+      vision_cache_bytes_(BuildGauge()
+                              .Name("arbiter_vision_cache_bytes")
+                              .Help("Bytes charged by the VisionEmbeddingCache")
+                              .Register(*registry_)
+                              .Add({})),
       model_resident_(BuildGauge()
                           .Name("arbiter_model_resident")
                           .Help("1 when the model is loaded, else 0")
@@ -191,6 +238,18 @@ void ServerMetrics::OnEvent(const ArbiterEvent& e) {
       break;
     case ArbiterEventType::kModelUnload:
       unloads_.Add({{"reason", std::string(UnloadReasonName(e.reason))}}).Increment();
+      model_unloads_
+          .Add({{"model", e.model_key},
+                {"capability", std::string(CapabilityName(e.capability))},
+                {"reason", std::string(UnloadReasonName(e.reason))}})
+          .Increment();
+      break;
+    case ArbiterEventType::kCapabilityRun:
+      runs_
+          .Add({{"model", e.model_key}, {"capability", std::string(CapabilityName(e.capability))}},
+               prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                                                       30, 60})
+          .Observe(e.run_ms / 1000.0);
       break;
     case ArbiterEventType::kEviction:
       evictions_.Add({{"reason", std::string(UnloadReasonName(e.reason))}}).Increment();
@@ -205,23 +264,47 @@ void ServerMetrics::OnHttpRequest(std::string_view route, int status) {
       .Increment();
 }
 
+void ServerMetrics::Advance(prometheus::Family<prometheus::Counter>& family,
+                            const prometheus::Labels& labels, uint64_t now) {
+  // Cumulative values → counter increments, remembered per series.
+  std::string key = family.GetName();
+  for (const auto& [k, v] : labels) key += "|" + k + "=" + v;
+  uint64_t& seen = kv_seen_[key];
+  prometheus::Counter& c = family.Add(labels);
+  if (now > seen) c.Increment(static_cast<double>(now - seen));
+  seen = now;
+}
+
 std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnapshot& ledger,
                                   const WeightCacheStats* w, const KvMetricsSample* kv,
-                                  const ProcessMemorySample* process) {
+                                  const ProcessMemorySample* process,
+                                  const ModalityMetricsSample* m) {
   {
     MutexLock l(&mu_);
+    auto advance = [this](prometheus::Family<prometheus::Counter>& family,
+                          const prometheus::Labels& labels, uint64_t now) {
+      mu_.AssertHeld();
+      Advance(family, labels, now);
+    };
+    if (m != nullptr) {
+      for (const ProcessModelStats& p : m->processes) {
+        advance(process_starts_, {{"model", p.name}}, p.starts);
+        advance(process_crashes_, {{"model", p.name}}, p.crashes);
+        advance(process_over_budget_, {{"model", p.name}}, p.over_budget_stops);
+        process_rss_.Add({{"model", p.name}}).Set(static_cast<double>(p.rss_bytes));
+      }
+      advance(vision_cache_lookups_, {{"result", "hit"}}, m->vision_cache.hits);
+      advance(vision_cache_lookups_, {{"result", "miss"}}, m->vision_cache.misses);
+      vision_cache_entries_.Set(static_cast<double>(m->vision_cache.entries));
+      vision_cache_bytes_.Set(static_cast<double>(m->vision_cache.bytes));
+    }
+    for (const ModelStats& ms : s.models) {
+      const prometheus::Labels labels{{"model", ms.name},
+                                      {"capability", std::string(CapabilityName(ms.capability))}};
+      queue_depth_.Add(labels).Set(static_cast<double>(ms.queued));
+      advance(queue_rejections_, labels, ms.queue_rejections);
+    }
     if (kv != nullptr) {
-      // Cumulative values → counter increments, remembered per series.
-      auto advance = [this](prometheus::Family<prometheus::Counter>& family,
-                            const prometheus::Labels& labels, uint64_t now) {
-        mu_.AssertHeld();
-        std::string key = family.GetName();
-        for (const auto& [k, v] : labels) key += "|" + k + "=" + v;
-        uint64_t& seen = kv_seen_[key];
-        prometheus::Counter& c = family.Add(labels);
-        if (now > seen) c.Increment(static_cast<double>(now - seen));
-        seen = now;
-      };
       for (const auto& [model, c] : kv->models) {
         advance(kv_prompt_tokens_, {{"model", model}, {"kind", "computed"}},
                 c.prompt_tokens - c.cached_tokens);

@@ -45,6 +45,15 @@
 //   arbiter_kv_write_errors_total                KV saves that failed to write
 //   arbiter_kv_prompt_cache_bytes, arbiter_kv_prompt_cache_entries,
 //   arbiter_kv_disk_bytes                        gauges
+// Other modalities (issue 14 point 6):
+//   arbiter_model_unloads_by_model_total{model,capability,reason}
+//   arbiter_capability_run_seconds{model,capability}   histogram of queued runs
+//   arbiter_model_queue_depth{model,capability}        gauge
+//   arbiter_model_queue_rejections_total{model,capability}
+//   arbiter_process_model_starts_total{model}, _crashes_total{model},
+//   _over_budget_stops_total{model}, arbiter_process_model_rss_bytes{model}
+//   arbiter_vision_cache_lookups_total{result}         hit|miss
+//   arbiter_vision_cache_entries, arbiter_vision_cache_bytes
 // HTTP:
 //   arbiter_http_requests_total{route,code}  route is the route pattern
 //                                            ("/admin/models/{name}/load"),
@@ -63,9 +72,12 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "arbiter/arbiter/memory_arbiter.h"
+#include "arbiter/arbiter/vision_embedding_cache.h"
+#include "arbiter/runtime/backend_models.h"
 #include "arbiter/base/mutex.h"
 #include "arbiter/kv/precache.h"
 #include "arbiter/memory/memory_ledger.h"
@@ -90,6 +102,12 @@ struct ProcessMemorySample {
   int64_t unaccounted_bytes = 0;  // resident − charged − runtime, signed
 };
 
+// Process-backed models and the vision cache at scrape time.
+struct ModalityMetricsSample {
+  std::vector<ProcessModelStats> processes;
+  VisionCacheStats vision_cache;
+};
+
 class ServerMetrics {
  public:
   ServerMetrics();
@@ -105,7 +123,8 @@ class ServerMetrics {
   // the ledger (RuntimeStatus::process_resident_bytes, unaccounted_bytes).
   std::string Scrape(const ArbiterStats& stats, const MemoryLedgerSnapshot& ledger,
                      const WeightCacheStats* weights, const KvMetricsSample* kv = nullptr,
-                     const ProcessMemorySample* process = nullptr) EXCLUDES(mu_);
+                     const ProcessMemorySample* process = nullptr,
+                     const ModalityMetricsSample* modalities = nullptr) EXCLUDES(mu_);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -121,6 +140,17 @@ class ServerMetrics {
   prometheus::Gauge& runtime_bytes_;
   prometheus::Gauge& process_resident_bytes_;
   prometheus::Gauge& unaccounted_bytes_;
+  prometheus::Family<prometheus::Counter>& model_unloads_;
+  prometheus::Family<prometheus::Histogram>& runs_;
+  prometheus::Family<prometheus::Gauge>& queue_depth_;
+  prometheus::Family<prometheus::Counter>& queue_rejections_;
+  prometheus::Family<prometheus::Counter>& process_starts_;
+  prometheus::Family<prometheus::Counter>& process_crashes_;
+  prometheus::Family<prometheus::Counter>& process_over_budget_;
+  prometheus::Family<prometheus::Gauge>& process_rss_;
+  prometheus::Family<prometheus::Counter>& vision_cache_lookups_;
+  prometheus::Gauge& vision_cache_entries_;
+  prometheus::Gauge& vision_cache_bytes_;
   prometheus::Family<prometheus::Gauge>& model_resident_;
   prometheus::Family<prometheus::Gauge>& model_bytes_;
   prometheus::Family<prometheus::Gauge>& charged_by_kind_;
@@ -147,6 +177,11 @@ class ServerMetrics {
   prometheus::Gauge& kv_prompt_cache_bytes_;
   prometheus::Gauge& kv_prompt_cache_entries_;
   prometheus::Gauge& kv_disk_bytes_;
+
+  // Advances a counter to the cumulative value `now` (by the delta since the
+  // last scrape of that series).
+  void Advance(prometheus::Family<prometheus::Counter>& family, const prometheus::Labels& labels,
+               uint64_t now) REQUIRES(mu_);
 
   Mutex mu_;  // serializes scrapes
   // KV counter values already added, by series (family name + labels).

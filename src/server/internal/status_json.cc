@@ -63,14 +63,20 @@ json ModelStatusJson(const ModelStatus& model) {
                {"state", ModelStateName(m.state)},
                {"status", ModelStateName(m.state)},
                {"resident", m.state == ModelState::kLoaded},
-               {"bytes", m.bytes},
+               {"bytes", std::max<uint64_t>(model.total_bytes, m.bytes)},
+               {"entry_bytes", m.bytes},
                {"bytes_measured", m.bytes_measured},
                {"ref_count", m.refcount},
                {"refcount", m.refcount},
                {"loads", m.loads},
                {"load_failures", m.load_failures},
                {"evictions", m.evictions},
-               {"last_load_ms", m.last_load_ms}};
+               {"last_load_ms", m.last_load_ms},
+               {"queued", m.queued},
+               {"running", m.running},
+               {"runs", m.runs},
+               {"queue_rejections", m.queue_rejections}};
+  if (model.engine) item["engine"] = *model.engine;
   item["error"] = m.last_error.empty() ? json(nullptr) : json(m.last_error);
   if (model.weights) item.update(WeightModelJson(*model.weights));
   item["ready"] = model.ready;
@@ -90,12 +96,18 @@ json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
             {"runtime_bytes", st.ledger.runtime_bytes},
             {"process_resident_bytes", st.process_resident_bytes},
             {"unaccounted_bytes", st.unaccounted_bytes},
+            {"outside_bytes", st.outside_bytes},
             {"resident_bytes", s.resident_bytes},
             {"loading_bytes", s.loading_bytes},
             {"resident_models", s.resident_models},
             {"pressure", MemoryPressureLevelName(s.pressure)},
             {"pressure_source", st.pressure_source},
             {"event_streams", event_streams},
+            {"vision_cache",
+             {{"entries", st.vision_cache.entries},
+              {"bytes", st.vision_cache.bytes},
+              {"hits", st.vision_cache.hits},
+              {"misses", st.vision_cache.misses}}},
             {"loads", s.loads},
             {"load_failures", s.load_failures},
             {"evictions", s.evictions},

@@ -78,6 +78,16 @@ void RequestReader::Begin(const ServerOptions& options) {
   header_checked_ = false;
 }
 
+void RequestReader::UsePathLimit(const ServerOptions& options) {
+  const auto& h = parser_->get();
+  const std::string_view target(h.target().data(), h.target().size());
+  auto limit = options.path_body_limits.find(std::string(target.substr(0, target.find('?'))));
+  if (limit != options.path_body_limits.end()) {
+    body_limit_ = limit->second.first;
+    body_limit_name_ = limit->second.second;
+  }
+}
+
 RequestReader::Step RequestReader::Feed(const ServerOptions& options) {
   error_code ec;
   Step step;
@@ -94,16 +104,18 @@ RequestReader::Step RequestReader::Feed(const ServerOptions& options) {
       if (used == 0) break;
       if (parser_->is_header_done() && !header_checked_) break;
     }
-    if (ec) return ParseError(ec, options, body_limit_, body_limit_name_);
+    if (ec) {
+      // Beast checks a Content-Length as it reads that field (the request
+      // line is parsed by then): name the limit of the request's own path.
+      if (ec == bhttp::error::body_limit && !header_checked_) {
+        UsePathLimit(options);
+      }
+      return ParseError(ec, options, body_limit_, body_limit_name_);
+    }
     if (!parser_->is_header_done() || header_checked_) break;
     header_checked_ = true;
     const auto& h = parser_->get();
-    const std::string_view target(h.target().data(), h.target().size());
-    auto limit = options.path_body_limits.find(std::string(target.substr(0, target.find('?'))));
-    if (limit != options.path_body_limits.end()) {
-      body_limit_ = limit->second.first;
-      body_limit_name_ = limit->second.second;
-    }
+    UsePathLimit(options);
     if (parser_->content_length() && *parser_->content_length() > body_limit_) {
       return ParseError(bhttp::error::body_limit, options, body_limit_, body_limit_name_);
     }

@@ -70,6 +70,8 @@ class RequestReader {
   std::string input_;  // bytes read and not yet parsed, from input_off_
   size_t input_off_ = 0;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  // Sets body_limit_ from the header's path (ServerOptions::path_body_limits).
+  void UsePathLimit(const ServerOptions& options);
   bool header_checked_ = false;  // this request's header was checked (framing, 100-continue)
   size_t body_limit_ = 0;        // this request's body limit (max_body_bytes or its path's)
   std::string body_limit_name_;  // the setting that gave it
