@@ -15,6 +15,7 @@
 // No wall-clock speed assertions: every wait has a generous deadline.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -481,6 +482,104 @@ capability = "vision-describe"
   const double slack = std::max(0.02 * static_cast<double>(base), 8.0 * (1 << 20));
   EXPECT_LE(static_cast<double>(end), static_cast<double>(base) + slack)
       << "RSS " << base / (1 << 20) << " → " << end / (1 << 20) << " MiB";
+}
+
+// ---------------------------------------------------------------------------
+// External model servers (issue 14 point 3): a second `arbiter serve`, with
+// its own config and state directory, started as a process model.
+
+// Pids of running processes whose command line contains `needle`.
+std::vector<pid_t> ProcessesWith(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = ::arbiter::testing::ReadAll(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    const std::string stat = ::arbiter::testing::ReadAll(e.path() / "stat");
+    const bool zombie = stat.find(") Z ") != std::string::npos;
+    if (!zombie && cmd.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Waits up to `seconds` for `done()`.
+template <typename F>
+bool WaitFor(F done, int seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+class ProcessModelsE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/arbiter-process-e2e-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 7).ok());
+    // The child serves the same tiny model under the name the parent proxies.
+    std::ofstream(dir_ + "/child.toml") << "[pressure]\nsource = \"none\"\n"
+                                        << "[[models]]\nname = \"remote\"\npath = \"chat\"\n";
+    models_ = "[[models]]\nname = \"chat\"\npath = \"chat\"\n"
+              "[[models]]\nname = \"remote\"\ncommand = [\"" ARBITER_BINARY "\", \"serve\", "
+              "\"--config\", \"" + dir_ + "/child.toml\", \"--port\", \"{port}\", "
+              "\"--state-dir\", \"" + dir_ + "/child-state\"]\n"
+              "ready_timeout_s = 60\nestimated_size = \"64MiB\"\n";
+  }
+  void TearDown() override {
+    for (pid_t p : ProcessesWith(dir_ + "/child.toml")) kill(p, SIGKILL);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string dir_, models_;
+};
+
+TEST_F(ProcessModelsE2E, ProxiedMeasuredStoppedAndRestartedAfterACrash) {
+  Server s;
+  s.Start(dir_, models_, "2GiB");
+  const json chat = {{"model", "remote"}, {"max_tokens", 3},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  // First request: the child starts, becomes healthy, answers through the proxy.
+  auto r = s.PostJson("/v1/chat/completions", chat);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body << s.log();
+  EXPECT_EQ(json::parse(r->body)["model"], "remote");
+  ASSERT_EQ(ProcessesWith(dir_ + "/child.toml").size(), 1u);
+  // Streaming passes through.
+  json stream = chat;
+  stream["stream"] = true;
+  auto st = s.PostJson("/v1/chat/completions", stream);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->status, 200);
+  EXPECT_THAT(st->body, HasSubstr("data: [DONE]"));
+  // Its RSS is measured and charged (kind model) within a few seconds.
+  ASSERT_TRUE(WaitFor([&] { return s.Model("remote")["bytes"].get<uint64_t>() != (64u << 20); }, 10));
+  const uint64_t bytes = s.Model("remote")["bytes"].get<uint64_t>();
+  EXPECT_GT(bytes, 8u << 20);
+  EXPECT_GE(s.Status()["charged_by_kind"]["model"].get<uint64_t>(), bytes);
+  // Unload: the child is stopped.
+  ASSERT_EQ(s.Client().Post("/admin/models/remote/unload", "", "application/json")->status, 200);
+  EXPECT_TRUE(WaitFor([&] { return ProcessesWith(dir_ + "/child.toml").empty(); }, 10));
+  // A crash: the watcher notices, the next request starts it again.
+  ASSERT_EQ(s.PostJson("/v1/chat/completions", chat)->status, 200);
+  const std::vector<pid_t> child = ProcessesWith(dir_ + "/child.toml");
+  ASSERT_EQ(child.size(), 1u);
+  kill(child[0], SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return !s.Model("remote")["resident"].get<bool>(); }, 10));
+  auto again = s.PostJson("/v1/chat/completions", chat);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+  auto m = s.Client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_THAT(m->body, HasSubstr("arbiter_process_model_crashes_total{model=\"remote\"} 1"));
+  EXPECT_THAT(m->body, HasSubstr("arbiter_process_model_starts_total{model=\"remote\"} 3"));
+  // SIGKILL of arbiter itself: the child dies with it (PR_SET_PDEATHSIG).
+  kill(s.pid(), SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return ProcessesWith(dir_ + "/child.toml").empty(); }, 10));
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ void MemoryArbiterImpl::ClaimLocked(Entry* e, size_t incoming) {
   loading_count_++;
   e->bytes = incoming;
   loading_bytes_ += incoming;
-  e->charge = ledger_->Charge(e->key, e->reg->reg.charge_kind, incoming);
+  e->charge = ledger_->Charge(e->key, e->charge_kind, incoming);
 }
 
 Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
@@ -251,7 +251,7 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
         // the registration's kind first, then charge the other parts, so the
         // total never exceeds max(estimate, measured).
         size_t main_bytes = e->bytes;
-        const ChargeKind main_kind = e->reg->reg.charge_kind;
+        const ChargeKind main_kind = e->charge_kind;
         size_t parts_total = 0;
         for (const auto& [kind, bytes] : b.charge_parts) parts_total += bytes;
         const bool split = !b.charge_parts.empty() && parts_total == b.resident_bytes;

@@ -451,6 +451,12 @@ Entry* MemoryArbiterImpl::FindOrCreateLocked(Registration* reg, std::string_view
     if (std::optional<int64_t> ttl = reg->reg.idle_ttl_for(e->model_key)) e->idle_ttl_ms = ttl;
   }
   e->swap_same_role = reg->reg.swap_same_role;
+  e->charge_kind = reg->reg.charge_kind;
+  if (reg->reg.charge_kind_for) {
+    if (std::optional<ChargeKind> kind = reg->reg.charge_kind_for(e->model_key)) {
+      e->charge_kind = *kind;
+    }
+  }
   if (reg->reg.swap_same_role_for) {
     if (std::optional<bool> swap = reg->reg.swap_same_role_for(e->model_key)) {
       e->swap_same_role = *swap;

@@ -419,6 +419,30 @@ TEST_F(ArbiterTest, ChargePartsSplitTheMeasuredSizeByKind) {
   EXPECT_EQ(ledger.charged_bytes(), 0u);
 }
 
+// A per-model kind (a process model beside built-in text models), and a
+// re-measured size resizing that charge.
+TEST_F(ArbiterTest, ChargeKindPerModelAndRemeasuredBytes) {
+  MemoryLedger ledger(1000 * kMB);
+  MemoryArbiter a({.ledger = &ledger});
+  CapabilityRegistration r = Reg(Capability::kText, 100);
+  r.swap_same_role = false;
+  r.charge_kind = ChargeKind::kKvSlot;
+  r.charge_kind_for = [](const std::string& key) -> std::optional<ChargeKind> {
+    if (key == "remote") return ChargeKind::kModel;
+    return std::nullopt;
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  Get(a, Capability::kText, "local").Release();
+  Get(a, Capability::kText, "remote").Release();
+  EXPECT_EQ(ledger.Snapshot().kind_bytes(ChargeKind::kKvSlot), 100 * kMB);
+  EXPECT_EQ(ledger.Snapshot().kind_bytes(ChargeKind::kModel), 100 * kMB);
+  ASSERT_TRUE(*a.UpdateResidentBytes(Capability::kText, "remote", 250 * kMB));
+  EXPECT_EQ(ledger.Snapshot().kind_bytes(ChargeKind::kModel), 250 * kMB);
+  EXPECT_EQ(a.Stats().resident_bytes, 350 * kMB);
+  EXPECT_FALSE(*a.UpdateResidentBytes(Capability::kText, "never-loaded", kMB));
+  EXPECT_FALSE(a.UpdateResidentBytes(Capability::kSpeak, "x", kMB).ok());
+}
+
 TEST_F(ArbiterTest, WithoutExternalFootprintBothStay) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());

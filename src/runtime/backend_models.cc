@@ -345,6 +345,9 @@ CapabilityRegistration MergeRegistrations(CapabilityRegistration builtin,
     const CapabilityRegistration& s = pick(key);
     return s.role_for ? s.role_for(key) : s.resident_role;
   };
+  r.charge_kind_for = [pick](const std::string& key) -> std::optional<ChargeKind> {
+    return pick(key).charge_kind;
+  };
   r.idle_ttl_for = [pick](const std::string& key) -> std::optional<int64_t> {
     const CapabilityRegistration& s = pick(key);
     return s.idle_ttl_for ? s.idle_ttl_for(key) : s.idle_ttl_ms;

@@ -167,6 +167,10 @@ struct CapabilityRegistration {
   std::function<size_t(const std::string& model_key)> estimate_bytes;
   // Ledger kind of the resident charge (kDeviceWeights or kOther).
   ChargeKind charge_kind = ChargeKind::kDeviceWeights;
+  // Optional per-model kind (a capability serving built-in engines and
+  // measured backends), same calling rules as role_for; an empty result
+  // keeps charge_kind.
+  std::function<std::optional<ChargeKind>(const std::string& model_key)> charge_kind_for;
   // Optional per-model role (e.g. [[models]] role = "..."): called once per
   // model key, under the arbiter lock (must not call the arbiter); an empty
   // result keeps the capability's role.

@@ -107,6 +107,7 @@ struct Entry {
   // Per model (docs/memory-arbiter.md, fixed defect 8).
   std::optional<int64_t> idle_ttl_ms;
   bool swap_same_role = true;          // per model
+  ChargeKind charge_kind = ChargeKind::kDeviceWeights;  // per model (charge_kind_for)
   uint64_t hash = 0;      // HashKey(model_key)
   ModelState state = ModelState::kReady;
   size_t bytes = 0;       // charge: estimate until measured
