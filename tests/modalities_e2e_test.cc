@@ -577,9 +577,32 @@ TEST_F(ProcessModelsE2E, ProxiedMeasuredStoppedAndRestartedAfterACrash) {
   ASSERT_TRUE(m);
   EXPECT_THAT(m->body, HasSubstr("arbiter_process_model_crashes_total{model=\"remote\"} 1"));
   EXPECT_THAT(m->body, HasSubstr("arbiter_process_model_starts_total{model=\"remote\"} 3"));
+  const json process = s.Model("remote")["process"];
+  EXPECT_EQ(process["crashes"], 1) << process.dump();
+  EXPECT_THAT(process["last_exit"].get<std::string>(), HasSubstr("signal 9"));
   // SIGKILL of arbiter itself: the child dies with it (PR_SET_PDEATHSIG).
   kill(s.pid(), SIGKILL);
   EXPECT_TRUE(WaitFor([&] { return ProcessesWith(dir_ + "/child.toml").empty(); }, 10));
+}
+
+// A child that grows past what the budget allows, with nothing else to
+// evict, is stopped and reported as over budget.
+TEST_F(ProcessModelsE2E, AChildOverTheBudgetIsStopped) {
+  std::string models = models_;
+  models.replace(models.find("[[models]]\nname = \"chat\"\npath = \"chat\"\n"),
+                 std::string("[[models]]\nname = \"chat\"\npath = \"chat\"\n").size(), "");
+  models.replace(models.find("64MiB"), 5, "1MiB");
+  Server s;
+  s.Start(dir_, models, "12MiB");
+  const json chat = {{"model", "remote"}, {"max_tokens", 2},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  auto r = s.PostJson("/v1/chat/completions", chat);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(WaitFor([&] { return ProcessesWith(dir_ + "/child.toml").empty(); }, 15));
+  EXPECT_TRUE(WaitFor([&] { return !s.Model("remote")["resident"].get<bool>(); }, 5));
+  EXPECT_EQ(s.Model("remote")["process"]["over_budget_stops"], 1);
+  EXPECT_THAT(s.log(), HasSubstr("the budget cannot hold it"));
 }
 
 }  // namespace

@@ -269,19 +269,22 @@ RuntimeStatus RuntimeImpl::Status() const {
                           static_cast<int64_t>(s.ledger.charged_bytes + s.ledger.runtime_bytes);
   }
   if (weights_ != nullptr) s.weights = weights_->cache->Stats();
+  s.processes = ProcessStats();
+  s.vision_cache = vision_cache_->Stats();
   for (const ModelStats& m : s.arbiter.models) {
     ModelStatus& ms = s.models.emplace_back(ModelStatusFrom(m, s.weights));
     for (const ModelEntry& e : config_.models) {
       if (e.name == m.name) ms.engine = std::string(ModelEngineName(e.engine));
     }
     ms.total_bytes = m.bytes;
+    for (const ProcessModelStats& p : s.processes) {
+      if (p.name == m.name) ms.process = p;
+    }
     auto w = s.ledger.by_owner.find("weights::" + m.name);
     if (w != s.ledger.by_owner.end()) ms.total_bytes += w->second.total_bytes;
   }
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
   s.next_victim = policy_.Next();
-  s.processes = ProcessStats();
-  s.vision_cache = vision_cache_->Stats();
   return s;
 }
 

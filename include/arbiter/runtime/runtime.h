@@ -142,6 +142,9 @@ struct ModelStatus {
   // charges, or the estimate when not loaded) plus its weights' ledger
   // charges (device weights and host floors, owner "weights::<name>").
   uint64_t total_bytes = 0;
+  // Process-backed models: starts, crashes (with the last exit status and
+  // output tail), over-budget stops, last RSS reading.
+  std::optional<ProcessModelStats> process;
 };
 
 struct RuntimeStatus {

@@ -77,6 +77,14 @@ json ModelStatusJson(const ModelStatus& model) {
                {"runs", m.runs},
                {"queue_rejections", m.queue_rejections}};
   if (model.engine) item["engine"] = *model.engine;
+  if (model.process) {
+    const ProcessModelStats& p = *model.process;
+    item["process"] = {{"starts", p.starts},
+                       {"crashes", p.crashes},
+                       {"over_budget_stops", p.over_budget_stops},
+                       {"rss_bytes", p.rss_bytes},
+                       {"last_exit", p.last_exit.empty() ? json(nullptr) : json(p.last_exit)}};
+  }
   item["error"] = m.last_error.empty() ? json(nullptr) : json(m.last_error);
   if (model.weights) item.update(WeightModelJson(*model.weights));
   item["ready"] = model.ready;
