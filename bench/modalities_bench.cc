@@ -22,6 +22,7 @@
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/runtime/runtime.h"
 #include "tools/model_maker/model_maker.h"
+#include "tools/model_maker/test_media.h"
 
 namespace arbiter {
 namespace {
@@ -166,16 +167,7 @@ Result<std::string> Transcribe(Runtime& rt, const SharedBytes& wav) {
 
 Result<SharedBytes> OcrPng(const fs::path& dir) {
   const std::string path = (dir / "ocr.png").string();
-  const std::string cmd =
-      "/usr/bin/python3 -c \"import sys\nfrom PIL import Image, ImageDraw, ImageFont\n"
-      "f = ImageFont.truetype('/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf', 28)\n"
-      "im = Image.new('L', (900, 160), 255); d = ImageDraw.Draw(im)\n"
-      "d.text((20, 20), 'Invoice 4711: total due 1,234.56 EUR', font=f, fill=0)\n"
-      "d.text((20, 80), 'Memory budget exceeded on node alpha', font=f, fill=0)\n"
-      "im.save(sys.argv[1])\" " + path;
-  if (std::system(cmd.c_str()) != 0) {
-    return FailedPreconditionError("cannot render the test image (python3-pil is needed)");
-  }
+  ARBITER_RETURN_IF_ERROR(WriteTextPng(path, OcrTestLines()));
   ARBITER_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   return std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end());
 }

@@ -32,6 +32,7 @@
 
 #include "server_process.h"
 #include "tools/model_maker/model_maker.h"
+#include "tools/model_maker/test_media.h"
 
 namespace arbiter {
 namespace {
@@ -40,17 +41,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-// Two lines of text as a PNG (python3-pil, installed by install-deps).
-bool MakeOcrPng(const std::string& path) {
-  const std::string cmd =
-      "/usr/bin/python3 -c \"import sys\nfrom PIL import Image, ImageDraw, ImageFont\n"
-      "f = ImageFont.truetype('/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf', 28)\n"
-      "im = Image.new('L', (900, 160), 255); d = ImageDraw.Draw(im)\n"
-      "d.text((20, 20), 'Invoice 4711: total due 1,234.56 EUR', font=f, fill=0)\n"
-      "d.text((20, 80), 'Memory budget exceeded on node alpha', font=f, fill=0)\n"
-      "im.save(sys.argv[1])\" " + path;
-  return std::system(cmd.c_str()) == 0 && fs::exists(path);
-}
+bool MakeOcrPng(const std::string& path) { return WriteTextPng(path, OcrTestLines()).ok(); }
 
 std::string Base64(const std::string& in) {
   static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -26,6 +26,7 @@
 #include "arbiter/base/buffer_memory.h"
 #include "arbiter/base/size.h"
 #include "arbiter/memory/system_memory.h"
+#include "arbiter/runtime/models.h"
 
 namespace arbiter {
 namespace {
@@ -258,23 +259,7 @@ CapabilityRegistration BackendCapabilityRegistration(Capability capability,
     (*estimates)[e.name] = EstimateBackendBytes(e);
     r.model_keys.push_back(e.name);
   }
-  r.estimate_bytes = [estimates](const std::string& key) -> size_t {
-    auto it = estimates->find(key);
-    return it == estimates->end() ? 0 : it->second;
-  };
-  r.role_for = [models](const std::string& key) -> std::optional<ResidentRole> {
-    auto it = models->find(key);
-    return it == models->end() ? std::nullopt : it->second.role;
-  };
-  r.idle_ttl_for = [models](const std::string& key) -> std::optional<int64_t> {
-    auto it = models->find(key);
-    return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
-  };
-  r.swap_same_role_for = [models](const std::string& key) -> std::optional<bool> {
-    auto it = models->find(key);
-    if (it == models->end() || !it->second.same_role) return std::nullopt;
-    return *it->second.same_role == SameRolePolicy::kSwap;
-  };
+  SetPerModelFields(&r, models, estimates, std::nullopt);
   r.queue_max_for = [models](const std::string& key) -> std::optional<size_t> {
     auto it = models->find(key);
     if (it == models->end()) return std::nullopt;

@@ -199,6 +199,32 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   return backend;
 }
 
+void SetPerModelFields(CapabilityRegistration* r,
+                       std::shared_ptr<const std::map<std::string, ModelEntry>> models,
+                       std::shared_ptr<const std::map<std::string, size_t>> estimates,
+                       std::optional<SameRolePolicy> same_role) {
+  r->estimate_bytes = [estimates](const std::string& key) -> size_t {
+    auto it = estimates->find(key);
+    return it == estimates->end() ? 0 : it->second;
+  };
+  // Called under the arbiter lock: they only read the immutable maps.
+  r->role_for = [models](const std::string& key) -> std::optional<ResidentRole> {
+    auto it = models->find(key);
+    return it == models->end() ? std::nullopt : it->second.role;
+  };
+  r->idle_ttl_for = [models](const std::string& key) -> std::optional<int64_t> {
+    auto it = models->find(key);
+    return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
+  };
+  r->swap_same_role_for = [models, same_role](const std::string& key) -> std::optional<bool> {
+    auto it = models->find(key);
+    std::optional<SameRolePolicy> p = same_role;
+    if (it != models->end() && it->second.same_role) p = it->second.same_role;
+    if (!p) return std::nullopt;
+    return *p == SameRolePolicy::kSwap;
+  };
+}
+
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
     const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
@@ -217,26 +243,8 @@ CapabilityRegistration EngineCapabilityRegistration(
     models->emplace(e.name, e);
     r.model_keys.push_back(e.name);
   }
-  r.estimate_bytes = [estimates](const std::string& key) -> size_t {
-    auto it = estimates->find(key);
-    return it == estimates->end() ? 0 : it->second;
-  };
-  // [[models]] role / idle_ttl: called under the arbiter lock, so they only
-  // read the immutable map.
-  r.role_for = [models](const std::string& key) -> std::optional<ResidentRole> {
-    auto it = models->find(key);
-    return it == models->end() ? std::nullopt : it->second.role;
-  };
-  r.idle_ttl_for = [models](const std::string& key) -> std::optional<int64_t> {
-    auto it = models->find(key);
-    return it == models->end() ? std::nullopt : it->second.idle_ttl_ms;
-  };
-  r.swap_same_role_for = [models, same_role](const std::string& key) -> std::optional<bool> {
-    auto it = models->find(key);
-    const SameRolePolicy p =
-        it != models->end() && it->second.same_role ? *it->second.same_role : same_role;
-    return p == SameRolePolicy::kSwap;
-  };
+  // [[models]] role / idle_ttl / same_role.
+  SetPerModelFields(&r, models, estimates, same_role);
   r.load = [models, cache, kv](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
     if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));

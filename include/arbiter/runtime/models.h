@@ -90,6 +90,15 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 // kCoexist several models of one role stay resident together, the budget
 // still evicting them LRU-first; with kSwap the seed's same-role swap) reach
 // the arbiter through role_for / idle_ttl_for / swap_same_role_for.
+// The per-model callables of a registration from its [[models]] entries:
+// estimate_bytes (from `estimates`), role_for, idle_ttl_for and
+// swap_same_role_for (the entry's same_role, else `same_role`; empty: the
+// registration's own swap_same_role).
+void SetPerModelFields(CapabilityRegistration* r,
+                       std::shared_ptr<const std::map<std::string, ModelEntry>> models,
+                       std::shared_ptr<const std::map<std::string, size_t>> estimates,
+                       std::optional<SameRolePolicy> same_role);
+
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
     const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
