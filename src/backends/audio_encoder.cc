@@ -1,6 +1,7 @@
 // Response encoders for synthesized speech (arbiter/backends/tts.h).
 #include <lame/lame.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "arbiter/backends/tts.h"
@@ -189,6 +190,22 @@ Result<std::unique_ptr<AudioEncoder>> AudioEncoder::Create(AudioFormat format, i
     }
   }
   return InvalidArgumentError("unknown audio format");
+}
+
+Status CheckSynthesis(const TtsEngine& engine, std::string_view text, const std::string& voice,
+                      double speed, const Cancellation& cancelled) {
+  const std::vector<std::string> voices = engine.voices();
+  if (std::find(voices.begin(), voices.end(), voice) == voices.end()) {
+    std::string list;
+    for (const std::string& v : voices) list += (list.empty() ? "" : ", ") + v;
+    return InvalidArgumentError("voice \"" + voice + "\" is not one of this model's voices: " + list);
+  }
+  if (text.empty()) return InvalidArgumentError("input is empty");
+  if (!(speed >= 0.25 && speed <= 4.0)) {
+    return InvalidArgumentError("speed " + std::to_string(speed) + " is outside 0.25..4.0");
+  }
+  if (cancelled.cancelled()) return CancelledError("speech synthesis cancelled");
+  return OkStatus();
 }
 
 }  // namespace arbiter

@@ -93,18 +93,8 @@ class EspeakTts final : public TtsEngine {
 
   Status Synthesize(std::string_view text, const std::string& voice, double speed,
                     const PcmSink& sink, const Cancellation& cancelled) override {
+    ARBITER_RETURN_IF_ERROR(CheckSynthesis(*this, text, voice, speed, cancelled));
     auto it = voices_.find(voice);
-    if (it == voices_.end()) {
-      std::string list;
-      for (const auto& [lang, id] : voices_) list += (list.empty() ? "" : ", ") + lang;
-      return InvalidArgumentError("voice \"" + voice +
-                                  "\" is not one of this model's voices: " + list);
-    }
-    if (text.empty()) return InvalidArgumentError("input is empty");
-    if (!(speed >= 0.25 && speed <= 4.0)) {
-      return InvalidArgumentError("speed " + std::to_string(speed) + " is outside 0.25..4.0");
-    }
-    if (cancelled.cancelled()) return CancelledError("speech synthesis cancelled");
     if (espeak_SetVoiceByName(it->second.c_str()) != EE_OK) {
       espeak_VOICE spec{};
       spec.languages = it->first.c_str();

@@ -180,18 +180,8 @@ class FliteTts final : public TtsEngine {
 
   Status Synthesize(std::string_view text, const std::string& voice, double speed,
                     const PcmSink& sink, const Cancellation& cancelled) override {
+    ARBITER_RETURN_IF_ERROR(CheckSynthesis(*this, text, voice, speed, cancelled));
     const int i = Index(voice);
-    if (i < 0) {
-      std::string list;
-      for (const VoiceDef& d : kVoices) list += std::string(list.empty() ? "" : ", ") + d.name;
-      return InvalidArgumentError("voice \"" + voice +
-                                  "\" is not one of this model's voices: " + list);
-    }
-    if (text.empty()) return InvalidArgumentError("input is empty");
-    if (!(speed >= 0.25 && speed <= 4.0)) {
-      return InvalidArgumentError("speed " + std::to_string(speed) + " is outside 0.25..4.0");
-    }
-    if (cancelled.cancelled()) return CancelledError("speech synthesis cancelled");
     const std::string text_z(text);
     StreamState st{&sink, &cancelled};
 

@@ -73,6 +73,12 @@ class TtsEngine {
 
 // Flite with its four US English voices registered. Errors: kInternal when
 // a voice cannot be registered.
+// The checks every engine's Synthesize makes first: a voice of the engine
+// (kInvalidArgument `voice "x" is not one of this model's voices: a, b`),
+// non-empty text, speed in 0.25..4.0, not cancelled (kCancelled).
+Status CheckSynthesis(const TtsEngine& engine, std::string_view text, const std::string& voice,
+                      double speed, const Cancellation& cancelled);
+
 Result<std::unique_ptr<TtsEngine>> LoadFliteTts();
 
 // eSpeak NG. `data_dir`: the espeak-ng-data directory (or the directory
