@@ -15,144 +15,24 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/base/mutex.h"
+#include "server/internal/json_fields.h"
 
 namespace arbiter {
 namespace {
 
 using json = nlohmann::json;
+using server_internal::Field;
+using server_internal::GetBool;
+using server_internal::GetInt;
+using server_internal::GetNumber;
+using server_internal::GetString;
+using server_internal::Guard;
+using server_internal::ParseBody;
+using server_internal::TypeError;
 
 constexpr size_t kMaxStopStrings = 4;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// Deepest JSON nesting accepted in a request body. OpenAI requests nest ~6
-// levels (messages[i].content[j].text); tool schemas, which we ignore, a few
-// more. Without a bound an 8 MiB body of `[` builds 8M nested arrays
-// (~0.5 GiB per request) before nlohmann reports the missing `]`.
-constexpr int kMaxJsonDepth = 128;
-// Longest parse-error text echoed to the client: nlohmann's message quotes
-// the token read so far ("last read: '...'"), which can be the whole body.
-constexpr size_t kMaxParseErrorChars = 256;
-
-// True when `body` opens more than kMaxJsonDepth arrays/objects at once.
-// Tracks strings (and escapes in them) so brackets inside strings do not
-// count. On malformed input it agrees with a JSON lexer up to the first
-// error, which is as far as the parser reads, so it never rejects a body the
-// parser would accept within the bound.
-bool NestsTooDeep(std::string_view body) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
-Result<json> ParseBody(std::string_view body) {
-  if (NestsTooDeep(body)) {
-    return InvalidArgumentError(fmt::format(
-        "request body is not valid JSON: arrays and objects nest deeper than {} levels",
-        kMaxJsonDepth));
-  }
-  json j;
-  try {
-    j = json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    if (what.size() > kMaxParseErrorChars) {
-      what.resize(kMaxParseErrorChars);
-      what += "...";
-    }
-    return InvalidArgumentError(fmt::format("request body is not valid JSON: {}", what));
-  }
-  if (!j.is_object()) return InvalidArgumentError("request body must be a JSON object");
-  return j;
-}
-
-// Looks up `key`; nullptr when absent or null.
-const json* Field(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-Status TypeError(std::string_view field, std::string_view what) {
-  return InvalidArgumentError(fmt::format("\"{}\" must be {}", field, what));
-}
-
-Status GetString(const json& obj, const char* key, bool required, std::string* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) {
-    if (required) return InvalidArgumentError(fmt::format("\"{}\" is required", key));
-    return OkStatus();
-  }
-  if (!f->is_string()) return TypeError(key, "a string");
-  *out = f->get<std::string>();
-  if (required && out->empty()) {
-    return InvalidArgumentError(fmt::format("\"{}\" must not be empty", key));
-  }
-  return OkStatus();
-}
-
-Status GetBool(const json& obj, const char* key, bool* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  if (!f->is_boolean()) return TypeError(key, "a boolean");
-  *out = f->get<bool>();
-  return OkStatus();
-}
-
-// An integer (a float with an integral value is accepted) in [lo, hi].
-Status GetInt(const json& obj, const char* key, int64_t lo, int64_t hi, std::string_view what,
-              std::optional<int64_t>* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  int64_t v = 0;
-  if (f->is_number_unsigned()) {
-    uint64_t u = f->get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return TypeError(key, what);
-    v = static_cast<int64_t>(u);
-  } else if (f->is_number_integer()) {
-    v = f->get<int64_t>();
-  } else if (f->is_number_float()) {
-    double d = f->get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9e18) return TypeError(key, what);
-    v = static_cast<int64_t>(d);
-  } else {
-    return TypeError(key, what);
-  }
-  if (v < lo || v > hi) return TypeError(key, what);
-  *out = v;
-  return OkStatus();
-}
-
-Status GetNumber(const json& obj, const char* key, double lo, double hi, bool lo_open,
-                 std::string_view range, std::optional<double>* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  if (!f->is_number()) return TypeError(key, "a number");
-  double v = f->get<double>();
-  if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) {
-    return InvalidArgumentError(fmt::format("\"{}\" must be {} (got {})", key, range, v));
-  }
-  *out = v;
-  return OkStatus();
-}
 
 Status ParseSampling(const json& j, SamplingFields* s) {
   ARBITER_RETURN_IF_ERROR(GetNumber(j, "temperature", 0.0, 2.0, false, "between 0 and 2",
@@ -303,17 +183,6 @@ Status ParseMessages(const json& j, std::vector<ChatMessage>* out,
   return OkStatus();
 }
 
-template <typename F>
-auto Guard(F&& f) -> decltype(f()) {
-  // Any nlohmann exception not already handled (should not happen) becomes
-  // a 400 rather than escaping into httplib.
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    return InvalidArgumentError(fmt::format("invalid request: {}", e.what()));
-  }
-}
-
 json UsageObject(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
@@ -456,59 +325,6 @@ Result<PrewarmRequest> ParsePrewarmRequest(std::string_view body) {
       ARBITER_RETURN_IF_ERROR(GetString(j, "prompt", true, &r.prompt));
       if (r.prompt.empty()) return InvalidArgumentError("\"prompt\" must not be empty");
     }
-    return r;
-  });
-}
-
-Result<SpeechBody> ParseSpeechRequest(std::string_view body) {
-  return Guard([&]() -> Result<SpeechBody> {
-    ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
-    SpeechBody r;
-    ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
-    ARBITER_RETURN_IF_ERROR(GetString(j, "input", true, &r.input));
-    if (r.input.empty()) return InvalidArgumentError("\"input\" must not be empty");
-    ARBITER_RETURN_IF_ERROR(GetString(j, "voice", false, &r.voice));
-    if (const json* v = Field(j, "voice"); v != nullptr && v->is_object()) {
-      return InvalidArgumentError("\"voice\" must be a voice name; custom voice objects are not "
-                                  "supported");
-    }
-    ARBITER_RETURN_IF_ERROR(GetString(j, "response_format", false, &r.response_format));
-    if (r.response_format.empty()) r.response_format = "mp3";
-    if (r.response_format != "mp3" && r.response_format != "wav" && r.response_format != "pcm") {
-      return InvalidArgumentError(fmt::format(
-          "\"response_format\" \"{}\" is not supported: one of mp3 (default), wav, pcm",
-          r.response_format));
-    }
-    std::optional<double> speed;
-    ARBITER_RETURN_IF_ERROR(GetNumber(j, "speed", 0.25, 4.0, false, "between 0.25 and 4.0", &speed));
-    r.speed = speed.value_or(1.0);
-    if (const json* f = Field(j, "stream_format"); f != nullptr && !(f->is_string() && *f == "audio")) {
-      return InvalidArgumentError("\"stream_format\" must be \"audio\" (\"sse\" is not supported)");
-    }
-    if (Field(j, "instructions") != nullptr) {
-      return InvalidArgumentError("\"instructions\" is not supported by these speech models");
-    }
-    return r;
-  });
-}
-
-Result<DescribeBody> ParseDescribeRequest(std::string_view body) {
-  return Guard([&]() -> Result<DescribeBody> {
-    ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
-    DescribeBody r;
-    ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
-    for (const char* field : {"image", "image_url"}) {
-      const json* v = Field(j, field);
-      if (v == nullptr) continue;
-      if (!r.field.empty()) return InvalidArgumentError("give one of \"image\" and \"image_url\"");
-      const json* url = v->is_object() ? Field(*v, "url") : v;
-      if (url == nullptr || !url->is_string()) {
-        return TypeError(field, "a data: URL string (or {\"url\": ...})");
-      }
-      r.image = url->get<std::string>();
-      r.field = field;
-    }
-    if (r.field.empty()) return InvalidArgumentError("\"image\" is required (a data: URL)");
     return r;
   });
 }

@@ -1,0 +1,53 @@
+// server/internal/json_fields.h — reading request bodies: the JSON parse
+// with its nesting bound, and typed field getters whose errors name the
+// field (the parsing policy of openai.cc: `null` is absent, a wrong type or
+// an out-of-range value is kInvalidArgument naming the field). Shared by
+// the OpenAI request parsers (openai.cc) and the modality ones
+// (modality_requests.cc).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "arbiter/base/status.h"
+
+namespace arbiter::server_internal {
+
+// Parses a request body that must be a JSON object nesting at most 128
+// levels. Errors: kInvalidArgument "request body is not valid JSON: ...".
+Result<nlohmann::json> ParseBody(std::string_view body);
+// Looks up `key`; nullptr when absent or null.
+const nlohmann::json* Field(const nlohmann::json& obj, const char* key);
+// kInvalidArgument `"field" must be what`.
+Status TypeError(std::string_view field, std::string_view what);
+Status GetString(const nlohmann::json& obj, const char* key, bool required, std::string* out);
+Status GetBool(const nlohmann::json& obj, const char* key, bool* out);
+// An integer (a float with an integral value is accepted) in [lo, hi].
+Status GetInt(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi,
+              std::string_view what, std::optional<int64_t>* out);
+// A finite number in [lo, hi] ((lo, hi] when lo_open); `range` words it.
+Status GetNumber(const nlohmann::json& obj, const char* key, double lo, double hi, bool lo_open,
+                 std::string_view range, std::optional<double>* out);
+
+// Runs a parser; any exception not already handled (should not happen)
+// becomes a 400 rather than escaping into the transport.
+template <typename F>
+auto Guard(F&& f) -> decltype(f()) {
+  // Any nlohmann exception not already handled (should not happen) becomes
+  // a 400 rather than escaping into httplib.
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(fmt::format("invalid request: {}", e.what()));
+  }
+}
+
+}  // namespace arbiter::server_internal
