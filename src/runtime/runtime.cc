@@ -283,6 +283,17 @@ RuntimeStatus RuntimeImpl::Status() const {
     auto w = s.ledger.by_owner.find("weights::" + m.name);
     if (w != s.ledger.by_owner.end()) ms.total_bytes += w->second.total_bytes;
   }
+  // Configuration order (the arbiter lists registrations by capability).
+  auto index = [this](const std::string& name) {
+    for (size_t i = 0; i < config_.models.size(); ++i) {
+      if (config_.models[i].name == name) return i;
+    }
+    return config_.models.size();
+  };
+  std::stable_sort(s.models.begin(), s.models.end(),
+                   [&](const ModelStatus& a, const ModelStatus& b) {
+                     return index(a.arbiter.name) < index(b.arbiter.name);
+                   });
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
   s.next_victim = policy_.Next();
   return s;
