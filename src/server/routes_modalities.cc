@@ -17,6 +17,7 @@
 // the child's port while the model is pinned (ProcessLease), and its answer
 // relayed, streaming included. The body is only peeked at for `model` (JSON
 // or the multipart field), so the child sees every field it supports.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -84,6 +85,14 @@ std::string PeekModel(const http::Request& req) {
 
 bool ProxyIfProcessModel(ServerContext& ctx, const http::Request& req, http::Responder& out,
                          Capability capability) {
+  // Most servers have no process model of the capability: then the body is
+  // not parsed a second time just to find its `model`.
+  const std::vector<ModelEntry>& models = ctx.runtime->config().models;
+  if (std::none_of(models.begin(), models.end(), [&](const ModelEntry& m) {
+        return m.engine == ModelEngine::kProcess && m.capability == capability;
+      })) {
+    return false;
+  }
   const std::string model = PeekModel(req);
   if (model.empty()) return false;
   Result<ModelEntry> entry = ctx.runtime->Model(model);
