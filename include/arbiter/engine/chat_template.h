@@ -63,9 +63,25 @@ Result<ChatTemplateKind> ChooseChatTemplate(const Tokenizer& tokenizer,
                                             std::string_view template_text,
                                             std::optional<ChatTemplateKind> override_kind);
 
+// A function call the assistant made (OpenAI's message.tool_calls[]).
+struct ToolCall {
+  std::string id;         // "call_<hex>"; echoed back by the tool message
+  std::string name;       // the function's name
+  std::string arguments;  // a JSON object, as text
+};
+
+// A function the model may call (OpenAI's tools[].function).
+struct ToolDefinition {
+  std::string name;
+  std::string description;
+  std::string parameters;  // JSON schema of the arguments, as text ("" = none)
+};
+
 struct ChatMessage {
   std::string role;     // "system" | "user" | "assistant" | "tool"
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made
+  std::string tool_call_id;          // tool: the call this answers
 };
 
 // From the tokenizer's special tokens alone: ChatML when <|im_start|> and

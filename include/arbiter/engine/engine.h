@@ -51,6 +51,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "arbiter/base/cancel.h"
@@ -88,12 +89,61 @@ struct EngineOptions {
   GgmlType kv_type = kDefaultKvType;
 };
 
+// How the next token is drawn (engine/sampler.h has the pipeline's order).
 struct SamplingParams {
   float temperature = 1.0f;  // 0 → greedy
   float top_p = 1.0f;        // (0, 1]
   int top_k = 0;             // 0 → off
+  float min_p = 0.0f;        // [0, 1]: drop tokens below min_p × the top probability; 0 → off
+  // OpenAI's penalties over the tokens generated so far, [-2, 2]:
+  // logit −= presence · [count > 0] + frequency · count.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // CTRL / Hugging Face repetition penalty over prompt and output tokens,
+  // > 0 (1 → off): a seen token's logit is divided by it when positive,
+  // multiplied when negative.
+  float repetition_penalty = 1.0f;
+  // Added to the logit of each token id, [-100, 100] (OpenAI's logit_bias;
+  // -100 effectively bans a token).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   bool has_seed = false;
   uint64_t seed = 0;         // used when has_seed; else random
+};
+
+// Constrained decoding's hook into Generate (arbiter/engine/grammar.h
+// implements it for GBNF grammars and JSON schemas). For every token it
+// samples, Generate calls FillAllowed, samples among the allowed tokens
+// (the others' logits set to −inf before penalties' effects are drawn),
+// then Accept. End-of-sequence tokens are allowed iff CanEnd(); after an
+// Accept that leaves MustEnd() true the generation stops (finish kStop).
+// Thread safety: thread-compatible; one generation uses one instance.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets allowed[t] = 1 for every token id t in [0, allowed.size()) that
+  // keeps the output a prefix of a sentence the constraint accepts, else 0
+  // (special tokens are 0; Generate adds end-of-sequence itself). When
+  // `tokens_left` (this token included) is no more than the tokens the
+  // shortest completion needs, only tokens on a shortest completion path
+  // are allowed, so the output is complete when the budget ends.
+  virtual void FillAllowed(int tokens_left, std::span<uint8_t> allowed) = 0;
+  // Advances past `token`. kInvalidArgument when FillAllowed would not
+  // have allowed it (nothing changes then).
+  virtual Status Accept(int32_t token) = 0;
+  // The output so far is a complete sentence (end-of-sequence may follow).
+  virtual bool CanEnd() const = 0;
+  // Nothing may follow the output so far.
+  virtual bool MustEnd() const = 0;
+};
+
+// One generated token's log-probability and its most probable
+// alternatives (OpenAI's logprobs): log-softmax of the logits after logit
+// bias, penalties and the constraint's mask, before temperature, top-k,
+// top-p and min-p.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // [top_logprobs], most probable first
 };
 
 struct GenerationRequest {
@@ -107,6 +157,17 @@ struct GenerationRequest {
   // waits for it (Note [Slot waits]). Out of range → kInvalidArgument.
   // Generate within a SlotReservation: -1 or the reservation's slot.
   int slot = -1;
+  // Constrained decoding (see TokenConstraint); null = unconstrained. Not
+  // owned; must outlive the call.
+  TokenConstraint* constraint = nullptr;
+  // -1: no logprobs. 0..20: each generated token's TokenLogprob (in
+  // GenerationResult::logprobs and through on_token) with that many
+  // alternatives.
+  int top_logprobs = -1;
+  // Called on the generating thread for every generated token, before its
+  // text reaches the TextCallback (text may be held back for stop strings
+  // and incomplete UTF-8). `lp` is null unless top_logprobs ≥ 0.
+  std::function<void(int32_t token, const TokenLogprob* lp)> on_token;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };
@@ -130,6 +191,8 @@ struct GenerationResult {
   // Prompt tokens whose K/V were copied from another slot (included in
   // cached_tokens): positions [cached_tokens − copied_tokens, cached_tokens).
   int copied_tokens = 0;
+  // [output_ids] when the request's top_logprobs ≥ 0, else empty.
+  std::vector<TokenLogprob> logprobs;
 };
 
 // One slot as seen by Engine::Slots(), taken under the engine's lock.

@@ -56,6 +56,16 @@ namespace arbiter {
 
 // ---- requests and results (native structs; the edge parses into them) ----
 
+enum class OutputConstraintKind { kNone, kJsonObject, kJsonSchema, kGrammar };
+
+// OpenAI's tool_choice: "auto" (the model decides), "none" (no call; tools
+// still described), "required" (at least one call), or one named function.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kFunction };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction: its name
+};
+
 // One chat or completion request.
 struct TextRequest {
   std::string model;
@@ -77,11 +87,28 @@ struct TextRequest {
   // its text placed in the message as a delimited block (kInvalidRequest
   // when the model has no vision model).
   std::vector<ChatImage> images;
+  // Constrained decoding (arbiter/engine/grammar.h): the output must be a
+  // JSON object, match a JSON schema (`constraint_text` = the schema as
+  // JSON text), or match a GBNF grammar (`constraint_text` = its text).
+  OutputConstraintKind constraint = OutputConstraintKind::kNone;
+  std::string constraint_text;
+  // -1: no logprobs; 0..20 alternatives per token (GenerationResult::logprobs).
+  int top_logprobs = -1;
+  // Chat only: functions rendered into the prompt in the template family's
+  // tool format and parsed back out of the output (TextResult::tool_calls).
+  std::vector<ToolDefinition> tools;
+  ToolChoice tool_choice;
+  // Called for every generated token before its text (GenerationRequest::on_token).
+  std::function<void(int32_t token, const TokenLogprob* lp)> on_token;
 };
 
 struct TextResult {
   GenerationResult generation;
   KvOutcome kv;                        // slot, source, restored tokens (slot -1: no precache)
+  // With tools: the calls parsed out of the output, and the output without
+  // them (else content = generation.text, no calls).
+  std::vector<ToolCall> tool_calls;
+  std::string content;
 };
 
 // An admitted text generation: the model is pinned (its handle held), the
