@@ -60,6 +60,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <new>
 
 #include "arbiter/base/clock.h"
@@ -140,6 +141,76 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   while (i < n && a[i] == b[i]) ++i;
   return i;
 }
+
+// Note [Logit adjustments per step]
+// Before each token is drawn, Generate changes the logits in one order:
+// logit bias, repetition penalty (prompt and output tokens), presence and
+// frequency penalties (output tokens; ApplyLogitAdjustments in sampler.cc),
+// then the TokenConstraint's mask (disallowed tokens → −inf), with
+// end-of-sequence allowed iff the constraint's output is complete. Logprobs
+// are read from the logits after all of this, so a masked token has
+// logprob −inf and the reported distribution is the one sampled from (at
+// temperature 1). The sampler then applies temperature, top-k, top-p, min-p.
+class StepAdjuster {
+ public:
+  StepAdjuster(const GenerationRequest& r, std::span<const int32_t> prompt, int vocab,
+               const std::vector<int32_t>& eos_ids)
+      : params_(r.sampling), constraint_(r.constraint), ignore_eos_(r.ignore_eos),
+        vocab_(vocab), eos_ids_(eos_ids) {
+    if (params_.repetition_penalty != 1.0f) {
+      seen_.assign(vocab, 0);
+      for (int32_t id : prompt) seen_[id] = 1;
+    }
+    if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+      counts_.assign(vocab, 0);
+    }
+    if (constraint_ != nullptr) allowed_.resize(vocab);
+  }
+
+  // Adjusts logits [vocab] for the next token. False when the constraint
+  // allows no token and the output cannot end here.
+  bool Apply(float* logits, int tokens_left) {
+    ApplyLogitAdjustments(params_, seen_, counts_, logits, vocab_);
+    if (constraint_ == nullptr) return true;
+    std::fill(allowed_.begin(), allowed_.end(), uint8_t{0});
+    constraint_->FillAllowed(std::max(tokens_left, 1), allowed_);
+    const bool can_end = constraint_->CanEnd() && !ignore_eos_;
+    eos_logits_.clear();
+    for (int32_t id : eos_ids_) eos_logits_.push_back(logits[id]);
+    bool any = false;
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < vocab_; ++i) {
+      if (allowed_[i]) {
+        any = true;
+      } else {
+        logits[i] = kMasked;
+      }
+    }
+    for (size_t k = 0; k < eos_ids_.size(); ++k) {
+      logits[eos_ids_[k]] = can_end ? eos_logits_[k] : kMasked;
+    }
+    return any || (can_end && !eos_ids_.empty());
+  }
+
+  Status Accept(int32_t token) {
+    if (!seen_.empty()) seen_[token] = 1;
+    if (!counts_.empty()) ++counts_[token];
+    return constraint_ == nullptr ? OkStatus() : constraint_->Accept(token);
+  }
+
+  bool MustEnd() const { return constraint_ != nullptr && constraint_->MustEnd(); }
+
+ private:
+  const SamplingParams& params_;
+  TokenConstraint* constraint_;
+  bool ignore_eos_;
+  int vocab_;
+  const std::vector<int32_t>& eos_ids_;
+  std::vector<uint8_t> seen_;      // [vocab] or empty
+  std::vector<int32_t> counts_;    // [vocab] or empty
+  std::vector<uint8_t> allowed_;   // [vocab] or empty
+  std::vector<float> eos_logits_;  // [eos_ids]
+};
 
 }  // namespace
 
@@ -613,6 +684,17 @@ Status EngineImpl::CheckRequest(const GenerationRequest& request) const {
                                 " must be ≥ 1");
   }
   ARBITER_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  const int vocab = tokenizer_->vocab_size();
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= vocab) {
+      return InvalidArgumentError("logit_bias: token id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  if (request.top_logprobs > 20) {
+    return InvalidArgumentError("top_logprobs " + std::to_string(request.top_logprobs) +
+                                " must be in [0, 20]");
+  }
   if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name +
                                    " has no lm_head; it can only embed");
@@ -693,6 +775,7 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
 
   Sampler sampler(request.sampling);
   TextStream stream(request.stop);
+  StepAdjuster adjust(request, prompt, vocab, eos_ids_);
   t0 = Clock::Real()->NowNs();
   bool flush = true;
   while (true) {
@@ -701,11 +784,25 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
       flush = false;
       break;
     }
+    const int tokens_left = std::min(request.max_tokens - static_cast<int>(result.output_ids.size()),
+                                     n_ctx_ - static_cast<int>(fed.size()));
+    if (!adjust.Apply(logits.data(), tokens_left)) {
+      // The constraint allows nothing here and the output is incomplete: a
+      // grammar that needs a character this vocabulary cannot spell.
+      return FailedPreconditionError(
+          "constrained decoding: the grammar allows no token of this model's vocabulary after " +
+          std::to_string(result.output_ids.size()) + " generated tokens");
+    }
     const int32_t next = sampler.Sample(logits.data(), vocab);
+    TokenLogprob lp;
+    if (request.top_logprobs >= 0) lp = LogprobOf(logits.data(), vocab, next, request.top_logprobs);
     if (!request.ignore_eos && IsEos(next)) {
       result.finish_reason = FinishReason::kStop;
       break;
     }
+    ARBITER_RETURN_IF_ERROR(adjust.Accept(next));
+    if (request.on_token) request.on_token(next, request.top_logprobs >= 0 ? &lp : nullptr);
+    if (request.top_logprobs >= 0) result.logprobs.push_back(std::move(lp));
     result.output_ids.push_back(next);
     const std::string delta =
         tokenizer_->IsSpecial(next) ? std::string() : stream.Append(tokenizer_->TokenBytes(next));
@@ -714,7 +811,7 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
       flush = false;
       break;
     }
-    if (stream.stopped()) {
+    if (stream.stopped() || adjust.MustEnd()) {
       result.finish_reason = FinishReason::kStop;
       break;
     }

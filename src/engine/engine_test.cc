@@ -327,6 +327,134 @@ TEST_F(EngineTest, EightThreadsOnTwoSlotsAllComplete) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(got[i].size(), 10u);
 }
 
+// A constraint over token ids for the engine's hook: allows exactly the
+// tokens of `path` in order, then ends (CanEnd after the last).
+class PathConstraint final : public TokenConstraint {
+ public:
+  explicit PathConstraint(std::vector<int32_t> path) : path_(std::move(path)) {}
+  void FillAllowed(int tokens_left, std::span<uint8_t> allowed) override {
+    last_tokens_left.push_back(tokens_left);
+    if (pos_ < path_.size()) allowed[path_[pos_]] = 1;
+  }
+  Status Accept(int32_t token) override {
+    if (pos_ >= path_.size() || token != path_[pos_]) return InvalidArgumentError("off path");
+    ++pos_;
+    return OkStatus();
+  }
+  bool CanEnd() const override { return pos_ == path_.size(); }
+  bool MustEnd() const override { return must_end_at_end && pos_ == path_.size(); }
+  bool must_end_at_end = true;
+  std::vector<int> last_tokens_left;
+
+ private:
+  std::vector<int32_t> path_;
+  size_t pos_ = 0;
+};
+
+TEST_F(EngineTest, ConstraintDecidesEveryTokenAndEndsTheOutput) {
+  auto e = LoadEngine();
+  ASSERT_NE(e, nullptr);
+  const std::vector<int32_t> path = Prompt(*e, " the quick brown fox");
+  PathConstraint c(path);
+  GenerationRequest r = Greedy(Prompt(*e, "Once upon a time"), 50);
+  r.sampling.temperature = 1.0f;  // sampled, yet only the path can come out
+  r.constraint = &c;
+  Result<GenerationResult> g = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->output_ids, path);
+  EXPECT_EQ(g->text, " the quick brown fox");
+  EXPECT_EQ(g->finish_reason, FinishReason::kStop);
+  ASSERT_EQ(c.last_tokens_left.size(), path.size());
+  EXPECT_EQ(c.last_tokens_left[0], 50);  // the budget is passed down
+  EXPECT_EQ(c.last_tokens_left[1], 49);
+}
+
+TEST_F(EngineTest, ConstraintAllowsEndOfSequenceOnlyWhenComplete) {
+  auto e = LoadEngine();
+  ASSERT_NE(e, nullptr);
+  const std::vector<int32_t> path = Prompt(*e, " ok");
+  PathConstraint c(path);
+  c.must_end_at_end = false;  // complete, but not forced to stop: EOS is the only choice
+  GenerationRequest r = Greedy(Prompt(*e, "Once upon a time"), 50);
+  r.ignore_eos = false;
+  r.constraint = &c;
+  Result<GenerationResult> g = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->output_ids, path);
+  EXPECT_EQ(g->finish_reason, FinishReason::kStop);
+  // With ignore_eos nothing may follow a complete path: an error, not garbage.
+  PathConstraint c2(path);
+  c2.must_end_at_end = false;
+  r.ignore_eos = true;
+  r.constraint = &c2;
+  g = e->Generate(r, nullptr, nullptr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("constrained decoding"), std::string::npos);
+}
+
+TEST_F(EngineTest, LogprobsPerTokenThroughResultAndCallback) {
+  auto e = LoadEngine();
+  ASSERT_NE(e, nullptr);
+  GenerationRequest r = Greedy(Prompt(*e, "Hello there"), 5);
+  r.top_logprobs = 4;
+  std::vector<int32_t> seen;
+  r.on_token = [&](int32_t id, const TokenLogprob* lp) {
+    ASSERT_NE(lp, nullptr);
+    EXPECT_EQ(lp->id, id);
+    seen.push_back(id);
+  };
+  Result<GenerationResult> g = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(seen, g->output_ids);
+  ASSERT_EQ(g->logprobs.size(), 5u);
+  for (const TokenLogprob& lp : g->logprobs) {
+    ASSERT_EQ(lp.top.size(), 4u);
+    EXPECT_EQ(lp.top[0].first, lp.id);  // greedy: the sampled token is the most probable
+    EXPECT_LE(lp.logprob, 0.0f);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+  }
+  r.top_logprobs = 21;
+  EXPECT_FALSE(e->Generate(r, nullptr, nullptr).ok());
+}
+
+TEST_F(EngineTest, LogitBiasBansAndForcesTokens) {
+  auto e = LoadEngine();
+  ASSERT_NE(e, nullptr);
+  GenerationRequest r = Greedy(Prompt(*e, "Hello there"), 6);
+  Result<GenerationResult> plain = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(plain.ok());
+  const int32_t first = plain->output_ids[0];
+  r.sampling.logit_bias = {{first, -100.0f}};
+  Result<GenerationResult> banned = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(banned.ok());
+  for (int32_t id : banned->output_ids) EXPECT_NE(id, first);
+  r.sampling.logit_bias = {{42, 100.0f}};
+  Result<GenerationResult> forced = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(forced->output_ids, std::vector<int32_t>(6, 42));
+  r.sampling.logit_bias = {{1 << 30, 1.0f}};
+  Result<GenerationResult> bad = e->Generate(r, nullptr, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("logit_bias"), std::string::npos);
+}
+
+TEST_F(EngineTest, FrequencyPenaltyStopsGreedyRepetition) {
+  auto e = LoadEngine();
+  ASSERT_NE(e, nullptr);
+  GenerationRequest r = Greedy(Prompt(*e, "Hello there"), 24);
+  r.sampling.logit_bias = {{42, 8.0f}};  // a strong favourite the penalty must overcome
+  Result<GenerationResult> plain = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(plain.ok());
+  auto count42 = [](const std::vector<int32_t>& ids) {
+    return std::count(ids.begin(), ids.end(), 42);
+  };
+  r.sampling.frequency_penalty = 2.0f;
+  r.sampling.presence_penalty = 2.0f;
+  Result<GenerationResult> penalized = e->Generate(r, nullptr, nullptr);
+  ASSERT_TRUE(penalized.ok());
+  EXPECT_LT(count42(penalized->output_ids), count42(plain->output_ids));
+}
+
 TEST_F(EngineTest, EmbedIsUnitNormAndDeterministic) {
   auto e = LoadEngine();
   ASSERT_NE(e, nullptr);

@@ -41,6 +41,29 @@ Status ValidateSamplingParams(const SamplingParams& p) {
     return InvalidArgumentError("sampling: top_k " + std::to_string(p.top_k) +
                                 " must be ≥ 0 (0 = off)");
   }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return InvalidArgumentError("sampling: min_p " + std::to_string(p.min_p) +
+                                " must be in [0, 1] (0 = off)");
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return InvalidArgumentError("sampling: presence_penalty " +
+                                std::to_string(p.presence_penalty) + " must be in [-2, 2]");
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return InvalidArgumentError("sampling: frequency_penalty " +
+                                std::to_string(p.frequency_penalty) + " must be in [-2, 2]");
+  }
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return InvalidArgumentError("sampling: repetition_penalty " +
+                                std::to_string(p.repetition_penalty) +
+                                " must be a finite number > 0 (1 = off)");
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return InvalidArgumentError("sampling: logit_bias of token " + std::to_string(id) + " is " +
+                                  std::to_string(bias) + "; it must be in [-100, 100]");
+    }
+  }
   return OkStatus();
 }
 
@@ -92,6 +115,14 @@ std::vector<TokenProb> FilterCandidates(const float* logits, int n, const Sampli
     }
   }
   c.resize(cut);
+  // Min-p: c is sorted now; drop the tail below min_p × the top probability
+  // (the top token always survives).
+  if (params.min_p > 0.0f && !c.empty()) {
+    const float floor_p = params.min_p * c.front().p;
+    size_t keep_n = 1;
+    while (keep_n < c.size() && c[keep_n].p >= floor_p) ++keep_n;
+    c.resize(keep_n);
+  }
   double mass = 0;
   for (const TokenProb& t : c) mass += t.p;
   for (TokenProb& t : c) t.p = static_cast<float>(t.p / mass);
@@ -113,7 +144,7 @@ double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 int32_t Sampler::Sample(const float* logits, int n) {
   if (params_.temperature <= 0.0f) return ArgMax(logits, n);
   const double u = Uniform();
-  if (params_.top_k == 0 && params_.top_p >= 1.0f) {
+  if (params_.top_k == 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f) {
     // Full distribution: no sort needed; walk ids in order.
     const float max_logit = logits[ArgMax(logits, n)];
     const double inv_t = 1.0 / params_.temperature;
@@ -137,6 +168,50 @@ int32_t Sampler::Sample(const float* logits, int n) {
     if (acc > u) return t.id;
   }
   return c.back().id;  // reached only through rounding: u < 1 = Σp
+}
+
+void ApplyLogitAdjustments(const SamplingParams& params, std::span<const uint8_t> seen,
+                           std::span<const int32_t> output_counts, float* logits, int n) {
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && id < n) logits[id] += bias;
+  }
+  if (params.repetition_penalty != 1.0f && static_cast<int>(seen.size()) == n) {
+    const float r = params.repetition_penalty;
+    for (int i = 0; i < n; ++i) {
+      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / r : logits[i] * r;
+    }
+  }
+  if ((params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) &&
+      static_cast<int>(output_counts.size()) == n) {
+    for (int i = 0; i < n; ++i) {
+      if (output_counts[i] > 0) {
+        logits[i] -= params.presence_penalty +
+                     params.frequency_penalty * static_cast<float>(output_counts[i]);
+      }
+    }
+  }
+}
+
+TokenLogprob LogprobOf(const float* logits, int n, int32_t token, int top_n) {
+  const float max_logit = logits[ArgMax(logits, n)];
+  double total = 0;
+  for (int i = 0; i < n; ++i) total += std::exp(static_cast<double>(logits[i]) - max_logit);
+  const double log_z = max_logit + std::log(total);
+  TokenLogprob out;
+  out.id = token;
+  out.logprob = static_cast<float>(logits[token] - log_z);
+  if (top_n > 0) {
+    std::vector<int32_t> ids(n);
+    for (int i = 0; i < n; ++i) ids[i] = i;
+    const int k = std::min(top_n, n);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i) {
+      out.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_z));
+    }
+  }
+  return out;
 }
 
 }  // namespace arbiter

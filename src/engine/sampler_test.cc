@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -162,6 +163,73 @@ TEST(SamplerTest, ValidateRejectsBadParams) {
   EXPECT_EQ(ValidateSamplingParams(Params(1.0f, 1.5f, 0, 1)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateSamplingParams(Params(1.0f, 1.0f, -2, 1)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateSamplingParams(Params(NAN, 1.0f, 0, 1)).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SamplerTest, MinPDropsTokensBelowTheFraction) {
+  // softmax([2, 1, 0, -5]) ≈ [0.66, 0.24, 0.09, 0.0006]
+  std::vector<float> logits = {2.0f, 1.0f, 0.0f, -5.0f};
+  SamplingParams p = Params(1.0f, 1.0f, 0, 1);
+  p.min_p = 0.2f;  // floor 0.13: keeps ids 0 and 1
+  auto c = FilterCandidates(logits.data(), 4, p);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].id, 0);
+  EXPECT_EQ(c[1].id, 1);
+  EXPECT_NEAR(c[0].p + c[1].p, 1.0, 1e-6);
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) EXPECT_LT(s.Sample(logits.data(), 4), 2);
+}
+
+TEST(SamplerTest, ValidationNamesEachNewField) {
+  SamplingParams p;
+  p.min_p = 1.5f;
+  EXPECT_NE(ValidateSamplingParams(p).message().find("min_p"), std::string::npos);
+  p = SamplingParams{};
+  p.presence_penalty = 9.0f;
+  EXPECT_NE(ValidateSamplingParams(p).message().find("presence_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.frequency_penalty = -2.5f;
+  EXPECT_NE(ValidateSamplingParams(p).message().find("frequency_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.repetition_penalty = 0.0f;
+  EXPECT_NE(ValidateSamplingParams(p).message().find("repetition_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.logit_bias = {{3, 101.0f}};
+  EXPECT_NE(ValidateSamplingParams(p).message().find("logit_bias"), std::string::npos);
+  p = SamplingParams{};
+  p.presence_penalty = 2.0f;
+  p.frequency_penalty = -2.0f;
+  p.logit_bias = {{3, -100.0f}};
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+}
+
+TEST(SamplerTest, LogitAdjustmentsInOrder) {
+  std::vector<float> logits = {1.0f, 2.0f, -1.0f, 0.5f};
+  SamplingParams p;
+  p.logit_bias = {{0, 1.0f}, {99, 5.0f}};  // 99: outside, skipped
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  std::vector<uint8_t> seen = {1, 0, 1, 0};
+  std::vector<int32_t> counts = {0, 2, 1, 0};
+  ApplyLogitAdjustments(p, seen, counts, logits.data(), 4);
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);                  // (1 + 1) / 2
+  EXPECT_FLOAT_EQ(logits[1], 2.0f - 0.5f - 0.5f);    // not seen; counted twice
+  EXPECT_FLOAT_EQ(logits[2], -2.0f - 0.5f - 0.25f);  // seen and negative: × 2
+  EXPECT_FLOAT_EQ(logits[3], 0.5f);
+}
+
+TEST(SamplerTest, LogprobsAreLogSoftmaxWithTopAlternatives) {
+  std::vector<float> logits = {0.0f, std::log(3.0f), -std::numeric_limits<float>::infinity(),
+                               std::log(3.0f)};
+  TokenLogprob lp = LogprobOf(logits.data(), 4, 0, 3);
+  EXPECT_EQ(lp.id, 0);
+  EXPECT_NEAR(lp.logprob, std::log(1.0 / 7.0), 1e-5);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // tie with 3: the lower id first
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 0);
+  EXPECT_NEAR(lp.top[0].second, std::log(3.0 / 7.0), 1e-5);
+  EXPECT_TRUE(LogprobOf(logits.data(), 4, 1, 0).top.empty());
 }
 
 }  // namespace

@@ -6,7 +6,12 @@
 //                       k most probable; 0 = off), then top-p (nucleus: keep
 //                       the most probable tokens, in descending order, while
 //                       the probability mass before each is < top_p; at least
-//                       one token always survives), renormalize, draw one.
+//                       one token always survives), then min-p (drop
+//                       tokens below min_p × the top probability),
+//                       renormalize, draw one.
+// Before that, Generate adjusts the logits (ApplyLogitAdjustments): logit
+// bias, the repetition penalty, presence and frequency penalties, and the
+// TokenConstraint's mask.
 // Ties in probability are ordered by ascending id, so candidate sets are
 // deterministic.
 //
@@ -25,6 +30,7 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "arbiter/base/status.h"
@@ -32,9 +38,28 @@
 
 namespace arbiter {
 
-// kInvalidArgument unless temperature ≥ 0 (and finite), 0 < top_p ≤ 1 and
-// top_k ≥ 0; the message names the field and its value.
+// kInvalidArgument unless temperature ≥ 0 (and finite), 0 < top_p ≤ 1,
+// top_k ≥ 0, 0 ≤ min_p ≤ 1, presence and frequency penalties in [-2, 2],
+// repetition_penalty > 0 and every logit bias in [-100, 100]; the message
+// names the field and its value. (Token ids of logit_bias are checked
+// against the vocabulary by Generate.)
 Status ValidateSamplingParams(const SamplingParams& params);
+
+// Adjusts `logits` [n_vocab] in place for one step, in this order: adds
+// params.logit_bias; divides (positive) or multiplies (negative) the logit
+// of every token in `seen` [n_vocab] (1 = in the prompt or the output) by
+// repetition_penalty; subtracts presence_penalty × [count > 0] +
+// frequency_penalty × count, with `output_counts` [n_vocab] the times each
+// token was generated so far. Ids of logit_bias outside [0, n_vocab) are
+// skipped. REQUIRES: `seen` and `output_counts` empty (penalty off) or
+// [n_vocab].
+void ApplyLogitAdjustments(const SamplingParams& params, std::span<const uint8_t> seen,
+                           std::span<const int32_t> output_counts, float* logits, int n_vocab);
+
+// log-softmax of `logits` [n_vocab] at temperature 1 (−inf entries stay
+// −inf): the sampled token's logprob and the `top_n` most probable
+// alternatives (ties by ascending id). REQUIRES: some logit is finite.
+TokenLogprob LogprobOf(const float* logits, int n_vocab, int32_t token, int top_n);
 
 struct TokenProb {
   int32_t id = 0;
