@@ -149,6 +149,7 @@ struct Server::Impl {
                   out.Send(JsonResponse(200, R"({"status":"ok"})"));
                 });
     for (auto group : {server_internal::OpenAIRoutes(ctx), server_internal::ModalityRoutes(ctx),
+                       server_internal::ResponsesRoutes(ctx),
                        server_internal::AdminRoutes(ctx)}) {
       for (server_internal::Route& r : group) {
         http->Route(std::move(r.method), std::move(r.pattern), r.dispatch, std::move(r.handler));

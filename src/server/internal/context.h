@@ -60,6 +60,8 @@ std::vector<Route> OpenAIRoutes(ServerContext& ctx);
 std::vector<Route> AdminRoutes(ServerContext& ctx);
 // routes_modalities.cc: audio, speech, vision, images.
 std::vector<Route> ModalityRoutes(ServerContext& ctx);
+// routes_responses.cc: POST /v1/responses.
+std::vector<Route> ResponsesRoutes(ServerContext& ctx);
 
 // Note [Proxied models] in routes_modalities.cc: when the body's `model` is
 // a process-backed model of `capability`, forwards the request to its
