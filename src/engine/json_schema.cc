@@ -212,7 +212,7 @@ std::string Count(int64_t min, int64_t max) {  // max < 0: unbounded
 // matching string (json_schema.h lists the subset).
 class RegexConverter {
  public:
-  RegexConverter(std::string_view re, std::string ptr) : re_(re), ptr_(std::move(ptr)) {}
+  RegexConverter(std::string re, std::string ptr) : re_(std::move(re)), ptr_(std::move(ptr)) {}
 
   Result<std::string> Run() {
     if (!re_.empty() && re_[0] == '^') ++pos_;
@@ -353,7 +353,7 @@ class RegexConverter {
       case 'B': return Error("word boundaries (\\B) are not supported");
       default:
         if (e >= '1' && e <= '9') return Error("backreferences are not supported");
-        if (std::string_view(".\\/-^$|()[]{}*+?").find(e) != std::string_view::npos) {
+        if (std::string_view(".\\/-^$|()[]{}*+?\"").find(e) != std::string_view::npos) {
           return Ranges{{static_cast<uint32_t>(e), static_cast<uint32_t>(e)}};
         }
         return Error(std::string("unknown escape \"\\") + e + "\"");
@@ -439,7 +439,7 @@ class RegexConverter {
     return JsonCharSet({{cp, cp}});
   }
 
-  std::string_view re_;
+  std::string re_;
   std::string ptr_;
   size_t pos_ = 0;
 };
