@@ -23,10 +23,19 @@
 // surrogates and the range is clamped to exclude overlong forms).
 // Left recursion would make expansion loop, so Parse rejects it.
 //
-// FillAllowed walks the vocabulary's byte trie depth first with one state
-// per depth (buffers reused across calls): a child whose byte kills every
-// stack is not entered, so each allowed prefix is advanced once however
-// many tokens share it.
+// FillAllowed walks the vocabulary's byte trie depth first: a child whose
+// byte kills every stack is not entered, so each allowed prefix is advanced
+// once however many tokens share it.
+//
+// Note [Transition cache]
+// Most trie nodes lead to a state the walk has already met: inside a JSON
+// string every ordinary character returns to the very same stack set. So
+// the matcher interns states (equal stacks and partial UTF-8 → one id) and
+// keeps, per state, its 256 byte transitions (next id, dead, or unknown)
+// and its MinToEnd. A node then costs an array lookup unless its
+// (state, byte) pair is new. The cache lives as long as the constraint and
+// is dropped whole when it holds kMaxCachedStates states (checked at the
+// start of FillAllowed), which bounds it to about 1.1 MB.
 //
 // Note [Length-aware masking]
 // min_bytes(set) is the UTF-8 length of its smallest code point;
@@ -45,7 +54,9 @@
 #include "arbiter/engine/grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <deque>
 #include <queue>
 #include <unordered_map>
 #include <utility>
@@ -676,6 +687,11 @@ struct State {
   int32_t Top(int i) const { return off[i + 1] > off[i] ? data[off[i + 1] - 1] : -1; }
 };
 
+struct Viable {
+  int32_t id;
+  int32_t min_to_end;
+};
+
 uint32_t MinCodePoint(int len) { return len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000; }
 
 struct Matcher {
@@ -683,7 +699,14 @@ struct Matcher {
 
   const CompiledGrammar& g;
   State cur;
-  std::vector<State> depth_states;  // FillAllowed's per-depth states
+  // Note [Transition cache]: the distinct states FillAllowed has met, each
+  // with its byte transitions, kept across calls (up to kMaxCachedStates).
+  std::deque<State> states;
+  std::deque<std::array<int32_t, 256>> next;  // [states] next state id; kUnknown, kDead
+  std::vector<int32_t> state_min;             // [states] MinToEnd
+  std::unordered_multimap<uint64_t, int32_t> by_hash;
+  State scratch;
+  std::vector<Viable> viable;  // FillAllowed's tokens and their MinToEnd
   std::vector<int32_t> work;        // Expand's pending stacks, concatenated
   std::vector<uint32_t> work_off;
   std::vector<int32_t> work_total;
@@ -852,6 +875,50 @@ struct Matcher {
     return false;
   }
 
+  static uint64_t Hash(const State& s) {
+    uint64_t h = 1469598103934665603ull ^ (uint64_t{s.cp} << 8 | static_cast<uint8_t>(s.need));
+    for (uint64_t x : s.hash) h = (h ^ x) * 1099511628211ull;
+    return h;
+  }
+  static bool Same(const State& a, const State& b) {
+    return a.cp == b.cp && a.need == b.need && a.len == b.len && a.off == b.off && a.data == b.data;
+  }
+
+  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kDead = -1;
+  static constexpr size_t kMaxCachedStates = 1024;
+
+  // The id of a state equal to `s` (stored on first sight).
+  int32_t Intern(const State& s) {
+    const uint64_t h = Hash(s);
+    auto [lo, hi] = by_hash.equal_range(h);
+    for (auto it = lo; it != hi; ++it) {
+      if (Same(states[it->second], s)) return it->second;
+    }
+    const int32_t id = static_cast<int32_t>(states.size());
+    states.emplace_back().CopyFrom(s);
+    next.emplace_back().fill(kUnknown);
+    state_min.push_back(MinToEnd(s));
+    by_hash.emplace(h, id);
+    return id;
+  }
+
+  int32_t Next(int32_t id, uint8_t b) {
+    int32_t n = next[id][b];
+    if (n != kUnknown) return n;
+    n = AdvanceByte(states[id], b, &scratch) ? Intern(scratch) : kDead;
+    next[id][b] = n;
+    return n;
+  }
+
+  void ResetCacheIfFull() {
+    if (states.size() < kMaxCachedStates) return;
+    states.clear();
+    next.clear();
+    state_min.clear();
+    by_hash.clear();
+  }
+
   // Advances `s` by `bytes`; false (s unspecified) when the grammar refuses.
   bool AdvanceBytes(State* s, std::string_view bytes) {
     State tmp;
@@ -883,6 +950,7 @@ using grammar_internal::CompiledGrammar;
 using grammar_internal::Matcher;
 using grammar_internal::State;
 using grammar_internal::Trie;
+using grammar_internal::Viable;
 
 Grammar::Grammar(std::unique_ptr<CompiledGrammar> c) : compiled_(std::move(c)) {}
 Grammar::~Grammar() = default;
@@ -975,23 +1043,17 @@ GrammarConstraint::~GrammarConstraint() = default;
 
 namespace {
 
-struct Viable {
-  int32_t id;
-  int32_t min_to_end;
-};
-
-void Walk(Matcher& m, const Trie& t, uint32_t node, int depth, std::vector<Viable>* out) {
+void Walk(Matcher& m, const Trie& t, uint32_t node, int32_t state, std::vector<Viable>* out) {
   const Trie::Node& n = t.nodes[node];
-  const State& st = m.depth_states[depth];
-  State& nx = m.depth_states[depth + 1];
   for (uint32_t c = n.child_begin; c < n.child_end; ++c) {
-    if (!m.AdvanceByte(st, t.child_byte[c], &nx)) continue;
+    const int32_t nx = m.Next(state, t.child_byte[c]);
+    if (nx < 0) continue;
     const Trie::Node& child = t.nodes[t.child_node[c]];
     if (child.tok_end > child.tok_begin) {
-      const int32_t min_to_end = m.MinToEnd(nx);
+      const int32_t min_to_end = m.state_min[nx];
       for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) out->push_back({t.tokens[k], min_to_end});
     }
-    if (child.child_end > child.child_begin) Walk(m, t, t.child_node[c], depth + 1, out);
+    if (child.child_end > child.child_begin) Walk(m, t, t.child_node[c], nx, out);
   }
 }
 
@@ -999,11 +1061,10 @@ void Walk(Matcher& m, const Trie& t, uint32_t node, int depth, std::vector<Viabl
 
 void GrammarConstraint::FillAllowed(int tokens_left, std::span<uint8_t> allowed) {
   const Trie& t = vocab_->trie();
-  if (static_cast<int>(m_->depth_states.size()) < t.max_depth + 1) m_->depth_states.resize(t.max_depth + 1);
-  m_->depth_states[0].CopyFrom(m_->cur);
-  std::vector<Viable> viable;
-  viable.reserve(256);
-  Walk(*m_, t, 0, 0, &viable);
+  m_->ResetCacheIfFull();
+  std::vector<Viable>& viable = m_->viable;
+  viable.clear();
+  Walk(*m_, t, 0, m_->Intern(m_->cur), &viable);
   // Note [Length-aware masking].
   const int budget = std::max(tokens_left, 1) - 1;
   int best = grammar_internal::kInf;
