@@ -1073,6 +1073,12 @@ void GrammarConstraint::FillAllowed(int tokens_left, std::span<uint8_t> allowed)
     best = std::min(best, v.min_to_end);
     if (v.min_to_end <= budget) any = true;
   }
+  // No token fits the budget: when the output is complete, ending it is the
+  // closing path (the engine offers end-of-sequence), so nothing else is
+  // allowed; otherwise the budget is already too small (or the vocabulary
+  // cannot spell the closing bytes) and the shortest viable tokens are the
+  // best effort.
+  if (!any && m_->CanEnd(m_->cur)) return;
   const int limit = any ? budget : best;
   for (const Viable& v : viable) {
     if (v.min_to_end <= limit && static_cast<size_t>(v.id) < allowed.size()) allowed[v.id] = 1;

@@ -196,7 +196,7 @@ class GrammarVocabTest : public ::testing::Test {
       best = std::min(best, min_after[t]);
       if (min_after[t] <= tokens_left - 1) any = true;
     }
-    (void)base_state;
+    if (!any && base_state.CanEnd()) return std::vector<uint8_t>(n, 0);  // only end-of-sequence
     const int limit = any ? tokens_left - 1 : best;
     std::vector<uint8_t> out(n, 0);
     for (int t = 0; t < n; ++t) out[t] = min_after[t] >= 0 && min_after[t] <= limit;

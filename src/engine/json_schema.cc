@@ -609,6 +609,33 @@ class Converter {
     return static_cast<int64_t>(d);
   }
 
+  // Whether `v` has one of the schema's types (true without `type`).
+  Result<bool> TypeAllows(const json& s, const json& v, const std::string& ptr) {
+    if (!s.contains("type")) return true;
+    std::vector<std::string> types;
+    const json& t = s["type"];
+    if (t.is_string()) {
+      types.push_back(t.get<std::string>());
+    } else if (t.is_array()) {
+      for (const json& x : t) {
+        if (!x.is_string()) return Err(ptr, "\"type\" must be a string or an array of strings");
+        types.push_back(x.get<std::string>());
+      }
+    } else {
+      return Err(ptr, "\"type\" must be a string or an array of strings");
+    }
+    for (const std::string& name : types) {
+      if ((name == "string" && v.is_string()) || (name == "boolean" && v.is_boolean()) ||
+          (name == "null" && v.is_null()) || (name == "object" && v.is_object()) ||
+          (name == "array" && v.is_array()) || (name == "number" && v.is_number()) ||
+          (name == "integer" && (v.is_number_integer() ||
+                                 (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   Result<std::string> Visit(const json& s, const std::string& ptr, int depth) {
     if (depth > kMaxDepth) return Err(ptr, "schema nested deeper than " + std::to_string(kMaxDepth));
     if (s.is_boolean()) {
@@ -649,19 +676,22 @@ class Converter {
       rules_[slot].second = body;
       return name;
     }
-    if (s.contains("const")) {
-      ARBITER_RETURN_IF_ERROR(only("const"));
-      return JsonLiteral(s["const"], ptr);
-    }
-    if (s.contains("enum")) {
-      ARBITER_RETURN_IF_ERROR(only("enum"));
-      const json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return Err(ptr, "\"enum\" must be a non-empty array");
+    for (const char* kw : {"const", "enum"}) {
+      if (!s.contains(kw)) continue;
+      // `type` may stand beside them: values of other types are dropped.
+      for (const std::string& k : keys) {
+        if (k != kw && k != "type") return Err(ptr, "keyword \"" + k + "\" beside \"" + kw + "\" is not supported");
+      }
+      json values = std::string(kw) == "const" ? json::array({s[kw]}) : s[kw];
+      if (!values.is_array() || values.empty()) return Err(ptr, "\"enum\" must be a non-empty array");
       std::vector<std::string> alts;
-      for (const json& v : e) {
+      for (const json& v : values) {
+        ARBITER_ASSIGN_OR_RETURN(bool fits, TypeAllows(s, v, ptr));
+        if (!fits) continue;
         ARBITER_ASSIGN_OR_RETURN(std::string lit, JsonLiteral(v, ptr));
         alts.push_back(lit);
       }
+      if (alts.empty()) return Err(ptr, std::string("no value of \"") + kw + "\" has the schema's \"type\"");
       return Alts(alts);
     }
     for (const char* kw : {"anyOf", "oneOf"}) {

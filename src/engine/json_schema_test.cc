@@ -135,6 +135,11 @@ TEST(JsonSchema, EnumConstAndCombinators) {
   EXPECT_MATCH(e, "null");
   EXPECT_MATCH(e, R"({"a":[true]})");
   EXPECT_NO_MATCH(e, R"("blue")");
+  auto typed = Compile(R"({"type":"string","enum":["a","b",3]})");  // 3 is not a string: dropped
+  EXPECT_MATCH(typed, R"("b")");
+  EXPECT_NO_MATCH(typed, "3");
+  EXPECT_NE(Error(R"({"type":"integer","enum":["a"]})").find("no value of \"enum\""), std::string::npos);
+  EXPECT_NE(Error(R"({"enum":["a"],"minLength":3})").find("\"minLength\" beside \"enum\""), std::string::npos);
   auto c = Compile(R"({"const":"a\"b"})");
   EXPECT_MATCH(c, R"("a\"b")");
   auto any_of = Compile(R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})");

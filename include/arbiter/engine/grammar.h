@@ -36,7 +36,9 @@
 // rambles. Weakness: with a vocabulary that lacks single-byte tokens for the
 // closing bytes, the bound can be met by no token; then (and whenever the
 // budget is already too small) FillAllowed allows the viable tokens with the
-// shortest completion, so the output gets as close to complete as it can.
+// shortest completion, so the output gets as close to complete as it can —
+// unless the output is already complete: then it allows no token, and
+// end-of-sequence (which the engine adds) is the way out.
 //
 // Limits: 1 MiB of grammar text, 20 000 rules, 2 000 000 grammar elements,
 // parenthesis nesting 64, repetition counts ≤ 10 000. While matching: at

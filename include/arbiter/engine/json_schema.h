@@ -8,7 +8,8 @@
 // sentence (whitespace is bounded, object keys come in declared order).
 //
 // Keywords (JSON Schema 2020-12 names; draft-07 `definitions` too):
-//   type (a name or an array of names), enum, const (any JSON values);
+//   type (a name or an array of names), enum, const (any JSON values; a
+//     `type` beside them drops the values of other types);
 //   objects: properties (in declared order, the non-required ones
 //     optional), required, additionalProperties (false or absent → only the
 //     declared properties: absent is treated as false for generation, which
@@ -32,7 +33,10 @@
 //   "#/definitions/NAME" (recursion allowed);
 //   annotations title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly: accepted and ignored.
-// Anything else is kInvalidArgument naming the JSON pointer and keyword:
+// A constraining keyword beside $ref, anyOf/oneOf or allOf (or beside
+// enum/const, other than type) is rejected rather than merged.
+// Anything else is kInvalidArgument naming the JSON pointer and keyword
+// (the root's pointer is written "/"):
 //   schema: "/properties/x": unsupported keyword "not"
 // Invalid JSON: kInvalidArgument "schema is not valid JSON: ...".
 //
