@@ -563,7 +563,11 @@ class Converter {
     while (!clean.empty() && clean.back() == '-') clean.pop_back();
     if (clean.empty()) clean = "r";
     std::string name = root_ + "-" + clean;
-    if (!used_.insert(name).second || prims_.count(clean)) {
+    // Primitive names are kept for Prim, which may write them later.
+    static const std::set<std::string> kPrimitives = {"ws",      "char",   "string", "integer", "number",
+                                                      "boolean", "null",   "value",  "object",  "array",
+                                                      "date",    "time",   "date-time", "uuid"};
+    if (kPrimitives.count(clean) || !used_.insert(name).second) {
       name = root_ + "-" + clean + "-" + std::to_string(++counter_);
       used_.insert(name);
     }

@@ -96,6 +96,11 @@ TEST(JsonSchema, ObjectsKeepDeclaredOrderWithOptionalMembers) {
   EXPECT_MATCH(closed, "{}");
   EXPECT_NO_MATCH(closed, R"({"a":1})");
   EXPECT_NE(Error(R"({"type":"object","properties":{"a":{}},"required":["b"]})").find("\"b\""), std::string::npos);
+  // Property names that are also primitive rule names do not clash with them.
+  auto names = Compile(R"({"properties":{"string":{"type":"string","maxLength":2},"value":{"enum":[1,2]},
+      "date-time":{"type":"integer","minimum":3},"b":{"type":"string"},"c":{},"d":{"type":"string","format":"date-time"}}})");
+  ASSERT_NE(names, nullptr);
+  EXPECT_MATCH(names, R"({"string":"ab","value":2,"date-time":4,"b":"x","c":[1],"d":"2026-01-02T03:04:05Z"})");
 }
 
 TEST(JsonSchema, Arrays) {
