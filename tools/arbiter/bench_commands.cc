@@ -13,6 +13,7 @@
 #include "arbiter/base/status.h"
 #include "bench/arbiter_bench.h"
 #include "bench/decode_bench.h"
+#include "bench/grammar_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/kv_bench.h"
 #include "bench/memory_bench.h"
@@ -92,6 +93,15 @@ int RunModalities(const ModalitiesBenchOptions& options, bool json) {
   return r->all_ok() ? 0 : 1;
 }
 
+int RunGrammar(const GrammarBenchOptions& options, bool json) {
+  // As RunDecode: keep stdout to the report.
+  spdlog::set_level(spdlog::level::warn);
+  Result<GrammarBenchResult> r = RunGrammarBench(options);
+  if (!r.ok()) return Fail("grammar", r.status());
+  std::cout << (json ? FormatGrammarBenchJson(*r) : FormatGrammarBench(*r));
+  return 0;
+}
+
 int RunMemory(const MemoryBenchOptions& options, bool json) {
   // As RunDecode: keep stdout to the report.
   spdlog::set_level(spdlog::level::warn);
@@ -111,6 +121,9 @@ struct BenchCommands::Commands {
   CLI::App* memory = nullptr;
   CLI::App* kernels = nullptr;
   CLI::App* modalities = nullptr;
+  CLI::App* grammar = nullptr;
+  GrammarBenchOptions grammar_options;
+  bool grammar_json = false;
   ModalitiesBenchOptions modalities_options;
   bool modalities_json = false;
   DecodeFlags decode_flags;
@@ -272,6 +285,25 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
                    "Rows of the prefill product's matrix (default 1024)")
       ->check(CLI::PositiveNumber);
   c.kernels->add_flag("--json", c.kernels_json, "Print the result as JSON");
+
+  GrammarBenchOptions& g = c.grammar_options;
+  c.grammar = bench->add_subcommand(
+      "grammar",
+      "Constrained decoding: the token mask's cost (GrammarConstraint::FillAllowed for a JSON "
+      "schema, at the start, at an object boundary and inside a string) against the engine's "
+      "decode step measured in the same run; target mask ≤ 10 % of a step. See "
+      "docs/BENCHMARKS.md \"Constrained decoding\"");
+  c.grammar->add_option("--model", g.model_dir, "Model directory or .gguf file (e.g. demo-chat)")
+      ->required();
+  c.grammar->add_option("--threads", g.threads, "BLAS and engine threads (default: all hardware threads)")
+      ->check(CLI::NonNegativeNumber);
+  c.grammar->add_option("--iterations", g.iterations, "Mask computations per state (default 200)")
+      ->check(CLI::PositiveNumber);
+  c.grammar->add_option("--gen-tokens", g.gen_tokens, "Decode steps per run (default 32)")
+      ->check(CLI::PositiveNumber);
+  c.grammar->add_option("--repetitions", g.repetitions, "Decode runs, best kept (default 3)")
+      ->check(CLI::PositiveNumber);
+  c.grammar->add_flag("--json", c.grammar_json, "Print the result as JSON");
 }
 
 BenchCommands::~BenchCommands() = default;
@@ -279,7 +311,8 @@ BenchCommands::~BenchCommands() = default;
 bool BenchCommands::parsed() const {
   const Commands& c = *commands_;
   return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed() ||
-         c.memory->parsed() || c.kernels->parsed() || c.modalities->parsed();
+         c.memory->parsed() || c.kernels->parsed() || c.modalities->parsed() ||
+         c.grammar->parsed();
 }
 
 int BenchCommands::Run() {
@@ -293,6 +326,7 @@ int BenchCommands::Run() {
   }
   if (c.memory->parsed()) return RunMemory(c.memory_options, c.memory_json);
   if (c.modalities->parsed()) return RunModalities(c.modalities_options, c.modalities_json);
+  if (c.grammar->parsed()) return RunGrammar(c.grammar_options, c.grammar_json);
   if (c.kernels->parsed()) {
     c.kernels_options.stream_bytes = static_cast<size_t>(c.kernels_stream_mb) << 20;
     return RunKernels(c.kernels_options, c.kernels_json);

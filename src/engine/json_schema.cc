@@ -1,0 +1,1010 @@
+// JSON Schema → GBNF (arbiter/engine/json_schema.h).
+//
+// One rule per visited subschema, named from its place in the schema
+// (`root-city`, `root-tags-item`, ...) and made unique with a counter; the
+// JSON primitives (`root-string`, `root-ws`, ...) are written once, on
+// first use. A `$ref` target gets its rule name before it is visited, so a
+// recursive reference becomes a recursive rule. Objects and arrays with
+// optional members are chains of rules, one pair per member: "nothing
+// written yet" (no comma before the next member) and "something written"
+// (a comma first), so the declared order is kept without exponential
+// alternatives. Each member value is followed by `ws` and each "{", "[" and
+// "," by `ws`, so no two `ws` are ever adjacent (they would double the
+// whitespace allowed and the matcher's stacks).
+//
+// The result is parsed by Grammar::Parse before it is returned, which
+// catches what only the whole grammar shows (a `$ref` cycle that consumes
+// nothing, a required recursion that never ends).
+#include "arbiter/engine/json_schema.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "arbiter/engine/grammar.h"
+
+namespace arbiter {
+namespace {
+
+using json = nlohmann::ordered_json;  // keeps the declared property order
+
+constexpr int kMaxDepth = 64;
+constexpr int64_t kMaxCount = Grammar::kMaxRepetition;
+constexpr int64_t kMaxIntBound = 999999999999999;  // |bounds| < 10^15
+
+const std::set<std::string>& Annotations() {
+  static const std::set<std::string> k = {"title",   "description", "default",  "examples",
+                                          "$schema", "$id",         "$comment", "deprecated",
+                                          "readOnly", "writeOnly"};
+  return k;
+}
+
+const std::set<std::string>& Known() {
+  static const std::set<std::string> k = {
+      "type",      "enum",      "const",    "properties",       "required",         "additionalProperties",
+      "items",     "prefixItems", "minItems", "maxItems",       "minLength",        "maxLength",
+      "pattern",   "format",    "minimum",  "maximum",          "exclusiveMinimum", "exclusiveMaximum",
+      "anyOf",     "oneOf",     "allOf",    "$ref",             "$defs",            "definitions"};
+  return k;
+}
+
+std::string PointerEscape(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Hex2(uint32_t v) {
+  static const char* d = "0123456789ABCDEF";
+  return std::string("\\x") + d[(v >> 4) & 15] + d[v & 15];
+}
+
+// A GBNF string literal spelling `bytes` (UTF-8 passes through).
+std::string Literal(std::string_view bytes) {
+  std::string out = "\"";
+  for (unsigned char c : bytes) {
+    if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c == 0x7F) {
+      out += Hex2(c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// One code point inside a GBNF character class.
+std::string ClassChar(uint32_t cp) {
+  if (cp < 0x20 || cp == 0x7F || cp == ']' || cp == '[' || cp == '\\' || cp == '^' || cp == '-' ||
+      cp == '"') {
+    return Hex2(cp);
+  }
+  if (cp >= 0xD800 && cp <= 0xDFFF) return "\\u" + std::to_string(cp);  // never produced
+  std::string s;
+  AppendUtf8(cp, &s);
+  return s;
+}
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+Ranges Normalize(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges m;
+  for (const auto& x : r) {
+    if (!m.empty() && x.first <= m.back().second + 1) {
+      m.back().second = std::max(m.back().second, x.second);
+    } else {
+      m.push_back(x);
+    }
+  }
+  return m;
+}
+
+Ranges Complement(const Ranges& r) {
+  Ranges c;
+  uint32_t next = 0;
+  for (const auto& x : Normalize(r)) {
+    if (x.first > next) c.push_back({next, x.first - 1});
+    next = x.second + 1;
+  }
+  if (next <= 0x10FFFF) c.push_back({next, 0x10FFFF});
+  return c;
+}
+
+// The JSON-string spelling of a set of code points (a regex class): the
+// characters that need no escape as a class, the others as their escapes.
+std::string JsonCharSet(const Ranges& in) {
+  Ranges r = Normalize(in);
+  std::vector<std::string> alts;
+  std::string cls;
+  auto contains = [&](uint32_t cp) {
+    for (const auto& x : r) {
+      if (cp >= x.first && cp <= x.second) return true;
+    }
+    return false;
+  };
+  for (const auto& x : r) {
+    uint32_t lo = std::max<uint32_t>(x.first, 0x20);
+    uint32_t hi = x.second;
+    if (lo > hi) continue;
+    // Split out '"' (0x22) and '\\' (0x5C).
+    std::vector<std::pair<uint32_t, uint32_t>> parts = {{lo, hi}};
+    for (uint32_t cut : {uint32_t{0x22}, uint32_t{0x5C}}) {
+      std::vector<std::pair<uint32_t, uint32_t>> next;
+      for (auto p : parts) {
+        if (cut < p.first || cut > p.second) {
+          next.push_back(p);
+          continue;
+        }
+        if (p.first < cut) next.push_back({p.first, cut - 1});
+        if (cut < p.second) next.push_back({cut + 1, p.second});
+      }
+      parts = next;
+    }
+    for (auto p : parts) {
+      cls += ClassChar(p.first);
+      if (p.second > p.first) cls += "-" + ClassChar(p.second);
+    }
+  }
+  if (!cls.empty()) alts.push_back("[" + cls + "]");
+  if (contains('"')) alts.push_back(Literal("\\\""));
+  if (contains('\\')) alts.push_back(Literal("\\\\"));
+  for (uint32_t c = 0; c < 0x20; ++c) {
+    if (!contains(c)) continue;
+    const char* shortform = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : c == 8 ? "\\b" : c == 12 ? "\\f" : nullptr;
+    if (shortform != nullptr) {
+      alts.push_back(Literal(shortform));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      alts.push_back(Literal(buf));
+    }
+  }
+  if (alts.empty()) return "[^\\x00-\\U0010FFFF]";  // matches nothing
+  if (alts.size() == 1) return alts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+std::string Count(int64_t min, int64_t max) {  // max < 0: unbounded
+  if (max < 0) return min == 0 ? "*" : min == 1 ? "+" : "{" + std::to_string(min) + ",}";
+  if (min == max) return "{" + std::to_string(min) + "}";
+  if (min == 0 && max == 1) return "?";
+  return "{" + std::to_string(min) + "," + std::to_string(max) + "}";
+}
+
+// Regex subset → GBNF expression for the JSON-string body that spells a
+// matching string (json_schema.h lists the subset).
+class RegexConverter {
+ public:
+  RegexConverter(std::string re, std::string ptr) : re_(std::move(re)), ptr_(std::move(ptr)) {}
+
+  Result<std::string> Run() {
+    if (!re_.empty() && re_[0] == '^') ++pos_;
+    ARBITER_ASSIGN_OR_RETURN(std::string e, Alternation(0));
+    if (pos_ < re_.size() && re_[pos_] == '$' && pos_ + 1 == re_.size()) ++pos_;
+    if (pos_ < re_.size()) return Error(std::string("unexpected \"") + re_[pos_] + "\"");
+    return e;
+  }
+
+ private:
+  Status Error(const std::string& what) const {
+    return InvalidArgumentError("schema: \"" + ptr_ + "\": unsupported \"pattern\" (at offset " +
+                                std::to_string(pos_) + "): " + what);
+  }
+  bool AtEnd() const { return pos_ >= re_.size(); }
+  char Peek() const { return AtEnd() ? '\0' : re_[pos_]; }
+
+  Result<std::string> Alternation(int depth) {
+    if (depth > kMaxDepth) return Error("groups nested too deeply");
+    std::vector<std::string> alts;
+    while (true) {
+      ARBITER_ASSIGN_OR_RETURN(std::string s, Sequence(depth));
+      alts.push_back(s.empty() ? "\"\"" : s);
+      if (Peek() != '|') break;
+      ++pos_;
+    }
+    if (alts.size() == 1) return alts[0];
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return out + ")";
+  }
+
+  Result<std::string> Sequence(int depth) {
+    std::string out;
+    while (!AtEnd() && Peek() != '|' && Peek() != ')') {
+      if (Peek() == '$' && pos_ + 1 == re_.size()) break;
+      ARBITER_ASSIGN_OR_RETURN(std::string atom, Atom(depth));
+      ARBITER_ASSIGN_OR_RETURN(std::string q, Quantifier());
+      if (!q.empty()) atom = "(" + atom + ")" + q;
+      out += (out.empty() ? "" : " ") + atom;
+    }
+    return out;
+  }
+
+  Result<std::string> Quantifier() {
+    std::string q;
+    char c = Peek();
+    if (c == '*' || c == '+' || c == '?') {
+      ++pos_;
+      q = std::string(1, c);
+    } else if (c == '{') {
+      size_t save = pos_++;
+      auto num = [&](int64_t* v) {
+        if (!(Peek() >= '0' && Peek() <= '9')) return false;
+        *v = 0;
+        while (Peek() >= '0' && Peek() <= '9') {
+          *v = std::min<int64_t>(*v * 10 + (Peek() - '0'), kMaxCount + 1);
+          ++pos_;
+        }
+        return true;
+      };
+      int64_t m = 0, n = -1;
+      if (!num(&m)) {
+        pos_ = save;
+        return Error("\"{\" is not a quantifier");
+      }
+      if (Peek() == ',') {
+        ++pos_;
+        if (Peek() != '}' && !num(&n)) return Error("bad quantifier");
+      } else {
+        n = m;
+      }
+      if (Peek() != '}') return Error("bad quantifier");
+      ++pos_;
+      if (m > kMaxCount || n > kMaxCount) return Error("repetition above " + std::to_string(kMaxCount));
+      if (n >= 0 && n < m) return Error("quantifier {m,n} with n < m");
+      q = Count(m, n);
+    } else {
+      return q;
+    }
+    if (Peek() == '?') ++pos_;  // lazy: same language
+    if (Peek() == '*' || Peek() == '+' || Peek() == '{') return Error("possessive or doubled quantifier");
+    return q;
+  }
+
+  Result<uint32_t> CodePoint() {
+    unsigned char c = static_cast<unsigned char>(re_[pos_]);
+    int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (len == 0 || pos_ + len > re_.size()) return Error("invalid UTF-8");
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (int i = 1; i < len; ++i) cp = cp << 6 | (static_cast<unsigned char>(re_[pos_ + i]) & 0x3F);
+    pos_ += len;
+    return cp;
+  }
+
+  Result<uint32_t> Hex(int digits) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; ++i) {
+      char h = Peek();
+      int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      if (d < 0) return Error("bad hex escape");
+      v = v * 16 + d;
+      ++pos_;
+    }
+    return v;
+  }
+
+  // An escape after '\\': a class (\d ...) or one code point.
+  Result<Ranges> Escape(bool in_class) {
+    if (AtEnd()) return Error("escape at end of pattern");
+    char e = re_[pos_++];
+    static const Ranges kDigit = {{'0', '9'}};
+    static const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+    static const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x2028, 0x2029}, {0xFEFF, 0xFEFF}};
+    switch (e) {
+      case 'd': return kDigit;
+      case 'D': return Complement(kDigit);
+      case 'w': return kWord;
+      case 'W': return Complement(kWord);
+      case 's': return kSpace;
+      case 'S': return Complement(kSpace);
+      case 't': return Ranges{{'\t', '\t'}};
+      case 'n': return Ranges{{'\n', '\n'}};
+      case 'r': return Ranges{{'\r', '\r'}};
+      case 'f': return Ranges{{12, 12}};
+      case 'v': return Ranges{{11, 11}};
+      case 'u': {
+        ARBITER_ASSIGN_OR_RETURN(uint32_t v, Hex(4));
+        return Ranges{{v, v}};
+      }
+      case 'x': {
+        ARBITER_ASSIGN_OR_RETURN(uint32_t v, Hex(2));
+        return Ranges{{v, v}};
+      }
+      case 'b':
+        if (in_class) return Ranges{{8, 8}};
+        return Error("word boundaries (\\b) are not supported");
+      case 'B': return Error("word boundaries (\\B) are not supported");
+      default:
+        if (e >= '1' && e <= '9') return Error("backreferences are not supported");
+        if (std::string_view(".\\/-^$|()[]{}*+?\"").find(e) != std::string_view::npos) {
+          return Ranges{{static_cast<uint32_t>(e), static_cast<uint32_t>(e)}};
+        }
+        return Error(std::string("unknown escape \"\\") + e + "\"");
+    }
+  }
+
+  Result<std::string> Atom(int depth) {
+    char c = Peek();
+    if (c == '(') {
+      ++pos_;
+      if (Peek() == '?') {
+        if (pos_ + 1 < re_.size() && re_[pos_ + 1] == ':') {
+          pos_ += 2;
+        } else {
+          return Error("lookarounds and named groups are not supported");
+        }
+      }
+      ARBITER_ASSIGN_OR_RETURN(std::string inner, Alternation(depth + 1));
+      if (Peek() != ')') return Error("unclosed \"(\"");
+      ++pos_;
+      return "(" + inner + ")";
+    }
+    if (c == '[') {
+      ++pos_;
+      bool negate = false;
+      if (Peek() == '^') {
+        negate = true;
+        ++pos_;
+      }
+      Ranges r;
+      bool first = true;
+      while (true) {
+        if (AtEnd()) return Error("unterminated character class");
+        if (Peek() == ']' && !first) {
+          ++pos_;
+          break;
+        }
+        first = false;
+        Ranges lo_set;
+        if (Peek() == '\\') {
+          ++pos_;
+          ARBITER_ASSIGN_OR_RETURN(lo_set, Escape(true));
+        } else {
+          ARBITER_ASSIGN_OR_RETURN(uint32_t cp, CodePoint());
+          lo_set = {{cp, cp}};
+        }
+        if (lo_set.size() == 1 && lo_set[0].first == lo_set[0].second && Peek() == '-' &&
+            pos_ + 1 < re_.size() && re_[pos_ + 1] != ']') {
+          ++pos_;
+          uint32_t hi;
+          if (Peek() == '\\') {
+            ++pos_;
+            ARBITER_ASSIGN_OR_RETURN(Ranges h, Escape(true));
+            if (h.size() != 1 || h[0].first != h[0].second) return Error("class range ends in a class");
+            hi = h[0].first;
+          } else {
+            ARBITER_ASSIGN_OR_RETURN(hi, CodePoint());
+          }
+          if (hi < lo_set[0].first) return Error("class range out of order");
+          r.push_back({lo_set[0].first, hi});
+        } else {
+          r.insert(r.end(), lo_set.begin(), lo_set.end());
+        }
+      }
+      return JsonCharSet(negate ? Complement(r) : r);
+    }
+    if (c == '.') {
+      ++pos_;
+      return JsonCharSet(Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+    }
+    if (c == '\\') {
+      ++pos_;
+      ARBITER_ASSIGN_OR_RETURN(Ranges r, Escape(false));
+      return JsonCharSet(r);
+    }
+    if (c == '^' || c == '$') return Error("anchors are supported only at the start and end");
+    if (c == '*' || c == '+' || c == '?' || c == '{') return Error(std::string("nothing to repeat before \"") + c + "\"");
+    if (c == ']' || c == '}') {
+      ++pos_;
+      return JsonCharSet({{static_cast<uint32_t>(c), static_cast<uint32_t>(c)}});
+    }
+    ARBITER_ASSIGN_OR_RETURN(uint32_t cp, CodePoint());
+    return JsonCharSet({{cp, cp}});
+  }
+
+  std::string re_;
+  std::string ptr_;
+  size_t pos_ = 0;
+};
+
+// Decimal strings of the integers in [lo, hi] (0 ≤ lo ≤ hi), no leading zeros.
+std::string SameLength(const std::string& a, const std::string& b) {
+  const size_t n = a.size();
+  if (n == 0) return "";
+  if (a == b) return Literal(a);
+  if (a[0] == b[0]) return Literal(a.substr(0, 1)) + " " + SameLength(a.substr(1), b.substr(1));
+  const std::string ra = a.substr(1), rb = b.substr(1);
+  const bool all0 = ra.find_first_not_of('0') == std::string::npos;
+  const bool all9 = rb.find_first_not_of('9') == std::string::npos;
+  auto any = [](size_t k) { return k == 0 ? std::string() : " [0-9]" + (k == 1 ? std::string() : "{" + std::to_string(k) + "}"); };
+  if (all0 && all9) return "[" + std::string(1, a[0]) + "-" + std::string(1, b[0]) + "]" + any(n - 1);
+  std::vector<std::string> alts;
+  alts.push_back(Literal(a.substr(0, 1)) + (n > 1 ? " " + SameLength(ra, std::string(n - 1, '9')) : ""));
+  if (b[0] - a[0] >= 2) {
+    alts.push_back("[" + std::string(1, static_cast<char>(a[0] + 1)) + "-" + std::string(1, static_cast<char>(b[0] - 1)) + "]" + any(n - 1));
+  }
+  alts.push_back(Literal(b.substr(0, 1)) + (n > 1 ? " " + SameLength(std::string(n - 1, '0'), rb) : ""));
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+// hi < 0: unbounded (up to 16 digits).
+std::string NonNegativeRange(int64_t lo, int64_t hi) {
+  const int64_t cap = 9999999999999999;  // 16 digits
+  if (hi < 0 || hi > cap) hi = cap;
+  std::vector<std::string> alts;
+  int64_t start = lo;
+  int64_t pow = 1;
+  int digits = 1;
+  while (pow * 10 <= start) {
+    pow *= 10;
+    ++digits;
+  }
+  while (start <= hi) {
+    const int64_t top = std::min(hi, pow * 10 - 1);
+    alts.push_back(SameLength(std::to_string(start), std::to_string(top)));
+    start = pow * 10;
+    pow *= 10;
+    ++digits;
+    if (digits > 16) break;
+  }
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+class Converter {
+ public:
+  Converter(const json& doc, std::string root) : doc_(doc), root_(std::move(root)) {}
+
+  Result<std::string> Run() {
+    ARBITER_ASSIGN_OR_RETURN(std::string body, Visit(doc_, "", 0));
+    std::string out = root_ + " ::= " + body + "\n";
+    for (const auto& [name, rule] : rules_) out += name + " ::= " + rule + "\n";
+    return out;
+  }
+
+  std::string Prim(const std::string& what) {
+    const std::string name = root_ + "-" + what;
+    if (prims_.count(what)) return name;
+    prims_.insert(what);
+    std::string body;
+    if (what == "ws") {
+      body = "( \" \" | \"\\n\" [ \\t]{0,20} )?";
+    } else if (what == "char") {
+      body = "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )";
+    } else if (what == "string") {
+      body = "\"\\\"\" " + Prim("char") + "* \"\\\"\"";
+    } else if (what == "integer") {
+      body = "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )";
+    } else if (what == "number") {
+      body = Prim("integer") + " ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?";
+    } else if (what == "boolean") {
+      body = "\"true\" | \"false\"";
+    } else if (what == "null") {
+      body = "\"null\"";
+    } else if (what == "value") {
+      body = Prim("object") + " | " + Prim("array") + " | " + Prim("string") + " | " + Prim("number") +
+             " | " + Prim("boolean") + " | " + Prim("null");
+    } else if (what == "object") {
+      const std::string kv = Prim("string") + " " + Prim("ws") + " \":\" " + Prim("ws") + " " + Prim("value") + " " + Prim("ws");
+      body = "\"{\" " + Prim("ws") + " ( " + kv + " ( \",\" " + Prim("ws") + " " + kv + " )* )? \"}\"";
+    } else if (what == "array") {
+      const std::string item = Prim("value") + " " + Prim("ws");
+      body = "\"[\" " + Prim("ws") + " ( " + item + " ( \",\" " + Prim("ws") + " " + item + " )* )? \"]\"";
+    } else if (what == "date") {
+      body = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
+    } else if (what == "time") {
+      body = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? "
+             "( [zZ] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
+    } else if (what == "date-time") {
+      body = Prim("date") + " [tT] " + Prim("time");
+    } else if (what == "uuid") {
+      body = "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
+    }
+    rules_.emplace_back(name, body);
+    return name;
+  }
+
+ private:
+  Status Err(const std::string& ptr, const std::string& what) const {
+    return InvalidArgumentError("schema: \"" + (ptr.empty() ? std::string("/") : ptr) + "\": " + what);
+  }
+
+  std::string NewRule(const std::string& hint, std::string body) {
+    std::string clean;
+    for (char c : hint) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+      if (ok) {
+        clean += c;
+      } else if (!clean.empty() && clean.back() != '-') {
+        clean += '-';
+      }
+      if (clean.size() >= 40) break;
+    }
+    while (!clean.empty() && clean.back() == '-') clean.pop_back();
+    if (clean.empty()) clean = "r";
+    std::string name = root_ + "-" + clean;
+    // Primitive names are kept for Prim, which may write them later.
+    static const std::set<std::string> kPrimitives = {"ws",      "char",   "string", "integer", "number",
+                                                      "boolean", "null",   "value",  "object",  "array",
+                                                      "date",    "time",   "date-time", "uuid"};
+    if (kPrimitives.count(clean) || !used_.insert(name).second) {
+      name = root_ + "-" + clean + "-" + std::to_string(++counter_);
+      used_.insert(name);
+    }
+    rules_.emplace_back(name, std::move(body));
+    return name;
+  }
+
+  // Reserves a rule name now, fills its body later (for $ref targets).
+  size_t Reserve(const std::string& hint) {
+    NewRule(hint, "");
+    return rules_.size() - 1;
+  }
+
+  Result<std::string> Sub(const json& s, const std::string& ptr, const std::string& hint, int depth) {
+    ARBITER_ASSIGN_OR_RETURN(std::string body, Visit(s, ptr, depth + 1));
+    if (body.find(' ') == std::string::npos && body.rfind(root_ + "-", 0) == 0) return body;  // a rule already
+    return NewRule(hint, body);
+  }
+
+  static std::string Alts(const std::vector<std::string>& alts) {
+    std::string out;
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return out;
+  }
+
+  Result<std::string> JsonLiteral(const json& v, const std::string& ptr) {
+    try {
+      return Literal(v.dump());
+    } catch (const std::exception& e) {
+      return Err(ptr, std::string("cannot write value: ") + e.what());
+    }
+  }
+
+  Result<int64_t> CountKeyword(const json& s, const char* key, const std::string& ptr, int64_t dflt) {
+    if (!s.contains(key)) return dflt;
+    const json& v = s[key];
+    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
+      return Err(ptr, std::string("\"") + key + "\" must be a non-negative integer");
+    }
+    const double d = v.get<double>();
+    if (d < 0) return Err(ptr, std::string("\"") + key + "\" must be a non-negative integer");
+    if (d > kMaxCount) return Err(ptr, std::string("\"") + key + "\" above " + std::to_string(kMaxCount) + " is not supported");
+    return static_cast<int64_t>(d);
+  }
+
+  // Whether `v` has one of the schema's types (true without `type`).
+  Result<bool> TypeAllows(const json& s, const json& v, const std::string& ptr) {
+    if (!s.contains("type")) return true;
+    std::vector<std::string> types;
+    const json& t = s["type"];
+    if (t.is_string()) {
+      types.push_back(t.get<std::string>());
+    } else if (t.is_array()) {
+      for (const json& x : t) {
+        if (!x.is_string()) return Err(ptr, "\"type\" must be a string or an array of strings");
+        types.push_back(x.get<std::string>());
+      }
+    } else {
+      return Err(ptr, "\"type\" must be a string or an array of strings");
+    }
+    for (const std::string& name : types) {
+      if ((name == "string" && v.is_string()) || (name == "boolean" && v.is_boolean()) ||
+          (name == "null" && v.is_null()) || (name == "object" && v.is_object()) ||
+          (name == "array" && v.is_array()) || (name == "number" && v.is_number()) ||
+          (name == "integer" && (v.is_number_integer() ||
+                                 (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  Result<std::string> Visit(const json& s, const std::string& ptr, int depth) {
+    if (depth > kMaxDepth) return Err(ptr, "schema nested deeper than " + std::to_string(kMaxDepth));
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return Prim("value");
+      return Err(ptr, "schema false allows no value");
+    }
+    if (!s.is_object()) return Err(ptr, "a schema must be an object or a boolean");
+    std::vector<std::string> keys;  // constraining keywords present
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (Annotations().count(it.key())) continue;
+      if (!Known().count(it.key())) return Err(ptr, "unsupported keyword \"" + it.key() + "\"");
+      if (it.key() != "$defs" && it.key() != "definitions") keys.push_back(it.key());
+    }
+    auto only = [&](const char* kw) -> Status {
+      for (const std::string& k : keys) {
+        if (k != kw) return Err(ptr, "keyword \"" + k + "\" beside \"" + kw + "\" is not supported");
+      }
+      return OkStatus();
+    };
+    if (s.contains("$ref")) {
+      ARBITER_RETURN_IF_ERROR(only("$ref"));
+      if (!s["$ref"].is_string()) return Err(ptr, "\"$ref\" must be a string");
+      const std::string ref = s["$ref"].get<std::string>();
+      if (ref.empty() || ref[0] != '#') return Err(ptr, "\"$ref\" \"" + ref + "\": only references inside the schema (\"#/...\") are supported");
+      auto found = refs_.find(ref);
+      if (found != refs_.end()) return found->second;
+      const json* target = nullptr;
+      try {
+        json::json_pointer jp(ref.substr(1));
+        if (doc_.contains(jp)) target = &doc_.at(jp);
+      } catch (const std::exception&) {
+      }
+      if (target == nullptr) return Err(ptr, "\"$ref\" \"" + ref + "\" does not resolve");
+      const size_t slot = Reserve(ref.substr(ref.rfind('/') + 1));
+      const std::string name = rules_[slot].first;
+      refs_[ref] = name;
+      ARBITER_ASSIGN_OR_RETURN(std::string body, Visit(*target, ref.substr(1), depth + 1));
+      rules_[slot].second = body;
+      return name;
+    }
+    for (const char* kw : {"const", "enum"}) {
+      if (!s.contains(kw)) continue;
+      // `type` may stand beside them: values of other types are dropped.
+      for (const std::string& k : keys) {
+        if (k != kw && k != "type") return Err(ptr, "keyword \"" + k + "\" beside \"" + kw + "\" is not supported");
+      }
+      json values = std::string(kw) == "const" ? json::array({s[kw]}) : s[kw];
+      if (!values.is_array() || values.empty()) return Err(ptr, "\"enum\" must be a non-empty array");
+      std::vector<std::string> alts;
+      for (const json& v : values) {
+        ARBITER_ASSIGN_OR_RETURN(bool fits, TypeAllows(s, v, ptr));
+        if (!fits) continue;
+        ARBITER_ASSIGN_OR_RETURN(std::string lit, JsonLiteral(v, ptr));
+        alts.push_back(lit);
+      }
+      if (alts.empty()) return Err(ptr, std::string("no value of \"") + kw + "\" has the schema's \"type\"");
+      return Alts(alts);
+    }
+    for (const char* kw : {"anyOf", "oneOf"}) {
+      if (!s.contains(kw)) continue;
+      ARBITER_RETURN_IF_ERROR(only(kw));
+      const json& a = s[kw];
+      if (!a.is_array() || a.empty()) return Err(ptr, std::string("\"") + kw + "\" must be a non-empty array");
+      std::vector<std::string> alts;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ARBITER_ASSIGN_OR_RETURN(std::string r, Sub(a[i], ptr + "/" + kw + "/" + std::to_string(i), kw, depth));
+        alts.push_back(r);
+      }
+      return Alts(alts);
+    }
+    if (s.contains("allOf")) {
+      ARBITER_RETURN_IF_ERROR(only("allOf"));
+      const json& a = s["allOf"];
+      if (!a.is_array() || a.size() != 1) return Err(ptr, "\"allOf\" is supported with exactly one subschema");
+      return Visit(a[0], ptr + "/allOf/0", depth + 1);
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const json& x : t) {
+          if (!x.is_string()) return Err(ptr, "\"type\" must be a string or an array of strings");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return Err(ptr, "\"type\" must be a string or an array of strings");
+      }
+    } else {
+      auto has = [&](std::initializer_list<const char*> ks) {
+        for (const char* k : ks) {
+          if (s.contains(k)) return true;
+        }
+        return false;
+      };
+      if (has({"properties", "additionalProperties", "required"})) {
+        types.push_back("object");
+      } else if (has({"items", "prefixItems", "minItems", "maxItems"})) {
+        types.push_back("array");
+      } else if (has({"minLength", "maxLength", "pattern", "format"})) {
+        types.push_back("string");
+      } else if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) {
+        return Err(ptr, "\"minimum\"/\"maximum\" need \"type\": \"integer\"");
+      } else {
+        return Prim("value");
+      }
+    }
+    std::vector<std::string> alts;
+    for (const std::string& t : types) {
+      Result<std::string> r = Type(s, t, ptr, depth);
+      if (!r.ok()) return r.status();
+      alts.push_back(types.size() > 1 ? NewRule(t, *r) : *r);
+    }
+    return Alts(alts);
+  }
+
+  Result<std::string> Type(const json& s, const std::string& t, const std::string& ptr, int depth) {
+    if (t == "object") return Object(s, ptr, depth);
+    if (t == "array") return Array(s, ptr, depth);
+    if (t == "string") return String(s, ptr);
+    if (t == "integer") return Integer(s, ptr);
+    if (t == "number") {
+      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (s.contains(kw)) return Err(ptr, std::string("unsupported keyword \"") + kw + "\" for type number (use integer)");
+      }
+      return Prim("number");
+    }
+    if (t == "boolean") return Prim("boolean");
+    if (t == "null") return Prim("null");
+    return Err(ptr, "unknown \"type\" \"" + t + "\"");
+  }
+
+  Result<std::string> Object(const json& s, const std::string& ptr, int depth) {
+    struct Prop {
+      std::string kv;
+      bool required;
+    };
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) return Err(ptr, "\"required\" must be an array of strings");
+      for (const json& r : s["required"]) {
+        if (!r.is_string()) return Err(ptr, "\"required\" must be an array of strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    const std::string ws = Prim("ws");
+    std::vector<Prop> props;
+    std::set<std::string> declared;
+    if (s.contains("properties")) {
+      const json& p = s["properties"];
+      if (!p.is_object()) return Err(ptr, "\"properties\" must be an object");
+      for (auto it = p.begin(); it != p.end(); ++it) {
+        const std::string sub_ptr = ptr + "/properties/" + PointerEscape(it.key());
+        ARBITER_ASSIGN_OR_RETURN(std::string value, Sub(it.value(), sub_ptr, it.key(), depth));
+        ARBITER_ASSIGN_OR_RETURN(std::string key, JsonLiteral(json(it.key()), sub_ptr));
+        props.push_back({NewRule(it.key() + "-kv", key + " " + ws + " \":\" " + ws + " " + value + " " + ws),
+                         required.count(it.key()) > 0});
+        declared.insert(it.key());
+      }
+    }
+    for (const std::string& r : required) {
+      if (!declared.count(r)) return Err(ptr, "\"required\" names \"" + r + "\", which is not in \"properties\"");
+    }
+    std::string extra;  // rule for one extra key-value, or empty
+    if (s.contains("additionalProperties")) {
+      const json& a = s["additionalProperties"];
+      if (!(a.is_boolean() && !a.get<bool>())) {
+        ARBITER_ASSIGN_OR_RETURN(std::string value, Sub(a, ptr + "/additionalProperties", "additional", depth));
+        extra = NewRule("additional-kv", Prim("string") + " " + ws + " \":\" " + ws + " " + value + " " + ws);
+      }
+    }
+    // Chains: first[i] = members i.. with nothing written yet; rest[i] = with a comma first.
+    const size_t n = props.size();
+    std::vector<std::string> first(n + 1), rest(n + 1);
+    const std::string comma = "\",\" " + ws + " ";
+    if (extra.empty()) {
+      first[n] = "\"\"";
+      rest[n] = "\"\"";
+    } else {
+      rest[n] = NewRule("more", "( " + comma + extra + " )*");
+      first[n] = NewRule("extra", "( " + extra + " " + rest[n] + " )?");
+    }
+    for (size_t i = n; i-- > 0;) {
+      const Prop& p = props[i];
+      const std::string with_first = p.kv + " " + rest[i + 1];
+      const std::string with_rest = comma + p.kv + " " + rest[i + 1];
+      if (i == 0) {
+        first[i] = p.required ? with_first : with_first + " | " + first[i + 1];
+        rest[i] = "\"\"";  // unused
+        break;
+      }
+      first[i] = NewRule("tail", p.required ? with_first : with_first + " | " + first[i + 1]);
+      rest[i] = NewRule("tail", p.required ? with_rest : with_rest + " | " + rest[i + 1]);
+    }
+    const std::string body = n == 0 ? first[0] : NewRule("members", first[0]);
+    return "\"{\" " + ws + " " + body + " \"}\"";
+  }
+
+  Result<std::string> Array(const json& s, const std::string& ptr, int depth) {
+    const std::string ws = Prim("ws");
+    ARBITER_ASSIGN_OR_RETURN(int64_t min, CountKeyword(s, "minItems", ptr, 0));
+    ARBITER_ASSIGN_OR_RETURN(int64_t max, CountKeyword(s, "maxItems", ptr, -1));
+    if (max >= 0 && max < min) return Err(ptr, "\"maxItems\" below \"minItems\"");
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      const json& p = s["prefixItems"];
+      if (!p.is_array()) return Err(ptr, "\"prefixItems\" must be an array");
+      for (size_t i = 0; i < p.size(); ++i) {
+        ARBITER_ASSIGN_OR_RETURN(std::string r, Sub(p[i], ptr + "/prefixItems/" + std::to_string(i), "item", depth));
+        prefix.push_back(r);
+      }
+    }
+    std::string item;  // empty: no items beyond the prefix
+    if (s.contains("items")) {
+      const json& it = s["items"];
+      if (!(it.is_boolean() && !it.get<bool>())) {
+        ARBITER_ASSIGN_OR_RETURN(item, Sub(it, ptr + "/items", "item", depth));
+      }
+    } else if (prefix.empty()) {
+      item = Prim("value");
+    }
+    const std::string comma = "\",\" " + ws + " ";
+    size_t k = prefix.size();
+    if (max >= 0 && static_cast<int64_t>(k) > max) k = static_cast<size_t>(max);
+    const int64_t rest_min = std::max<int64_t>(0, min - static_cast<int64_t>(k));
+    const int64_t rest_max = max < 0 ? -1 : max - static_cast<int64_t>(k);
+    if (item.empty() && rest_min > 0) return Err(ptr, "\"minItems\" above the items \"prefixItems\" allows");
+    std::string first_tail, rest_tail;  // after the prefix
+    if (item.empty() || rest_max == 0) {
+      first_tail = rest_tail = "\"\"";
+    } else {
+      const std::string one = item + " " + ws;
+      const std::string more = "( " + comma + one + " )";
+      rest_tail = more + Count(rest_min, rest_max);
+      if (rest_min == 0) {
+        first_tail = "( " + one + " " + more + Count(0, rest_max < 0 ? -1 : rest_max - 1) + " )?";
+      } else {
+        first_tail = one + " " + more + Count(rest_min - 1, rest_max < 0 ? -1 : rest_max - 1);
+      }
+      if (k > 0) rest_tail = NewRule("more", rest_tail);
+    }
+    std::string f = first_tail, r = rest_tail;
+    for (size_t j = k; j-- > 0;) {
+      const bool req = static_cast<int64_t>(j) < min;
+      const std::string e = prefix[j] + " " + ws + " " + r;
+      const std::string nf = req ? e : "( " + e + " )?";
+      const std::string nr = req ? comma + e : "( " + comma + e + " )?";
+      if (j == 0) {
+        f = nf;
+        break;
+      }
+      f = NewRule("tail", nf);
+      r = NewRule("tail", nr);
+    }
+    return "\"[\" " + ws + " " + NewRule("items", f) + " \"]\"";
+  }
+
+  Result<std::string> String(const json& s, const std::string& ptr) {
+    ARBITER_ASSIGN_OR_RETURN(int64_t min, CountKeyword(s, "minLength", ptr, 0));
+    ARBITER_ASSIGN_OR_RETURN(int64_t max, CountKeyword(s, "maxLength", ptr, -1));
+    if (max >= 0 && max < min) return Err(ptr, "\"maxLength\" below \"minLength\"");
+    const bool lengths = s.contains("minLength") || s.contains("maxLength");
+    const std::string quote = "\"\\\"\"";
+    if (s.contains("pattern")) {
+      if (lengths) return Err(ptr, "\"pattern\" with \"minLength\"/\"maxLength\" is not supported");
+      if (!s["pattern"].is_string()) return Err(ptr, "\"pattern\" must be a string");
+      RegexConverter rc(s["pattern"].get<std::string>(), ptr.empty() ? "/" : ptr);
+      ARBITER_ASSIGN_OR_RETURN(std::string body, rc.Run());
+      return quote + " " + NewRule("pattern", body) + " " + quote;
+    }
+    if (s.contains("format")) {
+      if (!s["format"].is_string()) return Err(ptr, "\"format\" must be a string");
+      const std::string f = s["format"].get<std::string>();
+      if (f == "date" || f == "time" || f == "date-time" || f == "uuid") {
+        if (lengths) return Err(ptr, "\"format\" " + f + " with \"minLength\"/\"maxLength\" is not supported");
+        return quote + " " + Prim(f) + " " + quote;
+      }
+    }
+    if (!lengths) return Prim("string");
+    return quote + " " + Prim("char") + Count(min, max) + " " + quote;
+  }
+
+  Result<std::string> Integer(const json& s, const std::string& ptr) {
+    bool has_lo = false, has_hi = false;
+    int64_t lo = 0, hi = 0;
+    for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(kw)) continue;
+      const json& v = s[kw];
+      if (!v.is_number()) return Err(ptr, std::string("\"") + kw + "\" must be a number");
+      const double d = v.get<double>();
+      if (!(std::fabs(d) <= static_cast<double>(kMaxIntBound))) {
+        return Err(ptr, std::string("\"") + kw + "\" beyond ±10^15 is not supported");
+      }
+      const std::string k = kw;
+      if (k == "minimum" || k == "exclusiveMinimum") {
+        int64_t b = static_cast<int64_t>(std::ceil(d));
+        if (k == "exclusiveMinimum" && static_cast<double>(b) == d) ++b;
+        lo = has_lo ? std::max(lo, b) : b;
+        has_lo = true;
+      } else {
+        int64_t b = static_cast<int64_t>(std::floor(d));
+        if (k == "exclusiveMaximum" && static_cast<double>(b) == d) --b;
+        hi = has_hi ? std::min(hi, b) : b;
+        has_hi = true;
+      }
+    }
+    if (!has_lo && !has_hi) return Prim("integer");
+    if (has_lo && has_hi && lo > hi) return Err(ptr, "no integer between \"minimum\" and \"maximum\"");
+    if (has_lo && lo >= 0) return NonNegativeRange(lo, has_hi ? hi : -1);
+    if (has_hi && hi < 0) return "\"-\" " + NonNegativeRange(-hi, has_lo ? -lo : -1);
+    // The range crosses zero (or is open on the negative side).
+    std::vector<std::string> alts;
+    alts.push_back("\"-\" " + NonNegativeRange(1, has_lo ? -lo : -1));
+    alts.push_back(NonNegativeRange(0, has_hi ? hi : -1));
+    return Alts(alts);
+  }
+
+  const json& doc_;
+  std::string root_;
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::set<std::string> prims_;
+  std::set<std::string> used_;
+  std::map<std::string, std::string> refs_;
+  int counter_ = 0;
+};
+
+Status CheckRootName(std::string_view root) {
+  if (root.empty()) return InvalidArgumentError("json schema: empty root rule name");
+  for (char c : root) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-')) {
+      return InvalidArgumentError("json schema: root rule name \"" + std::string(root) + "\" must match [a-zA-Z0-9-]+");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::string> JsonSchemaToGbnf(std::string_view schema_json, std::string_view root_rule) {
+  ARBITER_RETURN_IF_ERROR(CheckRootName(root_rule));
+  json doc;
+  try {
+    doc = json::parse(schema_json);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("schema is not valid JSON: ") + e.what());
+  }
+  Converter c(doc, std::string(root_rule));
+  ARBITER_ASSIGN_OR_RETURN(std::string gbnf, c.Run());
+  std::string check = gbnf;
+  if (root_rule != "root") check = "root ::= " + std::string(root_rule) + "\n" + gbnf;
+  Result<std::shared_ptr<const Grammar>> g = Grammar::Parse(check);
+  if (!g.ok()) return InvalidArgumentError("schema: \"/\": cannot build a grammar: " + g.status().message());
+  return gbnf;
+}
+
+std::string JsonObjectGbnf(std::string_view root_rule) {
+  json empty = json::object();
+  Converter c(empty, std::string(root_rule));
+  const std::string object = c.Prim("object");
+  Result<std::string> rest = c.Run();  // root ::= value (unused) + the primitives
+  std::string out = std::string(root_rule) + " ::= " + object + "\n";
+  const std::string text = *rest;
+  out += text.substr(text.find('\n') + 1);
+  return out;
+}
+
+}  // namespace arbiter
