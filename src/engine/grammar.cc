@@ -980,6 +980,17 @@ GrammarVocabulary::~GrammarVocabulary() = default;
 
 int GrammarVocabulary::size() const { return trie_->vocab; }
 
+size_t GrammarVocabulary::bytes() const {
+  const Trie& t = *trie_;
+  size_t n = sizeof(Trie) + t.nodes.capacity() * sizeof(Trie::Node) + t.child_byte.capacity() +
+             t.child_node.capacity() * sizeof(uint32_t) + t.tokens.capacity() * sizeof(int32_t) +
+             t.bytes.capacity() * sizeof(std::string);
+  for (const std::string& b : t.bytes) {
+    if (b.capacity() > 15) n += b.capacity() + 1;  // beyond the small-string buffer
+  }
+  return n;
+}
+
 const std::string& GrammarVocabulary::TokenBytes(int32_t id) const {
   static const std::string kEmpty;
   return id >= 0 && id < trie_->vocab ? trie_->bytes[id] : kEmpty;

@@ -104,5 +104,33 @@ TEST_F(MemoryTruthTest, LedgerPlusRuntimeMatchesResidentMemoryAndComesBack) {
       << "idle " << idle.process_resident_bytes << " after " << after.process_resident_bytes;
 }
 
+// Note [Grammar vocabularies]: a constrained request builds the model's
+// grammar vocabulary once, charged as scratch under the model; the charge
+// goes when the model unloads.
+TEST_F(MemoryTruthTest, GrammarVocabularyIsChargedOnceAndGoesWithTheModel) {
+  auto constrained = [&] {
+    TextRequest t;
+    t.model = "chat";
+    t.messages = {{"user", "json"}};
+    t.max_tokens = 8;
+    t.constraint = OutputConstraintKind::kJsonObject;
+    Result<std::unique_ptr<TextGeneration>> g = rt_->StartText(std::move(t));
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    Result<TextResult> r = (*g)->Run(nullptr, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->generation.text.front(), '{') << r->generation.text;
+  };
+  Chat();
+  const size_t plain = rt_->Status().ledger.kind_bytes(ChargeKind::kScratch);
+  constrained();
+  const size_t with_vocab = rt_->Status().ledger.kind_bytes(ChargeKind::kScratch);
+  EXPECT_GT(with_vocab, plain);
+  constrained();  // built once: the same charge
+  EXPECT_EQ(rt_->Status().ledger.kind_bytes(ChargeKind::kScratch), with_vocab);
+  Result<UnloadResult> u = rt_->UnloadModel("chat", 10000);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(rt_->Status().ledger.kind_bytes(ChargeKind::kScratch), 0u);
+}
+
 }  // namespace
 }  // namespace arbiter

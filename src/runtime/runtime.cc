@@ -120,6 +120,20 @@ arbiter::Status RuntimeImpl::Build() {
   if (arbiter::Status s = arbiter_->Start(); !s.ok()) {
     return s.WithPrefix("cannot start the memory arbiter");
   }
+  // Note [Grammar vocabularies] in constrained.cc: a text model's grammar
+  // vocabulary (and its charge) goes when the model unloads.
+  vocab_sub_ = arbiter_->OnEvent([this](const ArbiterEvent& e) {
+    if ((e.type != ArbiterEventType::kModelUnload && e.type != ArbiterEventType::kEviction) ||
+        e.capability != Capability::kText) {
+      return;
+    }
+    VocabularyEntry gone;  // freed after the lock
+    MutexLock l(&vocab_mu_);
+    auto it = vocabularies_.find(e.model_key);
+    if (it == vocabularies_.end()) return;
+    gone = std::move(it->second);
+    vocabularies_.erase(it);
+  });
   // OS pressure goes to the reclaim policy (Note [Reclaim order]), never to
   // the arbiter directly.
   ARBITER_RETURN_IF_ERROR(pressure_->composite->Start().WithPrefix("[pressure]"));

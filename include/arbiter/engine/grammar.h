@@ -113,6 +113,9 @@ class GrammarVocabulary {
   int size() const;
   // Bytes of token `id`; empty for special tokens and ids out of range.
   const std::string& TokenBytes(int32_t id) const;
+  // The heap bytes this vocabulary holds (its trie and token strings), for
+  // the ledger.
+  size_t bytes() const;
 
   const grammar_internal::Trie& trie() const { return *trie_; }
   GrammarVocabulary();

@@ -150,9 +150,13 @@ class RuntimeImpl final : public Runtime {
   struct VocabularyEntry {
     const Tokenizer* tokenizer = nullptr;
     std::shared_ptr<const GrammarVocabulary> vocabulary;
+    MemoryCharge charge;  // its bytes, kind scratch, under the model's resident key
   };
   Mutex vocab_mu_;
   std::map<std::string, VocabularyEntry> vocabularies_ GUARDED_BY(vocab_mu_);
+  // Drops a model's vocabulary (and its charge) when the model unloads;
+  // declared last: unsubscribed before vocabularies_ goes.
+  ArbiterEventSubscription vocab_sub_;
 };
 
 }  // namespace arbiter::runtime_internal
