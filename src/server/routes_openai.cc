@@ -39,6 +39,7 @@ struct TextJob {
   std::string model;
   int64_t created = 0;
   bool include_usage = false;
+  TextRun metrics;  // TTFT, TPOT, e2e, tokens, running/waiting (internal/metrics.h)
 };
 
 Usage UsageOf(const GenerationResult& g) {
@@ -47,8 +48,16 @@ Usage UsageOf(const GenerationResult& g) {
 
 // The text runner: one admitted generation answered as JSON.
 void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
-  Result<TextResult> result =
-      job.generation->Run([](std::string_view) { return true; }, out.cancel_token());
+  Result<TextResult> result = job.generation->Run(
+      [&job](std::string_view) {
+        job.metrics.FirstToken();
+        return true;
+      },
+      out.cancel_token());
+  if (result.ok()) {
+    job.metrics.Finished(result->generation.prompt_tokens,
+                         static_cast<int>(result->generation.output_ids.size()));
+  }
   std::vector<std::pair<std::string, std::string>> headers;
   if (result.ok() && result->kv.slot >= 0) {
     const KvOutcome& kv = result->kv;
@@ -110,6 +119,7 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
   };
   auto send = [&](const std::string& payload) { return start() && write(payload); };
   TextCallback on_text = [&](std::string_view delta) {
+    job.metrics.FirstToken();
     const std::string text(delta);
     return send(job.chat ? ChatChunkJson(job.id, job.created, job.model, nullptr, &text, nullptr,
                                          job.include_usage)
@@ -117,6 +127,10 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
                                                job.include_usage));
   };
   Result<TextResult> result = job.generation->Run(on_text, out.cancel_token());
+  if (result.ok()) {
+    job.metrics.Finished(result->generation.prompt_tokens,
+                         static_cast<int>(result->generation.output_ids.size()));
+  }
   if (!client_ok) {
     spdlog::info("stream {}: client went away; generation stopped", job.id);
     return;
@@ -160,6 +174,7 @@ void RunText(ServerContext& ctx, http::Responder& out, TextRequest request, bool
   job.id = NewCompletionId(job.chat ? "chatcmpl" : "cmpl");
   job.created = UnixNow();
   job.include_usage = include_usage;
+  job.metrics = ctx.metrics->StartTextRun(job.model);
   if (stream) return RunStreaming(ctx, out, job);
   RunNonStreaming(ctx, out, job);
 }
@@ -220,21 +235,33 @@ void HandleEmbeddings(ServerContext& ctx, const http::Request& req, http::Respon
   SendJson(out, 200, EmbeddingsJson(e.model, r->vectors, parsed->base64, r->prompt_tokens));
 }
 
+// One model of GET /v1/models and GET /v1/models/{id}.
+json ModelJson(const ServerContext& ctx, const ModelStats& m) {
+  json item = {{"id", m.name},
+               {"object", "model"},
+               {"created", ctx.started_at},
+               {"owned_by", "arbiter"},
+               {"capability", CapabilityName(m.capability)},
+               {"status", ModelStateName(m.state)}};
+  if (m.state == ModelState::kFailed) item["error"] = m.last_error;
+  return item;
+}
+
 void HandleModels(ServerContext& ctx, http::Responder& out) {
   RuntimeStatus s = ctx.runtime->Status();
   json data = json::array();
-  for (const ModelStatus& ms : s.models) {
-    const ModelStats& m = ms.arbiter;
-    json item = {{"id", m.name},
-                 {"object", "model"},
-                 {"created", ctx.started_at},
-                 {"owned_by", "arbiter"},
-                 {"capability", CapabilityName(m.capability)},
-                 {"status", ModelStateName(m.state)}};
-    if (m.state == ModelState::kFailed) item["error"] = m.last_error;
-    data.push_back(std::move(item));
-  }
+  for (const ModelStatus& ms : s.models) data.push_back(ModelJson(ctx, ms.arbiter));
   SendJson(out, 200, json{{"object", "list"}, {"data", std::move(data)}}.dump());
+}
+
+// The OpenAI SDK's models.retrieve; unknown ids → 404 model_not_found.
+void HandleModel(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  const std::string id = req.params.count("id") != 0 ? req.params.at("id") : "";
+  for (const ModelStatus& ms : ctx.runtime->Status().models) {
+    if (ms.arbiter.name == id) return SendJson(out, 200, ModelJson(ctx, ms.arbiter).dump());
+  }
+  SendStatus(out, NotFoundError(fmt::format("The model '{}' does not exist", id),
+                                ErrorReason::kModelNotFound));
 }
 
 }  // namespace
@@ -247,6 +274,8 @@ std::vector<Route> OpenAIRoutes(ServerContext& ctx) {
       // A snapshot: answered on the event loop even while workers are busy.
       {"GET", "/v1/models", Dispatch::kInline,
        [&ctx](const Request&, Responder& out) { HandleModels(ctx, out); }},
+      {"GET", "/v1/models/{id...}", Dispatch::kInline,
+       [&ctx](const Request& req, Responder& out) { HandleModel(ctx, req, out); }},
       {"POST", "/v1/chat/completions", Dispatch::kWorker,
        [&ctx](const Request& req, Responder& out) { HandleChat(ctx, req, out); }},
       {"POST", "/v1/completions", Dispatch::kWorker,

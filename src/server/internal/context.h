@@ -60,6 +60,11 @@ std::vector<Route> OpenAIRoutes(ServerContext& ctx);
 std::vector<Route> AdminRoutes(ServerContext& ctx);
 // routes_modalities.cc: audio, speech, vision, images.
 std::vector<Route> ModalityRoutes(ServerContext& ctx);
+// routes_ollama.cc: Ollama's API (/api/*, GET and HEAD /).
+std::vector<Route> OllamaRoutes(ServerContext& ctx);
+// routes_llamacpp.cc: the llama.cpp server's /tokenize, /detokenize,
+// /props, /slots.
+std::vector<Route> LlamaCppRoutes(ServerContext& ctx);
 
 // Note [Proxied models] in routes_modalities.cc: when the body's `model` is
 // a process-backed model of `capability`, forwards the request to its
