@@ -239,9 +239,9 @@ void AddDone(const OllamaJob& job, const GenerationResult& g, json* j) {
   (*j)["eval_duration"] = static_cast<int64_t>(g.timings.decode_ms * 1e6);
 }
 
-// The text of a finished run: with tools, the output without the calls.
-const std::string& ContentOf(const OllamaJob& job, const TextResult& r) {
-  return job.with_tools ? r.content : r.generation.text;
+// The text of a finished run: with tool calls, the output without them.
+const std::string& ContentOf(const TextResult& r) {
+  return r.tool_calls.empty() ? r.generation.text : r.content;
 }
 
 void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool stream) {
@@ -291,7 +291,7 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
     return;
   }
   if (!stream) {
-    json j = Chunk(job, ContentOf(job, *result));
+    json j = Chunk(job, ContentOf(*result));
     if (job.chat_api && !result->tool_calls.empty()) {
       j["message"]["tool_calls"] = ToolCallsJson(result->tool_calls);
     }
@@ -299,7 +299,7 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
     return SendJson(out, 200, j.dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (job.with_tools) {  // the buffered output, calls parsed, in one chunk
-    json j = Chunk(job, ContentOf(job, *result));
+    json j = Chunk(job, ContentOf(*result));
     if (!result->tool_calls.empty()) j["message"]["tool_calls"] = ToolCallsJson(result->tool_calls);
     write(j);
   }
