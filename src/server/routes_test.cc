@@ -89,7 +89,8 @@ const char* kChat = R"({"model":"chat","messages":[{"role":"user","content":"hi"
 
 TEST_F(RoutesTest, SnapshotsRunInlineAndEverythingThatMayBlockOnAWorker) {
   for (const auto& [name, r] : routes_) {
-    const bool inline_ok = name == "GET /v1/models" || name == "GET /admin/status" ||
+    const bool inline_ok = name == "GET /v1/models" || name == "GET /v1/models/{id...}" ||
+                           name == "GET /admin/status" ||
                            name == "GET /metrics";
     EXPECT_EQ(r.dispatch == http::Dispatch::kInline, inline_ok) << name;
   }
