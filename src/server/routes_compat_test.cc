@@ -205,6 +205,12 @@ TEST_F(CompatRoutesTest, EveryUnsupportedFieldOrOptionIsA400NamingIt) {
       {R"({"model":"chat","messages":[{"role":"user","content":"x"}],"think":true})", "think"},
       {R"({"model":"chat","messages":[{"role":"user","content":"x"}],"keep_alive":"5 parsecs"})",
        "keep_alive"},
+      {R"({"model":"chat","messages":[{"role":"user","content":"x","images":["!!"]}]})",
+       "messages[0].images[0]"},
+      {R"({"model":"chat","messages":[{"role":"user","content":"x","thinking":"hm"}]})",
+       "messages[0].thinking"},
+      {R"({"model":"chat","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","strict":true}}]})",
+       "tools[0].function.strict"},
   };
   for (const auto& [body, name] : cases) {
     auto r = Call("POST /api/chat", body);
