@@ -57,10 +57,14 @@ tsa:
 	$(CMAKE) --build $(TSA_DIR) -j $(JOBS)
 
 # libFuzzer targets, built with clang-16 (fuzz/CMakeLists.txt).
+# FUZZ_TSA=1 (what .ci/run does) also makes clang's thread-safety warnings
+# errors in this build and builds the CLI in it: the same check as
+# `make tsa` over the same code, without a fifth full build.
+FUZZ_TSA ?=
 fuzz:
 	@scripts/install-deps.sh --with-fuzz
-	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_FUZZ=ON -DARBITER_TESTS=OFF
-	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets
+	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_FUZZ=ON -DARBITER_TESTS=OFF $(if $(FUZZ_TSA),-DARBITER_WERROR_TSA=ON,-DARBITER_WERROR_TSA=OFF)
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets $(if $(FUZZ_TSA),arbiter,)
 
 # Runs every fuzz target for SECONDS each from its seeds (fuzz/corpus/<name>/)
 # and prints executions, crashes and coverage per target; fails on a crash.

@@ -1,5 +1,6 @@
 // libFuzzer target: the OpenAI request parsers (ParseChatRequest,
-// ParseCompletionRequest, ParseEmbeddingRequest) and the /admin/prewarm body
+// ParseCompletionRequest, ParseResponsesRequest, ParseEmbeddingRequest) and
+// the /admin/prewarm body
 // (ParsePrewarmRequest) on arbitrary bytes, i.e. an untrusted HTTP body. No exception may escape; every error must be
 // kInvalidArgument with a message; accepted requests must satisfy the ranges
 // openai.h promises on each struct.
@@ -15,6 +16,15 @@ void CheckSampling(const arbiter::SamplingFields& s) {
   if (s.temperature && !(*s.temperature >= 0.0 && *s.temperature <= 2.0)) __builtin_trap();
   if (s.top_p && !(*s.top_p > 0.0 && *s.top_p <= 1.0)) __builtin_trap();
   if (s.top_k && *s.top_k < 0) __builtin_trap();
+  if (s.presence_penalty && !(*s.presence_penalty >= -2.0 && *s.presence_penalty <= 2.0)) {
+    __builtin_trap();
+  }
+  if (s.frequency_penalty && !(*s.frequency_penalty >= -2.0 && *s.frequency_penalty <= 2.0)) {
+    __builtin_trap();
+  }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || !(bias >= -100.0f && bias <= 100.0f)) __builtin_trap();
+  }
   (void)s.ToSamplingParams();
 }
 
@@ -42,6 +52,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     CheckSampling(chat->sampling);
+    if (chat->n < 1 || chat->n > 16 || chat->top_logprobs < 0 || chat->top_logprobs > 20) {
+      __builtin_trap();
+    }
+    if (chat->tools.choice.mode == arbiter::ToolChoice::Mode::kFunction) {
+      bool found = false;
+      for (const auto& t : chat->tools.tools) found = found || t.name == chat->tools.choice.function;
+      if (!found) __builtin_trap();
+    }
+  }
+
+  arbiter::Result<arbiter::ResponsesRequest> responses = arbiter::ParseResponsesRequest(body);
+  if (CheckError(responses)) {
+    if (responses->model.empty() || responses->messages.empty()) __builtin_trap();
+    if (responses->max_output_tokens && *responses->max_output_tokens < 1) __builtin_trap();
+    CheckSampling(responses->sampling);
   }
 
   arbiter::Result<arbiter::CompletionRequest> completion = arbiter::ParseCompletionRequest(body);

@@ -405,9 +405,12 @@ TEST_F(ServeE2E, ErrorStatuses) {
   bad_temp["temperature"] = "warm";
   ExpectErrorShape(PostJson("/v1/chat/completions", bad_temp), 400,
                    "\"temperature\" must be a number");
-  json n2 = Chat("tiny", 4);
-  n2["n"] = 2;
-  ExpectErrorShape(PostJson("/v1/chat/completions", n2), 400, "\"n\" must be 1");
+  json n17 = Chat("tiny", 4);
+  n17["n"] = 17;
+  ExpectErrorShape(PostJson("/v1/chat/completions", n17), 400, "\"n\" must be an integer");
+  json unknown = Chat("tiny", 4);
+  unknown["best_of"] = 2;  // a completions field: unknown to chat
+  ExpectErrorShape(PostJson("/v1/chat/completions", unknown), 400, "unrecognized field \"best_of\"");
   ExpectErrorShape(PostJson("/v1/completions", {{"model", "tiny"}, {"prompt", 5}}), 400,
                    "\"prompt\" must be");
   // 401: no key, wrong key; /health stays open.

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "arbiter/engine/tool_calls.h"
 #include "runtime/internal/runtime_impl.h"
 
 namespace arbiter::runtime_internal {
@@ -57,6 +58,69 @@ Result<TtlClass> TtlOf(const std::string& text) {
   return t;
 }
 
+// Note [Tool-call hold-back]
+// With tools, a streaming client must not see the text of a call as
+// content: text is passed on only while the output cannot be starting a
+// call — text that might be the beginning of the family's opening
+// ("<tool_call>", or "{" for Llama-3 at the very start) is held until it
+// resolves, and once an opening is seen everything after it is held. When
+// the run ends, the calls parsed from the whole output are the answer's
+// tool_calls; without any, the held text is flushed as content.
+class ToolCallHoldBack {
+ public:
+  ToolCallHoldBack(std::string_view opening, const TextCallback& downstream)
+      : opening_(opening), downstream_(downstream) {
+    callback_ = [this](std::string_view delta) { return Take(delta); };
+  }
+  const TextCallback& callback() const { return callback_; }
+  void Flush() {
+    if (!held_.empty() && downstream_) downstream_(held_);
+    held_.clear();
+  }
+
+ private:
+  bool Take(std::string_view delta) {
+    held_ += delta;
+    if (in_call_) return true;
+    if (opening_ == "{") {
+      // Llama-3: a call is the whole output, so "{" opens one only at the
+      // start (after whitespace).
+      if (sent_any_) return Send(held_.size());
+      const size_t first = held_.find_first_not_of(" \t\n\r");
+      if (first == std::string::npos) return true;  // whitespace so far: wait
+      if (held_[first] == '{') {
+        in_call_ = true;
+        return true;
+      }
+      return Send(held_.size());
+    }
+    const size_t at = held_.find(opening_);
+    if (at != std::string::npos) {
+      in_call_ = true;
+      return Send(at);
+    }
+    // Keep the longest suffix that is a prefix of the opening.
+    size_t keep = std::min(held_.size(), opening_.size() - 1);
+    while (keep > 0 && opening_.compare(0, keep, held_, held_.size() - keep, keep) != 0) --keep;
+    return Send(held_.size() - keep);
+  }
+  // Passes held_[0, n) downstream.
+  bool Send(size_t n) {
+    if (n == 0) return true;
+    const std::string out = held_.substr(0, n);
+    held_.erase(0, n);
+    if (out.find_first_not_of(" \t\n\r") != std::string::npos) sent_any_ = true;
+    return !downstream_ || downstream_(out);
+  }
+
+  std::string opening_;
+  const TextCallback& downstream_;
+  TextCallback callback_;
+  std::string held_;
+  bool in_call_ = false;
+  bool sent_any_ = false;
+};
+
 class TextGenerationImpl final : public TextGeneration {
  public:
   TextGenerationImpl(ArbiterHandle handle, std::string model) 
@@ -69,24 +133,42 @@ class TextGenerationImpl final : public TextGeneration {
   const std::vector<int32_t>& prompt_ids() const override { return request_.prompt_ids; }
   const std::string& echo_text() const override { return echo_; }
 
+  std::string TokenBytes(int32_t id) const override { return engine_->tokenizer().TokenBytes(id); }
+
   Result<TextResult> Run(const TextCallback& on_text, const Cancellation& cancelled) override {
     if (!handle_.valid()) {
       return FailedPreconditionError("TextGeneration::Run called twice");
     }
     TextResult out;
+    ToolCallHoldBack hold(tools_.empty() ? std::string_view() : ToolCallOpening(kind_), on_text);
+    const TextCallback& text_cb = tools_.empty() ? on_text : hold.callback();
     Result<GenerationResult> r =
         precache_ == nullptr
-            ? engine_->Generate(request_, on_text, cancelled)
-            : precache_->Generate(engine_, conversation_, ttl_, request_, on_text, cancelled,
+            ? engine_->Generate(request_, text_cb, cancelled)
+            : precache_->Generate(engine_, conversation_, ttl_, request_, text_cb, cancelled,
                                   &out.kv);
     handle_.Release();
     if (!r.ok()) return r.status();
     out.generation = std::move(r).value();
+    if (tools_.empty()) {
+      out.content = out.generation.text;
+    } else {
+      ParsedToolCalls parsed = ParseToolCalls(kind_, out.generation.text, tools_);
+      out.content = std::move(parsed.content);
+      out.tool_calls = std::move(parsed.calls);
+      // No call after all: the text held back goes out now.
+      if (out.tool_calls.empty() && out.generation.finish_reason != FinishReason::kCancelled) {
+        hold.Flush();
+      }
+    }
     return out;
   }
 
   Engine* engine_ = nullptr;
   GenerationRequest request_;
+  std::unique_ptr<TokenConstraint> constraint_;  // request_.constraint points here
+  ChatTemplateKind kind_ = ChatTemplateKind::kChatML;
+  std::vector<ToolDefinition> tools_;  // rendered into the prompt; parsed back
   std::string echo_;
   KvPrecache* precache_ = nullptr;  // null: the engine picks the slot
   std::string conversation_;
@@ -113,11 +195,19 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
   auto job = std::make_unique<TextGenerationImpl>(std::move(handle), r.model);
   Engine* engine = job->engine_;
   GenerationRequest& g = job->request_;
+  std::optional<ChatTemplateKind> template_kind;
   if (r.chat) {
     ARBITER_ASSIGN_OR_RETURN(ChatTemplateKind kind,
                              TemplateOf(*engine, r.model, "use /v1/completions"));
+    template_kind = kind;
+    // tool_choice "none": the tools are not offered (nor parsed back).
+    if (r.tool_choice.mode != ToolChoice::Mode::kNone) job->tools_ = r.tools;
+    Result<std::vector<ChatMessage>> rendered =
+        RenderToolMessages(kind, r.messages, job->tools_);
+    if (!rendered.ok()) return rendered.status().WithReason(ErrorReason::kInvalidRequest);
+    job->kind_ = kind;
     // Message text never becomes control tokens (no template injection).
-    g.prompt_ids = EncodeChat(engine->tokenizer(), kind, r.messages, true);
+    g.prompt_ids = EncodeChat(engine->tokenizer(), kind, *rendered, true);
   } else {
     g.prompt_ids = r.prompt_is_ids ? r.prompt_ids : engine->tokenizer().Encode(r.prompt, true);
   }
@@ -135,6 +225,10 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
   g.sampling = r.sampling;
   g.stop = std::move(r.stop);
   g.ignore_eos = r.ignore_eos;
+  g.top_logprobs = r.top_logprobs;
+  g.on_token = std::move(r.on_token);
+  ARBITER_ASSIGN_OR_RETURN(job->constraint_, OutputConstraint(r.model, *engine, template_kind, r));
+  g.constraint = job->constraint_.get();
   job->precache_ = PrecacheFor(r.model);
   job->conversation_ = std::move(r.conversation_id);
   job->ttl_ = ttl;

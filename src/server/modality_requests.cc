@@ -14,6 +14,7 @@
 namespace arbiter {
 
 using json = nlohmann::json;
+using server_internal::CheckKnownFields;
 using server_internal::Field;
 using server_internal::GetNumber;
 using server_internal::GetString;
@@ -24,6 +25,8 @@ using server_internal::TypeError;
 Result<SpeechBody> ParseSpeechRequest(std::string_view body) {
   return Guard([&]() -> Result<SpeechBody> {
     ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
+    ARBITER_RETURN_IF_ERROR(CheckKnownFields(
+        j, {"model", "input", "voice", "response_format", "speed", "stream_format", "instructions"}));
     SpeechBody r;
     ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
     ARBITER_RETURN_IF_ERROR(GetString(j, "input", true, &r.input));
@@ -56,6 +59,7 @@ Result<SpeechBody> ParseSpeechRequest(std::string_view body) {
 Result<DescribeBody> ParseDescribeRequest(std::string_view body) {
   return Guard([&]() -> Result<DescribeBody> {
     ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
+    ARBITER_RETURN_IF_ERROR(CheckKnownFields(j, {"model", "image", "image_url"}));
     DescribeBody r;
     ARBITER_RETURN_IF_ERROR(GetString(j, "model", true, &r.model));
     for (const char* field : {"image", "image_url"}) {

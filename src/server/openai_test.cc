@@ -1,6 +1,8 @@
 #include "arbiter/server/openai.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace arbiter {
@@ -34,7 +36,7 @@ TEST(ParseChatRequest, AllFields) {
                 {"role":"assistant","content":null}],
     "max_completion_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40, "seed": -3,
     "stop": ["x","y"], "stream": true, "stream_options": {"include_usage": true},
-    "n": 1, "user": "u", "some_future_field": {"a": 1}, "logit_bias": null,
+    "n": 1, "user": "u", "metadata": {"a": "1"}, "logit_bias": null,
     "conversation_id": "c1", "cache_ttl": "long"})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->messages[0].role, "system");
@@ -125,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"model":"m",)" MSGS R"(,"stream":"yes"})", "\"stream\" must be a boolean"},
         BadCase{R"({"model":"m",)" MSGS R"(,"stream_options":{"include_usage":1}})",
                 "\"stream_options.include_usage\" must be a boolean"},
-        BadCase{R"({"model":"m",)" MSGS R"(,"n":2})", "\"n\" must be 1"},
+        BadCase{R"({"model":"m",)" MSGS R"(,"n":0})", "\"n\" must be an integer between 1 and 16"},
         BadCase{R"({"model":"m",)" MSGS R"(,"user":7})", "\"user\" must be a string"},
         BadCase{R"({"model":"m",)" MSGS R"(,"cache_ttl":"forever"})", "\"cache_ttl\""},
         BadCase{R"({"model":"m",)" MSGS R"(,"conversation_id":5})", "\"conversation_id\""}));
@@ -215,10 +217,12 @@ TEST(ParseRequest, DeepNestingIsRejectedBeforeParsing) {
   // 128 levels (the body object + 127 arrays) are fine, 129 are not.
   const std::string at_limit = R"({"model":"m","x":)" + std::string(127, '[') +
                                std::string(127, ']') + "," + MSGS "}";
-  EXPECT_TRUE(ParseChatRequest(at_limit).ok()) << ParseChatRequest(at_limit).status().ToString();
+  // (then refused as an unknown field, not for its depth)
+  EXPECT_EQ(ParseChatRequest(at_limit).status().message().find("nest deeper"), std::string::npos)
+      << ParseChatRequest(at_limit).status().ToString();
   const std::string over = R"({"model":"m","x":)" + std::string(128, '[') +
                            std::string(128, ']') + "," + MSGS "}";
-  EXPECT_FALSE(ParseChatRequest(over).ok());
+  EXPECT_NE(ParseChatRequest(over).status().message().find("nest deeper"), std::string::npos);
 }
 
 // Regression: nlohmann's parse error quotes the token read so far, so an
@@ -263,8 +267,9 @@ TEST(ParseCompletionRequest, PromptForms) {
   EXPECT_NE(f.status().message().find("\"prompt\" is required"), std::string::npos);
   auto g = ParseCompletionRequest(R"({"model":"m","prompt":[1,-2]})");
   EXPECT_NE(g.status().message().find("prompt[1]"), std::string::npos);
-  auto h = ParseCompletionRequest(R"({"model":"m","prompt":"x","n":3})");
-  EXPECT_NE(h.status().message().find("\"n\" must be 1"), std::string::npos);
+  auto h = ParseCompletionRequest(R"({"model":"m","prompt":"x","n":17})");
+  EXPECT_NE(h.status().message().find("\"n\" must be an integer between 1 and 16"),
+            std::string::npos);
 }
 
 TEST(ParseEmbeddingRequest, InputForms) {
@@ -291,8 +296,10 @@ TEST(ParseEmbeddingRequest, InputForms) {
 }
 
 TEST(ResponseJson, ChatCompletionShape) {
-  json j = json::parse(ChatCompletionJson("chatcmpl-1", 123, "m", "hello", FinishReason::kLength,
-                                          Usage{5, 2, 1}));
+  Choice c;
+  c.text = "hello";
+  c.finish = FinishReason::kLength;
+  json j = json::parse(ChatCompletionJson("chatcmpl-1", 123, "m", {c}, Usage{5, 2, 1}));
   EXPECT_EQ(j["id"], "chatcmpl-1");
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["created"], 123);
@@ -309,20 +316,23 @@ TEST(ResponseJson, ChatCompletionShape) {
 
 TEST(ResponseJson, ChunksAndUsage) {
   const std::string role = "assistant", text = "hi";
-  const FinishReason fr = FinishReason::kStop;
-  json first = json::parse(ChatChunkJson("c", 1, "m", &role, nullptr, nullptr, true));
+  ChunkDelta d;
+  d.role = &role;
+  json first = json::parse(ChatChunkJson("c", 1, "m", d, true));
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
   EXPECT_TRUE(first.contains("usage") && first["usage"].is_null());
-  json last = json::parse(ChatChunkJson("c", 1, "m", nullptr, nullptr, &fr, false));
+  ChunkDelta end;
+  end.finish = "stop";
+  json last = json::parse(ChatChunkJson("c", 1, "m", end, false));
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_FALSE(last.contains("usage"));
   json usage = json::parse(UsageChunkJson("c", 1, "m", "chat.completion.chunk", Usage{3, 4, 0}));
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["total_tokens"], 7);
-  json comp = json::parse(CompletionChunkJson("c", 1, "m", text, nullptr, false));
+  json comp = json::parse(CompletionChunkJson("c", 1, "m", 0, text, nullptr, 0, "", false));
   EXPECT_EQ(comp["object"], "text_completion");
   EXPECT_EQ(comp["choices"][0]["text"], "hi");
   EXPECT_EQ(SseData("{}"), "data: {}\n\n");
@@ -351,6 +361,148 @@ TEST(ResponseJson, ErrorShapeAndIds) {
   EXPECT_EQ(id.rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(id.size(), std::string("chatcmpl-").size() + 24);
   EXPECT_NE(id, NewCompletionId("chatcmpl"));
+}
+
+// Issue 15 point 1: every field is implemented, a documented no-op, or a
+// 400 naming it.
+TEST(FieldPolicy, UnknownAndUnsupportedFieldsAreNamed) {
+  const std::string base = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
+  auto chat_error = [&](const std::string& extra) {
+    Result<ChatRequest> r = ParseChatRequest(base + "," + extra + "}");
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_NE(chat_error(R"("temprature":1)").find("unrecognized field \"temprature\""),
+            std::string::npos);
+  EXPECT_NE(chat_error(R"("presence_penalty":9)").find("presence_penalty"), std::string::npos);
+  EXPECT_NE(chat_error(R"("frequency_penalty":-3)").find("frequency_penalty"), std::string::npos);
+  EXPECT_NE(chat_error(R"("functions":[])").find("\"functions\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(chat_error(R"("store":true)").find("\"store\""), std::string::npos);
+  EXPECT_NE(chat_error(R"("reasoning_effort":"low")").find("reasoning_effort"), std::string::npos);
+  EXPECT_NE(chat_error(R"("modalities":["text","audio"])").find("modalities"), std::string::npos);
+  EXPECT_NE(chat_error(R"("top_logprobs":3)").find("requires \"logprobs\""), std::string::npos);
+  EXPECT_NE(chat_error(R"("logprobs":true,"top_logprobs":21)").find("top_logprobs"),
+            std::string::npos);
+  EXPECT_NE(chat_error(R"("logit_bias":{"12":101})").find("logit_bias.12"), std::string::npos);
+  EXPECT_NE(chat_error(R"("logit_bias":{"x":1})").find("logit_bias"), std::string::npos);
+  EXPECT_NE(chat_error(R"("n":17)").find("\"n\""), std::string::npos);
+  EXPECT_NE(chat_error(R"("stream_options":{"include_usage":true,"x":1})")
+                .find("\"stream_options.x\""),
+            std::string::npos);
+  EXPECT_NE(chat_error(R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"x":1}})")
+                .find("response_format.json_schema.x"),
+            std::string::npos);
+  // Documented no-ops are accepted.
+  EXPECT_EQ(chat_error(R"("user":"u","metadata":{"a":"b"},"safety_identifier":"s",)"
+                       R"("service_tier":"auto","store":false,"modalities":["text"],)"
+                       R"("parallel_tool_calls":true,"stream_options":{"include_obfuscation":false})"),
+            "ok");
+  Result<CompletionRequest> c = ParseCompletionRequest(R"({"model":"m","prompt":"x","best_of":3})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("\"best_of\" is not supported"), std::string::npos);
+  c = ParseCompletionRequest(R"({"model":"m","prompt":"x","suffix":"y"})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("\"suffix\""), std::string::npos);
+  EXPECT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":"x","best_of":1,"logprobs":5})").ok());
+  EXPECT_FALSE(ParseCompletionRequest(R"({"model":"m","prompt":"x","logprobs":6})").ok());
+  Result<EmbeddingRequest> e = ParseEmbeddingRequest(R"({"model":"m","input":"x","truncate":true})");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("\"truncate\""), std::string::npos);
+}
+
+TEST(FieldPolicy, SamplingToolsAndFormatsAreParsed) {
+  Result<ChatRequest> r = ParseChatRequest(R"({"model":"m","n":3,"seed":7,
+    "messages":[{"role":"user","content":"hi"},
+                {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+                  "function":{"name":"f","arguments":"{\"a\":1}"}}]},
+                {"role":"tool","tool_call_id":"call_1","content":"42"}],
+    "presence_penalty":0.5,"frequency_penalty":-0.5,"repetition_penalty":1.1,"min_p":0.05,
+    "logit_bias":{"17":-100,"3":2.5},"logprobs":true,"top_logprobs":2,
+    "response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,
+      "schema":{"type":"object"}}},
+    "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+    "tool_choice":{"type":"function","function":{"name":"f"}}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->n, 3);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->top_logprobs, 2);
+  const SamplingParams p = r->sampling.ToSamplingParams();
+  EXPECT_FLOAT_EQ(p.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(p.min_p, 0.05f);
+  ASSERT_EQ(p.logit_bias.size(), 2u);
+  EXPECT_EQ(r->format.kind, OutputConstraintKind::kJsonSchema);
+  EXPECT_EQ(r->format.text, R"({"type":"object"})");
+  ASSERT_EQ(r->tools.tools.size(), 1u);
+  EXPECT_EQ(r->tools.choice.mode, ToolChoice::Mode::kFunction);
+  ASSERT_EQ(r->messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r->messages[1].tool_calls[0].arguments, R"({"a":1})");
+  EXPECT_EQ(r->messages[2].tool_call_id, "call_1");
+  // A named function that is not a tool; a bad name; grammar with response_format.
+  EXPECT_FALSE(ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+    "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})")
+                   .ok());
+  EXPECT_FALSE(ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+    "tools":[{"type":"function","function":{"name":"bad name"}}]})")
+                   .ok());
+  EXPECT_FALSE(ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+    "grammar":"root ::= \"a\"","response_format":{"type":"json_object"}})")
+                   .ok());
+}
+
+TEST(FieldPolicy, ResponsesRequest) {
+  Result<ResponsesRequest> r = ParseResponsesRequest(R"({"model":"m","instructions":"be brief",
+    "input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},
+             {"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},
+             {"type":"function_call_output","call_id":"c1","output":"ok"}],
+    "max_output_tokens":16,"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],
+    "text":{"format":{"type":"json_object"}},"store":false})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->messages.size(), 4u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[2].tool_calls[0].id, "c1");
+  EXPECT_EQ(r->messages[3].role, "tool");
+  EXPECT_EQ(r->max_output_tokens, 16);
+  EXPECT_EQ(r->format.kind, OutputConstraintKind::kJsonObject);
+  for (const char* bad : {R"({"model":"m","input":"x","store":true})",
+                          R"({"model":"m","input":"x","previous_response_id":"resp_1"})",
+                          R"({"model":"m","input":"x","reasoning":{"effort":"low"}})",
+                          R"({"model":"m","input":"x","background":true})"}) {
+    EXPECT_FALSE(ParseResponsesRequest(bad).ok()) << bad;
+  }
+}
+
+TEST(ResponseJson, LogprobsToolCallsAndChoices) {
+  Choice a;
+  a.text = "";
+  a.tool_calls = {{"call_x", "f", R"({"a":1})"}};
+  a.logprobs = true;
+  a.tokens = {{"hi", -0.5f, {{"hi", -0.5f}, {"\xe2", -std::numeric_limits<float>::infinity()}}}};
+  Choice b;
+  b.text = "x";
+  json j = json::parse(ChatCompletionJson("c", 1, "m", {a, b}, Usage{1, 2, 0}));
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"a":1})");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["type"], "function");
+  const json& lp = j["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(lp["token"], "hi");
+  EXPECT_EQ(lp["bytes"], json::array({104, 105}));
+  EXPECT_EQ(lp["top_logprobs"][1]["logprob"], -9999.0);  // a masked token
+  EXPECT_EQ(lp["top_logprobs"][1]["bytes"], json::array({226}));
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_TRUE(j["choices"][1]["logprobs"].is_null());
+  Choice c;
+  c.text = "ab";
+  c.logprobs = true;
+  c.text_offset = 1;
+  c.tokens = {{"b", -1.0f, {}}};
+  json comp = json::parse(CompletionJson("c", 1, "m", {c}, Usage{}));
+  EXPECT_EQ(comp["choices"][0]["logprobs"]["tokens"][0], "b");
+  EXPECT_EQ(comp["choices"][0]["logprobs"]["text_offset"][0], 1);
+  EXPECT_EQ(NewToolCallId().rfind("call_", 0), 0u);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/hash.h"
+#include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
 #include "server/internal/ollama.h"
@@ -221,7 +222,7 @@ json ToolCallsJson(const std::vector<ToolCall>& calls) {
   for (size_t i = 0; i < calls.size(); ++i) {
     json args = json::parse(calls[i].arguments, nullptr, /*allow_exceptions=*/false);
     if (args.is_discarded()) args = calls[i].arguments;  // not JSON: as text
-    out.push_back({{"id", calls[i].id},
+    out.push_back({{"id", calls[i].id.empty() ? NewToolCallId() : calls[i].id},
                    {"function", {{"index", i}, {"name", calls[i].name}, {"arguments", args}}}});
   }
   return out;

@@ -31,10 +31,32 @@ using json = nlohmann::json;
 
 int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
 
-// What the text runner needs to shape a response, besides the generation.
+// Collects one choice's logprobs from the engine's per-token callback
+// (TextRequest::on_token): the token's bytes are read while the model is
+// pinned. `pending` holds the tokens whose text has not been streamed yet.
+struct TokenCollector {
+  const TextGeneration* generation = nullptr;
+  std::vector<LogprobToken> all;
+  std::vector<LogprobToken> pending;
+  void Add(int32_t id, const TokenLogprob* lp) {
+    if (lp == nullptr || generation == nullptr) return;
+    LogprobToken t;
+    t.bytes = generation->TokenBytes(id);
+    t.logprob = lp->logprob;
+    for (const auto& [alt, alt_lp] : lp->top) t.top.emplace_back(generation->TokenBytes(alt), alt_lp);
+    pending.push_back(t);
+    all.push_back(std::move(t));
+  }
+};
+
+// What the text runner needs to shape a response, besides the generations.
 struct TextJob {
-  std::unique_ptr<TextGeneration> generation;
+  // One admitted generation per choice, with its collector (null without
+  // logprobs); choice i ran with seed + i when a seed was given.
+  std::vector<std::unique_ptr<TextGeneration>> choices;
+  std::vector<std::unique_ptr<TokenCollector>> collectors;
   bool chat = true;
+  bool logprobs = false;
   std::string id;
   std::string model;
   int64_t created = 0;
@@ -42,54 +64,78 @@ struct TextJob {
   TextRun metrics;  // TTFT, TPOT, e2e, tokens, running/waiting (internal/metrics.h)
 };
 
-Usage UsageOf(const GenerationResult& g) {
-  return Usage{g.prompt_tokens, static_cast<int>(g.output_ids.size()), g.cached_tokens};
+// Usage over the choices: the prompt counts once.
+Usage UsageOf(const std::vector<TextResult>& results) {
+  Usage u;
+  if (results.empty()) return u;
+  u.prompt_tokens = results[0].generation.prompt_tokens;
+  u.cached_tokens = results[0].generation.cached_tokens;
+  for (const TextResult& r : results) u.completion_tokens += static_cast<int>(r.generation.output_ids.size());
+  return u;
 }
 
-// The text runner: one admitted generation answered as JSON.
+// Tool calls get their ids here (the runtime parses them without).
+void AssignToolCallIds(TextResult* r) {
+  for (ToolCall& c : r->tool_calls) c.id = NewToolCallId();
+}
+
+// The text runner: the admitted choices, run one after the other, answered as JSON.
 void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
-  Result<TextResult> result = job.generation->Run(
-      [&job](std::string_view) {
-        job.metrics.FirstToken();
-        return true;
-      },
-      out.cancel_token());
-  if (result.ok()) {
-    job.metrics.Finished(result->generation.prompt_tokens,
-                         static_cast<int>(result->generation.output_ids.size()));
-  }
+  std::vector<TextResult> results;
   std::vector<std::pair<std::string, std::string>> headers;
-  if (result.ok() && result->kv.slot >= 0) {
-    const KvOutcome& kv = result->kv;
-    headers.emplace_back("X-Arbiter-Kv-Slot", std::to_string(kv.slot));
-    headers.emplace_back("X-Arbiter-Kv-Source", std::string(KvSourceName(kv.source)));
-    if (kv.restored_tokens > 0) {
-      headers.emplace_back("X-Arbiter-Kv-Restored", std::to_string(kv.restored_tokens));
+  for (size_t i = 0; i < job.choices.size(); ++i) {
+    Result<TextResult> result =
+        job.choices[i]->Run(
+            [&job](std::string_view) {
+              job.metrics.FirstToken();
+              return true;
+            },
+            out.cancel_token());
+    if (!result.ok()) return SendStatus(out, result.status());
+    if (result->generation.finish_reason == FinishReason::kCancelled) {
+      spdlog::info("{} {}: client went away; generation stopped after {} tokens", job.id,
+                   job.model, result->generation.output_ids.size());
+      return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
     }
+    if (i == 0 && result->kv.slot >= 0) {
+      const KvOutcome& kv = result->kv;
+      headers.emplace_back("X-Arbiter-Kv-Slot", std::to_string(kv.slot));
+      headers.emplace_back("X-Arbiter-Kv-Source", std::string(KvSourceName(kv.source)));
+      if (kv.restored_tokens > 0) {
+        headers.emplace_back("X-Arbiter-Kv-Restored", std::to_string(kv.restored_tokens));
+      }
+    }
+    AssignToolCallIds(&*result);
+    results.push_back(std::move(result).value());
   }
-  if (!result.ok()) return SendStatus(out, result.status());
-  const GenerationResult& g = result->generation;
-  if (g.finish_reason == FinishReason::kCancelled) {
-    spdlog::info("{} {}: client went away; generation stopped after {} tokens", job.id, job.model,
-                 g.output_ids.size());
-    return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
+  std::vector<Choice> choices;
+  for (size_t i = 0; i < results.size(); ++i) {
+    Choice c;
+    const std::string& echo = job.choices[i]->echo_text();
+    c.text = job.chat ? results[i].content : echo + results[i].generation.text;
+    c.tool_calls = std::move(results[i].tool_calls);
+    c.finish = results[i].generation.finish_reason;
+    c.logprobs = job.logprobs;
+    if (job.logprobs) c.tokens = std::move(job.collectors[i]->all);
+    c.text_offset = echo.size();
+    choices.push_back(std::move(c));
   }
-  const std::string& echo = job.generation->echo_text();
+  const Usage usage = UsageOf(results);
+  job.metrics.Finished(usage.prompt_tokens, usage.completion_tokens);
   SendJson(out, 200,
-           job.chat ? ChatCompletionJson(job.id, job.created, job.model, g.text, g.finish_reason,
-                                         UsageOf(g))
-                    : CompletionJson(job.id, job.created, job.model, echo + g.text,
-                                     g.finish_reason, UsageOf(g)),
+           job.chat ? ChatCompletionJson(job.id, job.created, job.model, choices, usage)
+                    : CompletionJson(job.id, job.created, job.model, choices, usage),
            std::move(headers));
+  (void)ctx;
 }
 
-// The text runner: one admitted generation as SSE chunks, ending in
-// `data: [DONE]`. The headers (and the role or echo chunk) go out with the
-// first piece of text, or when the generation ends: an error before that —
-// the weights cannot get room in the budget, externally managed weights were
-// demoted — is still a plain JSON error with its status and Retry-After
-// (docs/http-api.md "Streaming"). Errors after the headers are reported
-// in-band.
+// The text runner: the admitted choices as SSE chunks (choice after
+// choice, each with its index), ending in `data: [DONE]`. The headers go
+// out with the first piece of output, or when the generation ends: an
+// error before that — the weights cannot get room in the budget,
+// externally managed weights were demoted — is still a plain JSON error
+// with its status and Retry-After (docs/http-api.md "Streaming"). Errors
+// after the headers are reported in-band.
 void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
   bool client_ok = true;
   bool started = false;
@@ -97,80 +143,130 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     if (client_ok && !out.Write(SseData(payload))) client_ok = false;
     return client_ok;
   };
-  const std::string assistant = "assistant";
-  const std::string empty;
-  const std::string& echo = job.generation->echo_text();
   auto start = [&] {
     if (started) return client_ok;
     started = true;
     if (!out.StartStream(200, "text/event-stream",
                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
       client_ok = false;  // the client is gone already
-      return false;
-    }
-    if (job.chat) {
-      write(ChatChunkJson(job.id, job.created, job.model, &assistant, &empty, nullptr,
-                          job.include_usage));
-    } else if (!echo.empty()) {
-      write(CompletionChunkJson(job.id, job.created, job.model, echo, nullptr,
-                                job.include_usage));
     }
     return client_ok;
   };
   auto send = [&](const std::string& payload) { return start() && write(payload); };
-  TextCallback on_text = [&](std::string_view delta) {
-    job.metrics.FirstToken();
-    const std::string text(delta);
-    return send(job.chat ? ChatChunkJson(job.id, job.created, job.model, nullptr, &text, nullptr,
-                                         job.include_usage)
-                         : CompletionChunkJson(job.id, job.created, job.model, text, nullptr,
-                                               job.include_usage));
-  };
-  Result<TextResult> result = job.generation->Run(on_text, out.cancel_token());
-  if (result.ok()) {
-    job.metrics.Finished(result->generation.prompt_tokens,
-                         static_cast<int>(result->generation.output_ids.size()));
-  }
-  if (!client_ok) {
-    spdlog::info("stream {}: client went away; generation stopped", job.id);
-    return;
-  }
-  if (!result.ok()) {
-    const Status& st = result.status();
-    if (!started) return SendStatus(out, st);  // nothing sent yet: a normal error
-    // Headers are gone; report in-band, then end the stream.
-    spdlog::error("stream {}: generation failed: {}", job.id, st.ToString());
-    send(ErrorJson(st.message(), kServerErrorType, "generation_failed"));
-  } else if (result->generation.finish_reason == FinishReason::kCancelled) {
-    spdlog::info("stream {}: cancelled after {} tokens ({})", job.id,
-                 result->generation.output_ids.size(),
-                 ctx.stopping.load() ? "server stopping" : "client went away");
-    if (!started) SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
-    return;
-  } else {
-    const GenerationResult& g = result->generation;
-    const FinishReason fr = g.finish_reason;
-    send(job.chat ? ChatChunkJson(job.id, job.created, job.model, nullptr, nullptr, &fr,
-                                  job.include_usage)
-                  : CompletionChunkJson(job.id, job.created, job.model, "", &fr,
-                                        job.include_usage));
-    if (job.include_usage) {
-      send(UsageChunkJson(job.id, job.created, job.model,
-                          job.chat ? "chat.completion.chunk" : "text_completion", UsageOf(g)));
+  const std::string assistant = "assistant";
+  const std::string empty;
+  std::vector<TextResult> results;
+  for (size_t i = 0; i < job.choices.size(); ++i) {
+    const int index = static_cast<int>(i);
+    TextGeneration& gen = *job.choices[i];
+    TokenCollector* tokens = job.logprobs ? job.collectors[i].get() : nullptr;
+    const std::string& echo = gen.echo_text();
+    size_t offset = 0;  // completions: text sent so far in this choice
+    bool opened = false;
+    auto open = [&] {
+      if (opened) return client_ok;
+      opened = true;
+      if (job.chat) {
+        ChunkDelta d;
+        d.index = index;
+        d.role = &assistant;
+        d.content = &empty;
+        return send(ChatChunkJson(job.id, job.created, job.model, d, job.include_usage));
+      }
+      if (echo.empty()) return start();
+      offset = echo.size();
+      return send(CompletionChunkJson(job.id, job.created, job.model, index, echo, nullptr, 0, "",
+                                      job.include_usage));
+    };
+    // A chunk of text (or of nothing but `finish`) with the tokens behind it.
+    auto chunk = [&](const std::string& text, std::string_view finish) {
+      std::vector<LogprobToken> lps;
+      if (tokens != nullptr) lps.swap(tokens->pending);
+      // The last chunk carries logprobs only for tokens not yet sent.
+      const std::vector<LogprobToken>* lp =
+          tokens != nullptr && !(lps.empty() && !finish.empty()) ? &lps : nullptr;
+      if (job.chat) {
+        ChunkDelta d;
+        d.index = index;
+        d.content = text.empty() ? nullptr : &text;
+        d.logprobs = lp;
+        d.finish = finish;
+        return send(ChatChunkJson(job.id, job.created, job.model, d, job.include_usage));
+      }
+      const size_t at = offset;
+      offset += text.size();
+      return send(CompletionChunkJson(job.id, job.created, job.model, index, text, lp, at, finish,
+                                      job.include_usage));
+    };
+    TextCallback on_text = [&](std::string_view delta) {
+      job.metrics.FirstToken();
+      return open() && chunk(std::string(delta), "");
+    };
+    Result<TextResult> result = gen.Run(on_text, out.cancel_token());
+    if (!client_ok) {
+      spdlog::info("stream {}: client went away; generation stopped", job.id);
+      return;
     }
+    if (!result.ok()) {
+      const Status& st = result.status();
+      if (!started) return SendStatus(out, st);  // nothing sent yet: a normal error
+      // Headers are gone; report in-band, then end the stream.
+      spdlog::error("stream {}: generation failed: {}", job.id, st.ToString());
+      send(ErrorJson(st.message(), kServerErrorType, "generation_failed"));
+      if (client_ok && out.Write("data: [DONE]\n\n")) out.End();
+      return;
+    }
+    if (result->generation.finish_reason == FinishReason::kCancelled) {
+      spdlog::info("stream {}: cancelled after {} tokens ({})", job.id,
+                   result->generation.output_ids.size(),
+                   ctx.stopping.load() ? "server stopping" : "client went away");
+      if (!started) SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
+      return;
+    }
+    AssignToolCallIds(&*result);
+    open();
+    if (!result->tool_calls.empty()) {
+      ChunkDelta d;
+      d.index = index;
+      d.tool_calls = &result->tool_calls;
+      send(ChatChunkJson(job.id, job.created, job.model, d, job.include_usage));
+      chunk("", "tool_calls");
+    } else {
+      chunk("", OpenAIFinishReason(result->generation.finish_reason));
+    }
+    results.push_back(std::move(result).value());
+  }
+  job.metrics.Finished(UsageOf(results).prompt_tokens, UsageOf(results).completion_tokens);
+  if (job.include_usage) {
+    send(UsageChunkJson(job.id, job.created, job.model,
+                        job.chat ? "chat.completion.chunk" : "text_completion", UsageOf(results)));
   }
   if (client_ok && out.Write("data: [DONE]\n\n")) out.End();
 }
 
-// Admits `request` and answers it (chat or completion, streaming or not).
-void RunText(ServerContext& ctx, http::Responder& out, TextRequest request, bool stream,
-             bool include_usage) {
+// Admits `n` choices of `request` (choice i with seed + i when a seed is
+// given: reproducible per choice) and answers them, streaming or not.
+// `top_logprobs`: -1 = no logprobs.
+void RunText(ServerContext& ctx, http::Responder& out, TextRequest request, int n, bool stream,
+             bool include_usage, int top_logprobs) {
   TextJob job;
   job.chat = request.chat;
   job.model = request.model;
-  Result<std::unique_ptr<TextGeneration>> admitted = ctx.runtime->StartText(std::move(request));
-  if (!admitted.ok()) return SendStatus(out, admitted.status());
-  job.generation = std::move(admitted).value();
+  job.logprobs = top_logprobs >= 0;
+  request.top_logprobs = top_logprobs;
+  for (int i = 0; i < n; ++i) {
+    TextRequest one = request;
+    if (one.sampling.has_seed) one.sampling.seed += static_cast<uint64_t>(i);
+    if (job.logprobs) {
+      auto collector = std::make_unique<TokenCollector>();
+      one.on_token = [c = collector.get()](int32_t id, const TokenLogprob* lp) { c->Add(id, lp); };
+      job.collectors.push_back(std::move(collector));
+    }
+    Result<std::unique_ptr<TextGeneration>> admitted = ctx.runtime->StartText(std::move(one));
+    if (!admitted.ok()) return SendStatus(out, admitted.status());
+    if (job.logprobs) job.collectors.back()->generation = admitted->get();
+    job.choices.push_back(std::move(admitted).value());
+  }
   job.id = NewCompletionId(job.chat ? "chatcmpl" : "cmpl");
   job.created = UnixNow();
   job.include_usage = include_usage;
@@ -189,6 +285,8 @@ TextRequest SharedTextFields(Parsed& r) {
   t.stop = std::move(r.stop);
   t.conversation_id = std::move(r.cache.conversation_id);
   t.cache_ttl = std::move(r.cache.cache_ttl);
+  t.constraint = r.format.kind;
+  t.constraint_text = std::move(r.format.text);
   return t;
 }
 
@@ -200,12 +298,15 @@ void HandleChat(ServerContext& ctx, const http::Request& req, http::Responder& o
   TextRequest t = SharedTextFields(r);
   t.chat = true;
   t.messages = std::move(r.messages);
+  t.tools = std::move(r.tools.tools);
+  t.tool_choice = r.tools.choice;
   if (!r.images.empty()) {
     Result<std::vector<ChatImage>> images = ChatImagesOf(ctx, r.images);
     if (!images.ok()) return SendStatus(out, images.status());
     t.images = std::move(images).value();
   }
-  RunText(ctx, out, std::move(t), r.stream, r.include_usage);
+  RunText(ctx, out, std::move(t), r.n, r.stream, r.include_usage,
+          r.logprobs ? r.top_logprobs : -1);
 }
 
 void HandleCompletion(ServerContext& ctx, const http::Request& req, http::Responder& out) {
@@ -219,7 +320,7 @@ void HandleCompletion(ServerContext& ctx, const http::Request& req, http::Respon
   t.prompt_ids = std::move(r.prompt_ids);
   t.prompt_is_ids = r.prompt_is_ids;
   t.echo = r.echo;
-  RunText(ctx, out, std::move(t), r.stream, r.include_usage);
+  RunText(ctx, out, std::move(t), r.n, r.stream, r.include_usage, r.logprobs.value_or(-1));
 }
 
 void HandleEmbeddings(ServerContext& ctx, const http::Request& req, http::Responder& out) {

@@ -317,6 +317,7 @@ class FailingRunRuntime : public Runtime {
     int prompt_tokens() const override { return g_->prompt_tokens(); }
     const std::vector<int32_t>& prompt_ids() const override { return g_->prompt_ids(); }
     const std::string& echo_text() const override { return g_->echo_text(); }
+    std::string TokenBytes(int32_t id) const override { return g_->TokenBytes(id); }
     Result<TextResult> Run(const TextCallback& on_text, const Cancellation& cancelled) override {
       for (int i = 0; i < pieces_; ++i) {
         if (!on_text("x")) break;

@@ -190,6 +190,7 @@ struct Server::Impl {
                   out.Send(JsonResponse(200, R"({"status":"ok"})"));
                 });
     for (auto group : {server_internal::OpenAIRoutes(ctx), server_internal::ModalityRoutes(ctx),
+                       server_internal::ResponsesRoutes(ctx),
                        server_internal::AdminRoutes(ctx), server_internal::OllamaRoutes(ctx),
                        server_internal::LlamaCppRoutes(ctx)}) {
       for (server_internal::Route& r : group) {

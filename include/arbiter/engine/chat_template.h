@@ -80,8 +80,8 @@ struct ToolDefinition {
 struct ChatMessage {
   std::string role;     // "system" | "user" | "assistant" | "tool"
   std::string content;
-  std::vector<ToolCall> tool_calls;  // assistant: the calls it made
-  std::string tool_call_id;          // tool: the call this answers
+  std::vector<ToolCall> tool_calls = {};  // assistant: the calls it made
+  std::string tool_call_id = {};          // tool: the call this answers
 };
 
 // From the tokenizer's special tokens alone: ChatML when <|im_start|> and

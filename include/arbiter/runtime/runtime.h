@@ -124,7 +124,13 @@ class TextGeneration {
   virtual const std::vector<int32_t>& prompt_ids() const = 0;
   // Completion with echo: the prompt text to prepend; else "".
   virtual const std::string& echo_text() const = 0;
-  // Generates; `on_text` receives each piece of text (return false to stop).
+  // A token's bytes in the model's vocabulary (logprobs' `token` and
+  // `bytes`). REQUIRES: called before Run returns (e.g. from on_token or
+  // the TextCallback): the model may be unloaded afterwards.
+  virtual std::string TokenBytes(int32_t id) const = 0;
+  // Generates; `on_text` receives each piece of text (return false to stop;
+  // with tools, text that may be a tool call is held back: Note [Tool-call
+  // hold-back] in text.cc).
   // `cancelled` is checked between tokens; while the run waits for a KV
   // slot its token wakes the wait at once (a predicate-only Cancellation is
   // polled: base/cancel.h). Cancellation is not an error

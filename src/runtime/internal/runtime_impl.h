@@ -19,6 +19,10 @@
 #include "arbiter/runtime/pressure.h"
 #include "arbiter/runtime/runtime.h"
 
+namespace arbiter {
+class GrammarVocabulary;  // arbiter/engine/grammar.h
+}  // namespace arbiter
+
 namespace arbiter::runtime_internal {
 
 class RuntimeImpl final : public Runtime {
@@ -96,6 +100,16 @@ class RuntimeImpl final : public Runtime {
   ModelStatus ModelStatusOf(const std::string& name) const;
   KvPrecache* PrecacheFor(const std::string& name) const;
   bool stopping() const { return stopping_.load(); }
+  // Constrained decoding for a text request (constrained.cc): the
+  // constraint its response format, grammar or forced tool call asks for
+  // (null when none), over `engine`'s vocabulary (built once per loaded
+  // model and kept in vocabularies_). `kind`: the chat template family
+  // (tool calls only). Errors: kInvalidArgument with reason kInvalidRequest
+  // naming the field (a schema keyword, a grammar line).
+  Result<std::unique_ptr<TokenConstraint>> OutputConstraint(const std::string& model,
+                                                            const Engine& engine,
+                                                            std::optional<ChatTemplateKind> kind,
+                                                            const TextRequest& request);
 
  private:
   void KvMaintenanceLoop();
@@ -137,6 +151,15 @@ class RuntimeImpl final : public Runtime {
 
   Mutex shutdown_mu_;
   bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
+
+  // Per text model: the grammar vocabulary of its loaded tokenizer (Note
+  // [Grammar vocabularies] in constrained.cc).
+  struct VocabularyEntry {
+    const Tokenizer* tokenizer = nullptr;
+    std::shared_ptr<const GrammarVocabulary> vocabulary;
+  };
+  Mutex vocab_mu_;
+  std::map<std::string, VocabularyEntry> vocabularies_ GUARDED_BY(vocab_mu_);
 };
 
 }  // namespace arbiter::runtime_internal

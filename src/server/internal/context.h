@@ -60,6 +60,8 @@ std::vector<Route> OpenAIRoutes(ServerContext& ctx);
 std::vector<Route> AdminRoutes(ServerContext& ctx);
 // routes_modalities.cc: audio, speech, vision, images.
 std::vector<Route> ModalityRoutes(ServerContext& ctx);
+// routes_responses.cc: POST /v1/responses.
+std::vector<Route> ResponsesRoutes(ServerContext& ctx);
 // routes_ollama.cc: Ollama's API (/api/*, GET and HEAD /).
 std::vector<Route> OllamaRoutes(ServerContext& ctx);
 // routes_llamacpp.cc: the llama.cpp server's /tokenize, /detokenize,

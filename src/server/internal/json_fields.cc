@@ -140,4 +140,32 @@ Status GetNumber(const json& obj, const char* key, double lo, double hi, bool lo
   return OkStatus();
 }
 
+Status CheckKnownFields(const json& obj, std::initializer_list<std::string_view> known,
+                        std::string_view prefix) {
+  if (!obj.is_object()) return OkStatus();
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool found = false;
+    for (std::string_view k : known) {
+      if (k == it.key()) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      std::string key = it.key();
+      if (key.size() > 64) key = key.substr(0, 64) + "...";
+      return InvalidArgumentError(fmt::format(
+          "unrecognized field \"{}{}\": arbiter implements, ignores as documented, or refuses "
+          "every field of this API by name (docs/http-api.md \"Request fields\")",
+          prefix, key));
+    }
+  }
+  return OkStatus();
+}
+
+Status RejectField(const json& obj, const char* key, std::string_view why) {
+  if (Field(obj, key) == nullptr) return OkStatus();
+  return InvalidArgumentError(fmt::format("\"{}\" is not supported: {}", key, why));
+}
+
 }  // namespace arbiter::server_internal

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,18 @@ Status GetInt(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi
 // A finite number in [lo, hi] ((lo, hi] when lo_open); `range` words it.
 Status GetNumber(const nlohmann::json& obj, const char* key, double lo, double hi, bool lo_open,
                  std::string_view range, std::optional<double>* out);
+
+// Issue 15 point 1, "no field is silently ignored": kInvalidArgument
+// `unrecognized field "<prefix><key>" ...` for the first key of `obj` not
+// in `known` (each request parser lists every field it implements, accepts
+// as a documented no-op, or refuses by name; docs/http-api.md "Request
+// fields"). `prefix` names the enclosing object ("" at the top,
+// "response_format." inside). A null-valued unknown key is refused too.
+Status CheckKnownFields(const nlohmann::json& obj, std::initializer_list<std::string_view> known,
+                        std::string_view prefix = "");
+// kInvalidArgument `"<key>" is not supported: <why>` when `key` is present
+// and not null.
+Status RejectField(const nlohmann::json& obj, const char* key, std::string_view why);
 
 // Runs a parser; any exception not already handled (should not happen)
 // becomes a 400 rather than escaping into the transport.
