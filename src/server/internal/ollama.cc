@@ -59,9 +59,14 @@ Status Integer(const json& obj, const char* key, std::string_view name, int64_t 
   if (!f->is_number()) return TypeError(name, "an integer");
   const double d = f->get<double>();
   if (!std::isfinite(d) || std::floor(d) != d) return TypeError(name, "an integer");
-  int64_t v = f->is_number_float() ? static_cast<int64_t>(d) : f->get<int64_t>();
-  if (f->is_number_unsigned() && f->get<uint64_t>() > static_cast<uint64_t>(hi)) v = hi + 1;
-  if (v < lo || v > hi) {
+  // Out of int64 (a huge float, an unsigned above INT64_MAX): out of range.
+  const bool huge = f->is_number_float()
+                        ? std::fabs(d) >= 9.2e18
+                        : f->is_number_unsigned() &&
+                              f->get<uint64_t>() >
+                                  static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  const int64_t v = huge ? 0 : f->is_number_float() ? static_cast<int64_t>(d) : f->get<int64_t>();
+  if (huge || v < lo || v > hi) {
     return Bad(fmt::format("\"{}\" must be an integer in [{}, {}] (got {})", name, lo, hi,
                            f->dump()));
   }
