@@ -124,14 +124,32 @@ Status ParseOptions(const json& body, OllamaTextRequest* r) {
   SamplingParams& s = r->text.sampling;
   std::optional<double> d;
   std::optional<int64_t> i;
-  ARBITER_RETURN_IF_ERROR(Number(*o, "temperature", "options.temperature", 0, 100, false, &d));
-  if (d) s.temperature = static_cast<float>(*d);
-  d.reset();
-  ARBITER_RETURN_IF_ERROR(Number(*o, "top_p", "options.top_p", 0, 1, true, &d));
-  if (d) s.top_p = static_cast<float>(*d);
-  d.reset();
-  ARBITER_RETURN_IF_ERROR(Number(*o, "min_p", "options.min_p", 0, 1, false, &d));
-  if (d) s.min_p = static_cast<float>(*d);
+  // The number options: range, destination, and (penalties) the value
+  // that turns it off.
+  struct FloatOption {
+    const char* key;
+    double lo, hi;
+    bool lo_open;
+    float* dst;
+    std::optional<double> penalty_off;
+  };
+  const FloatOption kFloats[] = {
+      {"temperature", 0, 100, false, &s.temperature, std::nullopt},
+      {"top_p", 0, 1, true, &s.top_p, std::nullopt},
+      {"min_p", 0, 1, false, &s.min_p, std::nullopt},
+      {"repeat_penalty", 0, 100, true, &s.repetition_penalty, 1.0},
+      {"presence_penalty", -2, 2, false, &s.presence_penalty, 0.0},
+      {"frequency_penalty", -2, 2, false, &s.frequency_penalty, 0.0},
+  };
+  bool any_penalty = false;
+  for (const FloatOption& f : kFloats) {
+    d.reset();
+    ARBITER_RETURN_IF_ERROR(
+        Number(*o, f.key, fmt::format("options.{}", f.key), f.lo, f.hi, f.lo_open, &d));
+    if (!d) continue;
+    *f.dst = static_cast<float>(*d);
+    any_penalty |= f.penalty_off && *d != *f.penalty_off;
+  }
   d.reset();
   ARBITER_RETURN_IF_ERROR(Integer(*o, "top_k", "options.top_k", 0, 1 << 30, &i));
   if (i) s.top_k = static_cast<int>(*i);
@@ -149,27 +167,6 @@ Status ParseOptions(const json& body, OllamaTextRequest* r) {
     if (*i > 0) r->text.max_tokens = static_cast<int>(*i);  // -1, -2: the rest of the context
   }
   i.reset();
-  bool any_penalty = false;
-  ARBITER_RETURN_IF_ERROR(Number(*o, "repeat_penalty", "options.repeat_penalty", 0, 100, true, &d));
-  if (d) {
-    s.repetition_penalty = static_cast<float>(*d);
-    any_penalty |= *d != 1.0;
-  }
-  d.reset();
-  ARBITER_RETURN_IF_ERROR(
-      Number(*o, "presence_penalty", "options.presence_penalty", -2, 2, false, &d));
-  if (d) {
-    s.presence_penalty = static_cast<float>(*d);
-    any_penalty |= *d != 0.0;
-  }
-  d.reset();
-  ARBITER_RETURN_IF_ERROR(
-      Number(*o, "frequency_penalty", "options.frequency_penalty", -2, 2, false, &d));
-  if (d) {
-    s.frequency_penalty = static_cast<float>(*d);
-    any_penalty |= *d != 0.0;
-  }
-  d.reset();
   if (const json* stop = Field(*o, "stop")) {
     if (stop->is_string()) {
       r->text.stop.push_back(stop->get<std::string>());
