@@ -38,57 +38,47 @@ class CompatE2E : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/tiny", 1).ok());
-    port_ = ::arbiter::testing::FreeLoopbackPort();
-    ASSERT_GT(port_, 0);
+    server_.port = ::arbiter::testing::FreeLoopbackPort();
+    ASSERT_GT(server_.port, 0);
     const std::string config = dir_ + "/arbiter.toml";
     std::ofstream(config) << "[server]\n"
-                          << "port = " << port_ << "\n"
+                          << "port = " << server_.port << "\n"
                           << "api_key = \"" << kApiKey << "\"\n"
                           << "cors_origins = [\"" << kOrigin << "\"]\n"
                           << "metrics_compat = [\"vllm\"]\n"
                           << "[memory]\nbudget = \"1GiB\"\n"
                           << "[pressure]\nsource = \"none\"\n"
                           << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nctx = 512\n";
-    log_path_ = dir_ + "/serve.log";
+    server_.log = dir_ + "/serve.log";
     std::string error;
-    pid_ = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state", log_path_,
-                                           port_, std::chrono::seconds(60), &error);
-    ASSERT_GT(pid_, 0) << error;
+    server_.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state",
+                                                  server_.log, server_.port,
+                                                  std::chrono::seconds(60), &error);
+    ASSERT_GT(server_.pid, 0) << error;
   }
 
   static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
+    ::arbiter::testing::KillServer(server_, SIGKILL);
     std::error_code ec;
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
   void TearDown() override {
     if (HasFailure()) {
-      std::cerr << "---- serve.log ----\n" << ::arbiter::testing::ReadAll(log_path_) << "----\n";
+      std::cerr << "---- serve.log ----\n" << ::arbiter::testing::ReadAll(server_.log) << "----\n";
     }
   }
 
   static httplib::Client Client(bool auth = true) {
-    httplib::Client cli("127.0.0.1", port_);
+    httplib::Client cli("127.0.0.1", server_.port);
     cli.set_read_timeout(120, 0);
     if (auth) cli.set_bearer_token_auth(kApiKey);
     return cli;
   }
 
-  static std::string dir_;
-  static std::string log_path_;
-  static int port_;
-  static pid_t pid_;
+  static inline std::string dir_;
+  static inline ::arbiter::testing::ServerProc server_;
 };
-
-std::string CompatE2E::dir_;
-std::string CompatE2E::log_path_;
-int CompatE2E::port_ = -1;
-pid_t CompatE2E::pid_ = -1;
 
 TEST_F(CompatE2E, CorsHeadersGoToListedOriginsOnly) {
   auto ok = Client().Get("/v1/models", {{"Origin", kOrigin}});

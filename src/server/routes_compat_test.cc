@@ -347,12 +347,15 @@ TEST_F(CompatRoutesTest, ModelsRetrieve) {
 
 TEST_F(CompatRoutesTest, TextRequestsFeedTheLatencyHistogramsAndGauges) {
   ctx_.metrics->EnableVllmCompat();
+  // Greedy: the tiny model runs to the token limit (no early end of turn).
   ASSERT_EQ(Call("POST /api/chat", R"({"model":"chat","messages":[{"role":"user","content":"x"}],
-                                        "stream":false,"options":{"num_predict":3}})")
+                                        "stream":false,"options":{"num_predict":3,
+                                        "temperature":0}})")
                 ->status(),
             200);
   ASSERT_EQ(Call("POST /v1/chat/completions",
-                 R"({"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":2})")
+                 R"({"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":2,
+                     "temperature":0})")
                 ->status(),
             200);
   const std::string text = Call("GET /metrics")->body();
