@@ -334,6 +334,34 @@ bodies = {
 for name, body in bodies.items():
     put("openai_request", name, json.dumps(body))
 
+# ---- Ollama request bodies (server/internal/ollama.h) ----------------------
+ollama = {
+    "chat.json": {"model": "demo-chat:latest", "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "hi", "images": ["aGVsbG8="]},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "content": "42", "tool_name": "f"}],
+        "tools": [{"type": "function", "function": {"name": "f", "description": "d",
+                                                     "parameters": {"type": "object"}}}],
+        "format": "json", "stream": False, "keep_alive": "5m", "think": False,
+        "options": {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3,
+                    "num_predict": -1, "stop": ["\n"], "repeat_penalty": 1.1,
+                    "presence_penalty": 0.5, "frequency_penalty": 0.5, "num_thread": 4,
+                    "mirostat": 0, "tfs_z": 1, "typical_p": 1, "repeat_last_n": -1,
+                    "num_ctx": 2048}},
+    "generate.json": {"model": "demo-chat", "prompt": "Once", "system": "be brief",
+                      "format": {"type": "object", "properties": {"a": {"type": "string"}}},
+                      "keep_alive": -1, "options": {"num_predict": 8}},
+    "generate_raw.json": {"model": "demo-chat", "prompt": "<|im_start|>user", "raw": True,
+                          "keep_alive": 0},
+    "embed.json": {"model": "demo-embed", "input": ["a", "b"], "truncate": True,
+                   "options": {"num_ctx": 512}, "keep_alive": "30s"},
+    "embeddings.json": {"model": "demo-embed", "prompt": "a"},
+    "show.json": {"name": "demo-chat:latest", "verbose": True},
+}
+for name, body in ollama.items():
+    put("ollama_request", name, json.dumps(body))
+
 # ---- HTTP requests --------------------------------------------------------
 def http(method, path, body=b"", headers=()):
     h = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"

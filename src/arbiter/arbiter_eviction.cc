@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "arbiter/arbiter/vision_embedding_cache.h"
@@ -319,6 +320,24 @@ size_t MemoryArbiterImpl::ReapIdle() {
   const size_t n = unloaded.size();
   if (n > 0) FinishUnloads(&unloaded);
   return n;
+}
+
+Status MemoryArbiterImpl::SetIdleTtl(Capability capability, std::string_view model_key,
+                                     std::optional<int64_t> ttl_ms) {
+  if (ttl_ms && *ttl_ms < 0) {
+    return InvalidArgumentError(fmt::format("idle TTL of {} must be ≥ 0 ms (got {})", model_key,
+                                            *ttl_ms));
+  }
+  MutexLock l(&mu_);
+  Registration* reg = regs_[Index(capability)].get();
+  if (reg == nullptr) {
+    return NotFoundError(
+        fmt::format("no capability registered for \"{}\"", CapabilityName(capability)));
+  }
+  // The reaper reads idle_ttl_ms under mu_ (ReapIdle); the next sweep
+  // applies the new value.
+  FindOrCreateLocked(reg, model_key)->idle_ttl_ms = ttl_ms;
+  return OkStatus();
 }
 
 }  // namespace arbiter_internal

@@ -140,6 +140,7 @@
 // defect 5), and held backends are never freed under a holder.
 #include "arbiter/arbiter/memory_arbiter.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 
@@ -348,6 +349,11 @@ std::optional<ResidentEntryInfo> MemoryArbiter::NextFitVictim() const {
 }
 
 size_t MemoryArbiter::ReapIdle() { return impl_->ReapIdle(); }
+
+Status MemoryArbiter::SetIdleTtl(Capability capability, std::string_view model_key,
+                                 std::optional<int64_t> ttl_ms) {
+  return impl_->SetIdleTtl(capability, model_key, ttl_ms);
+}
 
 std::vector<ResidentEntryInfo> MemoryArbiter::ResidentSnapshot() const {
   return impl_->ResidentSnapshot();
@@ -710,6 +716,10 @@ ArbiterStats MemoryArbiterImpl::StatsWithoutQueues() const {
     m.load_failures = e->load_failures;
     m.evictions = e->evictions;
     m.last_load_ms = e->last_load_ms;
+    m.idle_ttl_ms = e->idle_ttl_ms;
+    if (e->state == ModelState::kLoaded && m.refcount == 0) {
+      m.idle_ms = std::max<int64_t>(0, StampMs() - e->last_used.load(std::memory_order_acquire));
+    }
     if (e->state == ModelState::kFailed) m.last_error = e->last_error.message();
     if (e->state == ModelState::kLoaded) s.resident_models++;
     s.models.push_back(std::move(m));

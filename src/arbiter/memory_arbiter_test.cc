@@ -820,6 +820,39 @@ TEST_F(ArbiterTest, PerModelRoleAndIdleTtlOverrideTheCapability) {
   EXPECT_TRUE(Resident(a, "text::main"));
 }
 
+// SetIdleTtl (Ollama's keep_alive): replaces an entry's TTL from then on —
+// 0 reaps it once unheld, empty never; Stats() reports the TTL and idle time.
+TEST_F(ArbiterTest, SetIdleTtlReplacesTheEntrysTtl) {
+  SimulatedClock clock(0);
+  MemoryArbiter a({.clock = &clock, .idle_check_interval_ms = 0});
+  CapabilityRegistration r = Reg(Capability::kText);
+  r.swap_same_role = false;
+  r.idle_ttl_ms = 1000;
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  EXPECT_EQ(a.SetIdleTtl(Capability::kEmbedding, "x", 0).code(), StatusCode::kNotFound);
+  EXPECT_EQ(a.SetIdleTtl(Capability::kText, "x", -1).code(), StatusCode::kInvalidArgument);
+  // Before first use: the entry keeps it when it loads.
+  ASSERT_TRUE(a.SetIdleTtl(Capability::kText, "forever", std::nullopt).ok());
+  Get(a, Capability::kText, "forever").Release();
+  ArbiterHandle held = Get(a, Capability::kText, "now");
+  ASSERT_TRUE(a.SetIdleTtl(Capability::kText, "now", 0).ok());
+  EXPECT_EQ(a.ReapIdle(), 0u);  // held: never reaped
+  clock.AdvanceMs(10);
+  held.Release();
+  for (const ModelStats& m : a.Stats().models) {
+    if (m.name == "now") EXPECT_EQ(m.idle_ttl_ms, 0);
+    if (m.name == "forever") {
+      EXPECT_EQ(m.idle_ttl_ms, std::nullopt);
+      EXPECT_EQ(m.idle_ms, 10);
+    }
+  }
+  EXPECT_EQ(a.ReapIdle(), 1u);
+  EXPECT_FALSE(Resident(a, "text::now"));
+  clock.AdvanceMs(100000);
+  EXPECT_EQ(a.ReapIdle(), 0u);
+  EXPECT_TRUE(Resident(a, "text::forever"));
+}
+
 TEST_F(ArbiterTest, UnloadWaitsForHolderOrFailsNamingTheHandles) {
   MemoryArbiter a;
   Listen(a);

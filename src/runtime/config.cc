@@ -145,12 +145,44 @@ Status ParseServer(const toml::table& t, Config* c) {
                                     "a positive integer", &s.max_image_pixels));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "metrics_public", p, &s.metrics_public));
+  // Arrays of strings: [server] cors_origins, metrics_compat.
+  auto read_strings = [&](const char* key, std::string_view what,
+                          std::vector<std::string>* out) -> Status {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return OkStatus();
+    const toml::array* a = n->as_array();
+    if (a == nullptr) return KeyError(p + key, what);
+    out->clear();
+    for (const toml::node& e : *a) {
+      std::optional<std::string> v = e.value_exact<std::string>();
+      if (!v || v->empty()) return KeyError(p + key, what);
+      out->push_back(*v);
+    }
+    return OkStatus();
+  };
+  ARBITER_RETURN_IF_ERROR(read_strings(
+      "cors_origins", "an array of origins such as [\"http://localhost:5173\"] or [\"*\"]",
+      &s.cors_origins));
+  for (const std::string& o : s.cors_origins) {
+    if (o != "*" && o.rfind("http://", 0) != 0 && o.rfind("https://", 0) != 0) {
+      return KeyError(p + "cors_origins", "origins as scheme://host[:port] (or \"*\")");
+    }
+    if (o != "*" && o.back() == '/') {
+      return KeyError(p + "cors_origins", "origins without a trailing slash (browsers send none)");
+    }
+  }
+  ARBITER_RETURN_IF_ERROR(
+      read_strings("metrics_compat", "an array of names: [\"vllm\"]", &s.metrics_compat));
+  for (const std::string& m : s.metrics_compat) {
+    if (m != "vllm") return KeyError(p + "metrics_compat", "an array of names: [\"vllm\"]");
+  }
   WarnUnknown(t,
               {"host", "port", "api_key", "max_body_bytes", "threads", "read_timeout_s",
                "request_timeout_s", "write_timeout_s", "keep_alive_max", "keep_alive_timeout_s",
                "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max",
                "max_embedding_inputs", "max_embedding_tokens", "max_audio_bytes",
-               "max_audio_seconds", "max_image_bytes", "max_image_pixels"},
+               "max_audio_seconds", "max_image_bytes", "max_image_pixels", "cors_origins",
+               "metrics_compat"},
               p, &c->warnings);
   return OkStatus();
 }

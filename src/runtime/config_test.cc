@@ -599,5 +599,27 @@ TEST(Config, StateDir) {
   EXPECT_FALSE(DefaultStateDir(FakeEnv({})).ok());
 }
 
+TEST(Config, CorsOriginsAndMetricsCompat) {
+  auto none = ParseConfigToml("", "a.toml", kMemTotal);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->server.cors_origins.empty());
+  EXPECT_TRUE(none->server.metrics_compat.empty());
+  auto c = ParseConfigToml(
+      "[server]\ncors_origins = [\"http://localhost:5173\", \"*\"]\nmetrics_compat = [\"vllm\"]\n",
+      "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.cors_origins,
+            (std::vector<std::string>{"http://localhost:5173", "*"}));
+  EXPECT_EQ(c->server.metrics_compat, std::vector<std::string>{"vllm"});
+  for (const char* bad : {"[server]\ncors_origins = \"http://a\"\n",
+                          "[server]\ncors_origins = [\"localhost:5173\"]\n",
+                          "[server]\ncors_origins = [\"http://a/\"]\n",
+                          "[server]\nmetrics_compat = [\"tgi\"]\n"}) {
+    auto r = ParseConfigToml(bad, "a.toml", kMemTotal);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("[server]."), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace arbiter

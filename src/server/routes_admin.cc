@@ -3,6 +3,7 @@
 // actions POST /admin/pressure, /admin/models/{name}/{load,unload,residency},
 // /admin/compact, /admin/prewarm, /admin/conversations/{id}/close. Empty
 // POST bodies are accepted wherever the body is optional.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -58,7 +59,18 @@ void HandleMetrics(ServerContext& ctx, http::Responder& out) {
   std::optional<KvMetricsSample> k;
   if (Result<KvStatus> kv = ctx.runtime->Kv(/*with_files=*/false); kv.ok()) {
     k.emplace();
-    for (const KvModelStatus& m : kv->models) k->models.emplace_back(m.name, m.counters);
+    for (const KvModelStatus& m : kv->models) {
+      k->models.emplace_back(m.name, m.counters);
+      // KV usage: tokens the slots hold over their capacity ([[models]] ctx each).
+      int ctx_tokens = 0;
+      for (const ModelEntry& e : ctx.runtime->config().models) {
+        if (e.name == m.name) ctx_tokens = e.ctx;
+      }
+      double used = 0;
+      for (const KvSlotView& slot : m.slots) used += slot.n_tokens;
+      const double capacity = static_cast<double>(ctx_tokens) * static_cast<double>(m.slots.size());
+      k->kv_usage.emplace_back(m.name, capacity > 0 ? std::min(1.0, used / capacity) : 0.0);
+    }
     k->files_swept = kv->files_swept;
     k->write_errors = kv->write_errors;
     if (kv->prompt_cache) {

@@ -61,6 +61,7 @@ struct TextJob {
   std::string model;
   int64_t created = 0;
   bool include_usage = false;
+  TextRun metrics;  // TTFT, TPOT, e2e, tokens, running/waiting (internal/metrics.h)
 };
 
 // Usage over the choices: the prompt counts once.
@@ -84,7 +85,12 @@ void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
   std::vector<std::pair<std::string, std::string>> headers;
   for (size_t i = 0; i < job.choices.size(); ++i) {
     Result<TextResult> result =
-        job.choices[i]->Run([](std::string_view) { return true; }, out.cancel_token());
+        job.choices[i]->Run(
+            [&job](std::string_view) {
+              job.metrics.FirstToken();
+              return true;
+            },
+            out.cancel_token());
     if (!result.ok()) return SendStatus(out, result.status());
     if (result->generation.finish_reason == FinishReason::kCancelled) {
       spdlog::info("{} {}: client went away; generation stopped after {} tokens", job.id,
@@ -115,6 +121,7 @@ void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     choices.push_back(std::move(c));
   }
   const Usage usage = UsageOf(results);
+  job.metrics.Finished(usage.prompt_tokens, usage.completion_tokens);
   SendJson(out, 200,
            job.chat ? ChatCompletionJson(job.id, job.created, job.model, choices, usage)
                     : CompletionJson(job.id, job.created, job.model, choices, usage),
@@ -192,6 +199,7 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
                                       job.include_usage));
     };
     TextCallback on_text = [&](std::string_view delta) {
+      job.metrics.FirstToken();
       return open() && chunk(std::string(delta), "");
     };
     Result<TextResult> result = gen.Run(on_text, out.cancel_token());
@@ -228,6 +236,7 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     }
     results.push_back(std::move(result).value());
   }
+  job.metrics.Finished(UsageOf(results).prompt_tokens, UsageOf(results).completion_tokens);
   if (job.include_usage) {
     send(UsageChunkJson(job.id, job.created, job.model,
                         job.chat ? "chat.completion.chunk" : "text_completion", UsageOf(results)));
@@ -261,6 +270,7 @@ void RunText(ServerContext& ctx, http::Responder& out, TextRequest request, int 
   job.id = NewCompletionId(job.chat ? "chatcmpl" : "cmpl");
   job.created = UnixNow();
   job.include_usage = include_usage;
+  job.metrics = ctx.metrics->StartTextRun(job.model);
   if (stream) return RunStreaming(ctx, out, job);
   RunNonStreaming(ctx, out, job);
 }
@@ -326,21 +336,33 @@ void HandleEmbeddings(ServerContext& ctx, const http::Request& req, http::Respon
   SendJson(out, 200, EmbeddingsJson(e.model, r->vectors, parsed->base64, r->prompt_tokens));
 }
 
+// One model of GET /v1/models and GET /v1/models/{id}.
+json ModelJson(const ServerContext& ctx, const ModelStats& m) {
+  json item = {{"id", m.name},
+               {"object", "model"},
+               {"created", ctx.started_at},
+               {"owned_by", "arbiter"},
+               {"capability", CapabilityName(m.capability)},
+               {"status", ModelStateName(m.state)}};
+  if (m.state == ModelState::kFailed) item["error"] = m.last_error;
+  return item;
+}
+
 void HandleModels(ServerContext& ctx, http::Responder& out) {
   RuntimeStatus s = ctx.runtime->Status();
   json data = json::array();
-  for (const ModelStatus& ms : s.models) {
-    const ModelStats& m = ms.arbiter;
-    json item = {{"id", m.name},
-                 {"object", "model"},
-                 {"created", ctx.started_at},
-                 {"owned_by", "arbiter"},
-                 {"capability", CapabilityName(m.capability)},
-                 {"status", ModelStateName(m.state)}};
-    if (m.state == ModelState::kFailed) item["error"] = m.last_error;
-    data.push_back(std::move(item));
-  }
+  for (const ModelStatus& ms : s.models) data.push_back(ModelJson(ctx, ms.arbiter));
   SendJson(out, 200, json{{"object", "list"}, {"data", std::move(data)}}.dump());
+}
+
+// The OpenAI SDK's models.retrieve; unknown ids → 404 model_not_found.
+void HandleModel(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  const std::string id = req.params.count("id") != 0 ? req.params.at("id") : "";
+  for (const ModelStatus& ms : ctx.runtime->Status().models) {
+    if (ms.arbiter.name == id) return SendJson(out, 200, ModelJson(ctx, ms.arbiter).dump());
+  }
+  SendStatus(out, NotFoundError(fmt::format("The model '{}' does not exist", id),
+                                ErrorReason::kModelNotFound));
 }
 
 }  // namespace
@@ -353,6 +375,8 @@ std::vector<Route> OpenAIRoutes(ServerContext& ctx) {
       // A snapshot: answered on the event loop even while workers are busy.
       {"GET", "/v1/models", Dispatch::kInline,
        [&ctx](const Request&, Responder& out) { HandleModels(ctx, out); }},
+      {"GET", "/v1/models/{id...}", Dispatch::kInline,
+       [&ctx](const Request& req, Responder& out) { HandleModel(ctx, req, out); }},
       {"POST", "/v1/chat/completions", Dispatch::kWorker,
        [&ctx](const Request& req, Responder& out) { HandleChat(ctx, req, out); }},
       {"POST", "/v1/completions", Dispatch::kWorker,

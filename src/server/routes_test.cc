@@ -17,6 +17,7 @@
 #include "server/internal/context.h"
 #include "server/internal/http/fake_responder.h"
 #include "runtime/testing/tiny_runtime.h"
+#include "server/testing/route_harness.h"
 
 namespace arbiter::server_internal {
 namespace {
@@ -24,72 +25,20 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class RoutesTest : public ::testing::Test {
+class RoutesTest : public RouteHarness {
  protected:
-  static void SetUpTestSuite() {
-    Result<fs::path> dir = ::arbiter::testing::MakeTinyModelDir("routes-test");
-    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
-    dir_ = new fs::path(*dir);
+  std::vector<std::vector<Route>> Groups(ServerContext& ctx) override {
+    return {OpenAIRoutes(ctx), AdminRoutes(ctx)};
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*dir_, ec);
-    delete dir_;
-  }
-
-  void SetUp() override {
-    Config c = ::arbiter::testing::TinyRuntimeConfig(
-        *dir_, (*dir_ / ("state-" + std::to_string(++n_))).string(),
-        {{"chat", Capability::kText}, {"emb", Capability::kEmbedding}});
-    Result<std::unique_ptr<Runtime>> rt = Runtime::Create(c);
-    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
-    rt_ = std::move(rt).value();
-    ctx_.runtime = rt_.get();
-    ctx_.threads = 4;
-    for (auto group : {OpenAIRoutes(ctx_), AdminRoutes(ctx_)}) {
-      for (Route& r : group) routes_[r.method + " " + r.pattern] = std::move(r);
-    }
-  }
-
-  void TearDown() override { rt_->Shutdown(); }
-
-  // Runs the route `method pattern` on `body` (path parameters in `params`,
-  // query in `query`) and returns the responder.
-  std::unique_ptr<http::FakeResponder> Call(const std::string& route, std::string body = "",
-                                            std::map<std::string, std::string> params = {},
-                                            std::multimap<std::string, std::string> query = {}) {
-    auto out = std::make_unique<http::FakeResponder>();
-    auto it = routes_.find(route);
-    EXPECT_NE(it, routes_.end()) << route;
-    if (it == routes_.end()) return out;
-    http::Request req;
-    req.method = route.substr(0, route.find(' '));
-    req.path = route.substr(route.find(' ') + 1);
-    req.body = std::move(body);
-    req.params = std::move(params);
-    req.query = std::move(query);
-    it->second.handler(req, *out);
-    EXPECT_EQ(out->answers(), 1) << route;
-    return out;
-  }
-
-  static json Body(const http::FakeResponder& r) { return json::parse(r.body(), nullptr, false); }
-
-  static fs::path* dir_;
-  static inline int n_ = 0;
-  std::unique_ptr<Runtime> rt_;
-  ServerContext ctx_;
-  std::map<std::string, Route> routes_;
 };
-
-fs::path* RoutesTest::dir_ = nullptr;
 
 const char* kChat = R"({"model":"chat","messages":[{"role":"user","content":"hi"}],
                        "max_tokens":3,"temperature":0})";
 
 TEST_F(RoutesTest, SnapshotsRunInlineAndEverythingThatMayBlockOnAWorker) {
   for (const auto& [name, r] : routes_) {
-    const bool inline_ok = name == "GET /v1/models" || name == "GET /admin/status" ||
+    const bool inline_ok = name == "GET /v1/models" || name == "GET /v1/models/{id...}" ||
+                           name == "GET /admin/status" ||
                            name == "GET /metrics";
     EXPECT_EQ(r.dispatch == http::Dispatch::kInline, inline_ok) << name;
   }

@@ -74,7 +74,10 @@ std::string RouteLabel(const std::string& path) {
       "/v1/embeddings", "/admin/status",  "/admin/pressure",      "/admin/events",
       "/admin/compact", "/admin/prewarm", "/admin/kv",    "/metrics",
       "/v1/audio/transcriptions", "/v1/audio/speech", "/v1/audio/vad", "/v1/vision/describe",
-      "/v1/images/generations"};
+      "/v1/images/generations", "/api/tags", "/api/ps", "/api/show", "/api/chat",
+      "/api/generate", "/api/embed", "/api/embeddings", "/api/version", "/", "/tokenize",
+      "/detokenize", "/props", "/slots"};
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (kFixed.count(path) != 0) return path;
   if (path.rfind("/admin/conversations/", 0) == 0 && path.size() > 27 &&
       path.compare(path.size() - 6, 6, "/close") == 0) {
@@ -96,6 +99,41 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+// Note [CORS]
+// [server] cors_origins lists the browser origins allowed to call the API
+// (exact scheme://host[:port] strings, or "*" for any). For a request whose
+// Origin is allowed, every response — handlers', auth errors', transport
+// errors', streams — carries Access-Control-Allow-Origin (the origin
+// itself, so credentials work with "*" too), Vary: Origin and the exposed
+// headers; a preflight (OPTIONS with Access-Control-Request-Method) on any
+// path is answered 204 before the API key check, since browsers send it
+// without credentials. Other origins get no CORS headers and their
+// preflights fall through to routing (405/404), which the browser treats as
+// a refusal.
+constexpr const char* kCorsExposed =
+    "Retry-After, WWW-Authenticate, X-Arbiter-Kv-Slot, X-Arbiter-Kv-Source, "
+    "X-Arbiter-Kv-Restored";
+
+bool CorsAllowed(const ServerSettings& st, const std::string& origin) {
+  if (origin.empty()) return false;
+  for (const std::string& o : st.cors_origins) {
+    if (o == "*" || o == origin) return true;
+  }
+  return false;
+}
+
+http::Response CorsPreflight(const http::Request& req) {
+  http::Response r;
+  r.status = 204;
+  std::string allow_headers = "Authorization, Content-Type";
+  const std::string requested = req.header("Access-Control-Request-Headers");
+  if (!requested.empty()) allow_headers += ", " + requested;
+  r.headers = {{"Access-Control-Allow-Methods", "GET, POST, HEAD, OPTIONS"},
+               {"Access-Control-Allow-Headers", allow_headers},
+               {"Access-Control-Max-Age", "86400"}};
+  return r;
 }
 
 http::Response JsonResponse(int status, std::string body) {
@@ -120,6 +158,9 @@ struct Server::Impl {
     int total_parallel = 0;
     for (const ModelEntry& m : runtime->config().models) total_parallel += m.parallel;
     ctx.threads = ctx.settings.threads > 0 ? ctx.settings.threads : 8 + std::max(1, total_parallel);
+    for (const std::string& compat : ctx.settings.metrics_compat) {
+      if (compat == "vllm") ctx.metrics->EnableVllmCompat();
+    }
     std::shared_ptr<server_internal::ServerMetrics> m = ctx.metrics;
     metrics_sub = runtime->OnEvent([m](const ArbiterEvent& e) { m->OnEvent(e); });
 
@@ -150,7 +191,8 @@ struct Server::Impl {
                 });
     for (auto group : {server_internal::OpenAIRoutes(ctx), server_internal::ModalityRoutes(ctx),
                        server_internal::ResponsesRoutes(ctx),
-                       server_internal::AdminRoutes(ctx)}) {
+                       server_internal::AdminRoutes(ctx), server_internal::OllamaRoutes(ctx),
+                       server_internal::LlamaCppRoutes(ctx)}) {
       for (server_internal::Route& r : group) {
         http->Route(std::move(r.method), std::move(r.pattern), r.dispatch, std::move(r.handler));
       }
@@ -168,11 +210,33 @@ struct Server::Impl {
   }
 
   void Configure() {
+    // Note [CORS]: every response to a listed origin carries its headers.
+    if (!ctx.settings.cors_origins.empty()) {
+      http->SetResponseHeaders([this](const http::Request& req) {
+        std::vector<std::pair<std::string, std::string>> h;
+        const std::string origin = req.header("Origin");
+        if (CorsAllowed(ctx.settings, origin)) {
+          h.emplace_back("Access-Control-Allow-Origin", origin);
+          h.emplace_back("Vary", "Origin");
+          h.emplace_back("Access-Control-Expose-Headers", kCorsExposed);
+        }
+        return h;
+      });
+    }
     http->SetPreRouting([this](const http::Request& req) -> std::optional<http::Response> {
       const ServerSettings& st = ctx.settings;
+      // A preflight is answered before the key check: browsers send it
+      // without credentials.
+      if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method") &&
+          CorsAllowed(st, req.header("Origin"))) {
+        return CorsPreflight(req);
+      }
       if (st.api_key.empty()) return std::nullopt;
       const bool protected_path = req.path.rfind("/v1/", 0) == 0 ||
                                   req.path.rfind("/admin/", 0) == 0 ||
+                                  req.path.rfind("/api/", 0) == 0 || req.path == "/tokenize" ||
+                                  req.path == "/detokenize" || req.path == "/props" ||
+                                  req.path == "/slots" ||
                                   (req.path == "/metrics" && !st.metrics_public);
       if (!protected_path) return std::nullopt;
       const std::string auth = req.header("Authorization");

@@ -239,6 +239,11 @@ struct ModelStats {
   bool running = false;        // a queued Request() is running now
   uint64_t runs = 0;           // Request()s run (successful or not)
   uint64_t queue_rejections = 0;  // Request()s refused because the queue was full
+  // The entry's idle TTL in force (registration's, or SetIdleTtl's); empty
+  // = never reaped for idleness.
+  std::optional<int64_t> idle_ttl_ms;
+  // Loaded and unheld: arbiter-clock ms since its last use; else 0.
+  int64_t idle_ms = 0;
 };
 
 struct ArbiterStats {
@@ -519,6 +524,12 @@ class MemoryArbiter {
   // Unloads idle entries whose registration has an idle TTL that expired.
   // Returns how many.
   size_t ReapIdle();
+  // Replaces capability::model_key's idle TTL from now on (the entry is
+  // created, unloaded, when it was never used): empty = never reaped; 0 =
+  // reaped by the next sweep once no handle holds it. Errors: kNotFound `no
+  // capability registered for "X"`, kInvalidArgument for a negative TTL.
+  Status SetIdleTtl(Capability capability, std::string_view model_key,
+                    std::optional<int64_t> ttl_ms);
 
   std::vector<ResidentEntryInfo> ResidentSnapshot() const;
   MemoryPressureLevel CurrentPressureLevel() const;

@@ -103,6 +103,14 @@ struct ServerSettings {
   // and pixels, checked from the header before decoding.
   size_t max_image_bytes = 32u << 20;
   uint64_t max_image_pixels = 50'000'000;
+  // Browser origins allowed to call the API (CORS): exact origins such as
+  // "http://localhost:5173", or "*" for any. Empty (default): no CORS
+  // headers, preflights are not answered.
+  std::vector<std::string> cors_origins;
+  // Extra metric names GET /metrics exports for other ecosystems' readers:
+  // "vllm" (vllm:num_requests_running, vllm:num_requests_waiting,
+  // vllm:kv_cache_usage_perc). Empty (default): none.
+  std::vector<std::string> metrics_compat;
 };
 
 // `[pressure] source`.

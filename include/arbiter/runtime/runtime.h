@@ -235,6 +235,25 @@ struct KvStatus {
   uint64_t write_errors = 0;           // KV saves that failed to write (KvStore::write_errors)
 };
 
+// Runtime::Tokenize: the ids and each token's raw bytes (a piece may be a
+// partial UTF-8 sequence).
+struct TokenizeResult {
+  std::vector<int32_t> ids;
+  std::vector<std::string> pieces;     // [ids]
+};
+
+// Runtime::InspectTextModel: a text model's engine shape and slots.
+struct TextModelView {
+  std::string name;
+  std::string path;                    // [[models]] path
+  bool loaded = false;
+  int n_ctx = 0;                       // tokens per slot: the engine's when loaded, else [[models]] ctx
+  int n_slots = 0;                     // [[models]] parallel
+  std::string chat_template;           // ChatTemplateName, "" when none or not loaded
+  int vocab_size = 0;                  // 0 when not loaded
+  std::vector<KvSlotView> slots;       // [n_slots] (n_tokens 0 while busy)
+};
+
 struct UnloadResult {
   bool unloaded = false;               // false: it was not resident
   ModelStatus model;
@@ -337,6 +356,40 @@ class Runtime {
   virtual Result<ProcessLease> AcquireProcess(const std::string& name, Capability capability) = 0;
   // The VisionEmbeddingCache's counters.
   virtual VisionCacheStats VisionCache() const = 0;
+
+  // ---- Ollama's keep_alive and the llama.cpp server's introspection
+  // (runtime/introspect.cc). Defaults: kUnimplemented (test doubles). ----
+  // Replaces `model`'s idle TTL from now on (Ollama's keep_alive): empty =
+  // never unloaded for idleness, 0 = unloaded by the arbiter's next idle
+  // sweep (within [memory] idle check period, 1 s) once no request holds it.
+  // Errors: kModelNotFound, kInvalidRequest for a negative TTL.
+  virtual arbiter::Status SetIdleTtl(const std::string& model, std::optional<int64_t> ttl_ms) {
+    (void)model, (void)ttl_ms;
+    return UnimplementedError("SetIdleTtl is not implemented by this runtime");
+  }
+  // Tokenizes `text` with text model `model`'s tokenizer (loading it).
+  // `add_special`: prepend the model's BOS token when it has one;
+  // `parse_special`: special tokens written in the text map to their ids.
+  // Errors: kModelNotFound, kWrongCapability, the acquire's.
+  virtual Result<TokenizeResult> Tokenize(const std::string& model, std::string_view text,
+                                          bool add_special, bool parse_special) {
+    (void)model, (void)text, (void)add_special, (void)parse_special;
+    return UnimplementedError("Tokenize is not implemented by this runtime");
+  }
+  // The text of `ids` (special tokens rendered). Errors: as Tokenize's,
+  // kInvalidTokenId for an id outside the vocabulary.
+  virtual Result<std::string> Detokenize(const std::string& model,
+                                         const std::vector<int32_t>& ids) {
+    (void)model, (void)ids;
+    return UnimplementedError("Detokenize is not implemented by this runtime");
+  }
+  // `model`'s shape and slots. Never loads it; when it is loaded, the
+  // engine is pinned for the read (which counts as a use for its idle TTL).
+  // Errors: kModelNotFound, kWrongCapability.
+  virtual Result<TextModelView> InspectTextModel(const std::string& model) {
+    (void)model;
+    return UnimplementedError("InspectTextModel is not implemented by this runtime");
+  }
 
   // Arbiter events (loads, unloads, evictions, pressure, runs).
   virtual ArbiterEventSubscription OnEvent(ArbiterEventListener listener) = 0;

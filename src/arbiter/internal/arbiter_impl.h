@@ -214,6 +214,8 @@ class MemoryArbiterImpl {
   size_t EvictIdleByPriority(size_t max_entries, UnloadReason reason) EXCLUDES(mu_);
   std::optional<ResidentEntryInfo> NextFitVictim() const EXCLUDES(mu_);
   size_t ReapIdle() EXCLUDES(mu_);
+  Status SetIdleTtl(Capability capability, std::string_view model_key,
+                    std::optional<int64_t> ttl_ms) EXCLUDES(mu_);
   std::vector<ResidentEntryInfo> ResidentSnapshot() const EXCLUDES(mu_);
   MemoryPressureLevel CurrentPressureLevel() const EXCLUDES(mu_);
   ArbiterStats Stats() const EXCLUDES(mu_);

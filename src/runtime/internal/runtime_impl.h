@@ -65,6 +65,13 @@ class RuntimeImpl final : public Runtime {
   Result<ModelEntry> Model(const std::string& name) const override;
   Result<ProcessLease> AcquireProcess(const std::string& name, Capability capability) override;
   VisionCacheStats VisionCache() const override;
+  // introspect.cc
+  arbiter::Status SetIdleTtl(const std::string& model, std::optional<int64_t> ttl_ms) override;
+  Result<TokenizeResult> Tokenize(const std::string& model, std::string_view text,
+                                  bool add_special, bool parse_special) override;
+  Result<std::string> Detokenize(const std::string& model,
+                                 const std::vector<int32_t>& ids) override;
+  Result<TextModelView> InspectTextModel(const std::string& model) override;
   // Places the vision model's text of each image in its message (text.cc's
   // StartText calls it). Errors: kInvalidRequest (no vision model, bad image).
   arbiter::Status DescribeChatImages(const std::string& model, std::vector<ChatImage> images,

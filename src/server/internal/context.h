@@ -62,6 +62,11 @@ std::vector<Route> AdminRoutes(ServerContext& ctx);
 std::vector<Route> ModalityRoutes(ServerContext& ctx);
 // routes_responses.cc: POST /v1/responses.
 std::vector<Route> ResponsesRoutes(ServerContext& ctx);
+// routes_ollama.cc: Ollama's API (/api/*, GET and HEAD /).
+std::vector<Route> OllamaRoutes(ServerContext& ctx);
+// routes_llamacpp.cc: the llama.cpp server's /tokenize, /detokenize,
+// /props, /slots.
+std::vector<Route> LlamaCppRoutes(ServerContext& ctx);
 
 // Note [Proxied models] in routes_modalities.cc: when the body's `model` is
 // a process-backed model of `capability`, forwards the request to its

@@ -1,6 +1,10 @@
 // See metrics.h for the series and where each comes from.
 #include "server/internal/metrics.h"
 
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
 #include <prometheus/histogram.h>
 #include <prometheus/text_serializer.h>
 
@@ -208,7 +212,39 @@ ServerMetrics::ServerMetrics()
                          .Name("arbiter_kv_disk_bytes")
                          .Help("Bytes of KV files in the disk tier")
                          .Register(*registry_)
-                         .Add({})) {
+                         .Add({})),
+      ttft_(prometheus::BuildHistogram()
+                .Name("arbiter_time_to_first_token_seconds")
+                .Help("Text requests: admission to the first generated token")
+                .Register(*registry_)),
+      tpot_(prometheus::BuildHistogram()
+                .Name("arbiter_time_per_output_token_seconds")
+                .Help("Text requests: (e2e - TTFT) / (generated tokens - 1)")
+                .Register(*registry_)),
+      e2e_(prometheus::BuildHistogram()
+               .Name("arbiter_e2e_request_latency_seconds")
+               .Help("Text requests: admission to the last token")
+               .Register(*registry_)),
+      prompt_tokens_(BuildCounter()
+                         .Name("arbiter_prompt_tokens_total")
+                         .Help("Prompt tokens of finished text requests")
+                         .Register(*registry_)),
+      generation_tokens_(BuildCounter()
+                             .Name("arbiter_generation_tokens_total")
+                             .Help("Generated tokens of finished text requests")
+                             .Register(*registry_)),
+      running_(BuildGauge()
+                   .Name("arbiter_num_requests_running")
+                   .Help("Text requests generating (first token out)")
+                   .Register(*registry_)),
+      waiting_(BuildGauge()
+                   .Name("arbiter_num_requests_waiting")
+                   .Help("Text requests admitted without a token yet (KV slot wait, prefill)")
+                   .Register(*registry_)),
+      kv_usage_(BuildGauge()
+                    .Name("arbiter_kv_cache_usage_perc")
+                    .Help("Tokens held by the model's KV slots / (slots x ctx), 0..1")
+                    .Register(*registry_)) {
   // Plain gauges of the weight runtime: one family each.
   const std::pair<const char*, const char*> kWeightGauges[] = {
       {"arbiter_weight_cache_resident_bytes", "Device bytes of on-demand (not device-pinned) weights"},
@@ -305,6 +341,10 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
       advance(queue_rejections_, labels, ms.queue_rejections);
     }
     if (kv != nullptr) {
+      for (const auto& [model, usage] : kv->kv_usage) {
+        kv_usage_.Add({{"model", model}}).Set(usage);
+        if (vllm_kv_usage_ != nullptr) vllm_kv_usage_->Add({{"model_name", model}}).Set(usage);
+      }
       for (const auto& [model, c] : kv->models) {
         advance(kv_prompt_tokens_, {{"model", model}, {"kind", "computed"}},
                 c.prompt_tokens - c.cached_tokens);
@@ -389,6 +429,117 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
   }
   prometheus::TextSerializer serializer;
   return serializer.Serialize(registry_->Collect());
+}
+
+// ---- text generation -------------------------------------------------------
+
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Seconds. vLLM's buckets, so dashboards built for it read ours.
+const prometheus::Histogram::BucketBoundaries kTtftBuckets = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+    0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+const prometheus::Histogram::BucketBoundaries kTpotBuckets = {
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0};
+const prometheus::Histogram::BucketBoundaries kE2eBuckets = {
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0};
+
+}  // namespace
+
+void ServerMetrics::EnableVllmCompat() {
+  if (vllm_running_ != nullptr) return;
+  vllm_running_ = &BuildGauge()
+                       .Name("vllm:num_requests_running")
+                       .Help("Requests generating (arbiter: first token out)")
+                       .Register(*registry_);
+  vllm_waiting_ = &BuildGauge()
+                       .Name("vllm:num_requests_waiting")
+                       .Help("Requests waiting (arbiter: admitted, no token yet)")
+                       .Register(*registry_);
+  vllm_kv_usage_ = &BuildGauge()
+                        .Name("vllm:kv_cache_usage_perc")
+                        .Help("KV cache usage, 0..1 (tokens held / slots x ctx)")
+                        .Register(*registry_);
+}
+
+void ServerMetrics::AddRunning(const std::string& model, double delta) {
+  running_.Add({{"model", model}}).Increment(delta);
+  if (vllm_running_ != nullptr) vllm_running_->Add({{"model_name", model}}).Increment(delta);
+}
+
+void ServerMetrics::AddWaiting(const std::string& model, double delta) {
+  waiting_.Add({{"model", model}}).Increment(delta);
+  if (vllm_waiting_ != nullptr) vllm_waiting_->Add({{"model_name", model}}).Increment(delta);
+}
+
+TextRun ServerMetrics::StartTextRun(std::string model) {
+  TextRun run;
+  run.metrics_ = this;
+  run.model_ = std::move(model);
+  run.start_ns_ = SteadyNs();
+  AddWaiting(run.model_, 1);
+  return run;
+}
+
+TextRun::TextRun(TextRun&& o) noexcept
+    : metrics_(std::exchange(o.metrics_, nullptr)),
+      model_(std::move(o.model_)),
+      start_ns_(o.start_ns_),
+      first_ns_(o.first_ns_),
+      finished_(o.finished_) {}
+
+TextRun& TextRun::operator=(TextRun&& o) noexcept {
+  if (this != &o) {
+    Leave();
+    metrics_ = std::exchange(o.metrics_, nullptr);
+    model_ = std::move(o.model_);
+    start_ns_ = o.start_ns_;
+    first_ns_ = o.first_ns_;
+    finished_ = o.finished_;
+  }
+  return *this;
+}
+
+TextRun::~TextRun() { Leave(); }
+
+void TextRun::Leave() {
+  if (metrics_ == nullptr) return;
+  if (first_ns_ == 0) {
+    metrics_->AddWaiting(model_, -1);
+  } else {
+    metrics_->AddRunning(model_, -1);
+  }
+  metrics_ = nullptr;
+}
+
+void TextRun::FirstToken() {
+  if (metrics_ == nullptr || first_ns_ != 0) return;
+  first_ns_ = std::max<int64_t>(SteadyNs(), start_ns_ + 1);
+  metrics_->ttft_.Add({{"model", model_}}, kTtftBuckets)
+      .Observe(static_cast<double>(first_ns_ - start_ns_) / 1e9);
+  metrics_->AddWaiting(model_, -1);
+  metrics_->AddRunning(model_, 1);
+}
+
+void TextRun::Finished(int prompt_tokens, int generated_tokens) {
+  if (metrics_ == nullptr || finished_) return;
+  finished_ = true;
+  const int64_t now = SteadyNs();
+  const prometheus::Labels labels{{"model", model_}};
+  metrics_->e2e_.Add(labels, kE2eBuckets).Observe(static_cast<double>(now - start_ns_) / 1e9);
+  if (generated_tokens > 1 && first_ns_ != 0) {
+    metrics_->tpot_.Add(labels, kTpotBuckets)
+        .Observe(static_cast<double>(now - first_ns_) / 1e9 / (generated_tokens - 1));
+  }
+  metrics_->prompt_tokens_.Add(labels).Increment(std::max(0, prompt_tokens));
+  metrics_->generation_tokens_.Add(labels).Increment(std::max(0, generated_tokens));
 }
 
 }  // namespace arbiter::server_internal

@@ -54,6 +54,22 @@
 //   _over_budget_stops_total{model}, arbiter_process_model_rss_bytes{model}
 //   arbiter_vision_cache_lookups_total{result}         hit|miss
 //   arbiter_vision_cache_entries, arbiter_vision_cache_bytes
+// Text generation (TextRun, driven by the chat/completion runners: OpenAI,
+// Ollama):
+//   arbiter_time_to_first_token_seconds{model}      histogram
+//   arbiter_time_per_output_token_seconds{model}    histogram: (e2e − TTFT) / (tokens − 1)
+//   arbiter_e2e_request_latency_seconds{model}      histogram: admitted → finished
+//   arbiter_prompt_tokens_total{model}, arbiter_generation_tokens_total{model}
+//   arbiter_num_requests_running{model}  gauge: generating (first token out)
+//   arbiter_num_requests_waiting{model}  gauge: admitted, no token yet (the
+//                                        wait for a KV slot and the prefill)
+//   arbiter_kv_cache_usage_perc{model}   gauge, 0..1: Σ tokens held by the
+//                                        model's slots / (slots × ctx)
+// With [server] metrics_compat = ["vllm"] (EnableVllmCompat), the same
+// three gauges under vLLM's names with a model_name label — the model-server
+// protocol routers read (Gateway API Inference Extension, llm-d):
+//   vllm:num_requests_running{model_name}, vllm:num_requests_waiting{model_name},
+//   vllm:kv_cache_usage_perc{model_name}
 // HTTP:
 //   arbiter_http_requests_total{route,code}  route is the route pattern
 //                                            ("/admin/models/{name}/load"),
@@ -93,6 +109,8 @@ struct KvMetricsSample {
   uint64_t prompt_cache_bytes = 0;
   uint64_t prompt_cache_entries = 0;
   uint64_t disk_bytes = 0;
+  // Per text model: Σ tokens held by its slots / (slots × ctx), 0..1.
+  std::vector<std::pair<std::string, double>> kv_usage;
 };
 
 // The process's measured memory, next to the ledger (docs/memory.md "The
@@ -108,9 +126,49 @@ struct ModalityMetricsSample {
   VisionCacheStats vision_cache;
 };
 
+class ServerMetrics;
+
+// One text generation's metrics, from admission to the end (RAII: the
+// running/waiting gauges are left when it is destroyed, whatever happened).
+// Usage, in a runner:
+//   TextRun run = ctx.metrics->StartTextRun(model);   // after StartText succeeded
+//   ... on the first generated token: run.FirstToken();
+//   ... after Run(): run.Finished(prompt_tokens, generated_tokens);
+// Thread-compatible (one runner); move-only.
+class TextRun {
+ public:
+  TextRun() = default;
+  TextRun(TextRun&& o) noexcept;
+  TextRun& operator=(TextRun&& o) noexcept;
+  TextRun(const TextRun&) = delete;
+  TextRun& operator=(const TextRun&) = delete;
+  ~TextRun();
+  // Records the TTFT and moves the request from waiting to running. Once;
+  // later calls do nothing.
+  void FirstToken();
+  // Records the end-to-end latency, the time per output token (when more
+  // than one token) and the token counters. Once.
+  void Finished(int prompt_tokens, int generated_tokens);
+
+ private:
+  friend class ServerMetrics;
+  void Leave();
+  ServerMetrics* metrics_ = nullptr;
+  std::string model_;
+  int64_t start_ns_ = 0;   // steady clock
+  int64_t first_ns_ = 0;   // 0 = no token yet
+  bool finished_ = false;
+};
+
 class ServerMetrics {
  public:
   ServerMetrics();
+
+  // A text request was admitted (counted as waiting until FirstToken()).
+  TextRun StartTextRun(std::string model);
+  // Registers the vllm:* gauges ([server] metrics_compat = ["vllm"]). Call
+  // before serving.
+  void EnableVllmCompat();
 
   // Fast: a label lookup and an atomic add. Safe from any thread.
   void OnEvent(const ArbiterEvent& event);
@@ -177,6 +235,24 @@ class ServerMetrics {
   prometheus::Gauge& kv_prompt_cache_bytes_;
   prometheus::Gauge& kv_prompt_cache_entries_;
   prometheus::Gauge& kv_disk_bytes_;
+
+  // Text generation (TextRun).
+  friend class TextRun;
+  prometheus::Family<prometheus::Histogram>& ttft_;
+  prometheus::Family<prometheus::Histogram>& tpot_;
+  prometheus::Family<prometheus::Histogram>& e2e_;
+  prometheus::Family<prometheus::Counter>& prompt_tokens_;
+  prometheus::Family<prometheus::Counter>& generation_tokens_;
+  prometheus::Family<prometheus::Gauge>& running_;
+  prometheus::Family<prometheus::Gauge>& waiting_;
+  prometheus::Family<prometheus::Gauge>& kv_usage_;
+  // Null until EnableVllmCompat(); set before serving, read after.
+  prometheus::Family<prometheus::Gauge>* vllm_running_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* vllm_waiting_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* vllm_kv_usage_ = nullptr;
+  // +1 / −1 on the running or waiting gauges of `model` (and vLLM's twins).
+  void AddRunning(const std::string& model, double delta);
+  void AddWaiting(const std::string& model, double delta);
 
   // Advances a counter to the cumulative value `now` (by the delta since the
   // last scrape of that series).

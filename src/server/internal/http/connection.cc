@@ -37,6 +37,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "server/internal/http/request_parsing.h"
 #include "server/internal/http/server_impl.h"
@@ -257,6 +258,13 @@ void Connection::OnRequest() {
   request_ = req;
   phase_ = Phase::kHandling;
   exchange_ = std::make_shared<Exchange>(s_, weak_from_this(), keep_alive, req->version);
+  if (s_->response_headers) {
+    try {
+      exchange_->AddHeaders(s_->response_headers(*req));
+    } catch (const std::exception& e) {
+      spdlog::error("bug: http: the response-headers hook threw: {}", e.what());
+    }
+  }
 
   std::vector<std::string> segments;
   if (Status decoded = DecodeTarget(req.get(), &segments); !decoded.ok()) {

@@ -98,6 +98,7 @@ void Exchange::Send(Response response) {
   for (const auto& [name, value] : response.headers) {
     if (IEquals(name, "Connection") && IEquals(value, "close")) close = true;
   }
+  for (auto& h : extra_headers_) response.headers.push_back(h);
   AppendHead(&bytes, response.status, response.content_type, response.headers, close);
   bytes += fmt::format("Content-Length: {}\r\n\r\n", response.body.size());
   bytes += response.body;
@@ -124,6 +125,7 @@ bool Exchange::StartStream(int status, std::string content_type,
   }
   chunked_.store(version_ >= 11);
   std::string bytes;
+  for (auto& h : extra_headers_) headers.push_back(h);
   AppendHead(&bytes, status, content_type, headers, close);
   if (chunked_) bytes += "Transfer-Encoding: chunked\r\n";
   bytes += "\r\n";

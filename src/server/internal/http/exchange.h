@@ -51,6 +51,12 @@ class Exchange final : public Responder, public std::enable_shared_from_this<Exc
   bool cancelled() const override;
   CancelToken cancel_token() const override { return cancel_source_.token(); }
 
+  // Headers every response of this exchange carries besides its own
+  // (Server::SetResponseHeaders). REQUIRES: before Send() / StartStream().
+  void AddHeaders(std::vector<std::pair<std::string, std::string>> headers) {
+    extra_headers_ = std::move(headers);
+  }
+
   // Called by the transport after the handler returned: answers 500 for a
   // handler that did not, ends an open stream, and marks the response
   // complete.
@@ -75,6 +81,8 @@ class Exchange final : public Responder, public std::enable_shared_from_this<Exc
   int status() const EXCLUDES(mu_);
 
  private:
+  // Set on the loop before the handler runs; read by Send / StartStream.
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
   enum State { kFresh, kStreaming, kDone };
 
   void Append(std::string bytes) REQUIRES(mu_);

@@ -283,6 +283,10 @@ void Server::Route(std::string method, std::string pattern, Dispatch dispatch, H
 }
 
 void Server::SetPreRouting(PreRouting hook) { impl_->pre_routing = std::move(hook); }
+
+void Server::SetResponseHeaders(ResponseHeaders hook) {
+  impl_->response_headers = std::move(hook);
+}
 void Server::SetLogger(Logger logger) { impl_->logger = std::move(logger); }
 void Server::SetErrorBody(ErrorBody error_body) {
   if (error_body) impl_->error_body = std::move(error_body);

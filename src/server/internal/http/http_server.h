@@ -243,6 +243,12 @@ using Logger = std::function<void(const Request&, int status)>;
 // 503); `message` says what happened in words. Default: a JSON
 // {"error":{"message":...}} body.
 using ErrorBody = std::function<Response(int status, std::string message)>;
+// Headers added to every response of a parsed request — handlers',
+// pre-routing's and transport errors' alike, streams included (e.g. CORS).
+// Called once per request on the event loop when it has been read; must
+// not block.
+using ResponseHeaders =
+    std::function<std::vector<std::pair<std::string, std::string>>(const Request&)>;
 
 class Server {
  public:
@@ -261,6 +267,7 @@ class Server {
   void SetPreRouting(PreRouting hook);
   void SetLogger(Logger logger);
   void SetErrorBody(ErrorBody error_body);
+  void SetResponseHeaders(ResponseHeaders hook);
 
   // Opens the listening socket (SO_REUSEADDR, never SO_REUSEPORT: a second
   // server on the same port fails here). Errors: InvalidArgument "host \"x\"

@@ -456,6 +456,38 @@ TEST_F(HttpServerTest, PreRoutingAnswersBeforeTheHandler) {
   EXPECT_EQ(handled.load(), 1);
 }
 
+// SetResponseHeaders (CORS): every response of a request gets the hook's
+// headers — a handler's, a stream's, pre-routing's and a 404.
+TEST_F(HttpServerTest, ResponseHeadersGoOnEveryResponse) {
+  Start(Options(), [](Server& s) {
+    s.Route("GET", "/plain", Dispatch::kInline,
+            [](const Request&, Responder& r) { r.Send(Text("plain")); });
+    s.Route("GET", "/stream", Dispatch::kWorker, [](const Request&, Responder& r) {
+      if (r.StartStream(200, "text/plain", {}) && r.Write("a")) r.End();
+    });
+    s.SetPreRouting([](const Request& req) -> std::optional<Response> {
+      if (req.path == "/early") return Text("early", 401);
+      return std::nullopt;
+    });
+    s.SetResponseHeaders([](const Request& req) {
+      std::vector<std::pair<std::string, std::string>> h;
+      if (!req.header("Origin").empty()) h.emplace_back("X-Origin", req.header("Origin"));
+      return h;
+    });
+  });
+  Client c(port());
+  for (const char* path : {"/plain", "/stream", "/early", "/missing"}) {
+    ASSERT_TRUE(c.Send(Get(path, "Origin: http://o\r\n"))) << path;
+    auto r = c.Read();
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->header("X-Origin"), "http://o") << path;
+  }
+  ASSERT_TRUE(c.Send(Get("/plain")));
+  auto r = c.Read();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->header("X-Origin"), "");
+}
+
 TEST_F(HttpServerTest, HandlerThatThrowsOrDoesNotAnswerGets500) {
   Start(Options(), [](Server& s) {
     s.Route("GET", "/throw", Dispatch::kWorker,

@@ -49,6 +49,7 @@ struct Server::Impl {
   PreRouting pre_routing;
   Logger logger;
   ErrorBody error_body = DefaultErrorBody;
+  ResponseHeaders response_headers;
 
   boost::asio::io_context io;
   boost::asio::ip::tcp::acceptor acceptor;
