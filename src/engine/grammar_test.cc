@@ -249,7 +249,9 @@ TEST_F(GrammarVocabTest, VocabularyHasEveryByte) {
   for (int t = 0; t < (*vocab_)->size(); ++t) {
     const std::string& b = (*vocab_)->TokenBytes(t);
     if (b.size() == 1) seen[static_cast<uint8_t>(b[0])] = true;
-    if (tokenizer_->IsSpecial(t)) EXPECT_TRUE(b.empty()) << t;
+    if (tokenizer_->IsSpecial(t)) {
+      EXPECT_TRUE(b.empty()) << t;
+    }
   }
   for (int c = 0; c < 256; ++c) EXPECT_TRUE(seen[c]) << c;
 }
