@@ -12,6 +12,7 @@
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/grammar.h"
 #include "arbiter/engine/json_schema.h"
+#include "arbiter/engine/tokenizer.h"
 
 namespace arbiter {
 namespace {
@@ -63,6 +64,7 @@ Result<GrammarBenchResult> RunGrammarBench(const GrammarBenchOptions& o) {
   }
   GrammarBenchResult r;
   r.model_dir = o.model_dir;
+  r.tokenizer_path = o.tokenizer_path;
   r.n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.load_average_start = LoadAverage1();
   openblas_set_num_threads(r.n_threads);
@@ -72,8 +74,12 @@ Result<GrammarBenchResult> RunGrammarBench(const GrammarBenchOptions& o) {
   eo.n_threads = r.n_threads;
   ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Load(o.model_dir, eo));
 
+  std::unique_ptr<Tokenizer> other;
+  if (!o.tokenizer_path.empty()) {
+    ARBITER_ASSIGN_OR_RETURN(other, Tokenizer::Load(o.tokenizer_path));
+  }
   double t0 = NowSeconds();
-  std::shared_ptr<const GrammarVocabulary> vocab = GrammarVocabulary::Build(engine->tokenizer());
+  std::shared_ptr<const GrammarVocabulary> vocab = GrammarVocabulary::Build(other ? *other : engine->tokenizer());
   r.vocab_build_ms = MsSince(t0);
   r.vocab_size = vocab->size();
   t0 = NowSeconds();
@@ -93,6 +99,7 @@ Result<GrammarBenchResult> RunGrammarBench(const GrammarBenchOptions& o) {
   ARBITER_ASSIGN_OR_RETURN(r.mask_string_budget_us,
                            TimeMask(g, vocab, R"({"city": "Pa)", 30, o.iterations, &unused));
 
+  std::shared_ptr<const GrammarVocabulary> model_vocab = other ? GrammarVocabulary::Build(engine->tokenizer()) : vocab;
   const std::vector<int32_t> prompt = engine->tokenizer().Encode("The weather in Paris, as JSON:", false);
   std::vector<int32_t> p16(16, prompt.empty() ? 0 : prompt[0]);
   for (size_t i = 0; i < std::min<size_t>(16, prompt.size()); ++i) p16[i] = prompt[i];
@@ -105,7 +112,7 @@ Result<GrammarBenchResult> RunGrammarBench(const GrammarBenchOptions& o) {
     req.ignore_eos = true;
     ARBITER_ASSIGN_OR_RETURN(GenerationResult a, engine->Generate(req, nullptr, nullptr));
     if (a.timings.decode_tokens > 0) plain.push_back(a.timings.decode_ms / a.timings.decode_tokens);
-    GrammarConstraint c(g, vocab);
+    GrammarConstraint c(g, model_vocab);
     req.sampling.temperature = 1.0f;
     req.sampling.has_seed = true;
     req.sampling.seed = 7 + rep;
@@ -129,7 +136,7 @@ Result<GrammarBenchResult> RunGrammarBench(const GrammarBenchOptions& o) {
 std::string FormatGrammarBench(const GrammarBenchResult& r) {
   char buf[2048];
   std::snprintf(buf, sizeof buf,
-                "model           %s (%d threads, vocab %d)\n"
+                "model           %s (%d threads; mask over a vocabulary of %d%s)\n"
                 "vocabulary      built in %.1f ms; schema compiled in %.2f ms\n"
                 "mask (p50/p99)  start %.0f/%.0f us (%d allowed), object boundary %.0f/%.0f us (%d allowed),\n"
                 "                inside a string %.0f/%.0f us (%d allowed), same with 30 tokens left %.0f us,\n"
@@ -138,7 +145,8 @@ std::string FormatGrammarBench(const GrammarBenchResult& r) {
                 "mask / step     %.1f %% inside a string, %.1f %% at an object boundary, %.1f %% on a fresh\n"
                 "                constraint (target ≤ 10 %%)\n"
                 "load average    %.2f → %.2f\n",
-                r.model_dir.c_str(), r.n_threads, r.vocab_size, r.vocab_build_ms, r.grammar_compile_ms,
+                r.model_dir.c_str(), r.n_threads, r.vocab_size,
+                r.tokenizer_path.empty() ? "" : (", from " + r.tokenizer_path).c_str(), r.vocab_build_ms, r.grammar_compile_ms,
                 r.mask_start_us.p50, r.mask_start_us.p99, r.allowed_start, r.mask_boundary_us.p50,
                 r.mask_boundary_us.p99, r.allowed_boundary, r.mask_string_us.p50, r.mask_string_us.p99,
                 r.allowed_string, r.mask_string_budget_us.p50, r.mask_string_cold_us.p50, r.mask_string_cold_us.p99,
@@ -153,6 +161,7 @@ std::string FormatGrammarBenchJson(const GrammarBenchResult& r) {
     return nlohmann::json{{"p50", s.p50}, {"p99", s.p99}, {"min", s.min}, {"mean", s.mean}};
   };
   nlohmann::json j = {{"model_dir", r.model_dir},
+                      {"tokenizer_path", r.tokenizer_path},
                       {"n_threads", r.n_threads},
                       {"vocab_size", r.vocab_size},
                       {"vocab_build_ms", r.vocab_build_ms},

@@ -3,16 +3,19 @@
 // docs/BENCHMARKS.md "Constrained decoding").
 //
 // Method (one call):
-//   1. load the model (1 slot) and build its GrammarVocabulary (timed);
+//   1. load the model (1 slot) and build its GrammarVocabulary (timed; from
+//      `tokenizer_path` instead when set);
 //   2. compile a JSON schema (an object with a string, an integer and an
 //      array of strings) to a Grammar (timed);
-//   3. GrammarConstraint::FillAllowed, `iterations` times each, in three
-//      states: the start (before "{"), an object boundary (after
-//      `{"city": "Paris", `: a key or "}" next) and inside a string (after
-//      `{"city": "Pa`), with a large budget (the length check does not
-//      bind) and with a budget of 30 tokens; and inside a string on a fresh
-//      constraint each time (its transition cache empty: the first step's
-//      cost, Note [Transition cache] in src/engine/grammar.cc);
+//   3. GrammarConstraint::FillAllowed, `iterations` times each on one
+//      constraint (after the first call the state's mask is cached: Note
+//      [Mask cache] in src/engine/grammar.cc — the cost of every step of a
+//      model rambling inside a string), in three states: the start (before
+//      "{"), an object boundary (after `{"city": "Paris", `: the next key)
+//      and inside a string (after `{"city": "Pa`), with a large budget (the
+//      length check does not bind) and with a budget of 30 tokens; and
+//      inside a string on a fresh constraint each time (nothing cached: the
+//      full trie walk of a first step in a new state);
 //   4. the decode step: greedy, ignore_eos, gen_tokens steps after a
 //      16-token prompt, best of `repetitions` (engine timings);
 //   5. the same generation under the constraint (temperature 1, fixed
@@ -37,10 +40,14 @@ struct GrammarBenchOptions {
   int iterations = 200;  // FillAllowed calls per state
   int gen_tokens = 32;
   int repetitions = 3;
+  // Optional: time the mask over this tokenizer.json's vocabulary instead of
+  // the model's (e.g. a 150 k-token one); the decode step is still the model's.
+  std::string tokenizer_path;
 };
 
 struct GrammarBenchResult {
   std::string model_dir;
+  std::string tokenizer_path;  // empty: the model's vocabulary
   int n_threads = 0;
   int vocab_size = 0;
   double vocab_build_ms = 0;

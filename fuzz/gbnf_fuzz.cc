@@ -40,6 +40,12 @@ class FakeTokenizer final : public arbiter::Tokenizer {
   std::vector<std::string> tokens_;
 };
 
+// A broken invariant: say which, then crash so libFuzzer keeps the input.
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "gbnf_fuzz: %s\n", what);
+  std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -63,13 +69,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t t = 0; t < allowed.size(); ++t) {
       if (allowed[t]) ids.push_back(static_cast<int32_t>(t));
     }
-    if (c.MustEnd() && !c.CanEnd()) std::abort();
+    if (c.MustEnd() && !c.CanEnd()) Fail("MustEnd without CanEnd");
     if (ids.empty()) break;
     pick = pick * 1664525u + 1013904223u;
     const int32_t t = ids[pick % ids.size()];
-    if (!c.Accept(t).ok()) { std::fprintf(stderr, "accept failed\n"); std::abort(); }  // FillAllowed allowed it
+    if (!c.Accept(t).ok()) Fail("Accept refused a token FillAllowed allowed");
     // Every byte is a token, so a state that could close keeps that promise.
-    if (could_close && c.MinCharsToEnd() > tokens_left - 1) { std::fprintf(stderr, "budget: step %d left %d min %d\n", step, tokens_left, c.MinCharsToEnd()); std::abort(); }
+    if (could_close && c.MinCharsToEnd() > tokens_left - 1) Fail("an allowed token broke the length budget");
     if (c.MustEnd()) break;
   }
   return 0;

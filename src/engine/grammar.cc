@@ -37,6 +37,15 @@
 // is dropped whole when it holds kMaxCachedStates states (checked at the
 // start of FillAllowed), which bounds it to about 1.1 MB.
 //
+// Note [Mask cache]
+// The viable tokens of a state (each with the shortest completion after it)
+// depend on the state alone; the budget only selects among them. So the
+// last kMaxCachedMasks start states keep their lists, and a step that starts
+// in one of them — every step of a model rambling inside a JSON string —
+// skips the trie walk and only filters the list by the budget. A list holds
+// 8 bytes per viable token (about 1.2 MB for a 150 k vocabulary inside a
+// string), so the cache is small and per constraint.
+//
 // Note [Length-aware masking]
 // min_bytes(set) is the UTF-8 length of its smallest code point;
 // rule_min is the fixed point min over alternatives of Σ element costs
@@ -48,9 +57,10 @@
 // allows a viable token only when its state's minimum is ≤ tokens_left − 1,
 // which the single byte token of the shortest path always satisfies: the
 // invariant "MinCharsToEnd ≤ tokens_left" then holds at every step and the
-// output is complete when the budget ends. The check costs one minimum over
-// the token's stacks (at most kMaxStacks), no more than advancing to it, so
-// it is not skipped for large budgets.
+// output is complete when the budget ends. Each interned state's minimum is
+// computed once (Note [Transition cache]), so the check is one comparison
+// per viable token and there is nothing to gain by skipping it when the
+// budget is large.
 #include "arbiter/engine/grammar.h"
 
 #include <algorithm>
@@ -706,7 +716,6 @@ struct Matcher {
   std::vector<int32_t> state_min;             // [states] MinToEnd
   std::unordered_multimap<uint64_t, int32_t> by_hash;
   State scratch;
-  std::vector<Viable> viable;  // FillAllowed's tokens and their MinToEnd
   std::vector<int32_t> work;        // Expand's pending stacks, concatenated
   std::vector<uint32_t> work_off;
   std::vector<int32_t> work_total;
@@ -917,7 +926,19 @@ struct Matcher {
     next.clear();
     state_min.clear();
     by_hash.clear();
+    masks.clear();
   }
+
+  // Note [Mask cache]: the viable tokens of the last few start states.
+  struct CachedMask {
+    int32_t state = -1;
+    uint64_t used = 0;                  // a use counter, for LRU
+    int32_t best = 0;                   // min over viable of min_to_end
+    std::vector<Viable> viable;         // every viable token and its MinToEnd
+  };
+  static constexpr size_t kMaxCachedMasks = 4;
+  std::vector<CachedMask> masks;
+  uint64_t mask_uses = 0;
 
   // Advances `s` by `bytes`; false (s unspecified) when the grammar refuses.
   bool AdvanceBytes(State* s, std::string_view bytes) {
@@ -1071,27 +1092,37 @@ void Walk(Matcher& m, const Trie& t, uint32_t node, int32_t state, std::vector<V
 }  // namespace
 
 void GrammarConstraint::FillAllowed(int tokens_left, std::span<uint8_t> allowed) {
-  const Trie& t = vocab_->trie();
-  m_->ResetCacheIfFull();
-  std::vector<Viable>& viable = m_->viable;
-  viable.clear();
-  Walk(*m_, t, 0, m_->Intern(m_->cur), &viable);
+  Matcher& m = *m_;
+  m.ResetCacheIfFull();
+  const int32_t state = m.Intern(m.cur);
+  Matcher::CachedMask* mask = nullptr;
+  for (Matcher::CachedMask& c : m.masks) {
+    if (c.state == state) mask = &c;
+  }
+  if (mask == nullptr) {
+    if (m.masks.size() < Matcher::kMaxCachedMasks) {
+      mask = &m.masks.emplace_back();
+    } else {
+      mask = &*std::min_element(m.masks.begin(), m.masks.end(),
+                                [](const auto& a, const auto& b) { return a.used < b.used; });
+    }
+    mask->state = state;
+    mask->viable.clear();
+    Walk(m, vocab_->trie(), 0, state, &mask->viable);
+    mask->best = grammar_internal::kInf;
+    for (const Viable& v : mask->viable) mask->best = std::min(mask->best, v.min_to_end);
+  }
+  mask->used = ++m.mask_uses;
   // Note [Length-aware masking].
   const int budget = std::max(tokens_left, 1) - 1;
-  int best = grammar_internal::kInf;
-  bool any = false;
-  for (const Viable& v : viable) {
-    best = std::min(best, v.min_to_end);
-    if (v.min_to_end <= budget) any = true;
-  }
   // No token fits the budget: when the output is complete, ending it is the
   // closing path (the engine offers end-of-sequence), so nothing else is
   // allowed; otherwise the budget is already too small (or the vocabulary
   // cannot spell the closing bytes) and the shortest viable tokens are the
   // best effort.
-  if (!any && m_->CanEnd(m_->cur)) return;
-  const int limit = any ? budget : best;
-  for (const Viable& v : viable) {
+  if (mask->best > budget && m.CanEnd(m.cur)) return;
+  const int limit = std::max(budget, mask->best);
+  for (const Viable& v : mask->viable) {
     if (v.min_to_end <= limit && static_cast<size_t>(v.id) < allowed.size()) allowed[v.id] = 1;
   }
 }

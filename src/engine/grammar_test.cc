@@ -178,28 +178,32 @@ class GrammarVocabTest : public ::testing::Test {
     delete dir_;
   }
 
-  // Brute force: token t is allowed iff accepting it alone succeeds and
-  // leaves a completion within the budget (or, when no token can, the
-  // viable tokens with the shortest completion).
-  static std::vector<uint8_t> BruteForce(const GrammarConstraint& base_state,
-                                         const std::vector<int32_t>& prefix, std::shared_ptr<const Grammar> g,
-                                         int tokens_left, int n) {
+  // Brute force, one token at a time: MinCharsToEnd after accepting token t
+  // alone (-1: not accepted).
+  static std::vector<int> MinAfterEachToken(const std::vector<int32_t>& prefix, std::shared_ptr<const Grammar> g,
+                                            int n) {
     std::vector<int> min_after(n, -1);
-    int best = 1 << 30;
-    bool any = false;
-    for (int t = 0; t < n; ++t) {
-      if (t >= (*vocab_)->size()) break;
+    for (int t = 0; t < n && t < (*vocab_)->size(); ++t) {
       GrammarConstraint c(g, *vocab_);
       for (int32_t p : prefix) EXPECT_TRUE(c.Accept(p).ok());
-      if (!c.Accept(t).ok()) continue;
-      min_after[t] = c.MinCharsToEnd();
-      best = std::min(best, min_after[t]);
-      if (min_after[t] <= tokens_left - 1) any = true;
+      if (c.Accept(t).ok()) min_after[t] = c.MinCharsToEnd();
     }
-    if (!any && base_state.CanEnd()) return std::vector<uint8_t>(n, 0);  // only end-of-sequence
+    return min_after;
+  }
+
+  // The mask the contract asks for: viable tokens whose completion fits
+  // tokens_left − 1; if none fits, nothing when the output is complete, else
+  // the viable tokens with the shortest completion.
+  static std::vector<uint8_t> Expected(const std::vector<int>& min_after, bool can_end, int tokens_left) {
+    int best = 1 << 30;
+    for (int m : min_after) {
+      if (m >= 0) best = std::min(best, m);
+    }
+    const bool any = best <= tokens_left - 1;
+    std::vector<uint8_t> out(min_after.size(), 0);
+    if (!any && can_end) return out;  // only end-of-sequence
     const int limit = any ? tokens_left - 1 : best;
-    std::vector<uint8_t> out(n, 0);
-    for (int t = 0; t < n; ++t) out[t] = min_after[t] >= 0 && min_after[t] <= limit;
+    for (size_t t = 0; t < min_after.size(); ++t) out[t] = min_after[t] >= 0 && min_after[t] <= limit;
     return out;
   }
 
@@ -245,7 +249,9 @@ TEST_F(GrammarVocabTest, VocabularyHasEveryByte) {
   for (int t = 0; t < (*vocab_)->size(); ++t) {
     const std::string& b = (*vocab_)->TokenBytes(t);
     if (b.size() == 1) seen[static_cast<uint8_t>(b[0])] = true;
-    if (tokenizer_->IsSpecial(t)) EXPECT_TRUE(b.empty()) << t;
+    if (tokenizer_->IsSpecial(t)) {
+      EXPECT_TRUE(b.empty()) << t;
+    }
   }
   for (int c = 0; c < 256; ++c) EXPECT_TRUE(seen[c]) << c;
 }
@@ -268,11 +274,17 @@ TEST_F(GrammarVocabTest, FillAllowedEqualsBruteForce) {
       GrammarConstraint c(g, *vocab_);
       std::vector<int32_t> prefix;
       for (int step = 0; step < 25; ++step) {
-        const int tokens_left = std::uniform_int_distribution<int>(1, 40)(rng);
-        std::vector<uint8_t> got(n, 0);
-        c.FillAllowed(tokens_left, got);
-        std::vector<uint8_t> want = BruteForce(c, prefix, g, tokens_left, n);
-        ASSERT_EQ(got, want) << "grammar " << text.substr(0, 40) << " step " << step << " tokens_left " << tokens_left;
+        const std::vector<int> min_after = MinAfterEachToken(prefix, g, n);
+        // Twice per state with different budgets: the second call is
+        // served from the constraint's mask cache.
+        for (int k = 0; k < 2; ++k) {
+          const int tokens_left = std::uniform_int_distribution<int>(1, 40)(rng);
+          std::vector<uint8_t> got(n, 0);
+          c.FillAllowed(tokens_left, got);
+          ASSERT_EQ(got, Expected(min_after, c.CanEnd(), tokens_left))
+              << "grammar " << text.substr(0, 40) << " step " << step << " tokens_left " << tokens_left;
+          for (uint8_t x : got) compared_allowed += x;
+        }
         ++states;
         // Continue with an allowed token, ignoring the budget (so states
         // near and far from the end both occur).
@@ -281,7 +293,6 @@ TEST_F(GrammarVocabTest, FillAllowedEqualsBruteForce) {
         std::vector<int32_t> ids;
         for (int t = 0; t < n; ++t) {
           if (wide[t]) ids.push_back(t);
-          compared_allowed += got[t];
         }
         if (ids.empty()) break;
         const int32_t t = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];

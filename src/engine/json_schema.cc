@@ -177,7 +177,10 @@ std::string JsonCharSet(const Ranges& in) {
     }
     for (auto p : parts) {
       cls += ClassChar(p.first);
-      if (p.second > p.first) cls += "-" + ClassChar(p.second);
+      if (p.second > p.first) {
+        cls += '-';
+        cls += ClassChar(p.second);
+      }
     }
   }
   if (!cls.empty()) alts.push_back("[" + cls + "]");

@@ -303,6 +303,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       ->check(CLI::PositiveNumber);
   c.grammar->add_option("--repetitions", g.repetitions, "Decode runs, best kept (default 3)")
       ->check(CLI::PositiveNumber);
+  c.grammar->add_option("--tokenizer", g.tokenizer_path,
+                        "Time the mask over this tokenizer.json's vocabulary instead of the model's");
   c.grammar->add_flag("--json", c.grammar_json, "Print the result as JSON");
 }
 

@@ -21,8 +21,10 @@
 // partial UTF-8 sequence carried across tokens (a token may end inside a
 // code point). FillAllowed walks the vocabulary's byte trie once, pruning a
 // subtree as soon as no stack survives its prefix, and caches the states it
-// meets with their byte transitions (≤ about 1.1 MB per constraint), so a
-// step in a state seen before costs little more than the walk. Special
+// meets with their byte transitions (≤ about 1.1 MB per constraint) and the
+// allowed tokens of the last 4 states it started from (8 bytes per allowed
+// token), so a step that starts in a state seen before — every step of a
+// model rambling inside a string — skips the walk. Special
 // tokens, tokens with no bytes and tokens longer than 1 KiB are never
 // allowed.
 //

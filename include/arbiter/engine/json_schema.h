@@ -60,11 +60,13 @@
 namespace arbiter {
 
 // JSON schema (JSON text) → GBNF text with start rule `root_rule`.
-// REQUIRES: root_rule matches [a-zA-Z0-9-]+.
+// Errors: as above; kInvalidArgument also when root_rule is not
+// [a-zA-Z0-9-]+.
 Result<std::string> JsonSchemaToGbnf(std::string_view schema_json, std::string_view root_rule = "root");
 
 // Any JSON object (response_format json_object), start rule `root_rule`,
 // named as JsonSchemaToGbnf's.
+// REQUIRES: root_rule matches [a-zA-Z0-9-]+.
 std::string JsonObjectGbnf(std::string_view root_rule = "root");
 
 }  // namespace arbiter
