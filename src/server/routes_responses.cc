@@ -176,7 +176,7 @@ json OutputOf(const TextResult& r, const std::string& message_id,
 }
 
 void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGeneration& gen,
-                          const ResponseShape& shape) {
+                          const ResponseShape& shape, TextRun& metrics) {
   bool client_ok = true;
   bool started = false;
   int sequence = 0;
@@ -211,6 +211,7 @@ void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGenerati
                   {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
   };
   TextCallback on_text = [&](std::string_view delta) {
+    metrics.FirstToken();
     if (sequence == 0) {
       event({{"type", "response.created"}, {"response", ResponseJson(shape, nullptr, json::array())}});
       event({{"type", "response.in_progress"},
@@ -244,6 +245,8 @@ void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGenerati
     event({{"type", "response.created"}, {"response", ResponseJson(shape, nullptr, json::array())}});
     event({{"type", "response.in_progress"}, {"response", ResponseJson(shape, nullptr, json::array())}});
   }
+  metrics.Finished(result->generation.prompt_tokens,
+                   static_cast<int>(result->generation.output_ids.size()));
   std::vector<std::string> call_ids;
   for (ToolCall& c : result->tool_calls) {
     c.id = NewToolCallId();
@@ -333,12 +336,20 @@ void HandleResponses(ServerContext& ctx, const http::Request& req, http::Respond
   }
   Result<std::unique_ptr<TextGeneration>> gen = ctx.runtime->StartText(std::move(t));
   if (!gen.ok()) return SendStatus(out, gen.status());
-  if (r.stream) return RunStreamingResponse(ctx, out, **gen, shape);
-  Result<TextResult> result = (*gen)->Run([](std::string_view) { return true; }, out.cancel_token());
+  TextRun metrics = ctx.metrics->StartTextRun(shape.model);
+  if (r.stream) return RunStreamingResponse(ctx, out, **gen, shape, metrics);
+  Result<TextResult> result = (*gen)->Run(
+      [&metrics](std::string_view) {
+        metrics.FirstToken();
+        return true;
+      },
+      out.cancel_token());
   if (!result.ok()) return SendStatus(out, result.status());
   if (result->generation.finish_reason == FinishReason::kCancelled) {
     return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
   }
+  metrics.Finished(result->generation.prompt_tokens,
+                   static_cast<int>(result->generation.output_ids.size()));
   std::vector<std::string> call_ids;
   for (ToolCall& c : result->tool_calls) {
     c.id = NewToolCallId();
