@@ -175,6 +175,19 @@ json OutputOf(const TextResult& r, const std::string& message_id,
   return output;
 }
 
+// A finished run: its metrics recorded, ids given to its tool calls;
+// returns the calls' output item ids ("fc_…").
+std::vector<std::string> FinishRun(TextRun& metrics, TextResult* result) {
+  metrics.Finished(result->generation.prompt_tokens,
+                   static_cast<int>(result->generation.output_ids.size()));
+  std::vector<std::string> call_ids;
+  for (ToolCall& c : result->tool_calls) {
+    c.id = NewToolCallId();
+    call_ids.push_back(NewItemId("fc"));
+  }
+  return call_ids;
+}
+
 void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGeneration& gen,
                           const ResponseShape& shape, TextRun& metrics) {
   bool client_ok = true;
@@ -245,13 +258,7 @@ void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGenerati
     event({{"type", "response.created"}, {"response", ResponseJson(shape, nullptr, json::array())}});
     event({{"type", "response.in_progress"}, {"response", ResponseJson(shape, nullptr, json::array())}});
   }
-  metrics.Finished(result->generation.prompt_tokens,
-                   static_cast<int>(result->generation.output_ids.size()));
-  std::vector<std::string> call_ids;
-  for (ToolCall& c : result->tool_calls) {
-    c.id = NewToolCallId();
-    call_ids.push_back(NewItemId("fc"));
-  }
+  const std::vector<std::string> call_ids = FinishRun(metrics, &*result);
   int index = 0;
   if (message_open || result->tool_calls.empty()) {
     open_message();
@@ -348,13 +355,7 @@ void HandleResponses(ServerContext& ctx, const http::Request& req, http::Respond
   if (result->generation.finish_reason == FinishReason::kCancelled) {
     return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
   }
-  metrics.Finished(result->generation.prompt_tokens,
-                   static_cast<int>(result->generation.output_ids.size()));
-  std::vector<std::string> call_ids;
-  for (ToolCall& c : result->tool_calls) {
-    c.id = NewToolCallId();
-    call_ids.push_back(NewItemId("fc"));
-  }
+  const std::vector<std::string> call_ids = FinishRun(metrics, &*result);
   SendJson(out, 200, Dump(ResponseJson(shape, &*result, OutputOf(*result, NewItemId("msg"), call_ids))));
 }
 
