@@ -102,6 +102,30 @@ test('generate, streamed and not', async () => {
   assert.equal(text, r.response);
 });
 
+test('format: json and a JSON schema give output that parses, and tools give tool_calls', async () => {
+  const j = await ollama.chat({
+    model: 'demo-chat', format: 'json', messages: [{ role: 'user', content: 'json' }],
+    options: { num_predict: 30, seed: 3 },
+  });
+  assert.equal(typeof JSON.parse(j.message.content), 'object');
+  const schema = { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } },
+                   required: ['city', 'days'] };
+  const g = await ollama.generate({ model: 'demo-chat', prompt: 'a trip', format: schema,
+                                    options: { num_predict: 60, seed: 4 } });
+  const o = JSON.parse(g.response);
+  assert.equal(typeof o.city, 'string');
+  assert.ok(Number.isInteger(o.days), g.response);
+  // Ollama has no tool_choice: with the random demo model a call is not
+  // guaranteed, but whatever comes back is well-formed.
+  const t = await ollama.chat({
+    model: 'demo-chat', messages: [{ role: 'user', content: 'weather in Paris?' }],
+    tools: [{ type: 'function', function: { name: 'get_weather', description: 'weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }],
+    options: { num_predict: 16 },
+  });
+  for (const c of t.message.tool_calls ?? []) assert.equal(typeof c.function.arguments, 'object');
+});
+
 test('embed: one vector per input', async () => {
   const r = await ollama.embed({ model: 'demo-embed', input: ['first text', 'second text'] });
   assert.equal(r.embeddings.length, 2);
