@@ -325,6 +325,13 @@ void HandleImages(ServerContext& ctx, const http::Request& req, http::Responder&
 
 }  // namespace
 
+Status AddChatImages(const ServerContext& ctx, const std::vector<ChatImagePart>& parts,
+                     TextRequest* request) {
+  if (parts.empty()) return OkStatus();
+  ARBITER_ASSIGN_OR_RETURN(request->images, ChatImagesOf(ctx, parts));
+  return OkStatus();
+}
+
 Result<std::vector<ChatImage>> ChatImagesOf(const ServerContext& ctx,
                                             const std::vector<ChatImagePart>& parts) {
   std::vector<ChatImage> out;

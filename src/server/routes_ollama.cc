@@ -360,11 +360,7 @@ void HandleText(ServerContext& ctx, const http::Request& req, http::Responder& o
     return SendOllamaError(out, st);
   }
   if (r.load_only) return LoadOnly(ctx, out, r, chat_api);
-  if (!r.images.empty()) {
-    Result<std::vector<ChatImage>> images = ChatImagesOf(ctx, r.images);
-    if (!images.ok()) return SendOllamaError(out, images.status());
-    r.text.images = std::move(images).value();
-  }
+  if (Status st = AddChatImages(ctx, r.images, &r.text); !st.ok()) return SendOllamaError(out, st);
   OllamaJob job;
   job.chat_api = chat_api;
   job.model = r.text.model;

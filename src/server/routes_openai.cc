@@ -300,11 +300,7 @@ void HandleChat(ServerContext& ctx, const http::Request& req, http::Responder& o
   t.messages = std::move(r.messages);
   t.tools = std::move(r.tools.tools);
   t.tool_choice = r.tools.choice;
-  if (!r.images.empty()) {
-    Result<std::vector<ChatImage>> images = ChatImagesOf(ctx, r.images);
-    if (!images.ok()) return SendStatus(out, images.status());
-    t.images = std::move(images).value();
-  }
+  if (Status st = AddChatImages(ctx, r.images, &t); !st.ok()) return SendStatus(out, st);
   RunText(ctx, out, std::move(t), r.n, r.stream, r.include_usage,
           r.logprobs ? r.top_logprobs : -1);
 }

@@ -336,11 +336,7 @@ void HandleResponses(ServerContext& ctx, const http::Request& req, http::Respond
   t.constraint_text = std::move(r.format.text);
   t.tools = std::move(r.tools.tools);
   t.tool_choice = r.tools.choice;
-  if (!r.images.empty()) {
-    Result<std::vector<ChatImage>> images = ChatImagesOf(ctx, r.images);
-    if (!images.ok()) return SendStatus(out, images.status());
-    t.images = std::move(images).value();
-  }
+  if (Status st = AddChatImages(ctx, r.images, &t); !st.ok()) return SendStatus(out, st);
   Result<std::unique_ptr<TextGeneration>> gen = ctx.runtime->StartText(std::move(t));
   if (!gen.ok()) return SendStatus(out, gen.status());
   TextRun metrics = ctx.metrics->StartTextRun(shape.model);

@@ -77,5 +77,8 @@ bool ProxyIfProcessModel(ServerContext& ctx, const http::Request& req, http::Res
 // max_image_bytes). Errors: kInvalidRequest naming the part.
 Result<std::vector<ChatImage>> ChatImagesOf(const ServerContext& ctx,
                                             const std::vector<ChatImagePart>& parts);
+// ChatImagesOf into `request->images` (nothing when `parts` is empty).
+Status AddChatImages(const ServerContext& ctx, const std::vector<ChatImagePart>& parts,
+                     TextRequest* request);
 
 }  // namespace arbiter::server_internal
