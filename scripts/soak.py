@@ -255,7 +255,8 @@ BAD_BODIES = (
     b'{"model": "chat-a", "messages": [',                                  # truncated JSON
     b'{"model": "chat-a", "messages": [{"role": "user", "content": "x"}], "temperature": 5}',
     b'{"model": "chat-a"}',                                                # no messages
-    b'{"model": "chat-a", "messages": [{"role": "user", "content": "x"}], "n": 2}',
+    b'{"model": "chat-a", "messages": [{"role": "user", "content": "x"}], "n": 17}',  # n is 1..16
+    b'{"model": "chat-a", "messages": [{"role": "user", "content": "x"}], "best_of": 2}',  # unknown to chat
     b'{"model": "chat-a", "messages": [{"role": "wizard", "content": "x"}]}',
     b'[1, 2, 3]',
 )
