@@ -26,15 +26,16 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-# AddressSanitizer + UndefinedBehaviorSanitizer build running the unit tests.
+# AddressSanitizer + UndefinedBehaviorSanitizer build running the unit tests
+# (only the unit test binaries are built: target unit_tests).
 # LeakSanitizer is on explicitly (detect_leaks=1): a leak fails the test. Any
 # UBSan report fails it too (halt_on_error, with a stack trace).
 ASAN_ENV = ASAN_OPTIONS="detect_leaks=1 abort_on_error=0 $(ASAN_OPTIONS)" \
            UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 $(UBSAN_OPTIONS)"
 test-asan: deps
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_SANITIZE=ON
-	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
-	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure -j $(JOBS) -L unit
+	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS) --target unit_tests
+	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS) -L unit
 
 # ThreadSanitizer build (gcc's libtsan) running the tests labelled `tsan`: the
 # test binaries that start threads, marked arbiter_test(... TSAN) in CMake.
