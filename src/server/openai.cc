@@ -12,13 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/base/mutex.h"
+#include "server/internal/json_fields.h"
 
 namespace arbiter {
 namespace {
 
 using json = nlohmann::json;
+using server_internal::DumpJson;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json UsageObject(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
@@ -57,21 +58,33 @@ std::string_view OpenAIFinishReason(FinishReason reason) {
   return reason == FinishReason::kLength ? "length" : "stop";
 }
 
-std::string NewCompletionId(std::string_view prefix) {
+namespace {
+
+// `n` random 64-bit words from one process-wide generator.
+std::vector<uint64_t> RandomWords(int n) {
   static Mutex mu;
   static std::mt19937_64 rng(std::random_device{}());
-  uint64_t a, b;
-  {
-    MutexLock l(&mu);
-    a = rng();
-    b = rng();
-  }
-  return fmt::format("{}-{:016x}{:08x}", prefix, a, static_cast<uint32_t>(b));
+  std::vector<uint64_t> out(n);
+  MutexLock l(&mu);
+  for (uint64_t& w : out) w = rng();
+  return out;
+}
+
+}  // namespace
+
+std::string NewCompletionId(std::string_view prefix) {
+  const std::vector<uint64_t> w = RandomWords(2);
+  return fmt::format("{}-{:016x}{:08x}", prefix, w[0], static_cast<uint32_t>(w[1]));
 }
 
 std::string NewToolCallId() {
-  const std::string id = NewCompletionId("call");  // "call-<24 hex>"
-  return "call_" + id.substr(5);
+  const std::vector<uint64_t> w = RandomWords(2);
+  return fmt::format("call_{:016x}{:08x}", w[0], static_cast<uint32_t>(w[1]));
+}
+
+std::string NewItemId(std::string_view prefix) {
+  const std::vector<uint64_t> w = RandomWords(3);
+  return fmt::format("{}_{:016x}{:016x}{:016x}", prefix, w[0], w[1], w[2]);
 }
 
 namespace {
@@ -107,7 +120,7 @@ json CompletionLogprobs(const std::vector<LogprobToken>& tokens, size_t offset) 
     toks.push_back(t.bytes);
     lps.push_back(LogprobValue(t.logprob));
     json top = json::object();
-    for (const auto& [bytes, lp] : t.top) top[json(bytes).dump(-1, ' ', false, json::error_handler_t::replace)] = LogprobValue(lp);
+    for (const auto& [bytes, lp] : t.top) top[DumpJson(json(bytes))] = LogprobValue(lp);
     tops.push_back(std::move(top));
     offsets.push_back(offset);
     offset += t.bytes.size();
@@ -155,7 +168,7 @@ std::string ChatCompletionJson(const std::string& id, int64_t created, const std
             {"model", model},
             {"choices", std::move(out)},
             {"usage", UsageObject(usage)}};
-  return Dump(j);
+  return DumpJson(j);
 }
 
 std::string CompletionJson(const std::string& id, int64_t created, const std::string& model,
@@ -175,7 +188,7 @@ std::string CompletionJson(const std::string& id, int64_t created, const std::st
             {"model", model},
             {"choices", std::move(out)},
             {"usage", UsageObject(usage)}};
-  return Dump(j);
+  return DumpJson(j);
 }
 
 std::string EmbeddingsJson(const std::string& model, const std::vector<std::vector<float>>& vectors,
@@ -197,7 +210,7 @@ std::string EmbeddingsJson(const std::string& model, const std::vector<std::vect
             {"data", std::move(data)},
             {"model", model},
             {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
-  return Dump(j);
+  return DumpJson(j);
 }
 
 std::string ChatChunkJson(const std::string& id, int64_t created, const std::string& model,
@@ -215,7 +228,7 @@ std::string ChatChunkJson(const std::string& id, int64_t created, const std::str
             {"model", model},
             {"choices", json::array({std::move(choice)})}};
   if (with_usage_null) j["usage"] = nullptr;
-  return Dump(j);
+  return DumpJson(j);
 }
 
 std::string CompletionChunkJson(const std::string& id, int64_t created, const std::string& model,
@@ -232,20 +245,20 @@ std::string CompletionChunkJson(const std::string& id, int64_t created, const st
             {"model", model},
             {"choices", json::array({std::move(choice)})}};
   if (with_usage_null) j["usage"] = nullptr;
-  return Dump(j);
+  return DumpJson(j);
 }
 
 std::string UsageChunkJson(const std::string& id, int64_t created, const std::string& model,
                            std::string_view object, const Usage& usage) {
   json j = {{"id", id},       {"object", object},         {"created", created},
             {"model", model}, {"choices", json::array()}, {"usage", UsageObject(usage)}};
-  return Dump(j);
+  return DumpJson(j);
 }
 
 std::string ErrorJson(std::string_view message, std::string_view type, std::string_view code) {
   json err = {{"message", message}, {"type", type}};
   err["code"] = code.empty() ? json(nullptr) : json(code);
-  return Dump(json{{"error", std::move(err)}});
+  return DumpJson(json{{"error", std::move(err)}});
 }
 
 std::string SseData(std::string_view payload) {

@@ -18,7 +18,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
 
@@ -82,7 +81,7 @@ Status ParseN(const json& j, int* n) {
 // A JSON schema given as an object: its text for the grammar compiler.
 Result<std::string> SchemaText(const json& schema, std::string_view field) {
   if (!schema.is_object()) return TypeError(field, "a JSON schema object");
-  return Dump(schema);
+  return DumpJson(schema);
 }
 
 // response_format {"type": "text" | "json_object" | "json_schema",

@@ -107,7 +107,7 @@ void HandleDetokenize(ServerContext& ctx, const http::Request& req, http::Respon
   Result<std::string> text = ctx.runtime->Detokenize(*name, ids);
   if (!text.ok()) return SendStatus(out, text.status());
   SendJson(out, 200,
-           json{{"content", *text}}.dump(-1, ' ', false, json::error_handler_t::replace));
+           DumpJson(json{{"content", *text}}));
 }
 
 void HandleProps(ServerContext& ctx, const http::Request& req, http::Responder& out) {

@@ -33,6 +33,7 @@
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
+#include "server/internal/json_fields.h"
 #include "server/internal/ollama.h"
 
 namespace arbiter::server_internal {
@@ -61,9 +62,7 @@ void SendOllamaError(http::Responder& out, const Status& status) {
   if (e.bug) spdlog::error("bug: unexpected error: {}", status.ToString());
   std::vector<std::pair<std::string, std::string>> headers;
   if (e.retry_after_s > 0) headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
-  SendJson(out, e.status, json{{"error", status.message()}}.dump(-1, ' ', false,
-                                                                 json::error_handler_t::replace),
-           std::move(headers));
+  SendJson(out, e.status, DumpJson(json{{"error", status.message()}}), std::move(headers));
 }
 
 Status BadRequest(const Status& s) { return s.WithReason(ErrorReason::kInvalidRequest); }
@@ -257,7 +256,7 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
         return false;
       }
     }
-    if (!out.Write(j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n")) {
+    if (!out.Write(DumpJson(j) + "\n")) {
       client_ok = false;
     }
     return client_ok;
@@ -297,7 +296,7 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
       j["message"]["tool_calls"] = ToolCallsJson(result->tool_calls);
     }
     AddDone(job, g, &j);
-    return SendJson(out, 200, j.dump(-1, ' ', false, json::error_handler_t::replace));
+    return SendJson(out, 200, DumpJson(j));
   }
   if (job.with_tools) {  // the buffered output, calls parsed, in one chunk
     json j = Chunk(job, ContentOf(*result));

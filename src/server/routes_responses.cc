@@ -21,38 +21,21 @@
 // response.incomplete). Text is streamed as it is generated; a tool call is
 // sent whole once generated (Note [Tool-call hold-back] in runtime text.cc).
 #include <ctime>
-#include <random>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "arbiter/base/mutex.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
+#include "server/internal/json_fields.h"
 
 namespace arbiter::server_internal {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// "<prefix>_<48 hex>", random.
-std::string NewItemId(std::string_view prefix) {
-  static Mutex mu;
-  static std::mt19937_64 rng(std::random_device{}());
-  uint64_t a, b, c;
-  {
-    MutexLock l(&mu);
-    a = rng();
-    b = rng();
-    c = rng();
-  }
-  return fmt::format("{}_{:016x}{:016x}{:016x}", prefix, a, b, c);
-}
 
 json ToolChoiceJson(const ToolChoice& c) {
   switch (c.mode) {
@@ -205,7 +188,7 @@ void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGenerati
     }
     data["sequence_number"] = sequence++;
     const std::string type = data["type"].get<std::string>();
-    if (!out.Write("event: " + type + "\n" + SseData(Dump(data)))) client_ok = false;
+    if (!out.Write("event: " + type + "\n" + SseData(DumpJson(data)))) client_ok = false;
     return client_ok;
   };
   const std::string message_id = NewItemId("msg");
@@ -352,7 +335,7 @@ void HandleResponses(ServerContext& ctx, const http::Request& req, http::Respond
     return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
   }
   const std::vector<std::string> call_ids = FinishRun(metrics, &*result);
-  SendJson(out, 200, Dump(ResponseJson(shape, &*result, OutputOf(*result, NewItemId("msg"), call_ids))));
+  SendJson(out, 200, DumpJson(ResponseJson(shape, &*result, OutputOf(*result, NewItemId("msg"), call_ids))));
 }
 
 }  // namespace

@@ -198,6 +198,8 @@ std::string_view OpenAIFinishReason(FinishReason reason);
 std::string NewCompletionId(std::string_view prefix);
 // A tool call's id: "call_<24 hex>"; random, thread-safe.
 std::string NewToolCallId();
+// A Responses API id: "<prefix>_<48 hex>" (resp, msg, fc); random, thread-safe.
+std::string NewItemId(std::string_view prefix);
 
 // One generated token for logprobs: its bytes in the vocabulary (they may
 // be part of a UTF-8 sequence: `token` is then written with U+FFFD, `bytes`

@@ -71,6 +71,8 @@ Result<nlohmann::json> ParseBody(std::string_view body) {
 }
 
 // Looks up `key`; nullptr when absent or null.
+std::string DumpJson(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 const nlohmann::json* Field(const nlohmann::json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
@@ -81,60 +83,71 @@ Status TypeError(std::string_view field, std::string_view what) {
   return InvalidArgumentError(fmt::format("\"{}\" must be {}", field, what));
 }
 
-Status GetString(const json& obj, const char* key, bool required, std::string* out) {
+Status GetString(const json& obj, const char* key, bool required, std::string* out,
+                 std::string_view name) {
+  if (name.empty()) name = key;
   const json* f = Field(obj, key);
   if (f == nullptr) {
-    if (required) return InvalidArgumentError(fmt::format("\"{}\" is required", key));
+    if (required) return InvalidArgumentError(fmt::format("\"{}\" is required", name));
     return OkStatus();
   }
-  if (!f->is_string()) return TypeError(key, "a string");
+  if (!f->is_string()) return TypeError(name, "a string");
   *out = f->get<std::string>();
   if (required && out->empty()) {
-    return InvalidArgumentError(fmt::format("\"{}\" must not be empty", key));
+    return InvalidArgumentError(fmt::format("\"{}\" must not be empty", name));
   }
   return OkStatus();
 }
 
-Status GetBool(const json& obj, const char* key, bool* out) {
+Status GetBool(const json& obj, const char* key, bool* out, std::string_view name) {
+  if (name.empty()) name = key;
   const json* f = Field(obj, key);
   if (f == nullptr) return OkStatus();
-  if (!f->is_boolean()) return TypeError(key, "a boolean");
+  if (!f->is_boolean()) return TypeError(name, "a boolean");
   *out = f->get<bool>();
   return OkStatus();
 }
 
 // An integer (a float with an integral value is accepted) in [lo, hi].
 Status GetInt(const json& obj, const char* key, int64_t lo, int64_t hi, std::string_view what,
-              std::optional<int64_t>* out) {
+              std::optional<int64_t>* out, std::string_view name) {
+  if (name.empty()) name = key;
   const json* f = Field(obj, key);
   if (f == nullptr) return OkStatus();
+  // Outside int64 (an unsigned above INT64_MAX, a float beyond ±9e18) is
+  // outside every range; converting it would be undefined.
+  bool huge = false;
   int64_t v = 0;
   if (f->is_number_unsigned()) {
-    uint64_t u = f->get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return TypeError(key, what);
-    v = static_cast<int64_t>(u);
+    const uint64_t u = f->get<uint64_t>();
+    huge = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    if (!huge) v = static_cast<int64_t>(u);
   } else if (f->is_number_integer()) {
     v = f->get<int64_t>();
   } else if (f->is_number_float()) {
-    double d = f->get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9e18) return TypeError(key, what);
-    v = static_cast<int64_t>(d);
+    const double d = f->get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d) return TypeError(name, what);
+    huge = std::fabs(d) > 9e18;
+    if (!huge) v = static_cast<int64_t>(d);
   } else {
-    return TypeError(key, what);
+    return TypeError(name, what);
   }
-  if (v < lo || v > hi) return TypeError(key, what);
+  if (huge || v < lo || v > hi) {
+    return InvalidArgumentError(fmt::format("\"{}\" must be {} (got {})", name, what, f->dump()));
+  }
   *out = v;
   return OkStatus();
 }
 
 Status GetNumber(const json& obj, const char* key, double lo, double hi, bool lo_open,
-                 std::string_view range, std::optional<double>* out) {
+                 std::string_view range, std::optional<double>* out, std::string_view name) {
+  if (name.empty()) name = key;
   const json* f = Field(obj, key);
   if (f == nullptr) return OkStatus();
-  if (!f->is_number()) return TypeError(key, "a number");
+  if (!f->is_number()) return TypeError(name, "a number");
   double v = f->get<double>();
   if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) {
-    return InvalidArgumentError(fmt::format("\"{}\" must be {} (got {})", key, range, v));
+    return InvalidArgumentError(fmt::format("\"{}\" must be {} (got {})", name, range, v));
   }
   *out = v;
   return OkStatus();

@@ -25,18 +25,25 @@ namespace arbiter::server_internal {
 // Parses a request body that must be a JSON object nesting at most 128
 // levels. Errors: kInvalidArgument "request body is not valid JSON: ...".
 Result<nlohmann::json> ParseBody(std::string_view body);
+// Compact JSON text; invalid UTF-8 in strings becomes U+FFFD (what every
+// response body and NDJSON / SSE line is written with).
+std::string DumpJson(const nlohmann::json& j);
 // Looks up `key`; nullptr when absent or null.
 const nlohmann::json* Field(const nlohmann::json& obj, const char* key);
 // kInvalidArgument `"field" must be what`.
 Status TypeError(std::string_view field, std::string_view what);
-Status GetString(const nlohmann::json& obj, const char* key, bool required, std::string* out);
-Status GetBool(const nlohmann::json& obj, const char* key, bool* out);
-// An integer (a float with an integral value is accepted) in [lo, hi].
+// The getters read `key` of `obj` and name the field `name` in their errors
+// (empty: `key`; e.g. "options.temperature" when reading Ollama's options).
+Status GetString(const nlohmann::json& obj, const char* key, bool required, std::string* out,
+                 std::string_view name = {});
+Status GetBool(const nlohmann::json& obj, const char* key, bool* out, std::string_view name = {});
+// An integer (a float with an integral value is accepted) in [lo, hi];
+// `what` words the expectation ("an integer between 1 and 16").
 Status GetInt(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi,
-              std::string_view what, std::optional<int64_t>* out);
+              std::string_view what, std::optional<int64_t>* out, std::string_view name = {});
 // A finite number in [lo, hi] ((lo, hi] when lo_open); `range` words it.
 Status GetNumber(const nlohmann::json& obj, const char* key, double lo, double hi, bool lo_open,
-                 std::string_view range, std::optional<double>* out);
+                 std::string_view range, std::optional<double>* out, std::string_view name = {});
 
 // Issue 15 point 1, "no field is silently ignored": kInvalidArgument
 // `unrecognized field "<prefix><key>" ...` for the first key of `obj` not

@@ -37,57 +37,16 @@ using json = nlohmann::json;
 
 Status Bad(std::string message) { return InvalidArgumentError(std::move(message)); }
 
-// A finite number at `obj[key]`, named `name` in errors.
+// The shared field getters (json_fields.h), naming the field `name`.
 Status Number(const json& obj, const char* key, std::string_view name, double lo, double hi,
               bool lo_open, std::optional<double>* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  if (!f->is_number()) return TypeError(name, "a number");
-  const double v = f->get<double>();
-  if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) {
-    return Bad(fmt::format("\"{}\" must be in {}{}, {}] (got {})", name, lo_open ? "(" : "[", lo,
-                           hi, v));
-  }
-  *out = v;
-  return OkStatus();
+  return GetNumber(obj, key, lo, hi, lo_open,
+                   fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi), out, name);
 }
 
 Status Integer(const json& obj, const char* key, std::string_view name, int64_t lo, int64_t hi,
                std::optional<int64_t>* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  if (!f->is_number()) return TypeError(name, "an integer");
-  const double d = f->get<double>();
-  if (!std::isfinite(d) || std::floor(d) != d) return TypeError(name, "an integer");
-  // Out of int64 (a huge float, an unsigned above INT64_MAX): out of range.
-  const bool huge = f->is_number_float()
-                        ? std::fabs(d) >= 9.2e18
-                        : f->is_number_unsigned() &&
-                              f->get<uint64_t>() >
-                                  static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  const int64_t v = huge ? 0 : f->is_number_float() ? static_cast<int64_t>(d) : f->get<int64_t>();
-  if (huge || v < lo || v > hi) {
-    return Bad(fmt::format("\"{}\" must be an integer in [{}, {}] (got {})", name, lo, hi,
-                           f->dump()));
-  }
-  *out = v;
-  return OkStatus();
-}
-
-Status Flag(const json& obj, const char* key, std::string_view name, bool* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  if (!f->is_boolean()) return TypeError(name, "a boolean");
-  *out = f->get<bool>();
-  return OkStatus();
-}
-
-Status Str(const json& obj, const char* key, std::string_view name, std::string* out) {
-  const json* f = Field(obj, key);
-  if (f == nullptr) return OkStatus();
-  if (!f->is_string()) return TypeError(name, "a string");
-  *out = f->get<std::string>();
-  return OkStatus();
+  return GetInt(obj, key, lo, hi, fmt::format("an integer in [{}, {}]", lo, hi), out, name);
 }
 
 // 400 for the first key of `obj` not in `known`.
@@ -196,7 +155,7 @@ Status ParseOptions(const json& body, OllamaTextRequest* r) {
   if (d && *d != 1.0) return Bad("\"options.typical_p\" is not supported (only 1, off)");
   d.reset();
   bool penalize_newline = false;
-  ARBITER_RETURN_IF_ERROR(Flag(*o, "penalize_newline", "options.penalize_newline", &penalize_newline));
+  ARBITER_RETURN_IF_ERROR(GetBool(*o, "penalize_newline", &penalize_newline, "options.penalize_newline"));
   if (penalize_newline) return Bad("\"options.penalize_newline\" is not supported (only false)");
   ARBITER_RETURN_IF_ERROR(Integer(*o, "repeat_last_n", "options.repeat_last_n", -1, 1 << 30, &i));
   if (i && *i != -1 && !(*i == 0 && !any_penalty)) {
@@ -275,16 +234,16 @@ Status ParseTools(const json& body, TextRequest* t) {
     if (!tool.is_object()) return TypeError(name, "an object");
     ARBITER_RETURN_IF_ERROR(OnlyKnown(tool, {"type", "function"}, name + ".", "/api/chat"));
     std::string type = "function";
-    ARBITER_RETURN_IF_ERROR(Str(tool, "type", name + ".type", &type));
+    ARBITER_RETURN_IF_ERROR(GetString(tool, "type", false, &type, name + ".type"));
     if (type != "function") return TypeError(name + ".type", "\"function\"");
     const json* fn = Field(tool, "function");
     if (fn == nullptr || !fn->is_object()) return TypeError(name + ".function", "an object");
     ARBITER_RETURN_IF_ERROR(
         OnlyKnown(*fn, {"name", "description", "parameters"}, name + ".function.", "/api/chat"));
     ToolDefinition d;
-    ARBITER_RETURN_IF_ERROR(Str(*fn, "name", name + ".function.name", &d.name));
+    ARBITER_RETURN_IF_ERROR(GetString(*fn, "name", false, &d.name, name + ".function.name"));
     if (d.name.empty()) return Bad(fmt::format("\"{}.function.name\" is required", name));
-    ARBITER_RETURN_IF_ERROR(Str(*fn, "description", name + ".function.description", &d.description));
+    ARBITER_RETURN_IF_ERROR(GetString(*fn, "description", false, &d.description, name + ".function.description"));
     if (const json* p = Field(*fn, "parameters")) {
       if (!p->is_object()) return TypeError(name + ".function.parameters", "a JSON schema object");
       d.parameters = p->dump();
@@ -306,8 +265,8 @@ Status ParseToolCalls(const json& calls, std::string_view field, ChatMessage* m)
     ARBITER_RETURN_IF_ERROR(
         OnlyKnown(*fn, {"index", "name", "arguments"}, name + ".function.", "/api/chat"));
     ToolCall call;
-    ARBITER_RETURN_IF_ERROR(Str(c, "id", name + ".id", &call.id));
-    ARBITER_RETURN_IF_ERROR(Str(*fn, "name", name + ".function.name", &call.name));
+    ARBITER_RETURN_IF_ERROR(GetString(c, "id", false, &call.id, name + ".id"));
+    ARBITER_RETURN_IF_ERROR(GetString(*fn, "name", false, &call.name, name + ".function.name"));
     if (call.name.empty()) return Bad(fmt::format("\"{}.function.name\" is required", name));
     const json* args = Field(*fn, "arguments");
     if (args == nullptr) {
@@ -335,21 +294,21 @@ Status ParseMessages(const json& body, OllamaTextRequest* r) {
         m, {"role", "content", "images", "tool_calls", "tool_name", "thinking"}, name + ".",
         "/api/chat"));
     ChatMessage msg;
-    ARBITER_RETURN_IF_ERROR(Str(m, "role", name + ".role", &msg.role));
+    ARBITER_RETURN_IF_ERROR(GetString(m, "role", false, &msg.role, name + ".role"));
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
         msg.role != "tool") {
       return TypeError(name + ".role", "\"system\", \"user\", \"assistant\" or \"tool\"");
     }
-    ARBITER_RETURN_IF_ERROR(Str(m, "content", name + ".content", &msg.content));
+    ARBITER_RETURN_IF_ERROR(GetString(m, "content", false, &msg.content, name + ".content"));
     std::string thinking;
-    ARBITER_RETURN_IF_ERROR(Str(m, "thinking", name + ".thinking", &thinking));
+    ARBITER_RETURN_IF_ERROR(GetString(m, "thinking", false, &thinking, name + ".thinking"));
     if (!thinking.empty()) {
       return Bad(fmt::format("\"{}.thinking\" is not supported (no thinking models)", name));
     }
     // tool_name: Qwen's <tool_response> format does not name the function;
     // accepted and type-checked only.
     std::string tool_name;
-    ARBITER_RETURN_IF_ERROR(Str(m, "tool_name", name + ".tool_name", &tool_name));
+    ARBITER_RETURN_IF_ERROR(GetString(m, "tool_name", false, &tool_name, name + ".tool_name"));
     if (const json* calls = Field(m, "tool_calls")) {
       if (msg.role != "assistant") {
         return Bad(fmt::format("\"{}.tool_calls\" is only allowed on assistant messages", name));
@@ -405,11 +364,11 @@ Result<OllamaTextRequest> ParseGenerateImpl(std::string_view body) {
   OllamaTextRequest r;
   ARBITER_RETURN_IF_ERROR(ParseModel(j, &r.text.model));
   std::string prompt, suffix, system, tmpl;
-  ARBITER_RETURN_IF_ERROR(Str(j, "prompt", "prompt", &prompt));
-  ARBITER_RETURN_IF_ERROR(Str(j, "suffix", "suffix", &suffix));
+  ARBITER_RETURN_IF_ERROR(GetString(j, "prompt", false, &prompt, "prompt"));
+  ARBITER_RETURN_IF_ERROR(GetString(j, "suffix", false, &suffix, "suffix"));
   if (!suffix.empty()) return Bad("\"suffix\" is not supported (no fill-in-the-middle models)");
-  ARBITER_RETURN_IF_ERROR(Str(j, "system", "system", &system));
-  ARBITER_RETURN_IF_ERROR(Str(j, "template", "template", &tmpl));
+  ARBITER_RETURN_IF_ERROR(GetString(j, "system", false, &system, "system"));
+  ARBITER_RETURN_IF_ERROR(GetString(j, "template", false, &tmpl, "template"));
   if (!tmpl.empty()) {
     return Bad("\"template\" is not supported: the model's own chat template is used (or send "
                "\"raw\": true with a formatted prompt)");
@@ -528,8 +487,8 @@ Result<std::string> ParseOllamaShow(std::string_view body) {
       if (Field(j, k) != nullptr) return Bad(fmt::format("\"{}\" is not supported by /api/show", k));
     }
     std::string model, name;
-    ARBITER_RETURN_IF_ERROR(Str(j, "model", "model", &model));
-    ARBITER_RETURN_IF_ERROR(Str(j, "name", "name", &name));
+    ARBITER_RETURN_IF_ERROR(GetString(j, "model", false, &model, "model"));
+    ARBITER_RETURN_IF_ERROR(GetString(j, "name", false, &name, "name"));
     bool verbose = false;  // no-op: model_info has no per-tensor detail to add
     ARBITER_RETURN_IF_ERROR(GetBool(j, "verbose", &verbose));
     if (model.empty()) model = name;
