@@ -120,7 +120,7 @@ json CompletionLogprobs(const std::vector<LogprobToken>& tokens, size_t offset) 
     toks.push_back(t.bytes);
     lps.push_back(LogprobValue(t.logprob));
     json top = json::object();
-    for (const auto& [bytes, lp] : t.top) top[DumpJson(json(bytes))] = LogprobValue(lp);
+    for (const auto& [bytes, lp] : t.top) top[bytes] = LogprobValue(lp);
     tops.push_back(std::move(top));
     offsets.push_back(offset);
     offset += t.bytes.size();

@@ -498,9 +498,11 @@ TEST(ResponseJson, LogprobsToolCallsAndChoices) {
   c.text = "ab";
   c.logprobs = true;
   c.text_offset = 1;
-  c.tokens = {{"b", -1.0f, {}}};
+  c.tokens = {{"b", -1.0f, {{"b", -1.0f}, {"c", -2.0f}}}};
   json comp = json::parse(CompletionJson("c", 1, "m", {c}, Usage{}));
   EXPECT_EQ(comp["choices"][0]["logprobs"]["tokens"][0], "b");
+  // top_logprobs maps each alternative's text (not its JSON quoting) to its logprob
+  EXPECT_EQ(comp["choices"][0]["logprobs"]["top_logprobs"][0]["c"], -2.0);
   EXPECT_EQ(comp["choices"][0]["logprobs"]["text_offset"][0], 1);
   EXPECT_EQ(NewToolCallId().rfind("call_", 0), 0u);
 }
