@@ -33,19 +33,18 @@ int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
 
 // Collects one choice's logprobs from the engine's per-token callback
 // (TextRequest::on_token): the token's bytes are read while the model is
-// pinned. `pending` holds the tokens whose text has not been streamed yet.
+// pinned. `tokens` holds the tokens not taken yet: a stream takes them
+// with each chunk's text, a JSON answer all of them at the end.
 struct TokenCollector {
   const TextGeneration* generation = nullptr;
-  std::vector<LogprobToken> all;
-  std::vector<LogprobToken> pending;
+  std::vector<LogprobToken> tokens;
   void Add(int32_t id, const TokenLogprob* lp) {
     if (lp == nullptr || generation == nullptr) return;
     LogprobToken t;
     t.bytes = generation->TokenBytes(id);
     t.logprob = lp->logprob;
     for (const auto& [alt, alt_lp] : lp->top) t.top.emplace_back(generation->TokenBytes(alt), alt_lp);
-    pending.push_back(t);
-    all.push_back(std::move(t));
+    tokens.push_back(std::move(t));
   }
 };
 
@@ -116,7 +115,7 @@ void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     c.tool_calls = std::move(results[i].tool_calls);
     c.finish = results[i].generation.finish_reason;
     c.logprobs = job.logprobs;
-    if (job.logprobs) c.tokens = std::move(job.collectors[i]->all);
+    if (job.logprobs) c.tokens = std::move(job.collectors[i]->tokens);
     c.text_offset = echo.size();
     choices.push_back(std::move(c));
   }
@@ -181,7 +180,7 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     // A chunk of text (or of nothing but `finish`) with the tokens behind it.
     auto chunk = [&](const std::string& text, std::string_view finish) {
       std::vector<LogprobToken> lps;
-      if (tokens != nullptr) lps.swap(tokens->pending);
+      if (tokens != nullptr) lps.swap(tokens->tokens);
       // The last chunk carries logprobs only for tokens not yet sent.
       const std::vector<LogprobToken>* lp =
           tokens != nullptr && !(lps.empty() && !finish.empty()) ? &lps : nullptr;
