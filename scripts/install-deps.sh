@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages arbiter's build, tests and tools need,
-# and the npm packages of the tokenizer conformance test.
+# and the npm packages of the dashboard (uPlot, compiled into the binary),
+# the tokenizer conformance test and the client and browser tests.
 # Idempotent: checks each package first and installs only what is missing.
 # Usage: scripts/install-deps.sh [--with-fuzz]
 #   --with-fuzz  also install clang-16 and its sanitizer/libFuzzer runtime
@@ -27,6 +28,7 @@ packages=(
   libsndfile1-dev libsamplerate0-dev libmp3lame-dev
   libwebp-dev libpng-dev libjpeg-dev
   python3-pil  # test images (tests, ../shared/checks)
+  chromium  # the dashboard's browser test (tests/ui/, driven by playwright-core)
 )
 if [[ "${1:-}" == "--with-fuzz" ]]; then
   packages+=(clang-16 libclang-rt-16-dev)
@@ -61,6 +63,32 @@ install_debian_packages() {
   echo "install-deps: installed ${missing[*]}"
 }
 install_debian_packages
+
+# The dashboard's chart library (uPlot), pinned in src/server/ui/package.json:
+# the build embeds its files into the binary (src/server/CMakeLists.txt reads
+# them from ARBITER_UI_DEPS_DIR), so it is needed before the first compile;
+# nothing is fetched while compiling. npm is required here: without it the
+# build stops at configure, saying so.
+ui_deps_dir=${ARBITER_UI_DEPS_DIR:-$HOME/.cache/arbiter/ui}
+install_ui_packages() {
+  local pkg_json
+  pkg_json="$(dirname "$0")/../src/server/ui/package.json"
+  if cmp -s "$pkg_json" "$ui_deps_dir/package.json" &&
+     [[ -f "$ui_deps_dir/node_modules/uplot/dist/uPlot.iife.min.js" ]]; then
+    echo "install-deps: dashboard packages present in $ui_deps_dir"
+    return 0
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "install-deps: npm not found; the dashboard's uPlot cannot be installed" >&2
+    exit 1
+  fi
+  mkdir -p "$ui_deps_dir"
+  cp "$pkg_json" "$ui_deps_dir/package.json"
+  echo "install-deps: installing the dashboard packages into $ui_deps_dir"
+  (cd "$ui_deps_dir" &&
+     npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+}
+install_ui_packages
 
 # The tokenizer conformance test (tests/tokenizer_conformance/) compares
 # arbiter's tokenizer with @lenml/tokenizers, a JavaScript port of Hugging Face
@@ -112,7 +140,8 @@ install_client_packages() {
   local pkg_json
   pkg_json="$(dirname "$0")/../tests/clients/package.json"
   if cmp -s "$pkg_json" "$client_deps_dir/package.json" &&
-     [[ -f "$client_deps_dir/node_modules/openai/package.json" ]]; then
+     [[ -f "$client_deps_dir/node_modules/openai/package.json" ]] &&
+     [[ -f "$client_deps_dir/node_modules/playwright-core/package.json" ]]; then
     echo "install-deps: client packages present in $client_deps_dir"
     return 0
   fi

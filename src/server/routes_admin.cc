@@ -51,7 +51,14 @@ void HandleStatus(ServerContext& ctx, http::Responder& out) {
 void HandleKv(ServerContext& ctx, http::Responder& out) {
   Result<KvStatus> kv = ctx.runtime->Kv();
   if (!kv.ok()) return SendStatus(out, kv.status());
-  SendJson(out, 200, KvStatusJson(*kv).dump());
+  json j = KvStatusJson(*kv);
+  // Each text model's context size ([[models]] ctx): how full a slot is.
+  for (json& m : j["models"]) {
+    for (const ModelEntry& e : ctx.runtime->config().models) {
+      if (e.name == m["name"].get<std::string>()) m["ctx"] = e.ctx;
+    }
+  }
+  SendJson(out, 200, j.dump());
 }
 
 void HandleMetrics(ServerContext& ctx, http::Responder& out) {

@@ -131,7 +131,9 @@ TEST_F(RoutesTest, PressureRefusesNonTextWithRetryAfterAndStatusShowsIt) {
   EXPECT_EQ(st["pressure"], "critical");
   EXPECT_TRUE(st.contains("next_victim"));
   for (const json& m : st["models"]) {
-    if (m["name"] == "emb") EXPECT_FALSE(m["resident"].get<bool>());
+    if (m["name"] == "emb") {
+      EXPECT_FALSE(m["resident"].get<bool>());
+    }
   }
   EXPECT_EQ(Call("POST /admin/pressure", R"({"level":"nominal"})")->status(), 200);
   EXPECT_EQ(Call("POST /v1/embeddings", R"({"model":"emb","input":"a"})")->status(), 200);

@@ -35,6 +35,14 @@
 namespace arbiter {
 namespace server_internal {
 
+bool ApiKeyMatches(const ServerSettings& settings, std::string_view key) {
+  const std::string& want = settings.api_key;
+  if (key.size() != want.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(key[i] ^ want[i]);
+  return diff == 0;
+}
+
 void SendJson(http::Responder& out, int status, std::string body,
               std::vector<std::pair<std::string, std::string>> headers) {
   http::Response r;
@@ -76,9 +84,10 @@ std::string RouteLabel(const std::string& path) {
       "/v1/audio/transcriptions", "/v1/audio/speech", "/v1/audio/vad", "/v1/vision/describe",
       "/v1/images/generations", "/api/tags", "/api/ps", "/api/show", "/api/chat",
       "/api/generate", "/api/embed", "/api/embeddings", "/api/version", "/", "/tokenize",
-      "/detokenize", "/props", "/slots"};
+      "/detokenize", "/props", "/slots", "/ui", "/ui/login", "/ui/logout", "/ui/session", "/admin/history"};
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   if (kFixed.count(path) != 0) return path;
+  if (path.rfind("/ui/", 0) == 0) return "/ui/{file}";
   if (path.rfind("/admin/conversations/", 0) == 0 && path.size() > 27 &&
       path.compare(path.size() - 6, 6, "/close") == 0) {
     return "/admin/conversations/{id}/close";
@@ -94,11 +103,21 @@ std::string RouteLabel(const std::string& path) {
   }
   return "other";
 }
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+
+// Note [Dashboard sessions] in internal/ui_sessions.h: a session cookie
+// stands in for the key on the admin routes and /metrics (what the page
+// reads), for requests from the server's own origin. SameSite=Strict keeps
+// other sites' pages from sending it; the Origin check keeps out pages of
+// the same site on another port (http://127.0.0.1:8080 is the same site as
+// the server), which a browser lets send a cookie with a simple POST.
+bool SessionAllows(const ServerContext& ctx, const http::Request& req) {
+  const bool dashboard_path = req.path.rfind("/admin/", 0) == 0 || req.path == "/metrics";
+  if (!dashboard_path) return false;
+  const std::string origin = req.header("Origin");
+  if (!origin.empty() && origin != "http://" + req.header("Host")) return false;
+  return ctx.sessions.Valid(
+      server_internal::CookieValue(req.header("Cookie"), server_internal::kSessionCookie),
+      server_internal::UiSessions::Clock::now());
 }
 
 // Note [CORS]
@@ -163,6 +182,7 @@ struct Server::Impl {
     }
     std::shared_ptr<server_internal::ServerMetrics> m = ctx.metrics;
     metrics_sub = runtime->OnEvent([m](const ArbiterEvent& e) { m->OnEvent(e); });
+    ctx.history = std::make_unique<server_internal::HistoryRecorder>(runtime);
 
     const ServerSettings& st = ctx.settings;
     http::ServerOptions o;
@@ -192,11 +212,12 @@ struct Server::Impl {
     for (auto group : {server_internal::OpenAIRoutes(ctx), server_internal::ModalityRoutes(ctx),
                        server_internal::ResponsesRoutes(ctx),
                        server_internal::AdminRoutes(ctx), server_internal::OllamaRoutes(ctx),
-                       server_internal::LlamaCppRoutes(ctx)}) {
+                       server_internal::LlamaCppRoutes(ctx), server_internal::UiRoutes(ctx)}) {
       for (server_internal::Route& r : group) {
         http->Route(std::move(r.method), std::move(r.pattern), r.dispatch, std::move(r.handler));
       }
     }
+    ctx.history->Start();
   }
 
   // Ends every events stream (their workers notice within a poll period).
@@ -242,9 +263,10 @@ struct Server::Impl {
       const std::string auth = req.header("Authorization");
       constexpr std::string_view kBearer = "Bearer ";
       if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
-          ConstantTimeEquals(std::string_view(auth).substr(kBearer.size()), st.api_key)) {
+          server_internal::ApiKeyMatches(st, std::string_view(auth).substr(kBearer.size()))) {
         return std::nullopt;
       }
+      if (auth.empty() && SessionAllows(ctx, req)) return std::nullopt;
       http::Response res = JsonResponse(
           401, ErrorJson(auth.empty() ? "missing API key: send \"Authorization: Bearer <key>\""
                                       : "invalid API key",
@@ -306,6 +328,7 @@ Status Server::Run() {
 
 void Server::Stop() {
   impl_->ctx.stopping.store(true);
+  impl_->ctx.history->Stop();
   impl_->CloseStreams();
   impl_->http->Stop();
 }

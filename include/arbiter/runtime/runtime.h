@@ -393,6 +393,16 @@ class Runtime {
 
   // Arbiter events (loads, unloads, evictions, pressure, runs).
   virtual ArbiterEventSubscription OnEvent(ArbiterEventListener listener) = 0;
+  // Charges `bytes` that a layer above the runtime holds for as long as it
+  // runs (the server's history rings: GET /admin/history) to the one
+  // ledger under `owner`, never refused (an overshoot is an over-commit,
+  // as MemoryLedger::Charge). The token uncharges on destruction and may be
+  // resized (MemoryCharge::ForceResize); it must not outlive the runtime.
+  // Thread-safe. Default: an empty token (test doubles have no ledger).
+  virtual MemoryCharge ChargeMemory(std::string owner, ChargeKind kind, size_t bytes) {
+    (void)owner, (void)kind, (void)bytes;
+    return MemoryCharge();
+  }
   // The policy itself (tests observe its stages).
   virtual ReclaimPolicy& reclaim_policy() = 0;
 };

@@ -51,6 +51,9 @@ class RuntimeImpl final : public Runtime {
   Result<std::vector<std::string>> CloseConversation(const std::string& conversation_id,
                                                      const std::string& model) override;
   ArbiterEventSubscription OnEvent(ArbiterEventListener listener) override;
+  MemoryCharge ChargeMemory(std::string owner, ChargeKind kind, size_t bytes) override {
+    return ledger_->Charge(std::move(owner), kind, bytes);
+  }
   ReclaimPolicy& reclaim_policy() override { return policy_; }
   // modalities.cc
   Result<TranscribeResult> Transcribe(const TranscribeRequest& request,

@@ -16,8 +16,11 @@
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/runtime.h"
 #include "arbiter/server/openai.h"
+#include "server/internal/errors.h"
 #include "server/internal/event_stream.h"
+#include "server/internal/history.h"
 #include "server/internal/http/http_server.h"
+#include "server/internal/ui_sessions.h"
 #include "server/internal/metrics.h"
 
 namespace arbiter::server_internal {
@@ -34,7 +37,14 @@ struct ServerContext {
   // Open GET /admin/events streams; Stop() closes them.
   Mutex streams_mu;
   std::set<std::shared_ptr<EventQueue>> streams GUARDED_BY(streams_mu);
+  // The dashboard: its sign-in sessions and the memory history
+  // (GET /admin/history); the server starts the recorder and stops it first.
+  UiSessions sessions;
+  std::unique_ptr<HistoryRecorder> history;
 };
+
+// Whether `key` is the configured API key (constant time in its length).
+bool ApiKeyMatches(const ServerSettings& settings, std::string_view key);
 
 // One route: method, pattern ("/admin/models/{name}/load"), where it runs
 // (inline on the event loop: never blocks; worker: may block) and handler.
@@ -67,6 +77,9 @@ std::vector<Route> OllamaRoutes(ServerContext& ctx);
 // routes_llamacpp.cc: the llama.cpp server's /tokenize, /detokenize,
 // /props, /slots.
 std::vector<Route> LlamaCppRoutes(ServerContext& ctx);
+// routes_ui.cc: the dashboard (/ui, /ui/{file}, /ui/login, /ui/logout) and
+// GET /admin/history.
+std::vector<Route> UiRoutes(ServerContext& ctx);
 
 // Note [Proxied models] in routes_modalities.cc: when the body's `model` is
 // a process-backed model of `capability`, forwards the request to its

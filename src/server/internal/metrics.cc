@@ -540,6 +540,9 @@ void TextRun::Finished(int prompt_tokens, int generated_tokens) {
   }
   metrics_->prompt_tokens_.Add(labels).Increment(std::max(0, prompt_tokens));
   metrics_->generation_tokens_.Add(labels).Increment(std::max(0, generated_tokens));
+  // No longer running from here, before the answer is sent: a client that
+  // reads /metrics right after its answer must not still see itself.
+  Leave();
 }
 
 }  // namespace arbiter::server_internal

@@ -147,7 +147,8 @@ class TextRun {
   // later calls do nothing.
   void FirstToken();
   // Records the end-to-end latency, the time per output token (when more
-  // than one token) and the token counters. Once.
+  // than one token) and the token counters, and leaves the running (or
+  // waiting) gauge. Once.
   void Finished(int prompt_tokens, int generated_tokens);
 
  private:

@@ -60,6 +60,7 @@ json ModelStatusJson(const ModelStatus& model) {
   json item = {{"name", m.name},
                {"capability", CapabilityName(m.capability)},
                {"role", ResidentRoleName(m.role)},
+               {"priority", ResidentRolePriority(m.role)},
                {"state", ModelStateName(m.state)},
                {"status", ModelStateName(m.state)},
                {"resident", m.state == ModelState::kLoaded},
@@ -75,7 +76,11 @@ json ModelStatusJson(const ModelStatus& model) {
                {"queued", m.queued},
                {"running", m.running},
                {"runs", m.runs},
-               {"queue_rejections", m.queue_rejections}};
+               {"queue_rejections", m.queue_rejections},
+               // Loaded and unheld: ms since its last use (else 0); the idle
+               // TTL in force, null = never unloaded for idleness.
+               {"idle_ms", m.idle_ms},
+               {"idle_ttl_ms", m.idle_ttl_ms ? json(*m.idle_ttl_ms) : json(nullptr)}};
   if (model.engine) item["engine"] = *model.engine;
   if (model.process) {
     const ProcessModelStats& p = *model.process;
