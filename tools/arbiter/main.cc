@@ -616,6 +616,7 @@ int RunServe(const ServeFlags& f) {
               url.c_str(),
               config.server.api_key.empty() ? "" : " -H \"Authorization: Bearer $ARBITER_API_KEY\"",
               example_model.c_str());
+  std::printf("dashboard (live memory, models, KV, pressure, events):\n  %s/ui\n", url.c_str());
   std::fflush(stdout);
 
   // The signal thread: the first SIGINT/SIGTERM stops the server (retrying
