@@ -69,10 +69,11 @@ fuzz:
 
 # Runs every fuzz target for SECONDS each from its seeds (fuzz/corpus/<name>/)
 # and prints executions, crashes and coverage per target; fails on a crash.
-# TARGETS="kv_file safetensors" limits the run. See scripts/fuzz-run.sh.
+# JOBS targets run at once (FUZZ_JOBS; each libFuzzer run uses one core), each
+# still for SECONDS. TARGETS="kv_file safetensors" limits the run. See scripts/fuzz-run.sh.
 SECONDS ?= 60
 fuzz-run: fuzz
-	FUZZ_DIR=$(FUZZ_DIR) scripts/fuzz-run.sh $(SECONDS) $(TARGETS)
+	FUZZ_DIR=$(FUZZ_DIR) FUZZ_JOBS=$(JOBS) scripts/fuzz-run.sh $(SECONDS) $(TARGETS)
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(TSA_DIR)
