@@ -6,6 +6,13 @@ FUZZ_DIR ?= build-fuzz
 TSA_DIR ?= build-tsa
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
+# New build directories use Ninja when it is installed (scripts/install-deps.sh
+# installs ninja-build): it compiles the objects of every target as soon as a
+# core is free, where the Makefile generator waits for a library to be
+# archived before compiling what links it, so on 2 cores one core idles at
+# the end of every layer. cmake reads CMAKE_GENERATOR only when it creates a
+# build directory; an existing one keeps its generator.
+export CMAKE_GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 
 .PHONY: all deps build run test test-asan test-tsan tsa fuzz fuzz-run clean
 
@@ -69,10 +76,11 @@ fuzz:
 
 # Runs every fuzz target for SECONDS each from its seeds (fuzz/corpus/<name>/)
 # and prints executions, crashes and coverage per target; fails on a crash.
-# TARGETS="kv_file safetensors" limits the run. See scripts/fuzz-run.sh.
+# JOBS targets run at once (FUZZ_JOBS; each libFuzzer run uses one core), each
+# still for SECONDS. TARGETS="kv_file safetensors" limits the run. See scripts/fuzz-run.sh.
 SECONDS ?= 60
 fuzz-run: fuzz
-	FUZZ_DIR=$(FUZZ_DIR) scripts/fuzz-run.sh $(SECONDS) $(TARGETS)
+	FUZZ_DIR=$(FUZZ_DIR) FUZZ_JOBS=$(JOBS) scripts/fuzz-run.sh $(SECONDS) $(TARGETS)
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(TSA_DIR)

@@ -9,6 +9,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  ninja-build  # the Makefile's CMake generator when present (faster builds on few cores)
   libcpp-httplib-dev libboost-dev nlohmann-json3-dev libtomlplusplus-dev
   libspdlog-dev libfmt-dev libcli11-dev
   libssl-dev libxxhash-dev prometheus-cpp-dev
