@@ -31,7 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (c.budget_bytes == 0) __builtin_trap();
   std::set<std::string> names;
   for (const arbiter::ModelEntry& m : c.models) {
-    if (m.name.empty() || m.path.empty() || m.path[0] != '/') __builtin_trap();
+    if (m.name.empty()) __builtin_trap();
+    // `path` is required for builtin models only; the other engines fall
+    // back to their package's data (docs/config.md). Any path given is made
+    // absolute against the config file's directory.
+    if (m.engine == arbiter::ModelEngine::kBuiltin && m.path.empty()) __builtin_trap();
+    if (!m.path.empty() && m.path[0] != '/') __builtin_trap();
     if (m.parallel < 1 || m.ctx < 1) __builtin_trap();
     if (!names.insert(m.name).second) __builtin_trap();
     if (m.idle_ttl_ms && *m.idle_ttl_ms <= 0) __builtin_trap();  // 0 means off (empty)
