@@ -14,7 +14,7 @@ CMAKE ?= cmake
 # build directory; an existing one keeps its generator.
 export CMAKE_GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 
-.PHONY: all deps build run test test-asan test-tsan tsa fuzz fuzz-run clean
+.PHONY: all deps build run test test-asan test-tsan tsa clang-san-config fuzz fuzz-run clean
 
 all: build
 
@@ -33,16 +33,20 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-# AddressSanitizer + UndefinedBehaviorSanitizer build running the unit tests
-# (only the unit test binaries are built: target unit_tests).
+# AddressSanitizer + UndefinedBehaviorSanitizer running the unit tests. They
+# are built in the clang-16 sanitizer build that also holds the fuzz targets
+# (FUZZ_DIR, configured the same way by `make fuzz`: ASan + UBSan, -O1, line
+# tables), so CI compiles the libraries under ASan once instead of twice (a
+# separate GCC ASan build was a quarter of CI's time). Only the unit test
+# binaries are built here (target unit_tests).
 # LeakSanitizer is on explicitly (detect_leaks=1): a leak fails the test. Any
 # UBSan report fails it too (halt_on_error, with a stack trace).
+# `cmake -DARBITER_SANITIZE=ON` still makes a GCC ASan + UBSan build by hand.
 ASAN_ENV = ASAN_OPTIONS="detect_leaks=1 abort_on_error=0 $(ASAN_OPTIONS)" \
            UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 $(UBSAN_OPTIONS)"
-test-asan: deps
-	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_SANITIZE=ON
-	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS) --target unit_tests
-	cd $(ASAN_DIR) && $(ASAN_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS) -L unit
+test-asan: clang-san-config
+	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target unit_tests
+	cd $(FUZZ_DIR) && $(ASAN_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS) -L unit
 
 # ThreadSanitizer build (gcc's libtsan) running the tests labelled `tsan`: the
 # test binaries that start threads, marked arbiter_test(... TSAN) in CMake.
@@ -64,14 +68,19 @@ tsa:
 	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(TSA_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_TESTS=OFF -DARBITER_WERROR_TSA=ON
 	$(CMAKE) --build $(TSA_DIR) -j $(JOBS)
 
-# libFuzzer targets, built with clang-16 (fuzz/CMakeLists.txt).
-# FUZZ_TSA=1 (what .ci/run does) also makes clang's thread-safety warnings
-# errors in this build and builds the CLI in it: the same check as
-# `make tsa` over the same code, without a fifth full build.
+# The clang-16 sanitizer build (FUZZ_DIR): libFuzzer targets, the unit tests
+# for `make test-asan`, and with FUZZ_TSA=1 the CLI. Clang's thread-safety
+# warnings are errors in it (-Werror=thread-safety): the same check as
+# `make tsa` over the same code, without another full build. One configure
+# line for every target, so switching between them never recompiles.
 FUZZ_TSA ?=
-fuzz:
+clang-san-config:
 	@scripts/install-deps.sh --with-fuzz
-	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_FUZZ=ON -DARBITER_TESTS=OFF $(if $(FUZZ_TSA),-DARBITER_WERROR_TSA=ON,-DARBITER_WERROR_TSA=OFF)
+	CC=clang-16 CXX=clang++-16 $(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=Debug -DARBITER_FUZZ=ON -DARBITER_TESTS=ON -DARBITER_WERROR_TSA=ON
+
+# libFuzzer targets (fuzz/CMakeLists.txt); FUZZ_TSA=1 (what .ci/run does)
+# also builds the CLI, so the thread-safety check covers tools/.
+fuzz: clang-san-config
 	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets $(if $(FUZZ_TSA),arbiter,)
 
 # Runs every fuzz target for SECONDS each from its seeds (fuzz/corpus/<name>/)
