@@ -13,7 +13,10 @@
 //      (20 sentences, public domain) spoken by Flite `slt`, transcribed by
 //      PocketSphinx; the word error rate over all 20 (word-level edit
 //      distance / reference words, after lower-casing and dropping
-//      punctuation). Target: ≤ 20 %.
+//      punctuation). Target: ≤ 20 %. With `asr_path`, the same speech is
+//      also transcribed by a second PocketSphinx model from that directory
+//      (e.g. en-us MAP-adapted to slt by scripts/asr-adapt/adapt.sh) and its
+//      WER reported beside the first.
 //   3. The scenario under a budget of demo-chat + the largest other model
 //      + 8 MiB: a voice turn (speak → transcribe → chat) loads tts then asr,
 //      each evicting the other, never the text model; an image chat evicts
@@ -29,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +43,17 @@ namespace arbiter {
 struct ModalitiesBenchOptions {
   std::string chat_dir;   // "" = the demo-chat preset, generated
   int sentences = 20;     // Harvard sentences used (1..20)
+  std::string asr_path;   // "" = en-us only; else also a PocketSphinx model here
+};
+
+// The TTS → ASR round trip through a second transcribe model (`asr_path`).
+struct AsrWerFigures {
+  std::string label;
+  std::string path;
+  int reference_words = 0;
+  int word_errors = 0;
+  double wer() const { return reference_words > 0 ? double(word_errors) / reference_words : 0; }
+  std::vector<std::string> heard;  // one per sentence, in the order of `transcripts`
 };
 
 struct ModalityModelFigures {
@@ -64,6 +79,7 @@ struct ModalitiesBenchResult {
   int word_errors = 0;
   double wer() const { return reference_words > 0 ? double(word_errors) / reference_words : 0; }
   std::vector<std::pair<std::string, std::string>> transcripts;  // reference, heard
+  std::optional<AsrWerFigures> adapted;  // set when options.asr_path is
   uint64_t budget_bytes = 0;
   std::vector<ScenarioCheck> checks;
   bool all_ok() const;

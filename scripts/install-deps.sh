@@ -3,8 +3,11 @@
 # and the npm packages of the dashboard (uPlot, compiled into the binary),
 # the tokenizer conformance test and the client and browser tests.
 # Idempotent: checks each package first and installs only what is missing.
-# Usage: scripts/install-deps.sh [--with-fuzz]
-#   --with-fuzz  also install clang-16 and its sanitizer/libFuzzer runtime
+# Usage: scripts/install-deps.sh [--with-fuzz] [--with-asr-adapt]
+#   --with-fuzz       also install clang-16 and its sanitizer/libFuzzer runtime
+#   --with-asr-adapt  also install what scripts/asr-adapt/adapt.sh needs
+#                     (sphinxtrain's bw and map_adapt, the flite, sphinx_fe,
+#                     pocketsphinx and sox command-line tools)
 set -euo pipefail
 
 packages=(
@@ -31,9 +34,13 @@ packages=(
   python3-pil  # test images (tests, ../shared/checks)
   chromium  # the dashboard's browser test (tests/ui/, driven by playwright-core)
 )
-if [[ "${1:-}" == "--with-fuzz" ]]; then
-  packages+=(clang-16 libclang-rt-16-dev)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --with-fuzz) packages+=(clang-16 libclang-rt-16-dev) ;;
+    --with-asr-adapt) packages+=(sphinxtrain flite sphinxbase-utils pocketsphinx sox) ;;
+    *) echo "install-deps: unknown option $arg (see the usage at the top of $0)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

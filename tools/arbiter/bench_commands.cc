@@ -259,6 +259,13 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   c.modalities->add_option("--sentences", c.modalities_options.sentences,
                            "Harvard sentences spoken and transcribed (1..20, default 20)")
       ->check(CLI::Range(1, 20));
+  c.modalities
+      ->add_option("--asr-path", c.modalities_options.asr_path,
+                   "Also measure the TTS → ASR word error rate with a second PocketSphinx model "
+                   "from DIR (laid out like /usr/share/pocketsphinx/model/en-us), reported beside "
+                   "en-us's: same speech, sentences and scoring. scripts/asr-adapt/adapt.sh makes "
+                   "one: en-us MAP-adapted to Flite's slt voice")
+      ->check(CLI::ExistingDirectory);
   c.modalities->add_flag("--json", c.modalities_json, "Print the result as JSON");
 
   KernelBenchOptions& kn = c.kernels_options;
