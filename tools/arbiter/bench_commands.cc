@@ -41,7 +41,7 @@ struct DecodeFlags {
 
 int RunDecode(const DecodeFlags& f) {
   // The engine's private weight cache logs each load at info level on
-  // spdlog's stdout sink; keep stdout to the report (--json is parsed).
+  // stderr (main.cc); only warnings and errors are wanted beside the report.
   spdlog::set_level(spdlog::level::warn);
   const int threads = f.threads > 0
                           ? f.threads

@@ -40,6 +40,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "arbiter/arbiter/memory_arbiter.h"
@@ -194,8 +195,8 @@ Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
 // ledger-charged WeightCache, the model's KV precache, the arbiter), on a
 // one-model config in a temporary state directory removed afterwards.
 int RunGenerate(const GenerateFlags& f) {
-  // Runtime components log at info level on spdlog's stdout sink; keep
-  // stdout to the result (--json is parsed).
+  // Runtime components log at info level; only warnings and errors (on
+  // stderr) are wanted beside the result.
   spdlog::set_level(spdlog::level::warn);
   uint64_t mem_total = 0;
   if (Result<SystemMemoryInfo> mem = ReadSystemMemory(); mem.ok()) mem_total = mem->total_bytes;
@@ -666,6 +667,10 @@ int RunServe(const ServeFlags& f) {
 int main(int argc, char** argv) {
   using namespace arbiter;
   ConfigureProcessHeap();  // before any thread: Note [Where freed memory goes]
+  // Logs go to stderr: stdout carries each command's result (the `bench`,
+  // `generate` and `budget` --json output is parsed), and spdlog's default
+  // logger writes to stdout.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("arbiter"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
 
   CLI::App app{"arbiter — local inference runtime: every model under one memory budget, "
