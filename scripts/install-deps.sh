@@ -4,7 +4,8 @@
 # the tokenizer conformance test and the client and browser tests.
 # Idempotent: checks each package first and installs only what is missing.
 # Usage: scripts/install-deps.sh [--with-fuzz] [--with-asr-adapt]
-#   --with-fuzz       also install clang-16 and its sanitizer/libFuzzer runtime
+#   --with-fuzz       also install clang-16, its sanitizer/libFuzzer runtime and
+#                     llvm-16 (the symbolizer those runtimes use)
 #   --with-asr-adapt  also install what scripts/asr-adapt/adapt.sh needs
 #                     (sphinxtrain's bw and map_adapt, the flite, sphinx_fe,
 #                     pocketsphinx and sox command-line tools)
@@ -36,7 +37,9 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --with-fuzz) packages+=(clang-16 libclang-rt-16-dev) ;;
+    # llvm-16: its llvm-symbolizer, which the clang-16 sanitizer runtimes
+    # need to print file:line in reports.
+    --with-fuzz) packages+=(clang-16 libclang-rt-16-dev llvm-16) ;;
     --with-asr-adapt) packages+=(sphinxtrain flite sphinxbase-utils pocketsphinx sox) ;;
     *) echo "install-deps: unknown option $arg (see the usage at the top of $0)" >&2; exit 2 ;;
   esac

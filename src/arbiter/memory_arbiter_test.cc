@@ -927,9 +927,10 @@ CapabilityRegistration TrackedReg(Capability cap, size_t estimate_mb, std::atomi
 // balance at the end.
 TEST(ArbiterFastPathTest, EvictionRacingFastAcquireNeverHandsOutUnloadedBackend) {
   BridgePressureSource bridge;
+  // Before the arbiter: its destructor unloads what is resident and counts it.
+  std::atomic<int> loads{0}, unloads{0};
   MemoryArbiter a({.budget_bytes = 300 * kMB, .pressure_source = &bridge,
                    .idle_check_interval_ms = 0});
-  std::atomic<int> loads{0}, unloads{0};
   ASSERT_TRUE(
       a.RegisterCapability(TrackedReg(Capability::kEmbedding, 100, &loads, &unloads)).ok());
   ASSERT_TRUE(
@@ -988,8 +989,10 @@ TEST(ArbiterFastPathTest, EvictionRacingFastAcquireNeverHandsOutUnloadedBackend)
 // The lock-free release to 0 must wake a swap waiting for the drain (a lost
 // wake-up would show as a drain timeout).
 TEST(ArbiterFastPathTest, LockFreeReleaseWakesSwapWaiter) {
-  MemoryArbiter a({.drain_timeout_ms = 5000, .idle_check_interval_ms = 0});
+  // Before the arbiter: its destructor unloads what is resident and counts it
+  // (clang's ASan caught the counter used after its scope).
   std::atomic<int> loads{0}, unloads{0};
+  MemoryArbiter a({.drain_timeout_ms = 5000, .idle_check_interval_ms = 0});
   CapabilityRegistration r = TrackedReg(Capability::kVisionDescribe, 0, &loads, &unloads);
   r.swap_same_role = true;
   ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
