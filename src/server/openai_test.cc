@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string_view>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "server/internal/json_fields.h"
 
 namespace arbiter {
 namespace {
@@ -365,6 +370,20 @@ TEST(ResponseJson, ErrorShapeAndIds) {
 
 // Issue 15 point 1: every field is implemented, a documented no-op, or a
 // 400 naming it.
+TEST(FieldPolicy, QueryIntegersNameTheParameterAndValue) {
+  using server_internal::ParseQueryInt;
+  EXPECT_EQ(*ParseQueryInt("t", "0", 0, 10, "x"), 0);
+  EXPECT_EQ(*ParseQueryInt("t", "10", 0, 10, "x"), 10);
+  for (std::string_view bad : {"", "11", "-1", "1.5", " 1", "1 ", "+1", "0x1",
+                               "99999999999999999999"}) {
+    Result<int64_t> r = ParseQueryInt("timeout_ms", bad, 0, 10, "an integer in 0..10");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(),
+              fmt::format("\"timeout_ms\" must be an integer in 0..10 (got \"{}\")", bad));
+  }
+}
+
 TEST(FieldPolicy, UnknownAndUnsupportedFieldsAreNamed) {
   const std::string base = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
   auto chat_error = [&](const std::string& extra) {

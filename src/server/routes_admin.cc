@@ -4,7 +4,6 @@
 // /admin/compact, /admin/prewarm, /admin/conversations/{id}/close. Empty
 // POST bodies are accepted wherever the body is optional.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -18,6 +17,7 @@
 
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
+#include "server/internal/json_fields.h"
 #include "server/internal/status_json.h"
 
 namespace arbiter::server_internal {
@@ -146,16 +146,11 @@ void HandleUnload(ServerContext& ctx, const http::Request& req, const std::strin
                   http::Responder& out) {
   int64_t timeout_ms = kDefaultUnloadTimeoutMs;
   if (req.has_query("timeout_ms")) {
-    const std::string v = req.query_value("timeout_ms");
-    char* end = nullptr;
-    errno = 0;
-    const long long parsed = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || parsed < 0 || parsed > kMaxUnloadTimeoutMs) {
-      return SendStatus(out, BadBody(fmt::format("\"timeout_ms\" must be an integer in 0..{} "
-                                                 "(got \"{}\")",
-                                                 kMaxUnloadTimeoutMs, v)));
-    }
-    timeout_ms = parsed;
+    Result<int64_t> parsed =
+        ParseQueryInt("timeout_ms", req.query_value("timeout_ms"), 0, kMaxUnloadTimeoutMs,
+                      fmt::format("an integer in 0..{}", kMaxUnloadTimeoutMs));
+    if (!parsed.ok()) return SendStatus(out, parsed.status());
+    timeout_ms = *parsed;
   }
   Result<UnloadResult> r = ctx.runtime->UnloadModel(name, timeout_ms);
   if (!r.ok()) return SendStatus(out, r.status());

@@ -3,7 +3,8 @@
 // POST /ui/login and /ui/logout (Note [Dashboard sessions] in internal/ui_sessions.h), and
 // GET /admin/history (internal/history.h), which the admin auth protects.
 #include <chrono>
-#include <cstdlib>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include "server/internal/context.h"
 #include "server/internal/history.h"
+#include "server/internal/json_fields.h"
 #include "server/internal/ui_assets.h"
 #include "server/internal/ui_sessions.h"
 
@@ -94,9 +96,7 @@ void HandleLogout(ServerContext& ctx, const http::Request& req, http::Responder&
 // both cases, so the page never causes a 401 in the browser's console).
 void HandleSession(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   const bool required = !ctx.settings.api_key.empty();
-  const bool signed_in =
-      required && ctx.sessions.Valid(CookieValue(req.header("Cookie"), kSessionCookie),
-                                     UiSessions::Clock::now());
+  const bool signed_in = required && HasValidSessionCookie(ctx, req);
   SendJson(out, 200, json{{"auth_required", required}, {"signed_in", signed_in}}.dump(),
            {{"Cache-Control", "no-store"}});
 }
@@ -104,14 +104,11 @@ void HandleSession(ServerContext& ctx, const http::Request& req, http::Responder
 void HandleHistory(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   int64_t since = 0;
   if (req.has_query("since")) {
-    const std::string v = req.query_value("since");
-    char* end = nullptr;
-    since = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || since < 0) {
-      return SendError(out, 400,
-                       fmt::format("\"since\" must be a unix time in ms ≥ 0 (got \"{}\")", v),
-                       kInvalidRequestType, "invalid_request");
-    }
+    Result<int64_t> parsed = ParseQueryInt("since", req.query_value("since"), 0,
+                                           std::numeric_limits<int64_t>::max(),
+                                           "a unix time in ms ≥ 0");
+    if (!parsed.ok()) return SendStatus(out, parsed.status());
+    since = *parsed;
   }
   SendJson(out, 200, ctx.history->Json(since), {{"Cache-Control", "no-store"}});
 }

@@ -43,6 +43,11 @@ bool ApiKeyMatches(const ServerSettings& settings, std::string_view key) {
   return diff == 0;
 }
 
+bool HasValidSessionCookie(const ServerContext& ctx, const http::Request& req) {
+  return ctx.sessions.Valid(CookieValue(req.header("Cookie"), kSessionCookie),
+                            UiSessions::Clock::now());
+}
+
 void SendJson(http::Responder& out, int status, std::string body,
               std::vector<std::pair<std::string, std::string>> headers) {
   http::Response r;
@@ -115,9 +120,7 @@ bool SessionAllows(const ServerContext& ctx, const http::Request& req) {
   if (!dashboard_path) return false;
   const std::string origin = req.header("Origin");
   if (!origin.empty() && origin != "http://" + req.header("Host")) return false;
-  return ctx.sessions.Valid(
-      server_internal::CookieValue(req.header("Cookie"), server_internal::kSessionCookie),
-      server_internal::UiSessions::Clock::now());
+  return server_internal::HasValidSessionCookie(ctx, req);
 }
 
 // Note [CORS]

@@ -45,6 +45,10 @@ struct ServerContext {
 
 // Whether `key` is the configured API key (constant time in its length).
 bool ApiKeyMatches(const ServerSettings& settings, std::string_view key);
+// Whether `req` carries the cookie of a dashboard session that has not
+// expired (Note [Dashboard sessions] in ui_sessions.h); where the cookie is
+// accepted is the caller's rule. Thread-safe.
+bool HasValidSessionCookie(const ServerContext& ctx, const http::Request& req);
 
 // One route: method, pattern ("/admin/models/{name}/load"), where it runs
 // (inline on the event loop: never blocks; worker: may block) and handler.

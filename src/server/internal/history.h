@@ -12,8 +12,6 @@
 // (about 0.3 MiB when full) on day 100 as on day 1.
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>

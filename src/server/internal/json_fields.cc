@@ -1,6 +1,7 @@
 // See json_fields.h.
 #include "server/internal/json_fields.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -77,6 +78,18 @@ const nlohmann::json* Field(const nlohmann::json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+Result<int64_t> ParseQueryInt(std::string_view name, std::string_view value, int64_t lo,
+                              int64_t hi, std::string_view what) {
+  int64_t v = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+  if (value.empty() || ec != std::errc() || ptr != end || v < lo || v > hi) {
+    return InvalidArgumentError(fmt::format("\"{}\" must be {} (got \"{}\")", name, what, value),
+                                ErrorReason::kInvalidRequest);
+  }
+  return v;
 }
 
 Status TypeError(std::string_view field, std::string_view what) {

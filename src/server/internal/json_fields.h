@@ -45,6 +45,13 @@ Status GetInt(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi
 Status GetNumber(const nlohmann::json& obj, const char* key, double lo, double hi, bool lo_open,
                  std::string_view range, std::optional<double>* out, std::string_view name = {});
 
+// A query parameter's value as a decimal integer in [lo, hi] (`?since=`,
+// `?timeout_ms=`). Errors: kInvalidArgument (reason kInvalidRequest)
+// `"<name>" must be <what> (got "<value>")` for an empty, non-decimal or
+// out-of-range value.
+Result<int64_t> ParseQueryInt(std::string_view name, std::string_view value, int64_t lo,
+                              int64_t hi, std::string_view what);
+
 // Issue 15 point 1, "no field is silently ignored": kInvalidArgument
 // `unrecognized field "<prefix><key>" ...` for the first key of `obj` not
 // in `known` (each request parser lists every field it implements, accepts
