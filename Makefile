@@ -1,5 +1,6 @@
 # arbiter — the two commands a newcomer needs: `make run` and `make test`.
 BUILD_DIR ?= build
+# ASAN_DIR: only removed by `make clean` (test-asan now builds in FUZZ_DIR).
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
 FUZZ_DIR ?= build-fuzz
