@@ -98,8 +98,6 @@ std::vector<std::string> Words(const std::string& text) {
   return out;
 }
 
-constexpr const char* kAsrLabel = "PocketSphinx en-us";
-constexpr const char* kAdaptedAsrLabel = "PocketSphinx en-us MAP-adapted to slt (scripts/asr-adapt)";
 constexpr const char* kAdaptedAsrModel = "asr-adapted";
 
 // `adapted_asr`: "" or the directory of a second PocketSphinx transcribe
@@ -168,7 +166,8 @@ Result<SharedBytes> SpeakWav(Runtime& rt, const std::string& text) {
   return std::make_shared<const std::vector<uint8_t>>(wav.begin(), wav.end());
 }
 
-Result<std::string> Transcribe(Runtime& rt, const SharedBytes& wav, const char* model = "asr") {
+Result<std::string> Transcribe(Runtime& rt, const SharedBytes& wav,
+                               const std::string& model = "asr") {
   TranscribeRequest r;
   r.model = model;
   r.audio = wav;
@@ -239,12 +238,19 @@ Result<ModalitiesBenchResult> RunModalitiesBench(const ModalitiesBenchOptions& o
   chat_dir = fs::absolute(chat_dir).string();
   ARBITER_ASSIGN_OR_RETURN(SharedBytes png, OcrPng(tmp.path));
   ModalitiesBenchResult out;
+  auto add_asr = [&](std::string model, std::string tag, std::string label, std::string path) {
+    AsrWerFigures& a = out.asr.emplace_back();
+    a.model = std::move(model);
+    a.tag = std::move(tag);
+    a.label = std::move(label);
+    a.path = std::move(path);
+  };
+  add_asr("asr", "en-us", "PocketSphinx en-us", "");
   std::string adapted_dir;
   if (!options.asr_path.empty()) {
     adapted_dir = fs::absolute(options.asr_path).string();
-    out.adapted.emplace();
-    out.adapted->label = kAdaptedAsrLabel;
-    out.adapted->path = adapted_dir;
+    add_asr(kAdaptedAsrModel, "adapted",
+            "PocketSphinx en-us MAP-adapted to slt (scripts/asr-adapt)", adapted_dir);
   }
 
   // 1 + 2: room for every model.
@@ -290,16 +296,13 @@ Result<ModalitiesBenchResult> RunModalitiesBench(const ModalitiesBenchOptions& o
     const int n = std::clamp(options.sentences, 1, 20);
     for (int i = 0; i < n; ++i) {
       ARBITER_ASSIGN_OR_RETURN(SharedBytes wav, SpeakWav(*rt, kHarvard[i]));
-      ARBITER_ASSIGN_OR_RETURN(std::string heard, Transcribe(*rt, wav));
-      int words = 0;
-      out.word_errors += WordEditDistance(kHarvard[i], heard, &words);
-      out.reference_words += words;
-      out.transcripts.emplace_back(kHarvard[i], heard);
-      if (out.adapted) {  // the same speech through the second model
-        ARBITER_ASSIGN_OR_RETURN(std::string heard2, Transcribe(*rt, wav, kAdaptedAsrModel));
-        out.adapted->word_errors += WordEditDistance(kHarvard[i], heard2, nullptr);
-        out.adapted->reference_words += words;
-        out.adapted->heard.push_back(std::move(heard2));
+      out.references.push_back(kHarvard[i]);
+      for (AsrWerFigures& a : out.asr) {  // the same speech through each model
+        ARBITER_ASSIGN_OR_RETURN(std::string heard, Transcribe(*rt, wav, a.model));
+        int words = 0;
+        a.word_errors += WordEditDistance(kHarvard[i], heard, &words);
+        a.reference_words += words;
+        a.heard.push_back(std::move(heard));
       }
     }
     out.sentences = n;
@@ -385,23 +388,29 @@ std::string FormatModalitiesBench(const ModalitiesBenchResult& r) {
                      f.capability, f.load_ms, f.first_result_ms, FormatSize(f.measured_bytes),
                      FormatSize(f.charged_bytes), FormatSize(f.rss_growth_bytes));
   }
-  if (!r.adapted) {
+  const AsrWerFigures& en_us = r.asr.at(0);
+  if (r.asr.size() == 1) {
     o << fmt::format("\nTTS (Flite slt) → ASR ({}), {} Harvard sentences: WER "
                      "{:.1f} % ({} errors / {} words; target ≤ 20 %)\n",
-                     kAsrLabel, r.sentences, 100 * r.wer(), r.word_errors, r.reference_words);
-    for (const auto& [ref, heard] : r.transcripts) o << "  " << ref << "\n    → " << heard << "\n";
+                     en_us.label, r.sentences, 100 * en_us.wer(), en_us.word_errors,
+                     en_us.reference_words);
+    for (size_t i = 0; i < r.references.size(); ++i) {
+      o << "  " << r.references[i] << "\n    → " << en_us.heard[i] << "\n";
+    }
   } else {
-    const AsrWerFigures& a = *r.adapted;
     o << fmt::format("\nTTS (Flite slt) → ASR, {} Harvard sentences, WER (target ≤ 20 %):\n",
                      r.sentences);
-    o << fmt::format("  {:<58} {:>5.1f} % ({} errors / {} words)\n", kAsrLabel, 100 * r.wer(),
-                     r.word_errors, r.reference_words);
-    o << fmt::format("  {:<58} {:>5.1f} % ({} errors / {} words)\n", a.label, 100 * a.wer(),
-                     a.word_errors, a.reference_words);
-    o << fmt::format("  (adapted model: {})\n", a.path);
-    for (size_t i = 0; i < r.transcripts.size(); ++i) {
-      o << "  " << r.transcripts[i].first << "\n    en-us   → " << r.transcripts[i].second
-        << "\n    adapted → " << (i < a.heard.size() ? a.heard[i] : "") << "\n";
+    for (const AsrWerFigures& a : r.asr) {
+      o << fmt::format("  {:<58} {:>5.1f} % ({} errors / {} words)\n", a.label, 100 * a.wer(),
+                       a.word_errors, a.reference_words);
+    }
+    for (const AsrWerFigures& a : r.asr) {
+      if (!a.path.empty()) o << fmt::format("  ({} model: {})\n", a.tag, a.path);
+    }
+    for (size_t i = 0; i < r.references.size(); ++i) {
+      o << "  " << r.references[i];
+      for (const AsrWerFigures& a : r.asr) o << fmt::format("\n    {:<7} → {}", a.tag, a.heard[i]);
+      o << "\n";
     }
   }
   o << fmt::format("\nscenario under a budget of {} (demo-chat + the largest other + 8 MiB):\n",
@@ -428,33 +437,37 @@ std::string FormatModalitiesBenchJson(const ModalitiesBenchResult& r) {
   for (const ScenarioCheck& c : r.checks) {
     checks.push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
   }
+  // The top-level WER fields are en-us's; with a second model, both lines
+  // side by side in asr_wer and asr_transcripts.
+  const AsrWerFigures& en_us = r.asr.at(0);
   nlohmann::json out{{"models", models},
                      {"sentences", r.sentences},
-                     {"reference_words", r.reference_words},
-                     {"word_errors", r.word_errors},
-                     {"wer", r.wer()},
+                     {"reference_words", en_us.reference_words},
+                     {"word_errors", en_us.word_errors},
+                     {"wer", en_us.wer()},
                      {"budget_bytes", r.budget_bytes},
                      {"checks", checks},
                      {"all_ok", r.all_ok()}};
-  if (r.adapted) {
-    // Both lines side by side; the top-level WER fields stay en-us's.
-    nlohmann::json heard = nlohmann::json::array();
-    for (size_t i = 0; i < r.transcripts.size(); ++i) {
-      heard.push_back(nlohmann::json{
-          {"reference", r.transcripts[i].first},
-          {"en_us", r.transcripts[i].second},
-          {"adapted", i < r.adapted->heard.size() ? r.adapted->heard[i] : std::string()}});
-    }
+  if (r.asr.size() > 1) {
     nlohmann::json lines = nlohmann::json::array();
-    lines.push_back(nlohmann::json{{"label", kAsrLabel},
-                                   {"reference_words", r.reference_words},
-                                   {"word_errors", r.word_errors},
-                                   {"wer", r.wer()}});
-    lines.push_back(nlohmann::json{{"label", r.adapted->label},
-                                   {"path", r.adapted->path},
-                                   {"reference_words", r.adapted->reference_words},
-                                   {"word_errors", r.adapted->word_errors},
-                                   {"wer", r.adapted->wer()}});
+    for (const AsrWerFigures& a : r.asr) {
+      nlohmann::json line{{"label", a.label},
+                          {"reference_words", a.reference_words},
+                          {"word_errors", a.word_errors},
+                          {"wer", a.wer()}};
+      if (!a.path.empty()) line["path"] = a.path;
+      lines.push_back(std::move(line));
+    }
+    nlohmann::json heard = nlohmann::json::array();
+    for (size_t i = 0; i < r.references.size(); ++i) {
+      nlohmann::json sentence{{"reference", r.references[i]}};
+      for (const AsrWerFigures& a : r.asr) {
+        std::string key = a.tag;  // "en-us" -> "en_us"
+        std::replace(key.begin(), key.end(), '-', '_');
+        sentence[key] = a.heard[i];
+      }
+      heard.push_back(std::move(sentence));
+    }
     out["asr_wer"] = lines;
     out["asr_transcripts"] = heard;
   }

@@ -32,7 +32,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,14 +45,16 @@ struct ModalitiesBenchOptions {
   std::string asr_path;   // "" = en-us only; else also a PocketSphinx model here
 };
 
-// The TTS → ASR round trip through a second transcribe model (`asr_path`).
+// One transcribe model's TTS → ASR round trip over the bench's sentences.
 struct AsrWerFigures {
-  std::string label;
-  std::string path;
+  std::string model;  // the configured model: "asr", or "asr-adapted" (asr_path)
+  std::string tag;    // short name in the per-sentence lines: "en-us", "adapted"
+  std::string label;  // "PocketSphinx en-us", ...
+  std::string path;   // "" = the engine's default model (Debian's en-us)
   int reference_words = 0;
   int word_errors = 0;
   double wer() const { return reference_words > 0 ? double(word_errors) / reference_words : 0; }
-  std::vector<std::string> heard;  // one per sentence, in the order of `transcripts`
+  std::vector<std::string> heard;  // one per sentence, in the order of `references`
 };
 
 struct ModalityModelFigures {
@@ -75,11 +76,9 @@ struct ScenarioCheck {
 struct ModalitiesBenchResult {
   std::vector<ModalityModelFigures> models;
   int sentences = 0;
-  int reference_words = 0;
-  int word_errors = 0;
-  double wer() const { return reference_words > 0 ? double(word_errors) / reference_words : 0; }
-  std::vector<std::pair<std::string, std::string>> transcripts;  // reference, heard
-  std::optional<AsrWerFigures> adapted;  // set when options.asr_path is
+  std::vector<std::string> references;  // the sentences spoken
+  // [0]: en-us (the demo's asr); [1]: the asr_path model, when given.
+  std::vector<AsrWerFigures> asr;
   uint64_t budget_bytes = 0;
   std::vector<ScenarioCheck> checks;
   bool all_ok() const;
