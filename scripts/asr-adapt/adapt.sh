@@ -93,12 +93,16 @@ pocketsphinx_mdef_convert -text "$model/en-us/mdef" base/mdef.txt >mdef_convert.
 cat "${adapt_text[@]}" | grep -v '^[[:space:]]*$' >adapt.txt
 # The bench's test sentences: the string literals of its kHarvard array.
 sed -n '/kHarvard\[\] = {/,/^};/p' "$bench_src" | sed -n 's/^ *"\(.*\)",$/\1/p' >test.txt
+# Writes adapt.words: each adaptation sentence as the words bw is given
+# (lower case, only a-z and apostrophes), one line per line of adapt.txt.
 python3 - test.txt adapt.txt "$dict" <<'PY' || die "adaptation text check failed"
 import re, sys
 def norm(s):
     return ' '.join(re.sub(r"[^a-z' ]", ' ', s.lower()).split())
 test = [norm(l) for l in open(sys.argv[1]) if l.strip()]
 adapt = [norm(l) for l in open(sys.argv[2]) if l.strip()]
+with open('adapt.words', 'w') as f:
+    f.writelines(s + '\n' for s in adapt)
 words = {l.split()[0] for l in open(sys.argv[3], encoding='latin-1') if l.strip()}
 overlap = sorted(set(test) & set(adapt))
 oov = sorted({w for s in adapt for w in s.split() if w not in words})
@@ -118,7 +122,7 @@ log "synthesizing $(wc -l <adapt.txt) sentences with flite -voice slt"
 : >adapt.ctl
 : >adapt.transcription
 i=0
-while IFS= read -r line; do
+while IFS= read -r line && IFS= read -r words <&3; do
   i=$((i + 1))
   id=$(printf 'adapt_%03d' "$i")
   flite -voice slt -t "$line" -o "wav/$id.flite.wav"
@@ -126,9 +130,8 @@ while IFS= read -r line; do
   sox "wav/$id.flite.wav" -r 16000 -c 1 -b 16 -e signed-integer "wav/$id.wav"
   rm "wav/$id.flite.wav"
   echo "wav/$id" >>adapt.ctl
-  words=$(printf '%s' "$line" | tr 'A-Z' 'a-z' | sed "s/[^a-z' ]/ /g" | tr -s ' ' | sed 's/^ //; s/ $//')
   echo "<s> $words </s> ($id)" >>adapt.transcription
-done <adapt.txt
+done <adapt.txt 3<adapt.words
 
 log "sphinx_fe"
 sphinx_fe -argfile base/feat.params -samprate 16000 -c adapt.ctl -di . -do . \
