@@ -368,8 +368,8 @@ TEST(ResponseJson, ErrorShapeAndIds) {
   EXPECT_NE(id, NewCompletionId("chatcmpl"));
 }
 
-// Issue 15 point 1: every field is implemented, a documented no-op, or a
-// 400 naming it.
+// Query parameters (?since=, ?timeout_ms=): a 400 naming the parameter and
+// the value.
 TEST(FieldPolicy, QueryIntegersNameTheParameterAndValue) {
   using server_internal::ParseQueryInt;
   EXPECT_EQ(*ParseQueryInt("t", "0", 0, 10, "x"), 0);
@@ -384,6 +384,8 @@ TEST(FieldPolicy, QueryIntegersNameTheParameterAndValue) {
   }
 }
 
+// Issue 15 point 1: every field is implemented, a documented no-op, or a
+// 400 naming it.
 TEST(FieldPolicy, UnknownAndUnsupportedFieldsAreNamed) {
   const std::string base = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
   auto chat_error = [&](const std::string& extra) {

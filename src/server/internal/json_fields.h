@@ -1,4 +1,5 @@
-// server/internal/json_fields.h — reading request bodies: the JSON parse
+// server/internal/json_fields.h — reading request bodies (and integer query
+// parameters, ParseQueryInt): the JSON parse
 // with its nesting bound, and typed field getters whose errors name the
 // field (the parsing policy of openai.cc: `null` is absent, a wrong type or
 // an out-of-range value is kInvalidArgument naming the field). Shared by
