@@ -17,9 +17,13 @@
 
 #include <leptonica/allheaders.h>
 
+#include <cctype>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
+
+#include "arbiter/base/clip.h"
 
 namespace arbiter {
 namespace {
@@ -263,6 +267,24 @@ bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
   return true;
 }
 
+// The format a data: URL's media type declares: kUnknown for a type that
+// is not one DecodeImageGray reads.
+Kind KindOfMediaType(std::string_view type) {
+  std::string t(type);
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t == "image/png") return Kind::kPng;
+  if (t == "image/jpeg" || t == "image/jpg") return Kind::kJpeg;
+  if (t == "image/webp") return Kind::kWebp;
+  if (t == "image/bmp" || t == "image/x-ms-bmp") return Kind::kBmp;
+  return Kind::kUnknown;
+}
+
+// How an error names a format the bytes are in.
+std::string FormatOf(Kind k) {
+  return k == Kind::kUnknown ? "no image format arbiter reads"
+                             : std::string("a ") + KindName(k) + " image";
+}
+
 }  // namespace
 
 Result<std::vector<uint8_t>> DecodeDataUrl(std::string_view url, std::string_view field,
@@ -285,6 +307,16 @@ Result<std::vector<uint8_t>> DecodeDataUrl(std::string_view url, std::string_vie
       !StartsWithNoCase(meta.substr(meta.size() - kB64.size()), kB64)) {
     return InvalidArgumentError(
         f + ": only base64 data: URLs are accepted (data:<mime>;base64,<payload>)");
+  }
+  // The media type (RFC 2397: before the first ';'): none, or an image type
+  // we decode, which the bytes must then be.
+  std::string_view media_type = meta.substr(0, meta.find(';'));
+  while (!media_type.empty() && media_type.back() == ' ') media_type.remove_suffix(1);
+  const Kind declared = media_type.empty() ? Kind::kUnknown : KindOfMediaType(media_type);
+  if (!media_type.empty() && declared == Kind::kUnknown) {
+    return InvalidArgumentError(
+        f + ": the media type \"" + ClipInput(media_type) +
+        "\" is not an image type arbiter decodes (image/png, image/jpeg, image/webp, image/bmp)");
   }
   std::string_view payload = url.substr(comma + 1);
   while (!payload.empty() && payload.back() == '=') payload.remove_suffix(1);
@@ -315,6 +347,10 @@ Result<std::vector<uint8_t>> DecodeDataUrl(std::string_view url, std::string_vie
       out.push_back(static_cast<uint8_t>(acc >> bits));
       acc &= (1u << bits) - 1;
     }
+  }
+  if (declared != Kind::kUnknown && Sniff(out) != declared) {
+    return InvalidArgumentError(f + " is declared " + std::string(media_type) +
+                                " but its bytes are " + FormatOf(Sniff(out)));
   }
   return out;
 }

@@ -220,11 +220,12 @@ TEST(DecodeImageGrayTest, RefusesEmptyUnknownTruncated) {
 }
 
 TEST(DecodeDataUrlTest, GoodAndBad) {
-  Result<std::vector<uint8_t>> r =
-      DecodeDataUrl("data:image/png;base64,aGVsbG8=", "image_url", 100);
+  // Without a media type the bytes are not checked here (DecodeImageGray
+  // sniffs them).
+  Result<std::vector<uint8_t>> r = DecodeDataUrl("data:;base64,aGVsbG8=", "image_url", 100);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(std::string(r->begin(), r->end()), "hello");
-  r = DecodeDataUrl("data:image/png;base64,aGVsbG8", "image_url", 100);  // no padding
+  r = DecodeDataUrl("data:;base64,aGVsbG8", "image_url", 100);  // no padding
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(std::string(r->begin(), r->end()), "hello");
   r = DecodeDataUrl("data:;base64,AAEC/w==", "x", 100);
@@ -252,6 +253,65 @@ TEST(DecodeDataUrlTest, GoodAndBad) {
   r = DecodeDataUrl("data:image/png;base64,aGVsbG8gd29ybGQ=", "image_url", 5);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "image_url is 11 bytes; the limit is 5");
+}
+
+// Base64 of `bytes`, for data: URLs.
+std::string Base64(const std::vector<uint8_t>& bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const uint32_t n = uint32_t{bytes[i]} << 16 |
+                       (i + 1 < bytes.size() ? uint32_t{bytes[i + 1]} << 8 : 0) |
+                       (i + 2 < bytes.size() ? uint32_t{bytes[i + 2]} : 0);
+    out += kAlphabet[n >> 18 & 63];
+    out += kAlphabet[n >> 12 & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[n >> 6 & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
+  }
+  return out;
+}
+
+TEST(DecodeDataUrlTest, TheMediaTypeMustBeAnImageTypeThatTheBytesAre) {
+  PIX* pix = TestPicture();
+  const std::vector<uint8_t> png = Write(pix, IFF_PNG);
+  const std::vector<uint8_t> jpeg = Jpeg(pix);
+  pixDestroy(&pix);
+  const std::string png64 = Base64(png);
+  for (const char* type : {"image/png", "IMAGE/PNG", "image/png;name=a.png", ""}) {
+    Result<std::vector<uint8_t>> r =
+        DecodeDataUrl(std::string("data:") + type + ";base64," + png64, "image_url", 1 << 20);
+    ASSERT_TRUE(r.ok()) << type << ": " << r.status().ToString();
+    EXPECT_EQ(*r, png);
+  }
+  Result<std::vector<uint8_t>> r =
+      DecodeDataUrl("data:image/jpg;base64," + Base64(jpeg), "image_url", 1 << 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+
+  // PNG bytes declared as text: the media type is named.
+  r = DecodeDataUrl("data:text/plain;base64," + png64, "messages[0].content[1].image_url", 1 << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "messages[0].content[1].image_url: the media type \"text/plain\" is not an image "
+            "type arbiter decodes (image/png, image/jpeg, image/webp, image/bmp)");
+  for (const char* type : {"image/gif", "image/svg+xml", "application/octet-stream"}) {
+    r = DecodeDataUrl(std::string("data:") + type + ";base64," + png64, "image", 1 << 20);
+    ASSERT_FALSE(r.ok()) << type;
+    EXPECT_NE(r.status().message().find(type), std::string::npos) << r.status().message();
+  }
+  // An image type the bytes are not.
+  r = DecodeDataUrl("data:image/jpeg;base64," + png64, "image", 1 << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "image is declared image/jpeg but its bytes are a png image");
+  r = DecodeDataUrl("data:image/png;base64,aGVsbG8=", "image", 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "image is declared image/png but its bytes are no image format arbiter reads");
+  // A huge media type is quoted clipped.
+  r = DecodeDataUrl("data:" + std::string(10000, 't') + ";base64," + png64, "image", 1 << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(r.status().message().size(), 400u);
 }
 
 }  // namespace

@@ -55,12 +55,19 @@ struct GrayImage {
 Result<GrayImage> DecodeImageGray(std::span<const uint8_t> bytes, const ImageLimits& limits,
                                   std::string_view field = "image");
 
-// Decodes a `data:<mime>;base64,<payload>` URL into its bytes (strict
-// base64, '=' padding optional, no whitespace). Errors, kInvalidArgument
-// naming `field`:
+// Decodes a `data:<mime>;base64,<payload>` URL of an image into its bytes
+// (strict base64, '=' padding optional, no whitespace). <mime> is empty
+// (`data:;base64,...`: the bytes say what they are) or the type of a format
+// DecodeImageGray reads — image/png, image/jpeg (image/jpg), image/webp,
+// image/bmp (image/x-ms-bmp), any case — and the bytes' magic must be that
+// format. Errors, kInvalidArgument naming `field`:
 //   http:// and https:// URLs: "<field>: remote URLs are not fetched (no
 //     outbound requests); send the image as a data: URL";
 //   other schemes, data: URLs without ";base64", bad base64;
+//   another media type: "<field>: the media type \"text/plain\" is not an
+//     image type arbiter decodes (...)";
+//   bytes of another format: "<field> is declared image/jpeg but its bytes
+//     are a png image";
 //   a payload decoding to more than `max_bytes` bytes (checked before decoding).
 Result<std::vector<uint8_t>> DecodeDataUrl(std::string_view url, std::string_view field,
                                            size_t max_bytes);
