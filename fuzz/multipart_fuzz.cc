@@ -1,8 +1,9 @@
 // libFuzzer target: the multipart/form-data reader (server/multipart.h) on
 // arbitrary bytes, i.e. an untrusted upload body, with the first line of
-// the input as its Content-Type. Errors must be kInvalidArgument with a
-// message; accepted parts must name themselves, stay within the limits, and
-// view bytes inside the body.
+// the input as its Content-Type — the reader the audio routes and the
+// proxy's peek use. Errors must be kInvalidArgument with a message;
+// accepted parts must name themselves, stay within the limits, view bytes
+// inside the body, and no name but an array field's ("...[]") repeats.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -23,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (parts->size() > arbiter::kMaxMultipartParts) __builtin_trap();
   for (const arbiter::FormPart& p : *parts) {
     if (p.name.empty()) __builtin_trap();
+    const bool array_field = p.name.size() > 2 && p.name.substr(p.name.size() - 2) == "[]";
+    if (!array_field && arbiter::FindPart(*parts, p.name) != &p) __builtin_trap();
     if (p.data.data() < body.data() || p.data.data() + p.data.size() > body.data() + body.size()) {
       __builtin_trap();
     }

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "arbiter/base/clip.h"
+
 namespace arbiter {
 namespace {
 
@@ -87,9 +89,9 @@ Result<std::string> MultipartBoundary(std::string_view content_type) {
   std::string token;
   std::vector<std::pair<std::string, std::string>> params;
   if (!ParseParams(content_type, &token, &params) || !IEquals(token, "multipart/form-data")) {
-    return InvalidArgumentError(fmt::format(
-        "the Content-Type must be multipart/form-data with a boundary (got \"{}\")",
-        content_type.substr(0, 100)));
+    return InvalidArgumentError(
+        fmt::format("the Content-Type must be multipart/form-data with a boundary (got \"{}\")",
+                    ClipInput(content_type)));
   }
   for (const auto& [name, value] : params) {
     if (name != "boundary") continue;
@@ -171,6 +173,16 @@ Result<std::vector<FormPart>> ParseMultipart(std::string_view content_type, std:
     }
     if (!has_name || part.name.empty()) {
       return Bad(fmt::format("part {} has no Content-Disposition name", n));
+    }
+    // One value per field, as in a JSON body: only array fields ("name[]",
+    // the form encoding of an array) repeat.
+    const bool array_field =
+        part.name.size() > 2 && part.name.compare(part.name.size() - 2, 2, "[]") == 0;
+    if (!array_field && FindPart(parts, part.name) != nullptr) {
+      return Bad(
+          fmt::format("part {}: the field \"{}\" is sent twice (only fields named "
+                      "\"...[]\" may repeat)",
+                      n, ClipInput(part.name)));
     }
     const size_t content = empty_headers ? pos + 2 : header_end + 4;
     const size_t next = body.find(delimiter, content);

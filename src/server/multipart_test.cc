@@ -63,10 +63,39 @@ TEST(MultipartTest, RefusesMalformedBodiesNamingTheProblem) {
   EXPECT_THAT(error(kType, "--XyZ\r\nContent-Disposition: form-data; name=\"f"), HasSubstr("header"));
   std::string many;
   for (size_t i = 0; i <= kMaxMultipartParts; ++i) {
-    many += "--XyZ\r\nContent-Disposition: form-data; name=\"p\"\r\n\r\nv\r\n";
+    many += "--XyZ\r\nContent-Disposition: form-data; name=\"p[]\"\r\n\r\nv\r\n";
   }
   many += "--XyZ--";
   EXPECT_THAT(error(kType, many), HasSubstr("more than 64 parts"));
+}
+
+// A field has one value: `model` or `file` twice is refused, naming it;
+// array fields ("name[]") repeat.
+TEST(MultipartTest, AFieldSentTwiceIsRefusedUnlessItIsAnArray) {
+  auto part = [](std::string_view name, std::string_view value) {
+    return "--XyZ\r\nContent-Disposition: form-data; name=\"" + std::string(name) + "\"\r\n\r\n" +
+           std::string(value) + "\r\n";
+  };
+  for (const char* name : {"model", "file"}) {
+    const std::string body = part("model", "asr") + part("file", "RIFF") + part(name, "again") +
+                             "--XyZ--";
+    Result<std::vector<FormPart>> r = ParseMultipart(kType, body);
+    ASSERT_FALSE(r.ok()) << name;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(),
+              "multipart body: part 3: the field \"" + std::string(name) +
+                  "\" is sent twice (only fields named \"...[]\" may repeat)");
+  }
+  const std::string arrays = part("model", "asr") + part("timestamp_granularities[]", "segment") +
+                             part("timestamp_granularities[]", "word") + "--XyZ--";
+  Result<std::vector<FormPart>> r = ParseMultipart(kType, arrays);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->size(), 3u);
+  // A huge repeated name is quoted clipped.
+  const std::string huge(5000, 'n');
+  r = ParseMultipart(kType, part(huge, "1") + part(huge, "2") + "--XyZ--");
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(r.status().message().size(), 400u);
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 // ignored; a Content-Transfer-Encoding is refused (RFC 7578 4.7 deprecates
 // it and no client sends one).
 //
+// A field appears once: a second part of the same name is an error, except
+// for array fields, whose names end in "[]" ("timestamp_granularities[]").
+//
 // Limits: at most kMaxMultipartParts parts, header blocks of at most
 // kMaxMultipartHeaderBytes each. Errors are kInvalidArgument with a message
 // naming what is wrong ("multipart body: part 2 has no Content-Disposition
@@ -44,8 +47,8 @@ Result<std::string> MultipartBoundary(std::string_view content_type);
 
 // Parses `body` (REQUIRES: outlives the returned views). Errors: no opening
 // boundary, a part without a header block end or a closing boundary, a part
-// without a form-data Content-Disposition name, too many parts, a header
-// block over the limit.
+// without a form-data Content-Disposition name, a field sent twice (not
+// "...[]"), too many parts, a header block over the limit.
 Result<std::vector<FormPart>> ParseMultipart(std::string_view content_type, std::string_view body);
 
 // The first part named `name`, or nullptr.
