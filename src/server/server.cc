@@ -193,9 +193,12 @@ struct Server::Impl {
     o.port = st.port;
     o.max_body_bytes = st.max_body_bytes;
     // Audio uploads have their own limit ([server] max_audio_bytes) plus
-    // room for the multipart framing and fields.
+    // room for the multipart framing and fields; the 413 names it.
     for (const char* path : {"/v1/audio/transcriptions", "/v1/audio/vad"}) {
-      o.path_body_limits[path] = {st.max_audio_bytes + (64u << 10), "max_audio_bytes"};
+      o.path_body_limits[path] = {
+          st.max_audio_bytes + (64u << 10),
+          fmt::format("[server] max_audio_bytes = {} plus 64 KiB for the other form fields",
+                      st.max_audio_bytes)};
     }
     o.read_timeout_s = st.read_timeout_s;
     o.request_timeout_s = st.request_timeout_s;
@@ -277,26 +280,19 @@ struct Server::Impl {
       res.headers.emplace_back("WWW-Authenticate", "Bearer");
       return res;
     });
-    // JSON bodies for the errors the transport answers itself.
-    http->SetErrorBody([this](int status, std::string message) {
-      const ServerSettings& st = ctx.settings;
+    // JSON bodies for the errors the transport answers itself. Its message
+    // names the limit that applied: the timeout that fired
+    // (read_timeout_s or request_timeout_s) or the body limit of the path.
+    http->SetErrorBody([](int status, std::string message) {
       switch (status) {
         case 404:
           return JsonResponse(404, ErrorJson(message, kInvalidRequest, "not_found"));
         case 405:
           return JsonResponse(405, ErrorJson(message, kInvalidRequest, "method_not_allowed"));
         case 408:
-          return JsonResponse(
-              408, ErrorJson(fmt::format("the request was not received within {} s ([server] "
-                                         "request_timeout_s); the connection is closed",
-                                         st.request_timeout_s),
-                             kInvalidRequest, "request_timeout"));
+          return JsonResponse(408, ErrorJson(message, kInvalidRequest, "request_timeout"));
         case 413:
-          return JsonResponse(
-              413, ErrorJson(fmt::format("request body is larger than the limit of {} bytes "
-                                         "([server] max_body_bytes)",
-                                         st.max_body_bytes),
-                             kInvalidRequest, "request_too_large"));
+          return JsonResponse(413, ErrorJson(message, kInvalidRequest, "request_too_large"));
         case 503:
           return JsonResponse(503, ErrorJson(message, kServerError, "server_busy"));
         default:
