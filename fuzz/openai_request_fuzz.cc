@@ -1,14 +1,25 @@
 // libFuzzer target: the OpenAI request parsers (ParseChatRequest,
 // ParseCompletionRequest, ParseResponsesRequest, ParseEmbeddingRequest) and
-// the /admin/prewarm body
-// (ParsePrewarmRequest) on arbitrary bytes, i.e. an untrusted HTTP body. No exception may escape; every error must be
-// kInvalidArgument with a message; accepted requests must satisfy the ranges
-// openai.h promises on each struct.
+// the /admin/prewarm body (ParsePrewarmRequest) on arbitrary bytes, i.e. an
+// untrusted HTTP body, and the JSON reader they and every other route use
+// (ParseJson / ParseBody, Note [One JSON reader] in
+// server/internal/json_fields.h: the admin actions, /ui/login and the
+// proxy's peek read their bodies with it). No exception may escape; every
+// error must be kInvalidArgument with a message; accepted requests must
+// satisfy the ranges openai.h promises on each struct; a document the
+// reader accepts nests at most kMaxJsonDepth levels and is what nlohmann's
+// own parser makes of the same text.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "arbiter/server/openai.h"
+#include "server/internal/json_fields.h"
 
 namespace {
 
@@ -28,6 +39,20 @@ void CheckSampling(const arbiter::SamplingFields& s) {
   (void)s.ToSamplingParams();
 }
 
+// The deepest nesting of arrays and objects in `root` (a scalar: 0).
+int Depth(const nlohmann::json& root) {
+  int deepest = 0;
+  std::vector<std::pair<const nlohmann::json*, int>> todo = {{&root, 0}};
+  while (!todo.empty()) {
+    auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    deepest = std::max(deepest, depth + 1);
+    for (const nlohmann::json& child : *j) todo.push_back({&child, depth + 1});
+  }
+  return deepest;
+}
+
 template <typename R>
 bool CheckError(const arbiter::Result<R>& r) {
   if (r.ok()) return true;
@@ -40,6 +65,16 @@ bool CheckError(const arbiter::Result<R>& r) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
+
+  namespace si = arbiter::server_internal;
+  arbiter::Result<nlohmann::json> doc = si::ParseJson(body, "request body");
+  if (CheckError(doc)) {
+    if (Depth(*doc) > si::kMaxJsonDepth) __builtin_trap();
+    if (*doc != nlohmann::json::parse(body.begin(), body.end())) __builtin_trap();
+  }
+  if (arbiter::Result<nlohmann::json> obj = si::ParseBody(body); CheckError(obj)) {
+    if (!obj->is_object() || !doc.ok()) __builtin_trap();
+  }
 
   arbiter::Result<arbiter::ChatRequest> chat = arbiter::ParseChatRequest(body);
   if (CheckError(chat)) {

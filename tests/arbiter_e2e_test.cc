@@ -416,7 +416,8 @@ TEST_F(ArbiterE2E, LoadUnloadRoundTripAndErrors) {
   ExpectError(Post("/admin/models/ea/unload?timeout_ms=soon", ""), 400, "\"timeout_ms\"");
 
   // Bad pressure bodies: 400 naming the field; the level does not move.
-  ExpectError(Post("/admin/pressure", "not json"), 400, "JSON object");
+  ExpectError(Post("/admin/pressure", "not json"), 400, "not valid JSON");
+  ExpectError(Post("/admin/pressure", "[1]"), 400, "JSON object");
   ExpectError(Post("/admin/pressure", "{}"), 400, "\"level\"");
   ExpectError(Post("/admin/pressure", R"({"level":"panic"})"), 400, "\"level\"");
   ExpectError(Post("/admin/pressure", R"({"level":3})"), 400, "\"level\"");

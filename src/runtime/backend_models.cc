@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/buffer_memory.h"
+#include "arbiter/base/clip.h"
 #include "arbiter/base/size.h"
 #include "arbiter/memory/system_memory.h"
 #include "arbiter/runtime/models.h"
@@ -267,7 +268,9 @@ CapabilityRegistration BackendCapabilityRegistration(Capability capability,
   };
   r.load = [models, capability, context](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
-    if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));
+    if (it == models->end()) {
+      return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(key)));
+    }
     return LoadBackend(it->second, capability, context);
   };
   r.run = [context](const ArbiterHandle& h, std::any& payload) -> Result<std::any> {

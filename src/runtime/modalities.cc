@@ -29,7 +29,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/base/hash.h"
+
 #include "runtime/internal/runtime_impl.h"
 
 namespace arbiter::runtime_internal {
@@ -126,7 +128,8 @@ Result<ModelEntry> RuntimeImpl::Model(const std::string& name) const {
   for (const ModelEntry& m : config_.models) {
     if (m.name == name) return m;
   }
-  return NotFoundError(fmt::format("model \"{}\" not found", name), ErrorReason::kModelNotFound);
+  return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(name)),
+                       ErrorReason::kModelNotFound);
 }
 
 Result<std::any> RuntimeImpl::RunBackend(Capability capability, const std::string& model,

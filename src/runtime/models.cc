@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/buffer_memory.h"
+#include "arbiter/base/clip.h"
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/model_config.h"
@@ -247,7 +248,9 @@ CapabilityRegistration EngineCapabilityRegistration(
   SetPerModelFields(&r, models, estimates, same_role);
   r.load = [models, cache, kv](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
-    if (it == models->end()) return NotFoundError(fmt::format("model \"{}\" not found", key));
+    if (it == models->end()) {
+      return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(key)));
+    }
     return LoadEngineModel(it->second, cache, kv != nullptr ? kv->Find(key) : nullptr);
   };
   return r;

@@ -43,6 +43,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/base/size.h"
 
 namespace arbiter {
@@ -179,7 +180,8 @@ Result<Capability> RuntimeImpl::FindModel(const std::string& name) const {
   for (const auto& [n, cap] : names_) {
     if (n == name) return cap;
   }
-  return NotFoundError(fmt::format("model \"{}\" not found", name), ErrorReason::kModelNotFound);
+  return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(name)),
+                       ErrorReason::kModelNotFound);
 }
 
 arbiter::Status RuntimeImpl::CheckCapability(const std::string& name, Capability have,
@@ -404,7 +406,7 @@ Result<CompactResult> RuntimeImpl::Compact(const std::vector<std::string>& reloa
   WeightCache* cache = weights_->cache.get();
   for (const std::string& name : reload) {
     if (!cache->Contains(name)) {
-      return NotFoundError(fmt::format("model \"{}\" not found", name),
+      return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(name)),
                            ErrorReason::kModelNotFound);
     }
   }
@@ -426,8 +428,9 @@ Result<std::vector<std::string>> RuntimeImpl::CloseConversation(const std::strin
     return UnavailableError("this server has no KV precache", ErrorReason::kNoKvPrecache);
   }
   if (!model.empty() && kv_->Find(model) == nullptr) {
-    return NotFoundError(fmt::format("model \"{}\" not found or has no KV precache", model),
-                         ErrorReason::kModelNotFound);
+    return NotFoundError(
+        fmt::format("model \"{}\" not found or has no KV precache", ClipInput(model)),
+        ErrorReason::kModelNotFound);
   }
   std::vector<std::string> closed;
   for (const auto& [name, pc] : kv_->precaches) {
@@ -436,7 +439,7 @@ Result<std::vector<std::string>> RuntimeImpl::CloseConversation(const std::strin
     if (pc->Close(h ? h->backend<Engine>() : nullptr, id)) closed.push_back(name);
   }
   if (closed.empty()) {
-    return NotFoundError(fmt::format("conversation \"{}\" is not open", id),
+    return NotFoundError(fmt::format("conversation \"{}\" is not open", ClipInput(id)),
                          ErrorReason::kConversationNotFound);
   }
   return closed;

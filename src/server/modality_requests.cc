@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/json_fields.h"
 
@@ -39,9 +40,9 @@ Result<SpeechBody> ParseSpeechRequest(std::string_view body) {
     ARBITER_RETURN_IF_ERROR(GetString(j, "response_format", false, &r.response_format));
     if (r.response_format.empty()) r.response_format = "mp3";
     if (r.response_format != "mp3" && r.response_format != "wav" && r.response_format != "pcm") {
-      return InvalidArgumentError(fmt::format(
-          "\"response_format\" \"{}\" is not supported: one of mp3 (default), wav, pcm",
-          r.response_format));
+      return InvalidArgumentError(
+          fmt::format("\"response_format\" \"{}\" is not supported: one of mp3 (default), wav, pcm",
+                      ClipInput(r.response_format)));
     }
     std::optional<double> speed;
     ARBITER_RETURN_IF_ERROR(GetNumber(j, "speed", 0.25, 4.0, false, "between 0.25 and 4.0", &speed));

@@ -13,28 +13,36 @@
 
 #include <fmt/format.h>
 
+#include "arbiter/base/clip.h"
+
 namespace arbiter::server_internal {
 namespace {
 
 using json = nlohmann::json;
 
+// A tool call's `arguments` as a client sends them back: a string holding
+// a JSON object, read by the bodies' reader (Note [One JSON reader]).
+Status CheckArguments(const std::string& text, const std::string& field) {
+  Result<json> args = ParseJson(text, fmt::format("\"{}\"", field));
+  if (!args.ok()) return args.status();
+  if (!args->is_object()) return TypeError(field, "a string holding a JSON object");
+  return OkStatus();
+}
 
 }  // namespace
 
 static constexpr size_t kMaxStopStrings = 4;
-
 
 Status ParseSampling(const json& j, SamplingFields* s) {
   ARBITER_RETURN_IF_ERROR(GetNumber(j, "temperature", 0.0, 2.0, false, "between 0 and 2",
                                     &s->temperature));
   ARBITER_RETURN_IF_ERROR(GetNumber(j, "top_p", 0.0, 1.0, true, "in (0, 1]", &s->top_p));
   std::optional<int64_t> v;
-  ARBITER_RETURN_IF_ERROR(GetInt(j, "top_k", 0, std::numeric_limits<int32_t>::max(),
-                                 "a non-negative integer", &v));
+  ARBITER_RETURN_IF_ERROR(GetInt(j, "top_k", 0, std::numeric_limits<int32_t>::max(), &v));
   if (v) s->top_k = static_cast<int>(*v);
   v.reset();
   ARBITER_RETURN_IF_ERROR(GetInt(j, "seed", std::numeric_limits<int64_t>::min(),
-                                 std::numeric_limits<int64_t>::max(), "an integer", &v));
+                                 std::numeric_limits<int64_t>::max(), &v));
   if (v) s->seed = *v;
   ARBITER_RETURN_IF_ERROR(GetNumber(j, "min_p", 0.0, 1.0, false, "between 0 and 1", &s->min_p));
   ARBITER_RETURN_IF_ERROR(GetNumber(j, "presence_penalty", -2.0, 2.0, false, "between -2 and 2",
@@ -57,7 +65,7 @@ Status ParseSampling(const json& j, SamplingFields* s) {
           id > std::numeric_limits<int32_t>::max()) {
         return InvalidArgumentError(
             fmt::format("\"logit_bias\" key \"{}\" must be a token id (a non-negative integer)",
-                        key.substr(0, 32)));
+                        ClipInput(key)));
       }
       if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) ||
           it.value().get<double>() < -100 || it.value().get<double>() > 100) {
@@ -73,7 +81,7 @@ Status ParseSampling(const json& j, SamplingFields* s) {
 static constexpr int kMaxChoices = 16;
 Status ParseN(const json& j, int* n) {
   std::optional<int64_t> v;
-  ARBITER_RETURN_IF_ERROR(GetInt(j, "n", 1, kMaxChoices, "an integer between 1 and 16", &v));
+  ARBITER_RETURN_IF_ERROR(GetInt(j, "n", 1, kMaxChoices, &v));
   if (v) *n = static_cast<int>(*v);
   return OkStatus();
 }
@@ -115,7 +123,7 @@ Status ParseOutputFormat(const json& j, OutputFormat* out) {
       return InvalidArgumentError(fmt::format(
           "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\" (got "
           "\"{}\")",
-          type.substr(0, 64)));
+          ClipInput(type)));
     }
   }
   if (const json* g = Field(j, "grammar")) {
@@ -147,7 +155,7 @@ static Status ParseTool(const json& t, const std::string& path, bool flat, ToolD
   ARBITER_RETURN_IF_ERROR(GetString(t, "type", true, &type));
   if (type != "function") {
     return InvalidArgumentError(fmt::format(
-        "\"{}.type\" is \"{}\": only \"function\" tools are supported", path, type.substr(0, 64)));
+        "\"{}.type\" is \"{}\": only \"function\" tools are supported", path, ClipInput(type)));
   }
   const json* fn = &t;
   std::string fpath = path;
@@ -208,7 +216,7 @@ Status ParseTools(const json& j, bool flat, ToolFields* out) {
         return InvalidArgumentError(fmt::format(
             "\"tool_choice\" must be \"auto\", \"none\", \"required\" or a named function (got "
             "\"{}\")",
-            mode.substr(0, 64)));
+            ClipInput(mode)));
       }
     } else if (c->is_object()) {
       const json* type = Field(*c, "type");
@@ -235,9 +243,9 @@ Status ParseTools(const json& j, bool flat, ToolFields* out) {
     bool known = false;
     for (const ToolDefinition& t : out->tools) known = known || t.name == out->choice.function;
     if (!known) {
-      return InvalidArgumentError(fmt::format(
-          "\"tool_choice\" names the function \"{}\", which is not in \"tools\"",
-          out->choice.function.substr(0, 64)));
+      return InvalidArgumentError(
+          fmt::format("\"tool_choice\" names the function \"{}\", which is not in \"tools\"",
+                      ClipInput(out->choice.function)));
     }
   }
   if (out->choice.mode == ToolChoice::Mode::kRequired && out->tools.empty()) {
@@ -257,6 +265,9 @@ static Status ParseToolCallsField(const json& calls, const std::string& path, st
     ARBITER_RETURN_IF_ERROR(CheckKnownFields(c, {"id", "type", "function"}, cpath + "."));
     ToolCall call;
     ARBITER_RETURN_IF_ERROR(GetString(c, "id", false, &call.id));
+    if (const json* type = Field(c, "type"); type != nullptr && *type != "function") {
+      return TypeError(cpath + ".type", "\"function\"");
+    }
     const json* fn = Field(c, "function");
     if (fn == nullptr || !fn->is_object()) return TypeError(cpath + ".function", "an object");
     ARBITER_RETURN_IF_ERROR(CheckKnownFields(*fn, {"name", "arguments"}, cpath + ".function."));
@@ -265,23 +276,20 @@ static Status ParseToolCallsField(const json& calls, const std::string& path, st
       return TypeError(cpath + ".function.name", "a string");
     }
     call.name = name->get<std::string>();
-    if (const json* a = Field(*fn, "arguments")) {
-      if (!a->is_string()) return TypeError(cpath + ".function.arguments", "a JSON string");
-      call.arguments = a->get<std::string>();
-    }
+    ARBITER_RETURN_IF_ERROR(
+        GetString(*fn, "arguments", true, &call.arguments, cpath + ".function.arguments"));
+    ARBITER_RETURN_IF_ERROR(CheckArguments(call.arguments, cpath + ".function.arguments"));
     out->push_back(std::move(call));
   }
   return OkStatus();
 }
 
-
 Status ParseMaxTokens(const json& j, std::optional<int>* out) {
   std::optional<int64_t> v;
   // max_completion_tokens (newer name) wins over max_tokens when both are set.
-  ARBITER_RETURN_IF_ERROR(GetInt(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(),
-                                 "a positive integer", &v));
-  ARBITER_RETURN_IF_ERROR(GetInt(j, "max_completion_tokens", 1,
-                                 std::numeric_limits<int32_t>::max(), "a positive integer", &v));
+  ARBITER_RETURN_IF_ERROR(GetInt(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &v));
+  ARBITER_RETURN_IF_ERROR(
+      GetInt(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), &v));
   if (v) *out = static_cast<int>(*v);
   return OkStatus();
 }
@@ -361,9 +369,9 @@ static Status ParseContent(const json& c, const std::string& path, size_t messag
       continue;
     }
     if (kind != "text") {
-      return InvalidArgumentError(fmt::format(
-          "\"{}.type\" is \"{}\": only \"text\"{} content parts are supported", ppath, kind,
-          images != nullptr ? " and \"image_url\"" : ""));
+      return InvalidArgumentError(
+          fmt::format("\"{}.type\" is \"{}\": only \"text\"{} content parts are supported", ppath,
+                      ClipInput(kind), images != nullptr ? " and \"image_url\"" : ""));
     }
     ARBITER_RETURN_IF_ERROR(CheckKnownFields(part, {"type", "text"}, ppath + "."));
     const json* text = Field(part, "text");
@@ -404,7 +412,7 @@ static Status ParseResponsesContent(const json& c, const std::string& path, size
       return InvalidArgumentError(fmt::format(
           "\"{}.type\" is \"{}\": only \"input_text\", \"output_text\" and \"input_image\" parts "
           "are supported",
-          ppath, kind.substr(0, 64)));
+          ppath, ClipInput(kind)));
     }
     // annotations and logprobs of an earlier output_text: no-ops.
     ARBITER_RETURN_IF_ERROR(
@@ -439,7 +447,9 @@ Status ParseResponsesInput(const json& in, std::vector<ChatMessage>* out,
       ToolCall call;
       ARBITER_RETURN_IF_ERROR(GetString(item, "call_id", true, &call.id));
       ARBITER_RETURN_IF_ERROR(GetString(item, "name", true, &call.name));
-      ARBITER_RETURN_IF_ERROR(GetString(item, "arguments", false, &call.arguments));
+      ARBITER_RETURN_IF_ERROR(
+          GetString(item, "arguments", true, &call.arguments, path + ".arguments"));
+      ARBITER_RETURN_IF_ERROR(CheckArguments(call.arguments, path + ".arguments"));
       // Consecutive calls belong to one assistant turn.
       if (out->empty() || out->back().role != "assistant" || out->back().tool_calls.empty()) {
         out->push_back({"assistant", ""});
@@ -460,7 +470,7 @@ Status ParseResponsesInput(const json& in, std::vector<ChatMessage>* out,
       return InvalidArgumentError(fmt::format(
           "\"{}.type\" is \"{}\": only message, function_call and function_call_output items "
           "are supported",
-          path, type.substr(0, 64)));
+          path, ClipInput(type)));
     }
     ARBITER_RETURN_IF_ERROR(
         CheckKnownFields(item, {"type", "role", "content", "id", "status"}, path + "."));
@@ -468,9 +478,9 @@ Status ParseResponsesInput(const json& in, std::vector<ChatMessage>* out,
     ARBITER_RETURN_IF_ERROR(GetString(item, "role", true, &m.role));
     if (m.role == "developer") m.role = "system";
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
-      return InvalidArgumentError(fmt::format(
-          "\"{}.role\" must be one of user, assistant, system, developer (got \"{}\")", path,
-          m.role.substr(0, 64)));
+      return InvalidArgumentError(
+          fmt::format("\"{}.role\" must be one of user, assistant, system, developer (got \"{}\")",
+                      path, ClipInput(m.role)));
     }
     const json* content = Field(item, "content");
     if (content == nullptr) return InvalidArgumentError(fmt::format("\"{}.content\" is required", path));
@@ -499,8 +509,8 @@ Status ParseMessages(const json& j, std::vector<ChatMessage>* out,
     if (cm.role == "developer") cm.role = "system";
     if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool") {
       return InvalidArgumentError(fmt::format(
-          "\"{}.role\" must be one of system, developer, user, assistant, tool (got \"{}\")",
-          path, cm.role));
+          "\"{}.role\" must be one of system, developer, user, assistant, tool (got \"{}\")", path,
+          ClipInput(cm.role)));
     }
     // name: a participant label the chat templates have no place for (a
     // no-op); refusal: an assistant's earlier refusal text (a no-op).
@@ -525,7 +535,14 @@ Status ParseMessages(const json& j, std::vector<ChatMessage>* out,
       }
       ARBITER_RETURN_IF_ERROR(ParseToolCallsField(*calls, path + ".tool_calls", &cm.tool_calls));
     }
-    ARBITER_RETURN_IF_ERROR(GetString(msg, "tool_call_id", false, &cm.tool_call_id));
+    // A tool result answers one call: without its id the template cannot
+    // pair them.
+    ARBITER_RETURN_IF_ERROR(GetString(msg, "tool_call_id", cm.role == "tool", &cm.tool_call_id,
+                                      path + ".tool_call_id"));
+    if (cm.role != "tool" && !cm.tool_call_id.empty()) {
+      return InvalidArgumentError(
+          fmt::format("\"{}.tool_call_id\" is only allowed on tool messages", path));
+    }
     out->push_back(std::move(cm));
   }
   return OkStatus();
@@ -570,6 +587,5 @@ Status CheckNoOps(const json& j) {
   }
   return OkStatus();
 }
-
 
 }  // namespace arbiter::server_internal

@@ -83,7 +83,7 @@ Result<ChatRequest> ParseChatRequest(std::string_view body) {
     ARBITER_RETURN_IF_ERROR(ParseCacheFields(j, &r.cache));
     ARBITER_RETURN_IF_ERROR(GetBool(j, "logprobs", &r.logprobs));
     std::optional<int64_t> top;
-    ARBITER_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, 20, "an integer between 0 and 20", &top));
+    ARBITER_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, 20, &top));
     if (top) {
       if (!r.logprobs) {
         return InvalidArgumentError("\"top_logprobs\" requires \"logprobs\": true");
@@ -142,7 +142,7 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view body) {
     ARBITER_RETURN_IF_ERROR(ParseStreamFields(j, &r.stream, &r.include_usage));
     ARBITER_RETURN_IF_ERROR(ParseN(j, &r.n));
     std::optional<int64_t> lp;
-    ARBITER_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, "an integer between 0 and 5", &lp));
+    ARBITER_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &lp));
     if (lp) r.logprobs = static_cast<int>(*lp);
     ARBITER_RETURN_IF_ERROR(ParseOutputFormat(j, &r.format));
     ARBITER_RETURN_IF_ERROR(GetBool(j, "echo", &r.echo));
@@ -195,8 +195,8 @@ Result<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
     if (in == nullptr) return InvalidArgumentError("\"input\" is required");
     ARBITER_RETURN_IF_ERROR(ParseResponsesInput(*in, &r.messages, &r.images));
     std::optional<int64_t> max;
-    ARBITER_RETURN_IF_ERROR(GetInt(j, "max_output_tokens", 1, std::numeric_limits<int32_t>::max(),
-                                   "a positive integer", &max));
+    ARBITER_RETURN_IF_ERROR(
+        GetInt(j, "max_output_tokens", 1, std::numeric_limits<int32_t>::max(), &max));
     if (max) r.max_output_tokens = static_cast<int>(*max);
     ARBITER_RETURN_IF_ERROR(ParseSampling(j, &r.sampling));
     bool ignored_usage = false;
@@ -289,8 +289,7 @@ Result<EmbeddingRequest> ParseEmbeddingRequest(std::string_view body) {
     }
     r.base64 = format == "base64";
     std::optional<int64_t> dims;
-    ARBITER_RETURN_IF_ERROR(GetInt(j, "dimensions", 1, std::numeric_limits<int32_t>::max(),
-                                   "a positive integer", &dims));
+    ARBITER_RETURN_IF_ERROR(GetInt(j, "dimensions", 1, std::numeric_limits<int32_t>::max(), &dims));
     if (dims) r.dimensions = static_cast<int>(*dims);
     ARBITER_RETURN_IF_ERROR(GetString(j, "user", false, &r.user));
     return r;

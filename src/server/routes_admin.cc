@@ -1,8 +1,13 @@
 // The admin and observability routes (docs/http-api.md "Admin"):
 // GET /admin/status, /admin/kv, /admin/events (SSE), /metrics, and the
 // actions POST /admin/pressure, /admin/models/{name}/{load,unload,residency},
-// /admin/compact, /admin/prewarm, /admin/conversations/{id}/close. Empty
-// POST bodies are accepted wherever the body is optional.
+// /admin/compact, /admin/prewarm, /admin/conversations/{id}/close.
+//
+// An action reads its body with the routes' one JSON reader (Note [One
+// JSON reader] in internal/json_fields.h) and refuses what it does not
+// read: a field or a query parameter it does not take is a 400 naming it.
+// Where every field is optional (compact, and the actions that take none:
+// load, unload, close) an empty body means {}.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -15,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/json_fields.h"
@@ -34,6 +40,9 @@ constexpr int kEventKeepAliveS = 15;
 // POST /admin/models/{name}/unload: default and largest ?timeout_ms=.
 constexpr int64_t kDefaultUnloadTimeoutMs = 10000;
 constexpr int64_t kMaxUnloadTimeoutMs = 3600000;
+
+// The `usage` of the actions that take no body.
+constexpr std::string_view kNoBody = "this action takes no fields: send an empty body or {}";
 
 Status BadBody(std::string message) {
   return InvalidArgumentError(std::move(message), ErrorReason::kInvalidRequest);
@@ -96,19 +105,36 @@ void HandleMetrics(ServerContext& ctx, http::Responder& out) {
   out.Send(std::move(res));
 }
 
-// The body of an admin action: an object, or empty (→ {}) when `optional`.
-Result<json> ParseBody(const std::string& body, bool optional, const char* usage) {
-  if (body.empty() && optional) return json::object();
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return BadBody(usage);
-  return j;
+// The body of an admin action: a JSON object with only `fields`, or (when
+// `optional`) empty, meaning {}; no query parameter but `query`. `usage`
+// words the body for a client that sent something else.
+Result<json> ActionBody(const http::Request& req, bool optional, std::string_view usage,
+                        std::initializer_list<std::string_view> fields,
+                        std::initializer_list<std::string_view> query = {}) {
+  for (const auto& [name, value] : req.query) {
+    if (std::find(query.begin(), query.end(), name) != query.end()) continue;
+    std::string taken;
+    for (std::string_view q : query) taken += fmt::format("{}\"{}\"", taken.empty() ? "" : ", ", q);
+    return BadBody(fmt::format("unrecognized query parameter \"{}\": this action takes {}",
+                               ClipInput(name), taken.empty() ? "none" : "only " + taken));
+  }
+  if (optional && req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return json::object();
+  }
+  Result<json> body = ParseJson(req.body, "request body");
+  if (!body.ok()) return body.status();
+  if (!body->is_object()) return BadBody(std::string(usage));
+  if (Status known = CheckKnownFields(*body, fields); !known.ok()) {
+    return BadBody(fields.size() == 0 ? std::string(kNoBody) : std::string(known.message()));
+  }
+  return body;
 }
 
 void HandlePressure(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   const char* usage =
       "request body must be a JSON object {\"level\": \"nominal\" | \"low\" | \"critical\", "
       "\"free_mb\": N}";
-  Result<json> body = ParseBody(req.body, /*optional=*/false, usage);
+  Result<json> body = ActionBody(req, /*optional=*/false, usage, {"level", "free_mb"});
   if (!body.ok()) return SendStatus(out, body.status());
   auto level_it = body->find("level");
   if (level_it == body->end() || !level_it->is_string()) {
@@ -119,13 +145,16 @@ void HandlePressure(ServerContext& ctx, const http::Request& req, http::Responde
   if (!level.ok()) {
     return SendStatus(out, BadBody(fmt::format("\"level\" must be \"nominal\", \"low\" or "
                                                "\"critical\" (got \"{}\")",
-                                               level_it->get<std::string>())));
+                                               ClipInput(level_it->get<std::string>()))));
   }
   std::optional<uint64_t> free_bytes;
   if (auto f = body->find("free_mb"); f != body->end() && !f->is_null()) {
     constexpr double kMaxMb = 1e12;  // ~1 EB: anything above is a typo
     if (!f->is_number() || f->get<double>() < 0 || f->get<double>() > kMaxMb) {
-      return SendStatus(out, BadBody("\"free_mb\" must be a number ≥ 0 (MiB of free memory)"));
+      return SendStatus(
+          out, BadBody(fmt::format("\"free_mb\" must be a number between 0 and {:.0f} (MiB of free "
+                                   "memory)",
+                                   kMaxMb)));
     }
     free_bytes = static_cast<uint64_t>(f->get<double>() * 1048576.0);
   }
@@ -136,7 +165,11 @@ void HandlePressure(ServerContext& ctx, const http::Request& req, http::Responde
   SendJson(out, 200, j.dump());
 }
 
-void HandleLoad(ServerContext& ctx, const std::string& name, http::Responder& out) {
+void HandleLoad(ServerContext& ctx, const http::Request& req, const std::string& name,
+                http::Responder& out) {
+  if (Result<json> body = ActionBody(req, /*optional=*/true, kNoBody, {}); !body.ok()) {
+    return SendStatus(out, body.status());
+  }
   Result<ModelStatus> m = ctx.runtime->LoadModel(name);
   if (!m.ok()) return SendStatus(out, m.status());
   SendJson(out, 200, ModelStatusJson(*m).dump());
@@ -144,6 +177,10 @@ void HandleLoad(ServerContext& ctx, const std::string& name, http::Responder& ou
 
 void HandleUnload(ServerContext& ctx, const http::Request& req, const std::string& name,
                   http::Responder& out) {
+  if (Result<json> body = ActionBody(req, /*optional=*/true, kNoBody, {}, {"timeout_ms"});
+      !body.ok()) {
+    return SendStatus(out, body.status());
+  }
   int64_t timeout_ms = kDefaultUnloadTimeoutMs;
   if (req.has_query("timeout_ms")) {
     Result<int64_t> parsed =
@@ -167,10 +204,10 @@ void HandleResidency(ServerContext& ctx, const http::Request& req, const std::st
   bool known = false;
   for (const auto& [n, cap] : ctx.runtime->ModelNames()) known = known || n == name;
   if (!known) {
-    return SendStatus(out, NotFoundError(fmt::format("model \"{}\" not found", name),
+    return SendStatus(out, NotFoundError(fmt::format("model \"{}\" not found", ClipInput(name)),
                                          ErrorReason::kModelNotFound));
   }
-  Result<json> body = ParseBody(req.body, /*optional=*/false, usage);
+  Result<json> body = ActionBody(req, /*optional=*/false, usage, {"target"});
   if (!body.ok()) return SendStatus(out, body.status());
   auto t = body->find("target");
   if (t == body->end() || !t->is_string()) return SendStatus(out, BadBody(usage));
@@ -187,7 +224,7 @@ void HandleResidency(ServerContext& ctx, const http::Request& req, const std::st
 
 void HandleCompact(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   const char* usage = "request body must be a JSON object {\"reload\": [model names]}";
-  Result<json> body = ParseBody(req.body, /*optional=*/true, usage);
+  Result<json> body = ActionBody(req, /*optional=*/true, usage, {"reload"});
   if (!body.ok()) return SendStatus(out, body.status());
   std::vector<std::string> reload;
   if (auto r = body->find("reload"); r != body->end() && !r->is_null()) {
@@ -209,6 +246,11 @@ void HandleCompact(ServerContext& ctx, const http::Request& req, http::Responder
 }
 
 void HandlePrewarm(ServerContext& ctx, const http::Request& req, http::Responder& out) {
+  if (!req.query.empty()) {  // the fields are checked by ParsePrewarmRequest
+    return SendStatus(out, BadBody(fmt::format("unrecognized query parameter \"{}\": this "
+                                               "action takes none",
+                                               ClipInput(req.query.begin()->first))));
+  }
   Result<PrewarmRequest> parsed = ParsePrewarmRequest(req.body);
   if (!parsed.ok()) {
     return SendStatus(out, parsed.status().WithReason(ErrorReason::kInvalidRequest));
@@ -234,6 +276,9 @@ void HandlePrewarm(ServerContext& ctx, const http::Request& req, http::Responder
 
 void HandleCloseConversation(ServerContext& ctx, const http::Request& req,
                              const std::string& id, http::Responder& out) {
+  if (Result<json> body = ActionBody(req, /*optional=*/true, kNoBody, {}, {"model"}); !body.ok()) {
+    return SendStatus(out, body.status());
+  }
   const std::string only = req.query_value("model");
   Result<std::vector<std::string>> closed = ctx.runtime->CloseConversation(id, only);
   if (!closed.ok()) return SendStatus(out, closed.status());
@@ -320,7 +365,9 @@ std::vector<Route> AdminRoutes(ServerContext& ctx) {
       {"POST", "/admin/pressure", Dispatch::kWorker,
        [&ctx](const Request& req, Responder& out) { HandlePressure(ctx, req, out); }},
       {"POST", "/admin/models/{name}/load", Dispatch::kWorker,
-       [&ctx](const Request& req, Responder& out) { HandleLoad(ctx, req.params.at("name"), out); }},
+       [&ctx](const Request& req, Responder& out) {
+         HandleLoad(ctx, req, req.params.at("name"), out);
+       }},
       {"POST", "/admin/models/{name}/unload", Dispatch::kWorker,
        [&ctx](const Request& req, Responder& out) {
          HandleUnload(ctx, req, req.params.at("name"), out);

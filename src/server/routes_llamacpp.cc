@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "arbiter/base/clip.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
 #include "server/internal/json_fields.h"
@@ -37,7 +38,8 @@ Status Unknown(const json& j, std::initializer_list<const char*> known) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
-    if (!ok) return InvalidArgumentError(fmt::format("\"{}\" is not supported", it.key()));
+    if (!ok)
+      return InvalidArgumentError(fmt::format("\"{}\" is not supported", ClipInput(it.key())));
   }
   return OkStatus();
 }

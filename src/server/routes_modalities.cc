@@ -27,11 +27,13 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/backends/tts.h"
+#include "arbiter/base/clip.h"
 #include "arbiter/formats/image.h"
 #include "arbiter/server/multipart.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
+#include "server/internal/json_fields.h"
 #include "server/internal/proxy.h"
 
 namespace arbiter::server_internal {
@@ -56,7 +58,7 @@ Result<std::vector<FormPart>> AudioForm(const http::Request& req,
   for (const FormPart& p : *parts) {
     bool known = false;
     for (std::string_view a : allowed) known |= p.name == a;
-    if (!known) return BadRequest(fmt::format("\"{}\" is not supported", p.name));
+    if (!known) return BadRequest(fmt::format("\"{}\" is not supported", ClipInput(p.name)));
   }
   const FormPart* model = FindPart(*parts, "model");
   if (model == nullptr || model->data.empty()) return BadRequest("\"model\" is required");
@@ -75,10 +77,12 @@ std::string PeekModel(const http::Request& req) {
     const FormPart* m = FindPart(*parts, "model");
     return m != nullptr ? std::string(m->data) : "";
   }
-  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
-  auto it = j.find("model");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+  // The routes' own reader (Note [One JSON reader]): a body it refuses is
+  // not proxied, and the route's parser answers with the reason.
+  Result<json> j = ParseBody(req.body);
+  if (!j.ok()) return "";
+  auto it = j->find("model");
+  return it != j->end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 }  // namespace
@@ -123,7 +127,8 @@ void HandleTranscriptions(ServerContext& ctx, const http::Request& req, http::Re
     char* end = nullptr;
     const double v = std::strtod(t.c_str(), &end);
     if (end == t.c_str() || *end != '\0' || !std::isfinite(v)) {
-      return SendStatus(out, BadRequest(fmt::format("\"temperature\" must be a number (got \"{}\")", t)));
+      return SendStatus(out, BadRequest(fmt::format("\"temperature\" must be a number (got \"{}\")",
+                                                    ClipInput(t))));
     }
     if (v != 0) {
       return SendStatus(out, BadRequest("\"temperature\" must be 0: PocketSphinx does not sample"));
@@ -143,10 +148,10 @@ void HandleTranscriptions(ServerContext& ctx, const http::Request& req, http::Re
   }
   for (const FormPart& p : *parts) {
     if (p.name == "timestamp_granularities[]" && p.data != "segment") {
-      return SendStatus(out, BadRequest(fmt::format(
-                                 "\"timestamp_granularities[]\" \"{}\" is not supported (only "
-                                 "\"segment\")",
-                                 p.data)));
+      return SendStatus(
+          out, BadRequest(fmt::format("\"timestamp_granularities[]\" \"{}\" is not supported (only "
+                                      "\"segment\")",
+                                      ClipInput(p.data))));
     }
   }
   std::string format = field("response_format");
@@ -155,7 +160,7 @@ void HandleTranscriptions(ServerContext& ctx, const http::Request& req, http::Re
     return SendStatus(out, BadRequest(fmt::format(
                                "\"response_format\" \"{}\" is not supported: one of json, text, "
                                "verbose_json",
-                               format)));
+                               ClipInput(format))));
   }
   TranscribeRequest r;
   r.model = field("model");
@@ -312,8 +317,12 @@ void HandleDescribe(ServerContext& ctx, const http::Request& req, http::Responde
 
 void HandleImages(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   if (ProxyIfProcessModel(ctx, req, out, Capability::kImageGen)) return;
-  const std::string model = PeekModel(req);
-  if (model.empty()) return SendStatus(out, BadRequest("\"model\" is required"));
+  Result<json> body = ParseBody(req.body);
+  if (!body.ok()) return SendStatus(out, body.status());
+  std::string model;
+  if (Status st = GetString(*body, "model", true, &model); !st.ok()) {
+    return SendStatus(out, BadRequest(st.message()));
+  }
   Result<ModelEntry> entry = ctx.runtime->Model(model);
   if (!entry.ok()) return SendStatus(out, entry.status());
   SendStatus(out, InvalidArgumentError(

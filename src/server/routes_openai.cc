@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
@@ -356,7 +357,7 @@ void HandleModel(ServerContext& ctx, const http::Request& req, http::Responder& 
   for (const ModelStatus& ms : ctx.runtime->Status().models) {
     if (ms.arbiter.name == id) return SendJson(out, 200, ModelJson(ctx, ms.arbiter).dump());
   }
-  SendStatus(out, NotFoundError(fmt::format("The model '{}' does not exist", id),
+  SendStatus(out, NotFoundError(fmt::format("The model '{}' does not exist", ClipInput(id)),
                                 ErrorReason::kModelNotFound));
 }
 

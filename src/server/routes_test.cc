@@ -157,6 +157,81 @@ TEST_F(RoutesTest, AdminActionsAcceptEmptyBodies) {
   EXPECT_EQ(t->status(), 400);
 }
 
+// An admin action refuses what it does not read: fields, query parameters,
+// and any body on an action that takes none.
+TEST_F(RoutesTest, AdminActionsRefuseFieldsAndParametersTheyDoNotTake) {
+  auto expect400 = [&](std::unique_ptr<http::FakeResponder> r, const std::string& part) {
+    EXPECT_EQ(r->status(), 400) << r->body();
+    EXPECT_NE(Body(*r)["error"]["message"].get<std::string>().find(part), std::string::npos)
+        << r->body();
+  };
+  const std::map<std::string, std::string> emb = {{"name", "emb"}};
+  expect400(Call("POST /admin/pressure", R"({"level":"low","zz":1})"), "\"zz\"");
+  expect400(Call("POST /admin/models/{name}/residency", R"({"target":"unpinned","zz":1})", emb),
+            "\"zz\"");
+  expect400(Call("POST /admin/compact", R"({"zz":1})"), "\"zz\"");
+  for (const char* body : {R"({"a":1})", "[]", "null", "7"}) {
+    expect400(Call("POST /admin/models/{name}/load", body, emb), "takes no fields");
+    expect400(Call("POST /admin/models/{name}/unload", body, emb), "takes no fields");
+    expect400(Call("POST /admin/conversations/{id}/close", body, {{"id", "r"}}), "takes no fields");
+  }
+  expect400(Call("POST /admin/models/{name}/unload", "", emb, {{"zz", "1"}}),
+            "unrecognized query parameter \"zz\": this action takes only \"timeout_ms\"");
+  expect400(Call("POST /admin/models/{name}/load", "", emb, {{"zz", "1"}}),
+            "unrecognized query parameter \"zz\": this action takes none");
+  expect400(Call("POST /admin/pressure", R"({"level":"low"})", {}, {{"zz", "1"}}), "\"zz\"");
+  expect400(Call("POST /admin/compact", "", {}, {{"zz", "1"}}), "\"zz\"");
+  expect400(Call("POST /admin/prewarm", "{}", {}, {{"zz", "1"}}), "\"zz\"");
+  expect400(Call("POST /admin/conversations/{id}/close", "", {{"id", "r"}}, {{"zz", "1"}}),
+            "this action takes only \"model\"");
+  // Nothing was done by a refused action; {} and an empty body are no fields.
+  EXPECT_EQ(Body(*Call("GET /admin/status"))["pressure"], "nominal");
+  EXPECT_EQ(Call("POST /admin/models/{name}/load", "{}", emb)->status(), 200);
+  EXPECT_EQ(Call("POST /admin/models/{name}/unload", " {} ", emb, {{"timeout_ms", "100"}})->status(),
+            200);
+}
+
+// Every admin body goes through the routes' one reader: depth bound and
+// duplicate keys as on the API routes.
+TEST_F(RoutesTest, AdminBodiesAreReadLikeEveryOtherBody) {
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  for (const char* route : {"POST /admin/pressure", "POST /admin/compact",
+                            "POST /admin/models/{name}/residency", "POST /admin/models/{name}/load"}) {
+    auto r = Call(route, deep, {{"name", "emb"}});
+    EXPECT_EQ(r->status(), 400) << route;
+    EXPECT_NE(r->body().find("nest deeper than 128 levels"), std::string::npos) << r->body();
+  }
+  auto dup = Call("POST /admin/pressure", R"({"level":"critical","level":"nominal"})");
+  EXPECT_EQ(dup->status(), 400);
+  EXPECT_NE(Body(*dup)["error"]["message"].get<std::string>().find("the key \"level\" twice"),
+            std::string::npos)
+      << dup->body();
+  EXPECT_EQ(Body(*Call("GET /admin/status"))["pressure"], "nominal");
+  auto free_mb = Call("POST /admin/pressure", R"({"level":"low","free_mb":1e13})");
+  EXPECT_EQ(free_mb->status(), 400);
+  EXPECT_NE(free_mb->body().find("between 0 and 1000000000000"), std::string::npos);
+}
+
+// A 4 MiB model name is not echoed whole: errors quote 256 bytes of it.
+TEST_F(RoutesTest, ErrorsQuoteAtMost256BytesOfAModelName) {
+  const std::string name(4 << 20, 'm');
+  std::vector<std::unique_ptr<http::FakeResponder>> answers;
+  answers.push_back(Call("POST /v1/chat/completions",
+                         R"({"model":")" + name + R"(","messages":[{"role":"user","content":"x"}]})"));
+  answers.push_back(Call("POST /v1/embeddings", R"({"model":")" + name + R"(","input":"x"})"));
+  answers.push_back(Call("POST /admin/models/{name}/residency", R"({"target":"unpinned"})",
+                         {{"name", name}}));
+  answers.push_back(Call("POST /admin/models/{name}/load", "", {{"name", name}}));
+  for (const auto& r : answers) {
+    EXPECT_EQ(r->status(), 404);
+    EXPECT_LT(r->body().size(), 600u);
+    EXPECT_NE(Body(*r)["error"]["message"].get<std::string>().find(std::string(256, 'm') +
+                                                                    "\u2026\""),
+              std::string::npos)
+        << r->body().substr(0, 100);
+  }
+}
+
 TEST_F(RoutesTest, PrewarmThenCloseAndTheKvSnapshot) {
   auto p = Call("POST /admin/prewarm",
                 R"({"model":"chat","conversation_id":"room-2","prompt":"a stable prefix"})");

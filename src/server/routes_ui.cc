@@ -68,9 +68,10 @@ void HandleLogin(ServerContext& ctx, const http::Request& req, http::Responder& 
                      kInvalidRequestType, "rate_limit_exceeded",
                      static_cast<int>(UiSessions::kFailureWindow.count()));
   }
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  auto k = body.is_object() ? body.find("key") : body.end();
-  if (!body.is_object() || k == body.end() || !k->is_string()) {
+  Result<json> body = ParseBody(req.body);
+  if (!body.ok()) return SendStatus(out, body.status());
+  auto k = body->find("key");
+  if (k == body->end() || !k->is_string() || body->size() != 1) {
     return SendError(out, 400, "request body must be a JSON object {\"key\": \"<API key>\"}",
                      kInvalidRequestType, "invalid_request");
   }

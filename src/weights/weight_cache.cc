@@ -74,6 +74,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/base/size.h"
 
 namespace arbiter {
@@ -119,8 +120,9 @@ Result<ResidencyState> ParseResidencyState(std::string_view name) {
                            ResidencyState::kPinnedDevice}) {
     if (ResidencyStateName(s) == name) return s;
   }
-  return InvalidArgumentError(fmt::format(
-      "unknown residency \"{}\"; expected unpinned, pinned_system or pinned_device", name));
+  return InvalidArgumentError(
+      fmt::format("unknown residency \"{}\"; expected unpinned, pinned_system or pinned_device",
+                  ClipInput(name)));
 }
 
 std::string_view ResidencyModeName(ResidencyMode mode) {

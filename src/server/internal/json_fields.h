@@ -1,10 +1,28 @@
 // server/internal/json_fields.h — reading request bodies (and integer query
-// parameters, ParseQueryInt): the JSON parse
-// with its nesting bound, and typed field getters whose errors name the
-// field (the parsing policy of openai.cc: `null` is absent, a wrong type or
-// an out-of-range value is kInvalidArgument naming the field). Shared by
-// the OpenAI request parsers (openai.cc) and the modality ones
-// (modality_requests.cc).
+// parameters, ParseQueryInt): the one JSON reader of client input (Note
+// [One JSON reader]), and typed field getters whose errors name the field
+// (the parsing policy of openai.cc: `null` is absent, a wrong type or an
+// out-of-range value is kInvalidArgument naming the field and, for numbers,
+// the range). Shared by every route that reads a JSON body, and by the
+// fuzz targets of the request parsers.
+//
+// Note [One JSON reader]
+// Every JSON text a client sends goes through ParseJson: each route's body
+// (the API routes', the admin actions', /ui/login's, and the proxy's peek
+// at `model`) and JSON carried inside a string field (an assistant tool
+// call's `arguments`). One configuration, so no route is weaker than the
+// others:
+//   - depth: at most kMaxJsonDepth (128) arrays and objects open at once;
+//     the 129th is refused as it opens, before anything under it is built,
+//     so an 8 MiB body of `[` costs no memory;
+//   - duplicate keys: a key appears at most once per object (nlohmann keeps
+//     the last of a repeated key silently; a client that sends `model`
+//     twice meant one of them) — a 400 naming the key's path;
+//   - size: the HTTP body's limit ([server] max_body_bytes), which the
+//     transport enforces before any byte is parsed; a string field is part
+//     of its body;
+//   - numbers: a number beyond a double (1e400) is an error, not infinity;
+//   - errors quote at most kMaxQuotedInputBytes of the input (ClipInput).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -23,8 +41,19 @@
 
 namespace arbiter::server_internal {
 
-// Parses a request body that must be a JSON object nesting at most 128
-// levels. Errors: kInvalidArgument "request body is not valid JSON: ...".
+// Deepest nesting of arrays and objects ParseJson accepts.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Parses `text` (any JSON value) under Note [One JSON reader]. `what` names
+// the text in errors ("request body", "\"input[2].arguments\""). Errors,
+// kInvalidArgument (reason kInvalidRequest):
+//   "<what> is not valid JSON: <the parser's message>",
+//   "<what> is not valid JSON: arrays and objects nest deeper than 128 levels",
+//   "<what> has the key \"<path>\" twice; a key may appear once per object"
+//   (path: "model", "messages[0].role").
+Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
+// A request body: ParseJson's rules, and it must be a JSON object
+// ("request body must be a JSON object").
 Result<nlohmann::json> ParseBody(std::string_view body);
 // Compact JSON text; invalid UTF-8 in strings becomes U+FFFD (what every
 // response body and NDJSON / SSE line is written with).
@@ -38,11 +67,16 @@ Status TypeError(std::string_view field, std::string_view what);
 Status GetString(const nlohmann::json& obj, const char* key, bool required, std::string* out,
                  std::string_view name = {});
 Status GetBool(const nlohmann::json& obj, const char* key, bool* out, std::string_view name = {});
-// An integer (a float with an integral value is accepted) in [lo, hi];
-// `what` words the expectation ("an integer between 1 and 16").
+// An integer (a float with an integral value is accepted) in [lo, hi].
+// Errors name the range: `"n" must be an integer between 1 and 16 (got 17)`
+// (IntRangeText).
 Status GetInt(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi,
-              std::string_view what, std::optional<int64_t>* out, std::string_view name = {});
-// A finite number in [lo, hi] ((lo, hi] when lo_open); `range` words it.
+              std::optional<int64_t>* out, std::string_view name = {});
+// "an integer between <lo> and <hi>" ("an integer" for the whole int64
+// range): how the errors of GetInt word [lo, hi].
+std::string IntRangeText(int64_t lo, int64_t hi);
+// A finite number in [lo, hi] ((lo, hi] when lo_open); `range` words it
+// ("between 0 and 2"), in the errors for a wrong type too.
 Status GetNumber(const nlohmann::json& obj, const char* key, double lo, double hi, bool lo_open,
                  std::string_view range, std::optional<double>* out, std::string_view name = {});
 
@@ -53,7 +87,7 @@ Status GetNumber(const nlohmann::json& obj, const char* key, double lo, double h
 Result<int64_t> ParseQueryInt(std::string_view name, std::string_view value, int64_t lo,
                               int64_t hi, std::string_view what);
 
-// Issue 15 point 1, "no field is silently ignored": kInvalidArgument
+// "No field is silently ignored": kInvalidArgument
 // `unrecognized field "<prefix><key>" ...` for the first key of `obj` not
 // in `known` (each request parser lists every field it implements, accepts
 // as a documented no-op, or refuses by name; docs/http-api.md "Request

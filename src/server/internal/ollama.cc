@@ -28,6 +28,7 @@
 
 #include <fmt/format.h>
 
+#include "arbiter/base/clip.h"
 #include "server/internal/json_fields.h"
 
 namespace arbiter::server_internal {
@@ -46,7 +47,7 @@ Status Number(const json& obj, const char* key, std::string_view name, double lo
 
 Status Integer(const json& obj, const char* key, std::string_view name, int64_t lo, int64_t hi,
                std::optional<int64_t>* out) {
-  return GetInt(obj, key, lo, hi, fmt::format("an integer in [{}, {}]", lo, hi), out, name);
+  return GetInt(obj, key, lo, hi, out, name);
 }
 
 // 400 for the first key of `obj` not in `known`.
@@ -54,7 +55,8 @@ Status OnlyKnown(const json& obj, const std::set<std::string, std::less<>>& know
                  std::string_view prefix, std::string_view where) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (known.count(it.key()) == 0) {
-      return Bad(fmt::format("\"{}{}\" is not supported by {}", prefix, it.key(), where));
+      return Bad(
+          fmt::format("\"{}{}\" is not supported by {}", prefix, ClipInput(it.key()), where));
     }
   }
   return OkStatus();
@@ -77,7 +79,7 @@ Status ParseOptions(const json& body, OllamaTextRequest* r) {
   for (auto it = o->begin(); it != o->end(); ++it) {
     const std::string& k = it.key();
     if (kImplemented.count(k) == 0 && kNoOp.count(k) == 0 && kConditional.count(k) == 0) {
-      return Bad(fmt::format("\"options.{}\" is not supported", k));
+      return Bad(fmt::format("\"options.{}\" is not supported", ClipInput(k)));
     }
   }
   SamplingParams& s = r->text.sampling;
@@ -180,7 +182,8 @@ Status ParseFormat(const json& body, TextRequest* t) {
       t->constraint = OutputConstraintKind::kJsonObject;
       return OkStatus();
     }
-    return Bad(fmt::format("\"format\" must be \"json\" or a JSON schema object (got \"{}\")", s));
+    return Bad(fmt::format("\"format\" must be \"json\" or a JSON schema object (got \"{}\")",
+                           ClipInput(s)));
   }
   if (f->is_object()) {
     t->constraint = OutputConstraintKind::kJsonSchema;
@@ -467,7 +470,8 @@ Result<OllamaEmbedRequest> ParseOllamaEmbed(std::string_view body, bool legacy) 
             "num_thread", "num_gpu", "main_gpu", "use_mmap", "use_mlock", "numa",
             "num_batch",  "low_vram", "f16_kv",  "vocab_only", "num_keep", "num_ctx"};
         if (kEmbedOk.count(it.key()) == 0 && !it->is_null()) {
-          return Bad(fmt::format("\"options.{}\" does not apply to embeddings", it.key()));
+          return Bad(
+              fmt::format("\"options.{}\" does not apply to embeddings", ClipInput(it.key())));
         }
       }
       r.num_ctx = scratch.num_ctx;
