@@ -828,6 +828,38 @@ TEST_F(ServeE2E, TheStartupHintExpandsTheApiKeyVariable) {
   EXPECT_EQ(log.find("'Authorization: Bearer $ARBITER_API_KEY'"), std::string::npos) << log;
 }
 
+// Nothing a request carries reaches the log raw: a CR/LF in the path is
+// escaped, so it cannot write a line of its own (here one that would claim
+// an admin action), and a long path is cut.
+TEST_F(ServeE2E, ACrLfInThePathForgesNoLogLine) {
+  const std::string stamp = "2031-01-01 00:00:00.000";
+  std::string forged =
+      "/v1/x%0A2031-01-01%2000:00:00.000%20info%20POST%20/admin/models/tiny/"
+      "unload%20200%20(10.1.2.3:5555)%0D%0A";
+  std::string got = RawExchange(port_, "GET " + forged +
+                                           " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                           "Connection: close\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;  // no credentials
+  const std::string long_path = "/v1/" + std::string(5000, 'y');
+  got = RawExchange(port_, "GET " + long_path +
+                               " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "Connection: close\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;
+  ASSERT_TRUE(
+      LogEventually("GET /v1/x\\x0a2031-01-01 00:00:00.000 info POST "
+                    "/admin/models/tiny/unload 200 (10.1.2.3:5555)\\x0d\\x0a 401"));
+  ASSERT_TRUE(LogEventually("GET /v1/yyyy"));
+  std::istringstream log(ReadAll(log_path_));
+  std::string line;
+  while (std::getline(log, line)) {
+    EXPECT_NE(line.rfind(stamp, 0), 0u) << "a forged log line: " << line;
+    if (line.find("GET /v1/yyyy") != std::string::npos) {
+      EXPECT_LT(line.size(), 400u) << line;
+      EXPECT_NE(line.find("y…"), std::string::npos) << line;
+    }
+  }
+}
+
 TEST_F(ServeE2E, SigtermExitsCleanly) {
   // A long streaming request is (usually) in flight when the signal arrives;
   // shutdown cancels it rather than waiting for it to finish.

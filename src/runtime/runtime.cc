@@ -43,6 +43,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/size.h"
 
 namespace arbiter {
@@ -393,8 +394,8 @@ Result<std::pair<ResidencyState, ModelStatus>> RuntimeImpl::SetResidency(const s
     if (st.code() == StatusCode::kResourceExhausted && st.reason() == ErrorReason::kNone) {
       st = st.WithReason(ErrorReason::kPinDoesNotFit);
     }
-    spdlog::error("residency of model \"{}\" → {}: {}", name, ResidencyStateName(target),
-                  st.message());
+    spdlog::error("residency of model \"{}\" → {}: {}", LogSafe(name), ResidencyStateName(target),
+                  LogSafe(st.message(), kLogSafeMessageBytes));
     return st;
   }
   return std::make_pair(*prev, ModelStatusOf(name));

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/hash.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
@@ -59,7 +60,9 @@ int64_t SteadyNs() {
 
 void SendOllamaError(http::Responder& out, const Status& status) {
   const HttpError e = HttpErrorFor(status);
-  if (e.bug) spdlog::error("bug: unexpected error: {}", status.ToString());
+  if (e.bug) {
+    spdlog::error("bug: unexpected error: {}", LogSafe(status.ToString(), kLogSafeMessageBytes));
+  }
   std::vector<std::pair<std::string, std::string>> headers;
   if (e.retry_after_s > 0) headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
   SendJson(out, e.status, DumpJson(json{{"error", status.message()}}), std::move(headers));
@@ -190,7 +193,8 @@ void ApplyKeepAlive(ServerContext& ctx, const std::string& model,
                     const std::optional<OllamaKeepAlive>& keep_alive) {
   if (!keep_alive) return;
   if (Status st = ctx.runtime->SetIdleTtl(model, keep_alive->ttl_ms); !st.ok()) {
-    spdlog::warn("keep_alive of model \"{}\": {}", model, st.ToString());
+    spdlog::warn("keep_alive of model \"{}\": {}", LogSafe(model),
+                 LogSafe(st.ToString(), kLogSafeMessageBytes));
   }
 }
 
@@ -272,13 +276,13 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
                          static_cast<int>(result->generation.output_ids.size()));
   }
   if (!client_ok) {
-    spdlog::info("ollama stream {}: client went away; generation stopped", job.model);
+    spdlog::info("ollama stream {}: client went away; generation stopped", LogSafe(job.model));
     return;
   }
   if (!result.ok()) {
     if (!started) return SendOllamaError(out, result.status());
-    spdlog::error("ollama stream {}: generation failed: {}", job.model,
-                  result.status().ToString());
+    spdlog::error("ollama stream {}: generation failed: {}", LogSafe(job.model),
+                  LogSafe(result.status().ToString(), kLogSafeMessageBytes));
     write(json{{"error", result.status().message()}});
     out.End();
     return;

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
@@ -67,7 +68,9 @@ void SendError(http::Responder& out, int status, std::string_view message,
 
 void SendStatus(http::Responder& out, const Status& status) {
   const HttpError e = HttpErrorFor(status);
-  if (e.bug) spdlog::error("bug: unexpected error: {}", status.ToString());
+  if (e.bug) {
+    spdlog::error("bug: unexpected error: {}", LogSafe(status.ToString(), kLogSafeMessageBytes));
+  }
   SendError(out, e.status, status.message(), e.type, e.code, e.retry_after_s);
 }
 
@@ -307,8 +310,8 @@ struct Server::Impl {
     });
     http->SetLogger([this](const http::Request& req, int status) {
       ctx.metrics->OnHttpRequest(RouteLabel(req.path), status);
-      spdlog::info("{} {} {} ({}:{})", req.method, req.path, status, req.remote_addr,
-                   req.remote_port);
+      spdlog::info("{} {} {} ({}:{})", LogSafe(req.method), LogSafe(req.path), status,
+                   req.remote_addr, req.remote_port);
     });
   }
 };
