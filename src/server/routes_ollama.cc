@@ -119,15 +119,16 @@ void HandleTags(ServerContext& ctx, http::Responder& out) {
 // expires_at of a loaded model: now + what is left of its idle TTL (the
 // whole TTL while a request holds it), or Ollama's "forever" (now + the
 // largest Go duration, ~292 years) without a TTL.
+// Computed in seconds: a TTL of centuries in nanoseconds overflows int64.
 std::string ExpiresAt(const ModelStats& m) {
   const int64_t now_ns = UnixNowNs();
+  const int64_t now_s = now_ns / 1000000000;
+  const int64_t frac_ns = now_ns % 1000000000;
   if (!m.idle_ttl_ms) {
-    const int64_t secs = now_ns / 1000000000 + std::numeric_limits<int64_t>::max() / 1000000000;
-    return OllamaTime(secs, now_ns % 1000000000);
+    return OllamaTime(now_s + std::numeric_limits<int64_t>::max() / 1000000000, frac_ns);
   }
   const int64_t left_ms = std::max<int64_t>(0, *m.idle_ttl_ms - m.idle_ms);
-  const int64_t at_ns = now_ns + left_ms * 1000000;
-  return OllamaTime(at_ns / 1000000000, at_ns % 1000000000);
+  return OllamaTime(now_s + left_ms / 1000, frac_ns + (left_ms % 1000) * 1000000);
 }
 
 void HandlePs(ServerContext& ctx, http::Responder& out) {
