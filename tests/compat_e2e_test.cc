@@ -10,10 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -191,6 +194,55 @@ TEST_F(CompatE2E, ModelsRetrieveAndVllmGauges) {
   const size_t at = metrics->body.find("vllm:kv_cache_usage_perc{model_name=\"tiny\"} ");
   ASSERT_NE(at, std::string::npos);
   EXPECT_GT(std::stod(metrics->body.substr(at + 44)), 0.0);
+}
+
+// Ollama's keep_alive past Go's largest duration means "forever": the TTL
+// is really lifted (not overflowed, nor refused and only logged), and
+// /api/ps reports a valid RFC 3339 expires_at, centuries ahead.
+TEST_F(CompatE2E, HugeKeepAliveIsForeverWithAValidExpiresAt) {
+  const std::regex rfc3339(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z)");
+  auto chat = [&](const json& keep_alive) {
+    json body = {{"model", "tiny"},
+                 {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"stream", false},
+                 {"keep_alive", keep_alive},
+                 {"options", {{"num_predict", 2}}}};
+    auto r = Client().Post("/api/chat", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << keep_alive << ": " << r->body;
+    EXPECT_TRUE(std::regex_match(json::parse(r->body)["created_at"].get<std::string>(), rfc3339));
+  };
+  auto expires_at = [&] {
+    auto ps = Client().Get("/api/ps");
+    EXPECT_TRUE(ps && ps->status == 200);
+    const json models = json::parse(ps->body)["models"];
+    EXPECT_EQ(models.size(), 1u) << models;
+    return models.empty() ? std::string() : models[0]["expires_at"].get<std::string>();
+  };
+  // The TTL is applied after the answer is sent (Note [keep_alive] in
+  // routes_ollama.cc): wait, with a deadline, for expires_at to show it.
+  auto expires_at_once = [&](const std::string& prefix) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::string at = expires_at();
+    while (at.rfind(prefix, 0) != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      at = expires_at();
+    }
+    return at;
+  };
+  for (const json& huge : {json(1e18), json(9.3e15), json("99999999999h"), json(-1)}) {
+    chat("1h");  // a TTL first, so that "forever" must replace it
+    const std::string hour = expires_at_once("20");
+    EXPECT_TRUE(std::regex_match(hour, rfc3339)) << hour;
+    EXPECT_EQ(hour.substr(0, 2), "20") << hour;
+    chat(huge);
+    const std::string forever = expires_at_once("23");
+    EXPECT_TRUE(std::regex_match(forever, rfc3339)) << huge << ": " << forever;
+    EXPECT_GE(forever.substr(0, 4), "2300") << huge << ": " << forever;
+    EXPECT_LE(forever.substr(0, 4), "9999") << huge << ": " << forever;
+  }
+  EXPECT_EQ(::arbiter::testing::ReadAll(server_.log).find("keep_alive of model"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -326,6 +326,26 @@ TEST_F(ModalitiesE2E, BadInputIsA400NamingTheField) {
 
 // Queues are per model: the two speech engines run side by side, and each
 // model's runs are counted per capability in the metrics.
+// A cut-off OGG has no final granule position, so libsndfile cannot tell
+// its length (it reports 2^63 − 1 frames): a 400 naming the file as
+// damaged (Note [Damaged audio] in src/formats/audio.cc), not "576460752303423.5
+// s of audio" over max_audio_seconds; the whole file transcribes.
+TEST_F(ModalitiesE2E, ATruncatedOggIsA400NamingTheFileAsDamaged) {
+  const std::string ogg =
+      ::arbiter::testing::ReadAll(ARBITER_SOURCE_DIR "/fuzz/corpus/audio_decode/tone_22k.ogg");
+  ASSERT_GT(ogg.size(), 1000u);
+  auto whole = server_->Upload("/v1/audio/transcriptions", "asr", ogg);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 200) << whole->body;
+  for (size_t kept : {ogg.size() * 9 / 10, ogg.size() / 2}) {
+    auto r = server_->Upload("/v1/audio/transcriptions", "asr", ogg.substr(0, kept));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_THAT(r->body, HasSubstr("file is damaged"));
+    EXPECT_THAT(r->body, ::testing::Not(HasSubstr("max_audio_seconds")));
+  }
+}
+
 TEST_F(ModalitiesE2E, TwoSpeechModelsRunSideBySideAndRunsAreMetered) {
   const std::string text(400, 'a');
   auto a = std::async(std::launch::async, [&] { return server_->Speak("tts", "one two three " + text); });

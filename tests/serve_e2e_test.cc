@@ -711,11 +711,13 @@ std::string RawExchange(int port, const std::string& raw, int fuse_s = 30) {
 TEST_F(ServeE2E, AdminActionsAcceptEmptyPostsWithoutContentLength) {
   // What `curl -X POST .../load` sends: no body, no Content-Length.
   const std::string auth = "Authorization: Bearer " + std::string(kApiKey) + "\r\n";
-  std::string got = RawExchange(port_, "POST /admin/models/embed/load HTTP/1.1\r\nHost: x\r\n" +
-                                           auth + "Connection: close\r\n\r\n");
+  std::string got =
+      RawExchange(port_, "POST /admin/models/embed/load HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+                             "Connection: close\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
-  got = RawExchange(port_, "POST /admin/conversations/room-1/close HTTP/1.1\r\nHost: x\r\n" +
-                               auth + "Connection: close\r\n\r\n");
+  got =
+      RawExchange(port_, "POST /admin/conversations/room-1/close HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                             auth + "Connection: close\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 404", 0), 0u) << got;
   EXPECT_NE(got.find("conversation_not_found"), std::string::npos) << got;
 }
@@ -755,7 +757,8 @@ TEST_F(ServeE2E, HealthMetricsAndStatusAnswerWhileChatsRunAndManyConnectionsAreO
     }
   };
   snapshots_answer();
-  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n";
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n";
   for (int fd : fds) send(fd, head.data(), head.size(), MSG_NOSIGNAL);
   snapshots_answer();
   for (int fd : fds) close(fd);
@@ -788,7 +791,7 @@ TEST_F(ServeE2E, ConnectionCapAndSameRoleSwap) {
   // The server counts a connection once its loop accepted it.
   std::string got;
   for (int attempt = 0; attempt < 50 && got.rfind("HTTP/1.1 503", 0) != 0; ++attempt) {
-    got = RawExchange(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 10);
+    got = RawExchange(port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 10);
     if (got.rfind("HTTP/1.1 503", 0) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
@@ -797,7 +800,8 @@ TEST_F(ServeE2E, ConnectionCapAndSameRoleSwap) {
   // Under the cap again: served.
   std::string ok;
   for (int attempt = 0; attempt < 50 && ok.rfind("HTTP/1.1 200", 0) != 0; ++attempt) {
-    ok = RawExchange(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10);
+    ok = RawExchange(port, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                     10);
     if (ok.rfind("HTTP/1.1 200", 0) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
@@ -826,6 +830,132 @@ TEST_F(ServeE2E, TheStartupHintExpandsTheApiKeyVariable) {
   const std::string log = ReadAll(log_path_);
   EXPECT_NE(log.find("-H \"Authorization: Bearer $ARBITER_API_KEY\""), std::string::npos) << log;
   EXPECT_EQ(log.find("'Authorization: Bearer $ARBITER_API_KEY'"), std::string::npos) << log;
+}
+
+// Nothing a request carries reaches the log raw: a CR/LF in the path is
+// escaped, so it cannot write a line of its own (here one that would claim
+// an admin action), and a long path is cut.
+TEST_F(ServeE2E, ACrLfInThePathForgesNoLogLine) {
+  const std::string stamp = "2031-01-01 00:00:00.000";
+  std::string forged =
+      "/v1/x%0A2031-01-01%2000:00:00.000%20info%20POST%20/admin/models/tiny/"
+      "unload%20200%20(10.1.2.3:5555)%0D%0A";
+  std::string got = RawExchange(port_, "GET " + forged +
+                                           " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                           "Connection: close\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;  // no credentials
+  const std::string long_path = "/v1/" + std::string(5000, 'y');
+  got = RawExchange(port_, "GET " + long_path +
+                               " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "Connection: close\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;
+  ASSERT_TRUE(
+      LogEventually("GET /v1/x\\x0a2031-01-01 00:00:00.000 info POST "
+                    "/admin/models/tiny/unload 200 (10.1.2.3:5555)\\x0d\\x0a 401"));
+  ASSERT_TRUE(LogEventually("GET /v1/yyyy"));
+  std::istringstream log(ReadAll(log_path_));
+  std::string line;
+  while (std::getline(log, line)) {
+    EXPECT_NE(line.rfind(stamp, 0), 0u) << "a forged log line: " << line;
+    if (line.find("GET /v1/yyyy") != std::string::npos) {
+      EXPECT_LT(line.size(), 400u) << line;
+      EXPECT_NE(line.find("y…"), std::string::npos) << line;
+    }
+  }
+}
+
+// Note [Host check] (src/server/internal/access.h): bound to loopback, only
+// Host names of loopback are served; a rebinding page's name gets 403.
+TEST_F(ServeE2E, AForeignHostIsRefusedAndLoopbackNamesAreServed) {
+  const std::string auth = "Authorization: Bearer " + std::string(kApiKey) + "\r\n";
+  auto status_of = [&](const std::string& path, const std::string& host_line,
+                       std::string* body = nullptr) {
+    const std::string got = RawExchange(
+        port_, "GET " + path + " HTTP/1.1\r\n" + host_line + auth + "Connection: close\r\n\r\n");
+    if (body != nullptr) *body = got;
+    return got.size() > 12 ? std::stoi(got.substr(9, 3)) : -1;
+  };
+  for (const char* path : {"/v1/models", "/admin/status", "/health", "/api/tags", "/ui"}) {
+    std::string body;
+    EXPECT_EQ(status_of(path, "Host: attacker.example\r\n", &body), 403) << path;
+    EXPECT_NE(body.find("host_not_allowed"), std::string::npos) << body;
+    EXPECT_NE(body.find("[server] allowed_hosts"), std::string::npos) << body;
+    EXPECT_EQ(status_of(path, "Host: attacker.example:" + std::to_string(port_) + "\r\n"), 403)
+        << path;
+  }
+  for (const char* host :
+       {"localhost.attacker.example", "127.0.0.1.nip.io", "127.0.0.1@attacker.example"}) {
+    EXPECT_EQ(status_of("/v1/models", std::string("Host: ") + host + "\r\n"), 403) << host;
+  }
+  // A second Host header does not slip a foreign name past the first.
+  EXPECT_EQ(status_of("/v1/models", "Host: 127.0.0.1\r\nHost: attacker.example\r\n"), 403);
+  const std::string port = std::to_string(port_);
+  for (const std::string& host : std::vector<std::string>{
+           "localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port, "LocalHost:" + port,
+           "localhost.:" + port, "localhost", "127.0.0.1", "localhost:1"}) {
+    EXPECT_EQ(status_of("/v1/models", "Host: " + host + "\r\n"), 200) << host;
+  }
+  // No Host header (an HTTP/1.0 tool; browsers always send one): served.
+  const std::string got = RawExchange(port_, "GET /v1/models HTTP/1.0\r\n" + auth + "\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+}
+
+// [server] allowed_hosts adds names (any port) to loopback's; without an
+// API key (the default) the check is what keeps a rebinding page out.
+TEST_F(ServeE2E, AllowedHostsAddNamesAndTheDefaultServerRefusesOthers) {
+  const int port = FreeLoopbackPort();
+  const std::string config = dir_ + "/hosts.toml";
+  std::ofstream(config)
+      << "[server]\nport = " << port << "\n"
+      << "allowed_hosts = [\"arbiter.test\"]\n"
+      << "[memory]\nbudget = \"1GiB\"\n[pressure]\nsource = \"none\"\n"
+      << "[[models]]\nname = \"e1\"\npath = \"embed\"\ncapability = \"embedding\"\n";
+  std::string error;
+  const pid_t p =
+      ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state-hosts",
+                                      dir_ + "/hosts.log", port, std::chrono::seconds(60), &error);
+  ASSERT_GT(p, 0) << error;
+  auto status_of = [&](const std::string& method, const std::string& path,
+                       const std::string& host) {
+    const std::string got =
+        RawExchange(port, method + " " + path + " HTTP/1.1\r\nHost: " + host +
+                              "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    return got.size() > 12 ? std::stoi(got.substr(9, 3)) : -1;
+  };
+  EXPECT_EQ(status_of("GET", "/v1/models", "arbiter.test:9999"), 200);
+  EXPECT_EQ(status_of("GET", "/v1/models", "ARBITER.TEST"), 200);
+  EXPECT_EQ(status_of("GET", "/admin/status", "localhost:" + std::to_string(port)), 200);
+  EXPECT_EQ(status_of("GET", "/admin/status", "attacker.example"), 403);
+  EXPECT_EQ(status_of("POST", "/admin/models/e1/load", "attacker.example"), 403);
+  EXPECT_EQ(status_of("GET", "/v1/models", "sub.arbiter.test"), 403);
+  // Nothing the refused requests asked for happened.
+  httplib::Client cli("127.0.0.1", port);
+  auto st = cli.Get("/admin/status");
+  ASSERT_TRUE(st);
+  ASSERT_EQ(st->status, 200);
+  for (const json& m : json::parse(st->body)["models"])
+    EXPECT_FALSE(m["resident"].get<bool>()) << m;
+  kill(p, SIGTERM);
+  waitpid(p, nullptr, 0);
+}
+
+// RFC 7235: the auth scheme is case-insensitive, and 1*SP separates it
+// from the credentials.
+TEST_F(ServeE2E, TheBearerSchemeIsCaseInsensitive) {
+  auto status_with = [&](const std::string& authorization) {
+    httplib::Client cli = Client(/*auth=*/false);
+    auto r = cli.Get("/v1/models", {{"Authorization", authorization}});
+    return r ? r->status : -1;
+  };
+  const std::string key = kApiKey;
+  EXPECT_EQ(status_with("Bearer " + key), 200);
+  EXPECT_EQ(status_with("bearer " + key), 200);
+  EXPECT_EQ(status_with("BEARER " + key), 200);
+  EXPECT_EQ(status_with("bEaReR   " + key), 200);
+  EXPECT_EQ(status_with("bearer wrong-key"), 401);
+  EXPECT_EQ(status_with("Basic " + key), 401);
+  EXPECT_EQ(status_with("Bearer"), 401);
+  EXPECT_EQ(status_with("Bearer" + key), 401);
 }
 
 TEST_F(ServeE2E, SigtermExitsCleanly) {

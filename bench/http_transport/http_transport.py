@@ -51,7 +51,7 @@ def probe(port, timeout):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         s.settimeout(timeout)
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         data = b""
         while b"\r\n\r\n" not in data or b'"ok"' not in data:
             chunk = s.recv(4096)
@@ -93,7 +93,7 @@ def open_idle(port, n):
 def open_half(port, n):
     socks = open_idle(port, n)
     for s in socks:
-        s.sendall(b"POST /echo HTTP/1.1\r\nHost: b\r\nContent-Length: 100\r\n\r\n")
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
     return socks
 
 

@@ -62,6 +62,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/fd.h"
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/mutex.h"
 
 extern char** environ;
@@ -231,6 +232,23 @@ bool TerminateGroup(pid_t pgid, int64_t grace_ms, const std::function<bool()>& l
     wait_until(Clock::now() + milliseconds(kLoopPollMs / 2));
   }
   return true;
+}
+
+// A child's output for our log: each of its lines indented by "  | " and
+// escaped (LogSafe), so what the child printed — a prompt it echoed, say —
+// can never read as a log line of ours.
+std::string QuotedOutput(std::string_view tail) {
+  std::string out;
+  while (!tail.empty()) {
+    const size_t nl = tail.find('\n');
+    std::string_view line = tail.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    out += "\n  | ";
+    out += LogSafe(line, kTailBytes);
+    if (nl == std::string_view::npos) break;
+    tail.remove_prefix(nl + 1);
+  }
+  return out;
 }
 
 }  // namespace
@@ -422,8 +440,8 @@ void ProcessSupervisor::Impl::Reaped(const std::shared_ptr<Child>& c, int wstatu
   // Crashed (Note [Child states]): nothing of it may stay resident.
   if (!GroupMembers(c->pid).empty()) kill(-c->pid, SIGKILL);
   unlink(c->record_path.c_str());
-  spdlog::warn("model \"{}\": its process (pid {}) {}; its output ended with:\n{}", c->spec.name,
-               c->pid, DescribeExit(e), e.stderr_tail);
+  spdlog::warn("model \"{}\": its process (pid {}) {}; its output ended with:{}", c->spec.name,
+               c->pid, DescribeExit(e), QuotedOutput(e.stderr_tail));
 }
 
 // On the spawner thread. Sets job.status, and job.child on success.

@@ -9,6 +9,25 @@
 // memory stays at the output plus one block whatever the source rate or
 // channel count. The read loop also stops at the duration limit, for headers
 // that claim fewer frames than the file holds.
+//
+// A header that claims more frames than the file holds marks the file as
+// damaged (Note [Damaged audio]); what it does decode is not passed on as if
+// it were the recording.
+//
+// Note [Damaged audio]
+// libsndfile reports the length it reads from the header, and for a cut-off
+// file that length is wrong in two ways: an OGG (Vorbis or Opus) stream whose
+// last page is missing has no final granule position, so its length is
+// unknown and libsndfile reports SF_COUNT_MAX frames (16 kHz: 576460752303423.5
+// s); a cut FLAC keeps the STREAMINFO total of the whole file and decodes
+// until the decoder loses sync. (WAV/AIFF data sizes are clamped to the file
+// by libsndfile itself.) So the audio is refused as damaged (400) when
+//   1. the length is unknown (SF_COUNT_MAX);
+//   2. the header claims more than kMaxFramesPerByte frames per byte of the
+//      file — no codec libsndfile reads packs sound that densely (silence in
+//      FLAC is ~350 frames per byte, in Vorbis and Opus fewer);
+//   3. decoding ends more than max(kBlockFrames, 1 %) frames short of the
+//      header's count (the slack is for codecs whose count is an estimate).
 #include "arbiter/formats/audio.h"
 
 #include <samplerate.h>
@@ -24,6 +43,8 @@ namespace arbiter {
 namespace {
 
 constexpr sf_count_t kBlockFrames = 4096;
+// Note [Damaged audio], rule 2.
+constexpr double kMaxFramesPerByte = 16384;
 // More channels than any real recording; bounds the block buffer.
 constexpr int kMaxChannels = 64;
 // Rates libsamplerate converts within its ratio bounds (1/256 .. 256) of 16 kHz.
@@ -189,6 +210,11 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
   SF_INFO info{};
   std::unique_ptr<SNDFILE, SndfileCloser> sf(sf_open_virtual(&vio, SFM_READ, &info, &mem));
   if (sf == nullptr) {
+    if (sf_error(nullptr) == SF_ERR_MALFORMED_FILE) {  // a known format, broken
+      return InvalidArgumentError(f +
+                                  " is damaged: libsndfile knows its format but cannot read it (" +
+                                  sf_strerror(nullptr) + ")");
+    }
     return InvalidArgumentError(
         f + " is not audio libsndfile can read (WAV, FLAC, OGG): " + sf_strerror(nullptr));
   }
@@ -199,7 +225,17 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
         " channels at " + std::to_string(info.samplerate) + " Hz is not supported");
   }
   if (info.frames <= 0) return InvalidArgumentError(f + " has no audio frames");
+  // Note [Damaged audio], rules 1 and 2.
+  if (info.frames == SF_COUNT_MAX) {
+    return InvalidArgumentError(f + " is damaged: its length cannot be read from it (an " +
+                                FormatName(info) + " file cut short?); send the whole file");
+  }
   const double seconds = static_cast<double>(info.frames) / info.samplerate;
+  if (static_cast<double>(info.frames) > kMaxFramesPerByte * static_cast<double>(bytes.size())) {
+    return InvalidArgumentError(f + " is damaged: its header claims " + Fmt1(seconds) +
+                                " s of audio, more than its " + std::to_string(bytes.size()) +
+                                " bytes can hold");
+  }
   if (seconds > limits.max_seconds) {
     return InvalidArgumentError(f + " is " + Fmt1(seconds) +
                                 " s of audio; the limit is max_audio_seconds (" +
@@ -247,6 +283,15 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
       for (sf_count_t i = 0; i < got; ++i)
         out.samples.push_back(ToInt16(mono[static_cast<size_t>(i)]));
     }
+  }
+  // Note [Damaged audio], rule 3.
+  const sf_count_t slack = std::max<sf_count_t>(kBlockFrames, info.frames / 100);
+  if (total < info.frames - slack) {
+    const int err = sf_error(sf.get());
+    return InvalidArgumentError(
+        f + " is damaged: its header claims " + Fmt1(seconds) + " s of audio but only " +
+        Fmt1(static_cast<double>(total) / info.samplerate) + " s decode" +
+        (err != SF_ERR_NO_ERROR ? std::string(" (") + sf_strerror(sf.get()) + ")" : std::string()));
   }
   if (total == 0) return InvalidArgumentError(f + " has no audio frames");
   if (resample && !resampler->Push(mono.data(), 0, true, out.samples)) {

@@ -199,6 +199,76 @@ TEST(DecodeAudioTest, RefusesHeaderClaimingHours) {
   }
 }
 
+// Note [Damaged audio] in audio.cc: a length the file cannot back is
+// refused as damaged, never reported as centuries of audio nor decoded as a
+// shorter recording.
+void ExpectDamaged(const Result<DecodedAudio>& a, const std::string& why) {
+  ASSERT_FALSE(a.ok()) << why;
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument) << why;
+  EXPECT_EQ(a.status().message().rfind("file is damaged: ", 0), 0u)
+      << why << ": " << a.status().message();
+  EXPECT_EQ(a.status().message().find("max_audio_seconds"), std::string::npos) << why;
+}
+
+TEST(DecodeAudioTest, TruncatedOggIsDamaged) {
+  // Cut before the last page: no final granule position, so libsndfile
+  // cannot tell the length (it reports SF_COUNT_MAX frames).
+  for (int format : {SF_FORMAT_OGG | SF_FORMAT_VORBIS, SF_FORMAT_OGG | SF_FORMAT_OPUS}) {
+    const int rate = (format & SF_FORMAT_SUBMASK) == SF_FORMAT_OPUS ? 48000 : 16000;
+    std::vector<uint8_t> ogg = Encode(format, rate, 1, 3.0);
+    ASSERT_TRUE(DecodeAudio(ogg, AudioLimits{}).ok());
+    for (double kept : {0.9, 0.5}) {
+      std::vector<uint8_t> cut(ogg.begin(), ogg.begin() + static_cast<long>(ogg.size() * kept));
+      // Cut early, libsndfile may not open it at all ("malformed"): damaged too.
+      ExpectDamaged(DecodeAudio(cut, AudioLimits{}),
+                    "format " + std::to_string(format) + " kept " + std::to_string(kept));
+    }
+  }
+}
+
+TEST(DecodeAudioTest, TruncatedFlacIsDamaged) {
+  // STREAMINFO still counts the whole recording; the decoder loses sync
+  // where the bytes end.
+  std::vector<uint8_t> flac = Encode(SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 22050, 1, 3.0);
+  std::vector<uint8_t> cut(flac.begin(), flac.begin() + static_cast<long>(flac.size() / 2));
+  Result<DecodedAudio> a = DecodeAudio(cut, AudioLimits{});
+  ExpectDamaged(a, "half a FLAC");
+  if (!a.ok()) {
+    EXPECT_NE(a.status().message().find("its header claims 3.0 s of audio but only "),
+              std::string::npos)
+        << a.status().message();
+  }
+}
+
+TEST(DecodeAudioTest, HeaderDenserThanAnyCodecIsDamaged) {
+  // STREAMINFO's 36-bit total-samples field set to its largest value
+  // (~49 days at 16 kHz) in a file of a few KB: refused as damaged before
+  // anything decodes, not as over max_audio_seconds.
+  std::vector<uint8_t> flac = Encode(SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 16000, 1, 0.5);
+  ASSERT_GT(flac.size(), 26u);
+  ASSERT_EQ(std::memcmp(flac.data(), "fLaC", 4), 0);
+  // "fLaC", the 4-byte block header, then STREAMINFO: the total is the low
+  // 36 bits of the 8 bytes at offset 18.
+  flac[21] |= 0x0F;
+  for (size_t i = 22; i < 26; ++i) flac[i] = 0xFF;
+  Result<DecodedAudio> a = DecodeAudio(flac, AudioLimits{});
+  ExpectDamaged(a, "STREAMINFO claiming 2^36 frames");
+  if (!a.ok()) {
+    EXPECT_NE(a.status().message().find("bytes can hold"), std::string::npos)
+        << a.status().message();
+  }
+}
+
+TEST(DecodeAudioTest, WavCutInTheDataIsNotDamaged) {
+  // libsndfile clamps a WAV's data size to the file: the header never claims
+  // more than is there, and what is there decodes.
+  std::vector<uint8_t> wav = Encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 22050, 1, 3.0);
+  std::vector<uint8_t> cut(wav.begin(), wav.begin() + static_cast<long>(wav.size() / 2));
+  Result<DecodedAudio> a = DecodeAudio(cut, AudioLimits{});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_NEAR(a->seconds, 1.5, 0.01);
+}
+
 TEST(ResampleMonoTest, LengthsAndIdentity) {
   std::vector<int16_t> in(22050, 1000);
   EXPECT_NEAR(static_cast<double>(ResampleMono(in, 22050, 16000).size()), 16000, 16);

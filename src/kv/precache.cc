@@ -24,6 +24,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
+
 namespace arbiter {
 namespace {
 
@@ -119,8 +121,9 @@ bool KvPrecache::PersistSnapshot(const std::string& conversation, TtlClass ttl,
   if (options_.store == nullptr || snapshot.n_tokens() == 0) return false;
   Result<uint64_t> written = options_.store->Save(conversation, ttl, snapshot);
   if (!written.ok()) {
-    spdlog::warn("kv: model \"{}\": could not save conversation \"{}\": {}", options_.model_key,
-                 conversation, written.status().message());
+    spdlog::warn("kv: model \"{}\": could not save conversation \"{}\": {}",
+                 LogSafe(options_.model_key), LogSafe(conversation),
+                 LogSafe(written.status().message(), kLogSafeMessageBytes));
     return false;
   }
   MutexLock l(&mu_);
@@ -140,7 +143,8 @@ bool KvPrecache::PersistSlot(Engine* engine, const SlotReservation& slot,
   });
   if (!st.ok()) {
     spdlog::warn("kv: model \"{}\": could not save conversation \"{}\" from slot {}: {}",
-                 options_.model_key, conversation, slot.slot(), st.message());
+                 LogSafe(options_.model_key), LogSafe(conversation), slot.slot(),
+                 LogSafe(st.message(), kLogSafeMessageBytes));
     return false;
   }
   if (empty) return false;
@@ -179,7 +183,8 @@ void KvPrecache::PrepareSlot(Engine* engine, SlotReservation& slot,
       ++counters_.stashes;
     } else {
       spdlog::warn("kv: model \"{}\": could not move conversation \"{}\" out of slot {}: {}",
-                   options_.model_key, owner, slot.slot(), snap.status().message());
+                   LogSafe(options_.model_key), LogSafe(owner), slot.slot(),
+                   LogSafe(snap.status().message(), kLogSafeMessageBytes));
     }
     slot.set_owned(false);
     MutexLock l(&mu_);
@@ -209,7 +214,8 @@ void KvPrecache::PrepareSlot(Engine* engine, SlotReservation& slot,
       outcome->warning = fmt::format(
           "saved KV of conversation \"{}\" was not usable, the prompt is prefilled cold: {}",
           conversation, loaded.status().message());
-      spdlog::warn("kv: model \"{}\": {}", options_.model_key, outcome->warning);
+      spdlog::warn("kv: model \"{}\": {}", LogSafe(options_.model_key),
+                   LogSafe(outcome->warning, kLogSafeMessageBytes));
       MutexLock l(&mu_);
       ++counters_.restore_failures;
     }
@@ -222,7 +228,8 @@ void KvPrecache::PrepareSlot(Engine* engine, SlotReservation& slot,
     outcome->warning = fmt::format("saved KV of conversation \"{}\" could not be restored ({}); "
                                    "the prompt is prefilled cold",
                                    conversation, restored.status().message());
-    spdlog::warn("kv: model \"{}\": {}", options_.model_key, outcome->warning);
+    spdlog::warn("kv: model \"{}\": {}", LogSafe(options_.model_key),
+                 LogSafe(outcome->warning, kLogSafeMessageBytes));
     MutexLock l(&mu_);
     ++counters_.restore_failures;
     return;
@@ -391,7 +398,8 @@ int KvPrecache::KeepAlive(Engine* engine) {
         continue;
       }
       spdlog::warn("kv: model \"{}\": keep-alive of conversation \"{}\" failed: {}",
-                   options_.model_key, d.conversation, r.status().message());
+                   LogSafe(options_.model_key), LogSafe(d.conversation),
+                   LogSafe(r.status().message(), kLogSafeMessageBytes));
     }
     // Parked elsewhere (host tier, disk) or the slot is taken: refresh the
     // TTLs of what is saved instead of pulling it back.

@@ -25,6 +25,29 @@ Status KeyError(const std::string& key, std::string_view what) {
   return InvalidArgumentError(fmt::format("{} must be {}", key, what));
 }
 
+// [server] allowed_hosts (Note [Host check] in server/internal/access.h):
+// "*", a host name or IPv4 address (RFC 3986 unreserved characters, one
+// trailing dot allowed), or an IPv6 address in brackets; never a port.
+constexpr std::string_view kAllowedHostsWhat =
+    "host names or IP addresses without scheme or port, such as \"myhost.lan\", "
+    "\"192.168.1.5\" or \"[fd00::1]\" (\"*\" for any)";
+
+bool ValidAllowedHost(std::string_view h) {
+  if (h == "*") return true;
+  if (h.empty()) return false;
+  const bool bracketed = h.front() == '[';
+  if (bracketed) {
+    if (h.size() < 3 || h.back() != ']') return false;
+    h = h.substr(1, h.size() - 2);
+  }
+  for (char c : h) {
+    const bool name_char = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+    if (!name_char && !(bracketed && c == ':')) return false;
+  }
+  return true;
+}
+
 // Reads an integer key into *out when present. `what` describes the range.
 Status ReadInt(const toml::table& t, const char* key, const std::string& path, int64_t lo,
                int64_t hi, std::string_view what, int64_t* out) {
@@ -171,6 +194,13 @@ Status ParseServer(const toml::table& t, Config* c) {
       return KeyError(p + "cors_origins", "origins without a trailing slash (browsers send none)");
     }
   }
+  ARBITER_RETURN_IF_ERROR(read_strings(
+      "allowed_hosts", fmt::format("an array of {}", kAllowedHostsWhat), &s.allowed_hosts));
+  for (const std::string& h : s.allowed_hosts) {
+    if (!ValidAllowedHost(h)) {
+      return KeyError(p + "allowed_hosts", fmt::format("an array of {}", kAllowedHostsWhat));
+    }
+  }
   ARBITER_RETURN_IF_ERROR(
       read_strings("metrics_compat", "an array of names: [\"vllm\"]", &s.metrics_compat));
   for (const std::string& m : s.metrics_compat) {
@@ -182,7 +212,7 @@ Status ParseServer(const toml::table& t, Config* c) {
                "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max",
                "max_embedding_inputs", "max_embedding_tokens", "max_audio_bytes",
                "max_audio_seconds", "max_image_bytes", "max_image_pixels", "cors_origins",
-               "metrics_compat"},
+               "allowed_hosts", "metrics_compat"},
               p, &c->warnings);
   return OkStatus();
 }
@@ -852,6 +882,26 @@ Status ApplyEnvOverrides(const EnvLookup& env, uint64_t mem_total_bytes, Config*
     config->server.port = static_cast<int>(port);
   }
   if (const char* v = env("ARBITER_API_KEY"); v != nullptr) config->server.api_key = v;
+  if (const char* v = env("ARBITER_ALLOWED_HOSTS"); v != nullptr && *v != '\0') {
+    // Comma-separated, spaces around the names ignored.
+    std::vector<std::string> hosts;
+    std::string_view rest = v;
+    while (true) {
+      const size_t comma = rest.find(',');
+      std::string_view h = rest.substr(0, comma);
+      while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
+      while (!h.empty() && h.back() == ' ') h.remove_suffix(1);
+      if (!ValidAllowedHost(h)) {
+        return InvalidArgumentError(
+            fmt::format("ARBITER_ALLOWED_HOSTS must be {} separated by commas (got \"{}\")",
+                        kAllowedHostsWhat, v));
+      }
+      hosts.emplace_back(h);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    config->server.allowed_hosts = std::move(hosts);
+  }
   if (const char* v = env("ARBITER_BUDGET"); v != nullptr && *v != '\0') {
     ARBITER_RETURN_IF_ERROR(ParseBudget(v, mem_total_bytes, "ARBITER_BUDGET", &config->budget_bytes));
     config->budget_text = v;

@@ -621,5 +621,40 @@ TEST(Config, CorsOriginsAndMetricsCompat) {
   }
 }
 
+TEST(Config, AllowedHosts) {
+  auto none = ParseConfigToml("", "a.toml", kMemTotal);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->server.allowed_hosts.empty());
+  auto c = ParseConfigToml(
+      "[server]\nallowed_hosts = [\"arbiter.lan\", \"192.168.1.5\", \"[fd00::1]\", \"*\"]\n",
+      "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.allowed_hosts,
+            (std::vector<std::string>{"arbiter.lan", "192.168.1.5", "[fd00::1]", "*"}));
+  EXPECT_TRUE(c->warnings.empty());
+  for (const char* bad :
+       {"[server]\nallowed_hosts = \"arbiter.lan\"\n",
+        "[server]\nallowed_hosts = [\"arbiter.lan:8080\"]\n",
+        "[server]\nallowed_hosts = [\"http://arbiter.lan\"]\n",
+        "[server]\nallowed_hosts = [\"fd00::1\"]\n", "[server]\nallowed_hosts = [\"\"]\n",
+        "[server]\nallowed_hosts = [\"a b\"]\n", "[server]\nallowed_hosts = [1]\n"}) {
+    auto r = ParseConfigToml(bad, "a.toml", kMemTotal);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("[server].allowed_hosts must be an array of host names"),
+              std::string::npos)
+        << r.status().message();
+  }
+  // ARBITER_ALLOWED_HOSTS: comma-separated, replacing the file's list.
+  Config e = DefaultConfig(kMemTotal);
+  ASSERT_TRUE(
+      ApplyEnvOverrides(FakeEnv({{"ARBITER_ALLOWED_HOSTS", "a.lan, b.lan ,[::1]"}}), kMemTotal, &e)
+          .ok());
+  EXPECT_EQ(e.server.allowed_hosts, (std::vector<std::string>{"a.lan", "b.lan", "[::1]"}));
+  Status bad = ApplyEnvOverrides(FakeEnv({{"ARBITER_ALLOWED_HOSTS", "a.lan,,b"}}), kMemTotal, &e);
+  EXPECT_NE(bad.message().find("ARBITER_ALLOWED_HOSTS"), std::string::npos) << bad.message();
+  bad = ApplyEnvOverrides(FakeEnv({{"ARBITER_ALLOWED_HOSTS", "a.lan:80"}}), kMemTotal, &e);
+  EXPECT_NE(bad.message().find("ARBITER_ALLOWED_HOSTS"), std::string::npos) << bad.message();
+}
+
 }  // namespace
 }  // namespace arbiter

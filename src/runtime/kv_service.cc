@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/size.h"
 #include "arbiter/engine/engine.h"
 #include "arbiter/kv/cache_key.h"
@@ -86,7 +87,8 @@ Result<std::unique_ptr<ServeKv>> MakeServeKv(
       Result<uint64_t> written = disk->Save(conversation_id, cls, snapshot);
       if (!written.ok()) {
         spdlog::warn("kv: model \"{}\": spilling conversation \"{}\" to disk failed: {}",
-                     model_key, conversation_id, written.status().message());
+                     LogSafe(model_key), LogSafe(conversation_id),
+                     LogSafe(written.status().message(), kLogSafeMessageBytes));
       }
     };
     out->prompt_cache = std::make_unique<PromptCache>(std::move(po));

@@ -30,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/clip.h"
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/hash.h"
 
 #include "runtime/internal/runtime_impl.h"
@@ -261,8 +262,10 @@ arbiter::Status RuntimeImpl::Speak(const SpeechRequest& request,
   }
   runner.join();
   if (!result.ok()) {
-    if (started) spdlog::warn("speech of model \"{}\" ended early: {}", request.model,
-                              result.status().message());
+    if (started) {
+      spdlog::warn("speech of model \"{}\" ended early: {}", LogSafe(request.model),
+                   LogSafe(result.status().message(), kLogSafeMessageBytes));
+    }
     return result.status();
   }
   return OkStatus();

@@ -44,6 +44,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/clip.h"
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/size.h"
 
 namespace arbiter {
@@ -395,8 +396,8 @@ Result<std::pair<ResidencyState, ModelStatus>> RuntimeImpl::SetResidency(const s
     if (st.code() == StatusCode::kResourceExhausted && st.reason() == ErrorReason::kNone) {
       st = st.WithReason(ErrorReason::kPinDoesNotFit);
     }
-    spdlog::error("residency of model \"{}\" → {}: {}", name, ResidencyStateName(target),
-                  st.message());
+    spdlog::error("residency of model \"{}\" → {}: {}", LogSafe(name), ResidencyStateName(target),
+                  LogSafe(st.message(), kLogSafeMessageBytes));
     return st;
   }
   return std::make_pair(*prev, ModelStatusOf(name));

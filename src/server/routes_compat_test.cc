@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -280,6 +282,59 @@ TEST(OllamaParseTest, KeepAliveDurations) {
   EXPECT_EQ(OllamaStripTag("m:latest"), "m");
   EXPECT_EQ(OllamaStripTag("m:7b"), "m:7b");
   EXPECT_EQ(OllamaTime(0, 5), "1970-01-01T00:00:00.000000005Z");
+}
+
+// A keep_alive as long as Go's largest duration or longer is Ollama's
+// "forever" (no TTL), never an overflowed TTL.
+TEST(OllamaParseTest, HugeKeepAliveIsForever) {
+  for (const json& huge : {json(1e18), json(9.3e15), json(9223372037.0), json("99999999999h"),
+                           json("9223372037s"), json("2562048h"), json(std::string(400, '9') + "h"),
+                           json("1e18"), json(1.7976931348623157e308)}) {
+    Result<OllamaKeepAlive> k = ParseKeepAlive(huge);
+    ASSERT_TRUE(k.ok()) << huge << ": " << k.status().ToString();
+    EXPECT_EQ(k->ttl_ms, std::nullopt) << huge;
+  }
+  // Just under the bound: a TTL, exactly.
+  Result<OllamaKeepAlive> k = ParseKeepAlive(json("2562047h"));
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->ttl_ms, int64_t{2562047} * 3600 * 1000);
+  EXPECT_LT(*k->ttl_ms, kOllamaForeverMs);
+  k = ParseKeepAlive(json(9223372036.0));
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->ttl_ms, int64_t{9223372036000});
+}
+
+// Every time OllamaTime writes is RFC 3339 with a four-digit year and a
+// nine-digit fraction, whatever it is given.
+TEST(OllamaParseTest, OllamaTimeIsAlwaysRfc3339) {
+  EXPECT_EQ(OllamaTime(1, -1), "1970-01-01T00:00:00.999999999Z");
+  EXPECT_EQ(OllamaTime(0, 1500000000), "1970-01-01T00:00:01.500000000Z");
+  EXPECT_EQ(OllamaTime(-1, 0), "1969-12-31T23:59:59.000000000Z");
+  EXPECT_EQ(OllamaTime(int64_t{1} << 50, 0), "9999-12-31T23:59:59.999999999Z");
+  EXPECT_EQ(OllamaTime(std::numeric_limits<int64_t>::max(), 999999999),
+            "9999-12-31T23:59:59.999999999Z");
+  EXPECT_EQ(OllamaTime(std::numeric_limits<int64_t>::min() / 2, -840119219),
+            "0001-01-01T00:00:00.000000000Z");
+  EXPECT_EQ(OllamaTime(std::numeric_limits<int64_t>::min()), "1677-09-21T00:12:43.145224192Z");
+}
+
+TEST_F(CompatRoutesTest, HugeKeepAliveLiftsTheTtlAndExpiresAtStaysValid) {
+  const std::regex rfc3339(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z)");
+  for (const char* huge : {"1e18", "9.3e15", "\"99999999999h\""}) {
+    auto r = Call("POST /api/chat",
+                  R"({"model":"chat","messages":[{"role":"user","content":"x"}],"stream":false,
+                      "keep_alive":"1h","options":{"num_predict":1}})");
+    ASSERT_EQ(r->status(), 200) << r->body();
+    r = Call("POST /api/chat",
+             std::string(R"({"model":"chat","messages":[{"role":"user","content":"x"}],)") +
+                 R"("stream":false,"options":{"num_predict":1},"keep_alive":)" + huge + "}");
+    ASSERT_EQ(r->status(), 200) << huge << ": " << r->body();
+    json ps = Body(*Call("GET /api/ps"));
+    ASSERT_EQ(ps["models"].size(), 1u) << ps;
+    const std::string expires = ps["models"][0]["expires_at"];
+    EXPECT_TRUE(std::regex_match(expires, rfc3339)) << huge << ": " << expires;
+    EXPECT_EQ(expires.substr(0, 2), "23") << huge << ": " << expires;  // forever, not the hour
+  }
 }
 
 // ---- llama.cpp server -------------------------------------------------------

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/backends/tts.h"
 #include "arbiter/base/clip.h"
 #include "arbiter/formats/image.h"
@@ -281,7 +282,10 @@ void HandleSpeech(ServerContext& ctx, const http::Request& req, http::Responder&
     Result<std::string> tail = encoder->Finish();
     if (tail.ok() && !tail->empty()) client_ok = out.Write(*tail);
   }
-  if (!st.ok()) spdlog::warn("speech of \"{}\" ended early: {}", r.model, st.message());
+  if (!st.ok()) {
+    spdlog::warn("speech of \"{}\" ended early: {}", LogSafe(r.model),
+                 LogSafe(st.message(), kLogSafeMessageBytes));
+  }
   out.End();
 }
 

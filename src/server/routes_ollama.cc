@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/hash.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
@@ -59,7 +60,9 @@ int64_t SteadyNs() {
 
 void SendOllamaError(http::Responder& out, const Status& status) {
   const HttpError e = HttpErrorFor(status);
-  if (e.bug) spdlog::error("bug: unexpected error: {}", status.ToString());
+  if (e.bug) {
+    spdlog::error("bug: unexpected error: {}", LogSafe(status.ToString(), kLogSafeMessageBytes));
+  }
   std::vector<std::pair<std::string, std::string>> headers;
   if (e.retry_after_s > 0) headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
   SendJson(out, e.status, DumpJson(json{{"error", status.message()}}), std::move(headers));
@@ -116,15 +119,16 @@ void HandleTags(ServerContext& ctx, http::Responder& out) {
 // expires_at of a loaded model: now + what is left of its idle TTL (the
 // whole TTL while a request holds it), or Ollama's "forever" (now + the
 // largest Go duration, ~292 years) without a TTL.
+// Computed in seconds: a TTL of centuries in nanoseconds overflows int64.
 std::string ExpiresAt(const ModelStats& m) {
   const int64_t now_ns = UnixNowNs();
+  const int64_t now_s = now_ns / 1000000000;
+  const int64_t frac_ns = now_ns % 1000000000;
   if (!m.idle_ttl_ms) {
-    const int64_t secs = now_ns / 1000000000 + std::numeric_limits<int64_t>::max() / 1000000000;
-    return OllamaTime(secs, now_ns % 1000000000);
+    return OllamaTime(now_s + std::numeric_limits<int64_t>::max() / 1000000000, frac_ns);
   }
   const int64_t left_ms = std::max<int64_t>(0, *m.idle_ttl_ms - m.idle_ms);
-  const int64_t at_ns = now_ns + left_ms * 1000000;
-  return OllamaTime(at_ns / 1000000000, at_ns % 1000000000);
+  return OllamaTime(now_s + left_ms / 1000, frac_ns + (left_ms % 1000) * 1000000);
 }
 
 void HandlePs(ServerContext& ctx, http::Responder& out) {
@@ -190,7 +194,8 @@ void ApplyKeepAlive(ServerContext& ctx, const std::string& model,
                     const std::optional<OllamaKeepAlive>& keep_alive) {
   if (!keep_alive) return;
   if (Status st = ctx.runtime->SetIdleTtl(model, keep_alive->ttl_ms); !st.ok()) {
-    spdlog::warn("keep_alive of model \"{}\": {}", model, st.ToString());
+    spdlog::warn("keep_alive of model \"{}\": {}", LogSafe(model),
+                 LogSafe(st.ToString(), kLogSafeMessageBytes));
   }
 }
 
@@ -272,13 +277,13 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
                          static_cast<int>(result->generation.output_ids.size()));
   }
   if (!client_ok) {
-    spdlog::info("ollama stream {}: client went away; generation stopped", job.model);
+    spdlog::info("ollama stream {}: client went away; generation stopped", LogSafe(job.model));
     return;
   }
   if (!result.ok()) {
     if (!started) return SendOllamaError(out, result.status());
-    spdlog::error("ollama stream {}: generation failed: {}", job.model,
-                  result.status().ToString());
+    spdlog::error("ollama stream {}: generation failed: {}", LogSafe(job.model),
+                  LogSafe(result.status().ToString(), kLogSafeMessageBytes));
     write(json{{"error", result.status().message()}});
     out.End();
     return;

@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/clip.h"
+#include "arbiter/base/log_safe.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
@@ -93,8 +94,8 @@ void RunNonStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
             out.cancel_token());
     if (!result.ok()) return SendStatus(out, result.status());
     if (result->generation.finish_reason == FinishReason::kCancelled) {
-      spdlog::info("{} {}: client went away; generation stopped after {} tokens", job.id,
-                   job.model, result->generation.output_ids.size());
+      spdlog::info("{} {}: client went away; generation stopped after {} tokens", LogSafe(job.id),
+                   LogSafe(job.model), result->generation.output_ids.size());
       return SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));
     }
     if (i == 0 && result->kv.slot >= 0) {
@@ -204,20 +205,21 @@ void RunStreaming(ServerContext& ctx, http::Responder& out, TextJob& job) {
     };
     Result<TextResult> result = gen.Run(on_text, out.cancel_token());
     if (!client_ok) {
-      spdlog::info("stream {}: client went away; generation stopped", job.id);
+      spdlog::info("stream {}: client went away; generation stopped", LogSafe(job.id));
       return;
     }
     if (!result.ok()) {
       const Status& st = result.status();
       if (!started) return SendStatus(out, st);  // nothing sent yet: a normal error
       // Headers are gone; report in-band, then end the stream.
-      spdlog::error("stream {}: generation failed: {}", job.id, st.ToString());
+      spdlog::error("stream {}: generation failed: {}", LogSafe(job.id),
+                    LogSafe(st.ToString(), kLogSafeMessageBytes));
       send(ErrorJson(st.message(), kServerErrorType, "generation_failed"));
       if (client_ok && out.Write("data: [DONE]\n\n")) out.End();
       return;
     }
     if (result->generation.finish_reason == FinishReason::kCancelled) {
-      spdlog::info("stream {}: cancelled after {} tokens ({})", job.id,
+      spdlog::info("stream {}: cancelled after {} tokens ({})", LogSafe(job.id),
                    result->generation.output_ids.size(),
                    ctx.stopping.load() ? "server stopping" : "client went away");
       if (!started) SendStatus(out, CancelledError("generation cancelled", ErrorReason::kCancelled));

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/server/openai.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
@@ -225,7 +226,8 @@ void RunStreamingResponse(ServerContext& ctx, http::Responder& out, TextGenerati
   if (!client_ok) return;
   if (!result.ok()) {
     if (!started) return SendStatus(out, result.status());
-    spdlog::error("response {}: generation failed: {}", shape.id, result.status().ToString());
+    spdlog::error("response {}: generation failed: {}", LogSafe(shape.id),
+                  LogSafe(result.status().ToString(), kLogSafeMessageBytes));
     event({{"type", "error"},
            {"code", "generation_failed"},
            {"message", result.status().message()},

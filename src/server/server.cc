@@ -9,7 +9,9 @@
 //   0. the transport reads the request (limits: max_body_bytes → 413, a
 //      whole request within request_timeout_s → 408, max_connections → 503,
 //      a full worker queue → 503);
-//   1. pre-routing: API key check for /v1/*, /admin/* and /metrics (401);
+//   1. pre-routing: the Host check (403, Note [Host check] in
+//      internal/access.h), then the API key check for /v1/*, /admin/* and
+//      /metrics (401);
 //   2. the handler parses the body into a native request struct (openai.h)
 //      — 400 naming the field on any problem;
 //   3. the Runtime admits the request (model resolved, pinned, prompt
@@ -28,7 +30,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/server/openai.h"
+#include "server/internal/access.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
 
@@ -67,7 +71,9 @@ void SendError(http::Responder& out, int status, std::string_view message,
 
 void SendStatus(http::Responder& out, const Status& status) {
   const HttpError e = HttpErrorFor(status);
-  if (e.bug) spdlog::error("bug: unexpected error: {}", status.ToString());
+  if (e.bug) {
+    spdlog::error("bug: unexpected error: {}", LogSafe(status.ToString(), kLogSafeMessageBytes));
+  }
   SendError(out, e.status, status.message(), e.type, e.code, e.retry_after_s);
 }
 
@@ -170,10 +176,11 @@ http::Response JsonResponse(int status, std::string body) {
 
 struct Server::Impl {
   ServerContext ctx;
+  server_internal::AllowedHosts allowed_hosts;
   std::unique_ptr<http::Server> http;
   ArbiterEventSubscription metrics_sub;
 
-  Impl(ServerSettings s, Runtime* runtime) {
+  Impl(ServerSettings s, Runtime* runtime) : allowed_hosts(s.host, s.allowed_hosts) {
     ctx.settings = std::move(s);
     ctx.runtime = runtime;
     ctx.started_at = static_cast<int64_t>(std::time(nullptr));
@@ -252,6 +259,14 @@ struct Server::Impl {
     }
     http->SetPreRouting([this](const http::Request& req) -> std::optional<http::Response> {
       const ServerSettings& st = ctx.settings;
+      // Note [Host check]: every Host header the request carries must be allowed.
+      const auto [host_begin, host_end] = req.headers.equal_range("Host");
+      for (auto h = host_begin; h != host_end; ++h) {
+        if (!allowed_hosts.Allows(h->second)) {
+          return JsonResponse(403, ErrorJson(allowed_hosts.RefusalMessage(h->second),
+                                             kInvalidRequest, "host_not_allowed"));
+        }
+      }
       // A preflight is answered before the key check: browsers send it
       // without credentials.
       if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method") &&
@@ -267,11 +282,8 @@ struct Server::Impl {
                                   (req.path == "/metrics" && !st.metrics_public);
       if (!protected_path) return std::nullopt;
       const std::string auth = req.header("Authorization");
-      constexpr std::string_view kBearer = "Bearer ";
-      if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0 &&
-          server_internal::ApiKeyMatches(st, std::string_view(auth).substr(kBearer.size()))) {
-        return std::nullopt;
-      }
+      const std::optional<std::string_view> token = server_internal::BearerToken(auth);
+      if (token && server_internal::ApiKeyMatches(st, *token)) return std::nullopt;
       if (auth.empty() && SessionAllows(ctx, req)) return std::nullopt;
       http::Response res = JsonResponse(
           401, ErrorJson(auth.empty() ? "missing API key: send \"Authorization: Bearer <key>\""
@@ -303,8 +315,8 @@ struct Server::Impl {
     });
     http->SetLogger([this](const http::Request& req, int status) {
       ctx.metrics->OnHttpRequest(RouteLabel(req.path), status);
-      spdlog::info("{} {} {} ({}:{})", req.method, req.path, status, req.remote_addr,
-                   req.remote_port);
+      spdlog::info("{} {} {} ({}:{})", LogSafe(req.method), LogSafe(req.path), status,
+                   req.remote_addr, req.remote_port);
     });
   }
 };

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/runtime/pressure.h"
+#include "server/internal/access.h"
 #include "server/internal/event_stream.h"
 #include "server/internal/metrics.h"
 
@@ -185,6 +186,83 @@ TEST(ServePressure, AutoPicksAWorkingSourceAndMeminfoAlwaysWorks) {
   auto mem = MakeServePressure(s);
   ASSERT_TRUE(mem.ok()) << mem.status().ToString();
   EXPECT_EQ(mem->os_source, "meminfo");
+}
+
+// ---- access: Note [Host check] and bearer credentials -----------------------
+
+TEST(HostCheck, NormalizeHost) {
+  EXPECT_EQ(NormalizeHost("localhost"), "localhost");
+  EXPECT_EQ(NormalizeHost("LocalHost:8080"), "localhost");
+  EXPECT_EQ(NormalizeHost("localhost."), "localhost");
+  EXPECT_EQ(NormalizeHost("localhost.:80"), "localhost");
+  EXPECT_EQ(NormalizeHost("localhost:"), "localhost");  // RFC 7230: port = *DIGIT
+  EXPECT_EQ(NormalizeHost("127.0.0.1:1"), "127.0.0.1");
+  EXPECT_EQ(NormalizeHost("[::1]:8080"), "::1");
+  EXPECT_EQ(NormalizeHost("[::1]"), "::1");
+  for (const char* bad : {"", ":80", "::1", "[::1", "[]:80", "localhost:8o", "a b", "a/b",
+                          "user@localhost", "localhost:80:80", "[::1]x", "local%68ost"}) {
+    EXPECT_EQ(NormalizeHost(bad), "") << bad;
+  }
+}
+
+TEST(HostCheck, LoopbackBindAnswersOnlyLoopbackNamesAndTheList) {
+  const AllowedHosts hosts("127.0.0.1", {});
+  for (const char* ok :
+       {"localhost", "localhost:8080", "LOCALHOST:1", "localhost.", "127.0.0.1", "127.0.0.1:8080",
+        "127.1.2.3:80", "[::1]", "[::1]:8080", "[0:0:0:0:0:0:0:1]:80"}) {
+    EXPECT_TRUE(hosts.Allows(ok)) << ok;
+  }
+  for (const char* bad : {"attacker.example", "attacker.example:8080", "localhost.attacker.example",
+                          "127.0.0.1.nip.io", "0.0.0.0", "10.0.0.1", "[::2]", "127.1", "x", "",
+                          "localhost:abc", "::1"}) {
+    EXPECT_FALSE(hosts.Allows(bad)) << bad;
+  }
+  // No Host header at all: not a browser, served.
+  EXPECT_TRUE(hosts.Allows("", /*present=*/false));
+  const std::string msg = hosts.RefusalMessage("attacker.example\r\nX: y");
+  EXPECT_NE(msg.find("[server] allowed_hosts"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("attacker.example\\x0d\\x0aX: y"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+
+  const AllowedHosts listed("localhost", {"Arbiter.LAN.", "[fd00::1]"});
+  EXPECT_TRUE(listed.Allows("arbiter.lan:9000"));
+  EXPECT_TRUE(listed.Allows("ARBITER.lan"));
+  EXPECT_TRUE(listed.Allows("[fd00::1]:80"));
+  EXPECT_TRUE(listed.Allows("localhost:80"));
+  EXPECT_FALSE(listed.Allows("other.lan"));
+  EXPECT_TRUE(AllowedHosts("[::1]", {}).Allows("[::1]:1"));
+  EXPECT_FALSE(AllowedHosts("::1", {}).Allows("attacker.example"));
+}
+
+TEST(HostCheck, OtherBindsAnswerAnyHostUnlessListed) {
+  EXPECT_TRUE(AllowedHosts("0.0.0.0", {}).Allows("attacker.example"));
+  EXPECT_TRUE(AllowedHosts("192.168.1.5", {}).Allows("anything:1"));
+  const AllowedHosts listed("0.0.0.0", {"arbiter.lan"});
+  EXPECT_TRUE(listed.Allows("arbiter.lan:8080"));
+  EXPECT_TRUE(listed.Allows("127.0.0.1:8080"));
+  EXPECT_FALSE(listed.Allows("192.168.1.5:8080"));
+  EXPECT_NE(listed.RefusalMessage("x").find("allowed_hosts"), std::string::npos);
+  // "*" opts out, on loopback too.
+  EXPECT_TRUE(AllowedHosts("127.0.0.1", {"*"}).Allows("attacker.example"));
+  EXPECT_TRUE(IsLoopbackBind("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackBind("127.0.0.2"));
+  EXPECT_TRUE(IsLoopbackBind("LocalHost"));
+  EXPECT_TRUE(IsLoopbackBind("::1"));
+  EXPECT_TRUE(IsLoopbackBind("[::1]"));
+  EXPECT_FALSE(IsLoopbackBind("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackBind("::"));
+  EXPECT_FALSE(IsLoopbackBind("192.168.1.5"));
+}
+
+TEST(BearerToken, SchemeInAnyCaseThenSpaces) {
+  EXPECT_EQ(BearerToken("Bearer k1"), "k1");
+  EXPECT_EQ(BearerToken("bearer k1"), "k1");
+  EXPECT_EQ(BearerToken("BEARER k1"), "k1");
+  EXPECT_EQ(BearerToken("bEaReR    k1"), "k1");
+  for (const char* bad : {"", "Bearer", "Bearer ", "Bearer    ", "Bearerk1", "Basic k1",
+                          "Bearer\tk1", " Bearer k1", "Bear k1"}) {
+    EXPECT_EQ(BearerToken(bad), std::nullopt) << bad;
+  }
 }
 
 }  // namespace

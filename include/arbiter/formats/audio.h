@@ -6,7 +6,8 @@
 // downmixes it to mono and resamples it to kAsrSampleRate (16 kHz) 16-bit
 // PCM. It is a reader of bytes from outside: every size is checked before it
 // is used, the duration is checked from the header before any sample is
-// decoded, and decoding stops at the limit even when the header lies.
+// decoded, and decoding stops at the limit even when the header lies; a
+// header claiming more audio than the file holds is refused as damaged.
 // Memory: bounded by the output ([n] int16) plus a fixed block buffer.
 //
 // Usage:
@@ -55,6 +56,9 @@ inline constexpr int kAsrSampleRate = 16000;
 //   "<field> is not audio libsndfile can read (WAV, FLAC, OGG): <sf_strerror>"
 //   "<field> is 7200.0 s of audio; the limit is max_audio_seconds (600)"
 //   "<field> has no audio frames"
+//   "<field> is damaged: ..." — a format libsndfile knows but a malformed
+//     file, or a length in its header the file cannot back (unknown, denser
+//     than any codec, or more than decodes; Note [Damaged audio] in audio.cc)
 Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimits& limits,
                                  std::string_view field = "file");
 

@@ -107,6 +107,12 @@ struct ServerSettings {
   // "http://localhost:5173", or "*" for any. Empty (default): no CORS
   // headers, preflights are not answered.
   std::vector<std::string> cors_origins;
+  // Host header names served besides loopback's (Note [Host check] in
+  // server/internal/access.h): host names or IP addresses without a port
+  // ("[::1]" form for IPv6), any port, case-insensitive; "*" for any Host.
+  // Empty (default): bound to loopback, only localhost, 127.0.0.0/8 and
+  // [::1] are served; bound to another address, any Host is.
+  std::vector<std::string> allowed_hosts;
   // Extra metric names GET /metrics exports for other ecosystems' readers:
   // "vllm" (vllm:num_requests_running, vllm:num_requests_waiting,
   // vllm:kv_cache_usage_perc). Empty (default): none.

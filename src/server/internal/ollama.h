@@ -25,8 +25,13 @@
 
 namespace arbiter::server_internal {
 
+// Ollama's "forever": Go's largest time.Duration (2^63 − 1 ns, ~292 years)
+// in milliseconds. A keep_alive this long or longer means no TTL.
+inline constexpr int64_t kOllamaForeverMs = 9223372036854;
+
 // Ollama's keep_alive: empty = not sent (the TTL stays as it is); else the
-// idle TTL to set after the request (`ttl_ms` empty = forever).
+// idle TTL to set after the request (`ttl_ms` empty = forever; otherwise in
+// [0, kOllamaForeverMs)).
 struct OllamaKeepAlive {
   std::optional<int64_t> ttl_ms;
 };
@@ -60,7 +65,8 @@ Result<OllamaEmbedRequest> ParseOllamaEmbed(std::string_view body, bool legacy);
 Result<std::string> ParseOllamaShow(std::string_view body);
 
 // A keep_alive value: a number of seconds, or a Go duration string ("5m",
-// "1h30m", "30s", "500ms", "-1", "0"); negative = forever.
+// "1h30m", "30s", "500ms", "-1", "0"); negative, or kOllamaForeverMs and
+// longer (1e18, "99999999999h"), = forever.
 Result<OllamaKeepAlive> ParseKeepAlive(const nlohmann::json& value);
 
 // "name:latest" → "name"; other tags are kept (and will not be found).
@@ -68,7 +74,9 @@ std::string OllamaStripTag(std::string_view model);
 // "name" → "name:latest".
 std::string OllamaTagged(std::string_view model);
 // RFC 3339 UTC with nanoseconds, as Ollama prints: "2026-11-24T13:19:30.123456789Z".
-// `unix_s` may lie centuries ahead (Ollama's "forever").
+// `unix_s` may lie centuries ahead (Ollama's "forever"); `nanos` may be
+// negative or ≥ 1e9 (carried into the seconds). Always a valid RFC 3339
+// time: times outside the years 0001..9999 are clamped to them.
 std::string OllamaTime(int64_t unix_s, int64_t nanos);
 inline std::string OllamaTime(int64_t unix_ns) {
   return OllamaTime(unix_ns / 1000000000, unix_ns % 1000000000);

@@ -2,6 +2,7 @@
 // keep_alive durations (Go's time.ParseDuration units), model names with
 // the ":latest" tag, RFC 3339 times and done_reason. The request parsers are
 // in ollama.cc.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -28,8 +29,14 @@ std::optional<double> UnitNs(std::string_view u) {
   return std::nullopt;
 }
 
+// A keep_alive of `seconds` (maybe ±infinity). Negative, or as long as Go's
+// largest time.Duration (2^63 − 1 ns, ~292 years) or longer, is Ollama's
+// "forever": no TTL. So every TTL set fits the arbiter's int64 milliseconds
+// and every expires_at computed from it is a real date.
 OllamaKeepAlive FromSeconds(double seconds) {
-  if (seconds < 0) return OllamaKeepAlive{std::nullopt};
+  if (seconds < 0 || seconds * 1000 >= static_cast<double>(kOllamaForeverMs)) {
+    return OllamaKeepAlive{std::nullopt};
+  }
   return OllamaKeepAlive{static_cast<int64_t>(std::llround(seconds * 1000))};
 }
 
@@ -87,9 +94,29 @@ std::string OllamaStripTag(std::string_view model) {
 std::string OllamaTagged(std::string_view model) { return fmt::format("{}:latest", model); }
 
 std::string OllamaTime(int64_t unix_s, int64_t ns) {
+  // RFC 3339 has four-digit years: clamp to 0001-01-01 .. 9999-12-31.
+  constexpr int64_t kFirst = -62135596800;  // 0001-01-01T00:00:00Z
+  constexpr int64_t kLast = 253402300799;   // 9999-12-31T23:59:59Z
+  // Carry whole seconds out of `ns` so the fraction is in [0, 1e9) (after a
+  // first clamp that leaves room for the carry, ≤ 9.3e9 s either way).
+  constexpr int64_t kCarryRoom = int64_t{10000000000};
+  unix_s = std::clamp(unix_s, kFirst - kCarryRoom, kLast + kCarryRoom);
+  unix_s += ns / 1000000000;
+  ns %= 1000000000;
+  if (ns < 0) {
+    ns += 1000000000;
+    --unix_s;
+  }
+  if (unix_s < kFirst) {
+    unix_s = kFirst;
+    ns = 0;
+  } else if (unix_s > kLast) {
+    unix_s = kLast;
+    ns = 999999999;
+  }
   const std::time_t secs = static_cast<std::time_t>(unix_s);
   std::tm tm{};
-  gmtime_r(&secs, &tm);
+  if (gmtime_r(&secs, &tm) == nullptr) return "1970-01-01T00:00:00.000000000Z";
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,

@@ -18,6 +18,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/cancel.h"
 #include "server/internal/context.h"
 #include "server/internal/errors.h"
@@ -127,7 +128,7 @@ void ProxyToProcess(const http::Request& req, http::Responder& res, int port,
   if (streaming) {
     if (!ok && !client_gone) {
       spdlog::warn("model \"{}\" (process, port {}): the stream of {} {} broke off: {}", model_name,
-                   port, req.method, req.path, httplib::to_string(error));
+                   port, LogSafe(req.method), LogSafe(req.path), httplib::to_string(error));
     }
     res.End();
     return;

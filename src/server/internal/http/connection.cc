@@ -39,6 +39,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "server/internal/http/request_parsing.h"
 #include "server/internal/http/server_impl.h"
 
@@ -262,7 +263,8 @@ void Connection::OnRequest() {
     try {
       exchange_->AddHeaders(s_->response_headers(*req));
     } catch (const std::exception& e) {
-      spdlog::error("bug: http: the response-headers hook threw: {}", e.what());
+      spdlog::error("bug: http: the response-headers hook threw: {}",
+                    LogSafe(e.what(), kLogSafeMessageBytes));
     }
   }
 

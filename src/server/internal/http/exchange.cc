@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "server/internal/http/connection.h"
 #include "server/internal/http/request_parsing.h"
 #include "server/internal/http/server_impl.h"
@@ -79,7 +80,7 @@ void AppendHead(std::string* out, int status, const std::string& content_type,
     if (name.empty() || name.find_first_of(":\r\n") != std::string::npos ||
         value.find_first_of("\r\n") != std::string::npos) {
       spdlog::error("bug: http: dropped a response header with a bad name or value: \"{}\"",
-                    name);
+                    LogSafe(name));
       continue;
     }
     *out += name;

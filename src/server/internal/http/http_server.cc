@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/base/log_safe.h"
 #include "arbiter/base/mutex.h"
 #include "server/internal/http/connection.h"
 #include "server/internal/http/exchange.h"
@@ -90,10 +91,11 @@ void RunHandler(const RoutePattern& route, const Request& req, Exchange& ex) {
   try {
     route.handler(req, ex);
   } catch (const std::exception& e) {
-    spdlog::error("bug: http: {} {} threw: {}", req.method, req.path, e.what());
+    spdlog::error("bug: http: {} {} threw: {}", LogSafe(req.method), LogSafe(req.path),
+                  LogSafe(e.what(), kLogSafeMessageBytes));
     // Finish() answers 500 if nothing was sent; a started stream is ended.
   } catch (...) {
-    spdlog::error("bug: http: {} {} threw a non-exception", req.method, req.path);
+    spdlog::error("bug: http: {} {} threw a non-exception", LogSafe(req.method), LogSafe(req.path));
   }
 }
 
@@ -118,7 +120,7 @@ Response Server::Impl::ErrorResponse(int status, std::string message) const {
   try {
     r = error_body(status, std::move(message));
   } catch (const std::exception& e) {
-    spdlog::error("http: the error body hook threw: {}", e.what());
+    spdlog::error("http: the error body hook threw: {}", LogSafe(e.what(), kLogSafeMessageBytes));
     r = DefaultErrorBody(status, "error");
   }
   r.status = status;
@@ -135,7 +137,8 @@ Server::Impl::Dispatched Server::Impl::DispatchRequest(const std::shared_ptr<Req
     try {
       early = pre_routing(*req);
     } catch (const std::exception& e) {
-      spdlog::error("bug: http: the pre-routing hook threw: {}", e.what());
+      spdlog::error("bug: http: the pre-routing hook threw: {}",
+                    LogSafe(e.what(), kLogSafeMessageBytes));
       early = ErrorResponse(500, fmt::format("internal error: {}", e.what()));
     }
     if (early) {
@@ -192,7 +195,7 @@ void Server::Impl::LogResponse(const Request* req, int status) {
   try {
     logger(req ? *req : kNone, status);
   } catch (const std::exception& e) {
-    spdlog::error("bug: http: the logger threw: {}", e.what());
+    spdlog::error("bug: http: the logger threw: {}", LogSafe(e.what(), kLogSafeMessageBytes));
   }
 }
 
