@@ -40,6 +40,20 @@
 //   - `enum` and `const` numbers are written as given, so one that is not
 //     a finite normal double (1e400 parses to infinity, 5e-324 is
 //     subnormal) is refused.
+//
+// Note [Keys beside declared properties]
+// With additionalProperties a schema (or true), an extra key must not be a
+// declared property's name: a validator checks that key's value against the
+// property, not against additionalProperties (and a duplicate of a written
+// key would replace its value). KeyOutside writes "a JSON string that is
+// none of these names once its escapes are decoded": a trie of the names'
+// code points with one rule per node, whose alternatives are the closing
+// quote (unless the node ends a name), each child code point in every
+// spelling JSON has for it (raw, short escape, \uHHHH in either case, a
+// surrogate pair) and then the child's rule, or any other code point and
+// then any string. At a node with a child above U+FFFF, surrogate pairs
+// are left out of "any other" (the pair could spell the child), a small
+// loss that keeps the rule exact.
 #include "arbiter/engine/json_schema.h"
 
 #include <nlohmann/json.hpp>
@@ -691,6 +705,93 @@ bool ReadableNumbers(const json& v) {
   return true;
 }
 
+// The hex digits of a \u escape after "u", either case:
+// a code point outside the surrogates, or a surrogate pair.
+constexpr std::string_view kUnicodeEscape =
+    "( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | "
+    "[dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2} )";
+
+// A class of hex digit values, either case: [0-3aA].
+std::string HexClass(const std::vector<int>& digits) {
+  std::string out = "[";
+  for (int h : digits) {
+    if (h < 10) {
+      out += static_cast<char>('0' + h);
+    } else {
+      out += static_cast<char>('a' + h - 10);
+      out += static_cast<char>('A' + h - 10);
+    }
+  }
+  return out + "]";
+}
+
+// The 4-hex-digit spellings (either case) of the values in
+// [base, base + 16^n) outside `ex` (normalized ranges), as GBNF; nullopt
+// when every value is excluded.
+std::optional<std::string> HexOutside(uint32_t base, int n, const Ranges& ex) {
+  const uint32_t step = 1u << (4 * (n - 1));
+  std::vector<int> free_digits;
+  std::vector<std::string> alts;
+  for (int h = 0; h < 16; ++h) {
+    const uint32_t lo = base + static_cast<uint32_t>(h) * step, hi = lo + step - 1;
+    bool overlap = false, covered = false;
+    for (const auto& r : ex) {
+      if (r.second < lo || r.first > hi) continue;
+      overlap = true;
+      covered = covered || (r.first <= lo && r.second >= hi);
+    }
+    if (!overlap) {
+      free_digits.push_back(h);
+    } else if (!covered) {
+      if (std::optional<std::string> rest = HexOutside(lo, n - 1, ex)) alts.push_back(HexClass({h}) + " " + *rest);
+    }
+  }
+  if (!free_digits.empty()) {
+    alts.insert(alts.begin(), HexClass(free_digits) + (n > 1 ? " [0-9a-fA-F]" + Count(n - 1, n - 1) : ""));
+  }
+  if (alts.empty()) return std::nullopt;
+  return Group(alts);
+}
+
+// The JSON spellings of one code point inside a string: raw, a short
+// escape, \uHHHH (either case) or a surrogate pair.
+std::string SpellCodePoint(uint32_t cp) {
+  std::vector<std::string> alts;
+  if (cp >= 0x20 && cp != '"' && cp != '\\') {
+    std::string raw;
+    AppendUtf8(cp, &raw);
+    alts.push_back(Literal(raw));
+  }
+  static const std::map<uint32_t, char> kShort = {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {8, 'b'},
+                                                  {12, 'f'},  {10, 'n'},    {13, 'r'},   {9, 't'}};
+  if (auto it = kShort.find(cp); it != kShort.end()) alts.push_back(Literal(std::string("\\") + it->second));
+  auto hex4 = [](uint32_t v) {
+    std::string out = Literal("\\u");
+    for (int shift = 12; shift >= 0; shift -= 4) out += " " + HexClass({static_cast<int>((v >> shift) & 15)});
+    return out;
+  };
+  if (cp < 0x10000) {
+    alts.push_back(hex4(cp));
+  } else {
+    alts.push_back(hex4(0xD800 + ((cp - 0x10000) >> 10)) + " " + hex4(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+  }
+  return Group(alts);
+}
+
+// Code points of valid UTF-8 (JSON text nlohmann accepted).
+std::vector<uint32_t> CodePointsOf(std::string_view s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (int k = 1; k < len && i + k < s.size(); ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += static_cast<size_t>(len);
+  }
+  return out;
+}
+
 class Converter {
  public:
   Converter(const json& doc, std::string root) : doc_(doc), root_(std::move(root)) {}
@@ -710,7 +811,10 @@ class Converter {
     if (what == "ws") {
       body = "( \" \" | \"\\n\" [ \\t]{0,20} )?";
     } else if (what == "char") {
-      body = "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )";
+      // A \u escape is a code point outside the surrogates, or a high and
+      // a low surrogate together (a lone one is not JSON to nlohmann, Rust's
+      // serde_json and others).
+      body = "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" " + std::string(kUnicodeEscape) + " )";
     } else if (what == "string") {
       body = "\"\\\"\" " + Prim("char") + "* \"\\\"\"";
     } else if (what == "integer") {
@@ -973,6 +1077,63 @@ class Converter {
     return Err(ptr, "unknown \"type\" \"" + t + "\"");
   }
 
+  // A JSON string none of `names` once its escapes are decoded: a trie of
+  // the names' code points, one rule per node (Note [Keys beside declared
+  // properties]).
+  std::string KeyOutside(const std::set<std::string>& names) {
+    struct Node {
+      std::map<uint32_t, size_t> kids;
+      bool terminal = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& name : names) {
+      size_t at = 0;
+      for (uint32_t cp : CodePointsOf(name)) {
+        auto it = trie[at].kids.find(cp);
+        if (it == trie[at].kids.end()) {
+          trie.emplace_back();
+          it = trie[at].kids.emplace(cp, trie.size() - 1).first;
+        }
+        at = it->second;
+      }
+      trie[at].terminal = true;
+    }
+    std::vector<size_t> slots;
+    for (size_t i = 0; i < trie.size(); ++i) slots.push_back(Reserve("key"));
+    const std::string quote = "\"\\\"\"";
+    const std::string rest = Prim("char") + "* " + quote;  // after a code point no name has here
+    for (size_t i = 0; i < trie.size(); ++i) {
+      const Node& n = trie[i];
+      std::vector<std::string> alts;
+      if (!n.terminal) alts.push_back(quote);
+      std::string raw_excluded;  // children written raw
+      std::string short_free;    // short escapes of code points that are no child
+      Ranges hex_excluded = {{0xD800, 0xDFFF}};
+      bool astral_child = false;
+      for (const auto& [cp, child] : n.kids) {
+        alts.push_back(SpellCodePoint(cp) + " " + rules_[slots[child]].first);
+        if (cp >= 0x20 && cp != '"' && cp != '\\') raw_excluded += ClassChar(cp);
+        if (cp < 0x10000) hex_excluded.push_back({cp, cp});
+        astral_child = astral_child || cp >= 0x10000;
+      }
+      for (const auto& [cp, letter] : std::vector<std::pair<uint32_t, const char*>>{
+               {'"', "\"\\\"\""}, {'\\', "\"\\\\\""}, {'/', "\"/\""}, {8, "\"b\""}, {12, "\"f\""}, {10, "\"n\""},
+               {13, "\"r\""}, {9, "\"t\""}}) {
+        if (!n.kids.count(cp)) short_free += std::string(short_free.empty() ? "" : " | ") + letter;
+      }
+      std::vector<std::string> other = {"[^\"\\\\\\x00-\\x1F" + raw_excluded + "]"};
+      std::vector<std::string> escapes;
+      if (!short_free.empty()) escapes.push_back("( " + short_free + " )");
+      if (std::optional<std::string> hex = HexOutside(0, 4, Normalize(hex_excluded))) escapes.push_back("\"u\" " + *hex);
+      // A pair spells a code point above U+FFFF: free only when no child is one.
+      if (!astral_child) escapes.push_back("\"u\" [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2}");
+      if (!escapes.empty()) other.push_back("\"\\\\\" " + Group(escapes));
+      alts.push_back(Group(other) + " " + rest);
+      rules_[slots[i]].second = Alts(alts);
+    }
+    return "\"\\\"\" " + rules_[slots[0]].first;
+  }
+
   Result<std::string> Object(const json& s, const std::string& ptr, int depth) {
     struct Prop {
       std::string kv;
@@ -1009,7 +1170,10 @@ class Converter {
       const json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) {
         ARBITER_ASSIGN_OR_RETURN(std::string value, Sub(a, ptr + "/additionalProperties", "additional", depth));
-        extra = NewRule("additional-kv", Prim("string") + " " + ws + " \":\" " + ws + " " + value + " " + ws);
+        // A declared name would be checked against its property, not
+        // against additionalProperties: extra keys are other names.
+        const std::string key = declared.empty() ? Prim("string") : KeyOutside(declared);
+        extra = NewRule("additional-kv", key + " " + ws + " \":\" " + ws + " " + value + " " + ws);
       }
     }
     // Chains: first[i] = members i.. with nothing written yet; rest[i] = with a comma first.

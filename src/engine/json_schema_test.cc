@@ -100,6 +100,37 @@ TEST(JsonSchema, ObjectsKeepDeclaredOrderWithOptionalMembers) {
   EXPECT_MATCH(names, R"({"string":"ab","value":2,"date-time":4,"b":"x","c":[1],"d":"2026-01-02T03:04:05Z"})");
 }
 
+// Note [Keys beside declared properties] in json_schema.cc.
+TEST(JsonSchema, ExtraKeysAreNotDeclaredNames) {
+  auto g = Compile(R"({"type":"object","properties":{"b":{"type":"boolean"},"é😀":{"type":"null"},"bc":{"type":"string"}},)"
+                   R"("additionalProperties":{"type":"integer"}})");
+  ASSERT_NE(g, nullptr);
+  for (const char* ok : {R"({"k":1})", R"({"bb":1})", R"({"":1})", R"({"bcd":1})", R"({"\u0042":1})",
+                         R"({"é":1})", R"({"\u00e9":1})", R"({"é😀x":1})", R"({"é😁":1})", R"({"\ud83d\ude00":1})",
+                         R"({"b":true,"k":1,"k2":2})", R"({"b\/":1})", R"({"\n":1})"}) {
+    EXPECT_MATCH(g, ok);
+  }
+  for (const char* bad : {R"({"b":1})", R"({"\u0062":1})", R"({"bc":1})", R"({"b\u0063":1})", R"({"é😀":1})",
+                          R"({"\u00E9\uD83D\uDE00":1})", R"({"\u00e9\ud83d\ude00":1})", R"({"b":true,"b":1})",
+                          R"({"k":1,"b":true})"}) {
+    EXPECT_NO_MATCH(g, bad);
+  }
+  // Without declared properties any key is an extra one.
+  EXPECT_MATCH(Compile(R"({"type":"object","additionalProperties":true})"), R"({"b":1,"b":2})");
+}
+
+TEST(JsonSchema, UnicodeEscapesPairSurrogates) {
+  auto s = Compile(R"({"type":"string"})");
+  EXPECT_MATCH(s, R"("\ud83d\ude00")");
+  EXPECT_MATCH(s, R"("\uD7FF\uE000\uFFFF")");
+  EXPECT_NO_MATCH(s, R"("\ud83d")");  // a lone surrogate: not JSON to nlohmann or serde_json
+  EXPECT_NO_MATCH(s, R"("\ude00")");
+  EXPECT_NO_MATCH(s, R"("\ud83dx")");
+  EXPECT_NO_MATCH(s, R"("\ud83d\ud83d")");
+  auto len = Compile(R"({"type":"string","maxLength":1})");
+  EXPECT_MATCH(len, R"("\ud83d\ude00")");  // one code point
+}
+
 TEST(JsonSchema, Arrays) {
   auto g = Compile(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})");
   EXPECT_MATCH(g, "[1]");

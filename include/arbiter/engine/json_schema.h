@@ -14,7 +14,8 @@
 //     optional), required, additionalProperties (false or absent → only the
 //     declared properties: absent is treated as false for generation, which
 //     still validates; true or a schema → more string keys, after the
-//     declared ones, with values of that schema);
+//     declared ones, none of them a declared name, with values of that
+//     schema);
 //   arrays: items, prefixItems, minItems, maxItems (≤ 10 000);
 //   strings: minLength, maxLength (code points, ≤ 10 000), pattern (a
 //     regex subset, matched against the whole string as if anchored: ^ $,
@@ -44,8 +45,9 @@
 //
 // Whitespace: between JSON tokens at most one space, or a newline and up to
 // 20 spaces or tabs, so a model cannot loop on whitespace (llama.cpp's
-// rule). Strings: JSON string syntax (escapes, no raw control characters);
-// lengths count code points, an escape counting as one.
+// rule). Strings: JSON string syntax (escapes, no raw control characters,
+// a \uD800-\uDFFF escape only as a high and low surrogate pair); lengths
+// count code points, an escape (or a pair) counting as one.
 //
 // Numbers (Note [Numbers every client can read] in json_schema.cc): every
 // number a sentence holds parses (strtod, JSON.parse) to a finite double
