@@ -14,8 +14,12 @@
 //
 // No wall-clock speed assertions: every wait has a generous deadline.
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -147,12 +152,14 @@ class Server {
     }
     return json();
   }
-  uint64_t RssAnon() const {
+  uint64_t RssAnon() const { return ProcStatusBytes("RssAnon:"); }
+  // A "Name:" field of /proc/<pid>/status in bytes (0 when absent).
+  uint64_t ProcStatusBytes(const std::string& field) const {
     std::ifstream in("/proc/" + std::to_string(proc_.pid) + "/status");
     std::string key;
     uint64_t kb = 0;
     while (in >> key) {
-      if (key == "RssAnon:") {
+      if (key == field) {
         in >> kb;
         return kb * 1024;
       }
@@ -378,6 +385,183 @@ TEST_F(ModalitiesE2E, FootprintsAreMeasuredChargedAndReturned) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_FALSE(server_->Model("ocr")["resident"].get<bool>());
+}
+
+// ---------------------------------------------------------------------------
+// Bounded speech: [server] max_speech_chars, synthesis in pieces (Note
+// [Speech in pieces] in src/backends/speech_pieces.cc), the ledger true
+// during and after a long synthesis, a client that leaves frees the model.
+// A server of its own, with Flite alone, so nothing else moves its memory.
+
+// `n` characters (Unicode code points) of English sentences, with a few
+// two-byte characters so characters and bytes differ.
+std::string SpeechText(size_t n) {
+  const std::string sentence = "The na\u00efve fox jumps over the lazy dog at the caf\u00e9 again. ";
+  std::string out;
+  size_t chars = 0;
+  while (chars < n) {
+    for (size_t i = 0; i < sentence.size() && chars < n;) {
+      const size_t len = (static_cast<unsigned char>(sentence[i]) & 0xE0) == 0xC0 ? 2 : 1;
+      out += sentence.substr(i, len);
+      i += len;
+      ++chars;
+    }
+  }
+  return out;
+}
+
+class SpeechLimitsE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/arbiter-speech-limits-e2e-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    server_ = new Server();
+    server_->Start(dir_, "[[models]]\nname = \"tts\"\ncapability = \"speak\"\n", "4GiB");
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "---- serve.log ----\n" << server_->log();
+  }
+
+  // The ledger against the process: as ../shared/checks/07-ledger-truth
+  // compares them (RssAnon + RssShmem against charged + runtime bytes) and
+  // as /admin/status does (unaccounted_bytes: the charges outside RssAnon +
+  // RssShmem, Flite's voice pages, on the measured side). Each must be
+  // within max(5 %, 16 MiB).
+  struct Gap {
+    bool ok = false;
+    double gap_mib = 0, unaccounted_mib = 0, scratch_mib = 0;
+    std::string text;
+  };
+  static Gap LedgerGap() {
+    const json st = server_->Status();
+    const uint64_t rss = server_->ProcStatusBytes("RssAnon:") + server_->ProcStatusBytes("RssShmem:");
+    const uint64_t ledger = st["charged_bytes"].get<uint64_t>() + st["runtime_bytes"].get<uint64_t>();
+    const double tolerance = std::max(0.05 * static_cast<double>(ledger), 16.0 * (1 << 20));
+    const double gap = static_cast<double>(rss) - static_cast<double>(ledger);
+    const double unaccounted = static_cast<double>(st["unaccounted_bytes"].get<int64_t>());
+    Gap g;
+    g.ok = std::abs(gap) <= tolerance && std::abs(unaccounted) <= tolerance;
+    g.gap_mib = gap / 1048576.0;
+    g.unaccounted_mib = unaccounted / 1048576.0;
+    g.scratch_mib = st["charged_by_kind"]["scratch"].get<uint64_t>() / 1048576.0;
+    g.text = fmt::format("RssAnon+RssShmem {:.1f} MiB, charged+runtime {:.1f} MiB (gap {:+.1f} MiB; "
+                         "unaccounted {:+.1f} MiB; scratch {:.1f} MiB)",
+                         rss / 1048576.0, ledger / 1048576.0, g.gap_mib, g.unaccounted_mib,
+                         g.scratch_mib);
+    return g;
+  }
+
+  static inline std::string dir_;
+  static inline Server* server_ = nullptr;
+};
+
+TEST_F(SpeechLimitsE2E, AnInputOverMaxSpeechCharsIsRefusedAtOnce) {
+  const std::string huge = std::string(1000000, 'a');
+  auto r = server_->Speak("tts", huge, "pcm");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_THAT(r->body, HasSubstr("max_speech_chars"));
+  EXPECT_THAT(r->body, HasSubstr("4096"));
+  // Counted in characters, not bytes: 4,097 characters are refused.
+  r = server_->Speak("tts", SpeechText(4097), "pcm");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_THAT(r->body, HasSubstr("max_speech_chars"));
+  // Refused before anything was loaded or run.
+  const json tts = server_->Model("tts");
+  EXPECT_EQ(tts["runs"].get<int>(), 0) << tts.dump();
+}
+
+// 4,096 characters (more bytes): audio streams piece by piece; during and
+// after the synthesis the ledger matches the process's memory.
+TEST_F(SpeechLimitsE2E, ALongSynthesisKeepsTheLedgerTrue) {
+  ASSERT_EQ(server_->Speak("tts", "warm up", "pcm")->status, 200);  // load + first run measured
+  const Gap before = LedgerGap();
+  EXPECT_TRUE(before.ok) << "before: " << before.text;
+  const std::string text = SpeechText(4096);
+  ASSERT_GT(text.size(), 4096u);
+  for (const char* format : {"pcm", "wav"}) {
+    // The ledger, read every 100 ms while the synthesis runs.
+    std::atomic<bool> done{false};
+    std::vector<std::string> failed;
+    int readings = 0;
+    double worst_gap = 0, worst_unaccounted = 0, max_scratch = 0;
+    std::thread poller([&] {
+      while (!done.load()) {
+        const Gap g = LedgerGap();
+        ++readings;
+        if (!g.ok) failed.push_back(g.text);
+        if (std::abs(g.gap_mib) > std::abs(worst_gap)) worst_gap = g.gap_mib;
+        if (std::abs(g.unaccounted_mib) > std::abs(worst_unaccounted)) {
+          worst_unaccounted = g.unaccounted_mib;
+        }
+        max_scratch = std::max(max_scratch, g.scratch_mib);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    auto r = server_->Speak("tts", text, format);
+    done.store(true);
+    poller.join();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << format << ": " << r->body;
+    // Flite's 16 kHz voice: minutes of speech.
+    EXPECT_GT(r->body.size(), 60u * 16000 * 2) << format;
+    EXPECT_GT(readings, 0);
+    EXPECT_TRUE(failed.empty()) << format << ": " << failed.size() << " of " << readings
+                                << " readings during the synthesis out of bounds, e.g. "
+                                << failed.front();
+    if (std::string(format) == "wav") EXPECT_GT(max_scratch, 1.0) << "the buffered WAV is charged";
+    const Gap after = LedgerGap();
+    EXPECT_TRUE(after.ok) << format << " after: " << after.text;
+    std::cerr << fmt::format("[ledger] {}: {} bytes; {} readings during, worst gap {:+.1f} MiB, "
+                             "worst unaccounted {:+.1f} MiB, scratch up to {:.1f} MiB; after: {}\n",
+                             format, r->body.size(), readings, worst_gap, worst_unaccounted,
+                             max_scratch, after.text);
+  }
+}
+
+// A client that leaves mid-synthesis stops it within a piece: the model is
+// released (ref_count 0, no run) and the next request is served.
+TEST_F(SpeechLimitsE2E, AClientThatLeavesMidSynthesisFreesTheModel) {
+  const int fd = ::arbiter::testing::ConnectLoopback(server_->port());
+  ASSERT_GE(fd, 0);
+  const std::string body =
+      json{{"model", "tts"}, {"input", SpeechText(4096)}, {"response_format", "pcm"}}.dump();
+  const std::string request = "POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  // The first audio arrives (after the first piece), then the client goes.
+  std::string got;
+  char buf[16384];
+  while (got.size() < 64 * 1024) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0) << got.substr(0, 200);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  EXPECT_TRUE(server_->Model("tts")["running"].get<bool>());
+  ::close(fd);
+  json tts;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  do {
+    tts = server_->Model("tts");
+    if (tts["ref_count"] == 0 && !tts["running"].get<bool>()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(tts["ref_count"], 0) << tts.dump();
+  EXPECT_FALSE(tts["running"].get<bool>()) << tts.dump();
+  auto next = server_->Speak("tts", "the next request", "pcm");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200);
+  EXPECT_GT(next->body.size(), 16000u);
 }
 
 // ---------------------------------------------------------------------------

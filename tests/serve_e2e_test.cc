@@ -987,5 +987,84 @@ TEST_F(ServeE2E, SigtermExitsCleanly) {
   EXPECT_NE(ReadAll(log_path_).find("received SIGTERM"), std::string::npos);
 }
 
+// Note [Bounded shutdown] (src/server/shutdown_deadline.cc): a request
+// stuck in a backend call that does not watch for the stop does not keep
+// the process alive. The stuck call is a real one: the start of a process
+// model whose command never answers its health check, which waits up to its
+// ready_timeout_s (600 s here) whatever the server is doing. SIGTERM → the
+// process exits shutdown_timeout_s (2 s) later, with status 1, naming the
+// request and the model it abandons.
+TEST(ServeShutdownE2E, AStuckBackendCallIsAbandonedAfterShutdownTimeout) {
+  char tmpl[] = "/tmp/arbiter-e2e-shutdown-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  const std::string config = dir + "/arbiter.toml";
+  std::ofstream(config) << "[server]\nport = " << port << "\nshutdown_timeout_s = 2\n"
+                        << "[memory]\nbudget = \"1GiB\"\n"
+                        << "[pressure]\nsource = \"none\"\n"
+                        << "[[models]]\nname = \"slow\"\n"
+                        << "command = [\"/bin/sleep\", \"600\"]\nready_timeout_s = 600\n";
+  const std::string log_path = dir + "/serve.log";
+  std::string error;
+  pid_t pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir + "/state", log_path,
+                                              port, std::chrono::seconds(60), &error);
+  ASSERT_GT(pid, 0) << error;
+  std::thread client([port] {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(120, 0);
+    (void)cli.Post("/v1/chat/completions",
+                   R"({"model":"slow","messages":[{"role":"user","content":"hi"}]})",
+                   "application/json");  // cut off when the server exits
+  });
+  auto state = [port] {
+    httplib::Client cli("127.0.0.1", port);
+    auto r = cli.Get("/admin/status");
+    if (!r || r->status != 200) return std::string();
+    const json status = json::parse(r->body);  // not a temporary in the range-for
+    for (const json& m : status["models"]) {
+      if (m["name"] == "slow") return m["state"].get<std::string>();
+    }
+    return std::string();
+  };
+  const auto loading_by = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < loading_by && state() != "loading") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string loading = state();
+  if (loading != "loading") {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    client.join();
+    FAIL() << "model \"slow\" is \"" << loading << "\", not loading:\n" << ReadAll(log_path);
+  }
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  // The stuck call would last 600 s; the bound is 2 s (+ margin for a
+  // loaded machine).
+  int status = 0;
+  pid_t got = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(2 + 30);
+  while (Clock::now() < deadline && (got = waitpid(pid, &status, WNOHANG)) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (got != pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  client.join();
+  const std::string log = ReadAll(log_path);
+  ASSERT_EQ(got, pid) << "arbiter serve did not exit within 32 s of SIGTERM:\n" << log;
+  ASSERT_TRUE(WIFEXITED(status)) << "terminated by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(log.find("shutdown did not finish within 2 s ([server] shutdown_timeout_s)"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("abandoned request: POST /v1/chat/completions from 127.0.0.1:"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("abandoned model \"slow\" (text): loading"), std::string::npos) << log;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 }  // namespace
 }  // namespace arbiter

@@ -3,9 +3,10 @@
 // Flite's voices are process-global objects: register_cmu_us_slt() hands
 // every caller the same voice until it is unregistered. The four voices are
 // registered when the first engine loads and unregistered when the last one
-// goes, and one process-wide mutex serializes every synthesis — a call sets
-// per-call features (the stream callback, the duration stretch) on the
-// shared voice, so two calls must not overlap.
+// goes, and one process-wide mutex serializes every utterance — an
+// utterance sets per-call features (the stream callback, the duration
+// stretch) on the shared voice, so two must not overlap. It is held per
+// piece of a synthesis, not for the whole call, so engines take turns.
 //
 // Note [Flite voices are loaded, not linked]
 // A Flite voice is its compiled data: a 1.4–4.8 MB shared library
@@ -19,11 +20,13 @@
 // disk). The model's measured footprint is then its real cost — the voices'
 // file-backed pages plus Flite's heap — and unloading unmaps them.
 //
-// Streaming: the voice's "streaming_info" feature holds our callback, which
-// Flite calls with consecutive chunks of the utterance's wave while it
-// synthesizes; after flite_text_to_wave returns, whatever the callback did
-// not deliver is sent from the returned wave, so the sink sees every sample
-// exactly once whichever way the voice synthesizes.
+// Streaming: the input is synthesized piece by piece, one utterance each
+// (Note [Speech in pieces] in speech_pieces.cc). The voice's
+// "streaming_info" feature holds our callback, which Flite calls with
+// consecutive chunks of the utterance's wave while it synthesizes; after
+// flite_text_to_wave returns, whatever the callback did not deliver is sent
+// from the returned wave, so the sink sees every sample exactly once
+// whichever way the voice synthesizes.
 #include <dlfcn.h>
 #include <flite/flite.h>
 #include <link.h>
@@ -182,9 +185,24 @@ class FliteTts final : public TtsEngine {
                     const PcmSink& sink, const Cancellation& cancelled) override {
     ARBITER_RETURN_IF_ERROR(CheckSynthesis(*this, text, voice, speed, cancelled));
     const int i = Index(voice);
-    const std::string text_z(text);
-    StreamState st{&sink, &cancelled};
+    // Note [Speech in pieces]: one utterance per piece, cancellable between
+    // them; the lock is taken per piece, so engines take turns.
+    for (std::string_view piece : SplitSpeechText(text)) {
+      if (cancelled.cancelled()) return CancelledError("speech synthesis cancelled");
+      bool stopped = false;
+      ARBITER_RETURN_IF_ERROR(SynthesizePiece(piece, i, speed, sink, cancelled, &stopped));
+      if (stopped) return CancelledError("speech synthesis cancelled");
+    }
+    return OkStatus();
+  }
 
+ private:
+  // One utterance of voice `i`, streamed to `sink`; *stopped when the sink
+  // or `cancelled` stopped it.
+  static Status SynthesizePiece(std::string_view piece, int i, double speed, const PcmSink& sink,
+                                const Cancellation& cancelled, bool* stopped) {
+    const std::string text_z(piece);
+    StreamState st{&sink, &cancelled};
     std::lock_guard<std::mutex> lock(FliteMutex());
     cst_voice* v = g_voices[i].voice;
     cst_audio_streaming_info* asi = new_audio_streaming_info();
@@ -204,11 +222,10 @@ class FliteTts final : public TtsEngine {
       }
     }
     delete_wave(w);
-    if (st.stopped) return CancelledError("speech synthesis cancelled");
+    *stopped = st.stopped;
     return OkStatus();
   }
 
- private:
   static int Index(const std::string& voice) {
     for (size_t i = 0; i < kNumVoices; ++i) {
       if (voice == kVoices[i].name) return static_cast<int>(i);

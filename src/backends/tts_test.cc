@@ -4,10 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "arbiter/formats/audio.h"
+#include "backends/backends_test_util.h"
 
 namespace arbiter {
 namespace {
@@ -124,6 +129,191 @@ TEST(FliteTtsTest, Errors) {
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
 }
 
+// ---- Note [Speech in pieces] ------------------------------------------------
+
+// The non-space bytes of `s`, in order.
+std::string Ink(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') out += c;
+  }
+  return out;
+}
+
+std::string Joined(const std::vector<std::string_view>& pieces) {
+  std::string out;
+  for (std::string_view p : pieces) out += std::string(p) + "|";
+  return out;
+}
+
+TEST(SplitSpeechTextTest, SentencesAreThePieces) {
+  const std::string a = "The first sentence is long enough to stand alone.";
+  const std::string b = "So is the second one, which asks a question?";
+  const std::string c = "And the third \"quotes\" and exclaims!\"";
+  const std::string text = "  " + a + " " + b + "\n" + c + "  ";
+  EXPECT_EQ(Joined(SplitSpeechText(text)), a + "|" + b + "|" + c + "|");
+  // Abbreviations (under 32 bytes in) and short sentences stay with what
+  // follows.
+  EXPECT_EQ(Joined(SplitSpeechText("Dr. Smith met Mr. Jones, e.g. at 3.14 pm. Then they left.")),
+            "Dr. Smith met Mr. Jones, e.g. at 3.14 pm.|Then they left.|");
+  EXPECT_EQ(Joined(SplitSpeechText("Yes. No. Maybe so. I do not know, really. Fine.")),
+            "Yes. No. Maybe so. I do not know, really.|Fine.|");
+  // A blank line ends a paragraph, however short.
+  EXPECT_EQ(Joined(SplitSpeechText("Title\n\n  \nBody text")), "Title|Body text|");
+  // CJK full stops need no space after them.
+  const std::string ja1 = "\u4eca\u65e5\u306f\u3068\u3066\u3082\u3044\u3044\u5929\u6c17\u3067\u3059"
+                          "\u306d\u3002";  // 14 characters, 42 bytes
+  const std::string ja2 = "\u660e\u65e5\u3082\u6674\u308c\u308b\u3068\u3044\u3044\u3067\u3059\u306d"
+                          "\u3002";
+  EXPECT_EQ(Joined(SplitSpeechText(ja1 + ja2)), ja1 + "|" + ja2 + "|");
+  EXPECT_TRUE(SplitSpeechText("").empty());
+  EXPECT_TRUE(SplitSpeechText(" \n\t ").empty());
+  EXPECT_EQ(Joined(SplitSpeechText("hi")), "hi|");
+}
+
+TEST(SplitSpeechTextTest, LongRunsAreCutAtSpacesThenAtCharacterBoundaries) {
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "word" + std::to_string(i) + " ";
+  const std::vector<std::string_view> pieces = SplitSpeechText(words, 100);
+  ASSERT_GT(pieces.size(), 10u);
+  for (std::string_view p : pieces) {
+    EXPECT_LE(p.size(), 100u);
+    EXPECT_NE(p.back(), ' ');
+    EXPECT_EQ(p.substr(0, 4), "word") << p;  // cut between words, never inside one
+  }
+  std::string ink;
+  for (std::string_view p : pieces) ink += Ink(p);
+  EXPECT_EQ(ink, Ink(words));
+  // One 2,000-byte word of two-byte characters: cut at character boundaries.
+  std::string e;
+  for (int i = 0; i < 1000; ++i) e += "\u00e9";
+  const std::vector<std::string_view> cut = SplitSpeechText(e, 101);
+  ASSERT_EQ(cut.size(), 20u);
+  for (std::string_view p : cut) {
+    EXPECT_EQ(p.size(), 100u);
+    EXPECT_NE(static_cast<unsigned char>(p.front()) & 0xC0, 0x80);
+  }
+}
+
+// Random texts (fixed seed): every piece is non-empty, trimmed and within
+// the maximum, and the pieces hold every non-space byte of the text, in order.
+TEST(SplitSpeechTextTest, PiecesKeepEveryCharacterInOrder) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> atoms = {"a",  "bc", "def", "Dr.", ".",  "!",  "?", ";",
+                                          " ",  " ",  "  ", "\n", "\n\n", "\"", ")", "\u00e9",
+                                          "\u3002", "x.y", "toolongwordtoolongword"};
+  for (int round = 0; round < 500; ++round) {
+    std::string text;
+    const int n = std::uniform_int_distribution<int>(0, 400)(rng);
+    for (int i = 0; i < n; ++i) text += atoms[rng() % atoms.size()];
+    const size_t max = std::uniform_int_distribution<size_t>(4, 120)(rng);
+    const std::vector<std::string_view> pieces = SplitSpeechText(text, max);
+    std::string ink;
+    for (std::string_view p : pieces) {
+      ASSERT_FALSE(p.empty());
+      ASSERT_LE(p.size(), max) << text;
+      ASSERT_NE(p.front(), ' ');
+      ASSERT_NE(p.back(), ' ');
+      ASSERT_GE(p.data(), text.data());
+      ASSERT_LE(p.data() + p.size(), text.data() + text.size());
+      ink += Ink(p);
+    }
+    ASSERT_EQ(ink, Ink(text)) << "round " << round;
+  }
+}
+
+TEST(SplitSpeechTextTest, CountCodePoints) {
+  EXPECT_EQ(CountCodePoints(""), 0u);
+  EXPECT_EQ(CountCodePoints("naive"), 5u);
+  EXPECT_EQ(CountCodePoints("na\u00efve"), 5u);              // 6 bytes
+  EXPECT_EQ(CountCodePoints("\u4eca\u65e5\U0001F600"), 3u);  // 3 + 3 + 4 bytes
+  // Stops counting one past the limit.
+  EXPECT_EQ(CountCodePoints(std::string(1000000, 'a'), 4096), 4097u);
+  EXPECT_EQ(CountCodePoints(std::string(4096, 'a'), 4096), 4096u);
+}
+
+// A text of `n` sentences, ~70 bytes each.
+std::string Sentences(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) {
+    s += "Sentence number " + std::to_string(i) + " tells of the quick brown fox and the lazy dog. ";
+  }
+  return s;
+}
+
+// Note [Speech in pieces]: the work is cut into utterances, so a
+// cancellation stops it within one piece, and what a synthesis holds does
+// not grow with its text.
+TEST(FliteTtsTest, LongInputIsSynthesizedPieceByPieceAndStopsWithinOne) {
+  Result<std::unique_ptr<TtsEngine>> tts = LoadFliteTts();
+  ASSERT_TRUE(tts.ok());
+  const std::string text = Sentences(60);  // ~4,200 bytes
+  const size_t n_pieces = SplitSpeechText(text).size();
+  ASSERT_GE(n_pieces, 30u);
+  // Cancelled as the first audio comes out: no later piece is begun.
+  CancelSource source;
+  size_t samples = 0;
+  int calls = 0;
+  Status s = (*tts)->Synthesize(
+      text, "slt", 1.0,
+      [&](std::span<const int16_t> pcm) {
+        samples += pcm.size();
+        ++calls;
+        source.Cancel();
+        return true;
+      },
+      source.token());
+  EXPECT_EQ(s.code(), StatusCode::kCancelled);
+  EXPECT_EQ(calls, 1);
+  // Everything heard came from the first piece.
+  Collected whole_first;
+  ASSERT_TRUE(SynthesizeAll(**tts, std::string(SplitSpeechText(text)[0]), "slt", whole_first).ok());
+  EXPECT_LE(samples, whole_first.pcm.size());
+}
+
+// What one synthesis holds is one piece's work: RssAnon grows by no more
+// while 60 sentences are spoken than while 3 are (plus slack for heap
+// growth), where one utterance of the whole text held ~20× more.
+TEST(FliteTtsTest, MemoryDoesNotGrowWithTheInput) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "RSS is not meaningful under a sanitizer";
+#endif
+  Result<std::unique_ptr<TtsEngine>> tts = LoadFliteTts();
+  ASSERT_TRUE(tts.ok());
+  // RssAnon now, without trimming the heap first (StatusKib trims).
+  auto rss_anon_kib = [] {
+    std::ifstream in("/proc/self/status");
+    std::string key;
+    int64_t kib = 0;
+    while (in >> key) {
+      if (key == "RssAnon:" && (in >> kib)) return kib;
+    }
+    return int64_t{-1};
+  };
+  auto peak_growth_kib = [&](const std::string& text) {
+    const int64_t base = testing_util::StatusKib("RssAnon");  // trimmed
+    int64_t peak = base;
+    size_t samples = 0;
+    Status s = (*tts)->Synthesize(
+        text, "slt", 1.0,
+        [&](std::span<const int16_t> pcm) {
+          samples += pcm.size();
+          peak = std::max(peak, rss_anon_kib());
+          return true;
+        },
+        nullptr);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_GT(samples, 0u);
+    return peak - base;
+  };
+  (void)peak_growth_kib(Sentences(3));  // one-time state
+  const int64_t small = peak_growth_kib(Sentences(3));
+  const int64_t large = peak_growth_kib(Sentences(60));
+  std::printf("[memory] flite peak RssAnon growth: 3 sentences %+.1f MiB, 60 sentences %+.1f MiB\n",
+              small / 1024.0, large / 1024.0);
+  EXPECT_LE(large, small + 8 * 1024);
+}
+
 TEST(EspeakNgTtsTest, SpeaksAndIsSingleInstance) {
   Result<std::unique_ptr<TtsEngine>> tts = LoadEspeakNgTts();
   ASSERT_TRUE(tts.ok()) << tts.status().ToString();
@@ -175,6 +365,24 @@ TEST(EspeakNgTtsTest, SpeaksAndIsSingleInstance) {
   Collected c2;
   ASSERT_TRUE(SynthesizeAll(**again, "again", "en-us", c2).ok());
   EXPECT_FALSE(c2.pcm.empty());
+}
+
+// eSpeak NG works clause by clause and calls back every kBufferMs: a long
+// input cancelled after two buffers stops there.
+TEST(EspeakNgTtsTest, LongInputStopsWithinABufferOfTheCancellation) {
+  Result<std::unique_ptr<TtsEngine>> tts = LoadEspeakNgTts();
+  ASSERT_TRUE(tts.ok()) << tts.status().ToString();
+  CancelSource source;
+  int chunks = 0;
+  Status s = (*tts)->Synthesize(
+      Sentences(60), "en-us", 1.0,
+      [&](std::span<const int16_t>) {
+        if (++chunks == 2) source.Cancel();
+        return true;
+      },
+      source.token());
+  EXPECT_EQ(s.code(), StatusCode::kCancelled);
+  EXPECT_EQ(chunks, 2);
 }
 
 TEST(EspeakNgTtsTest, MissingDataDir) {

@@ -215,6 +215,10 @@ Result<std::any> RunJob(BackendModel* m, BackendJob& job) {
         return true;
       };
       Status st = m->tts->Synthesize(job.text, voice, job.speed, sink, job.cancelled);
+      // What the pieces freed (Note [Speech in pieces] in
+      // backends/speech_pieces.cc) goes back to the OS now, not at the
+      // model's unload: the ledger charges the model's footprint only.
+      TrimProcessHeap();
       if (!st.ok() && !stopped) return st;
       if (!started && !stopped) job.on_start(start);  // no audio at all: still answer
       return std::any(start);

@@ -166,6 +166,10 @@ Status ParseServer(const toml::table& t, Config* c) {
                                     "a positive integer (bytes)", &s.max_image_bytes));
   ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_image_pixels", p, 1, int64_t{1} << 34,
                                     "a positive integer", &s.max_image_pixels));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "max_speech_chars", p, 1, 1000000,
+                                    "an integer in 1..1000000", &s.max_speech_chars));
+  ARBITER_RETURN_IF_ERROR(ReadIntAs(t, "shutdown_timeout_s", p, 1, 3600, "an integer in 1..3600",
+                                    &s.shutdown_timeout_s));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "preload", p, &s.preload));
   ARBITER_RETURN_IF_ERROR(ReadBool(t, "metrics_public", p, &s.metrics_public));
   // Arrays of strings: [server] cors_origins, metrics_compat.
@@ -212,7 +216,7 @@ Status ParseServer(const toml::table& t, Config* c) {
                "acquire_timeout_s", "preload", "metrics_public", "max_connections", "queue_max",
                "max_embedding_inputs", "max_embedding_tokens", "max_audio_bytes",
                "max_audio_seconds", "max_image_bytes", "max_image_pixels", "cors_origins",
-               "allowed_hosts", "metrics_compat"},
+               "allowed_hosts", "metrics_compat", "max_speech_chars", "shutdown_timeout_s"},
               p, &c->warnings);
   return OkStatus();
 }

@@ -656,5 +656,29 @@ TEST(Config, AllowedHosts) {
   EXPECT_NE(bad.message().find("ARBITER_ALLOWED_HOSTS"), std::string::npos) << bad.message();
 }
 
+// [server] max_speech_chars and shutdown_timeout_s: defaults, values, ranges.
+TEST(Config, SpeechLimitAndShutdownTimeout) {
+  auto d = ParseConfigToml("", "/etc/arbiter/a.toml", kMemTotal);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->server.max_speech_chars, 4096);
+  EXPECT_EQ(d->server.shutdown_timeout_s, 10);
+  auto c = ParseConfigToml("[server]\nmax_speech_chars = 100\nshutdown_timeout_s = 3\n",
+                           "/etc/arbiter/a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.max_speech_chars, 100);
+  EXPECT_EQ(c->server.shutdown_timeout_s, 3);
+  EXPECT_TRUE(c->warnings.empty());
+  for (const char* bad : {"max_speech_chars = 0", "max_speech_chars = 1000001",
+                          "shutdown_timeout_s = 0", "shutdown_timeout_s = 3601",
+                          "shutdown_timeout_s = \"10s\""}) {
+    auto e = ParseConfigToml(std::string("[server]\n") + bad + "\n", "/etc/arbiter/a.toml",
+                             kMemTotal);
+    ASSERT_FALSE(e.ok()) << bad;
+    const std::string key = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(e.status().message().find("[server]." + key), std::string::npos)
+        << e.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace arbiter

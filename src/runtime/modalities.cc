@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/backends/tts.h"
 #include "arbiter/base/clip.h"
 #include "arbiter/base/log_safe.h"
 #include "arbiter/base/hash.h"
@@ -215,6 +216,17 @@ arbiter::Status RuntimeImpl::Speak(const SpeechRequest& request,
   }
   if (request.input.empty()) {
     return InvalidArgumentError("\"input\" must not be empty", ErrorReason::kInvalidRequest);
+  }
+  // Before anything is loaded or queued: Note [Speech in pieces]
+  // (backends/speech_pieces.cc) bounds the memory of a synthesis, this
+  // bounds its time.
+  const size_t max_chars = static_cast<size_t>(config_.server.max_speech_chars);
+  if (const size_t n = CountCodePoints(request.input, max_chars); n > max_chars) {
+    return InvalidArgumentError(
+        fmt::format("\"input\" is longer than {} characters ([server] max_speech_chars; "
+                    "characters are Unicode code points): split the text into several requests",
+                    max_chars),
+        ErrorReason::kInvalidRequest);
   }
   if (!(request.speed >= 0.25 && request.speed <= 4.0)) {
     return InvalidArgumentError(

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/base/log_safe.h"
 #include "arbiter/backends/tts.h"
 #include "arbiter/base/clip.h"
@@ -218,6 +219,9 @@ void HandleVad(ServerContext& ctx, const http::Request& req, http::Responder& ou
                .dump());
 }
 
+// A WAV answer's charge follows its buffer in steps of this many bytes.
+constexpr size_t kChargeStepBytes = 256u << 10;
+
 void HandleSpeech(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   if (ProxyIfProcessModel(ctx, req, out, Capability::kSpeak)) return;
   Result<SpeechBody> parsed = ParseSpeechRequest(req.body);
@@ -230,6 +234,10 @@ void HandleSpeech(ServerContext& ctx, const http::Request& req, http::Responder&
   std::unique_ptr<AudioEncoder> encoder;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string whole;          // WAV: the header needs the size, so it is sent whole
+  // What a WAV answer buffers is charged to the model while it is held
+  // (the PCM the encoder keeps, then the file).
+  MemoryCharge buffered;
+  size_t buffered_bytes = 0;
   bool streaming = false;
   bool client_ok = true;
   Status encode_error;
@@ -259,6 +267,13 @@ void HandleSpeech(ServerContext& ctx, const http::Request& req, http::Responder&
     }
     if (!streaming) {
       whole += *bytes;
+      buffered_bytes += pcm.size_bytes();
+      if (buffered.released()) {
+        buffered = ctx.runtime->ChargeMemory(ResidentKey(Capability::kSpeak, r.model),
+                                             ChargeKind::kScratch, buffered_bytes);
+      } else if (buffered_bytes >= buffered.bytes() + kChargeStepBytes) {
+        buffered.ForceResize(buffered_bytes);
+      }
       return true;
     }
     client_ok = bytes->empty() || out.Write(*bytes);
@@ -274,7 +289,8 @@ void HandleSpeech(ServerContext& ctx, const http::Request& req, http::Responder&
     http::Response res;
     res.content_type = std::string(AudioFormatMime(*format));
     res.headers = std::move(headers);
-    res.body = whole + *tail;
+    res.body = whole.empty() ? std::move(*tail) : whole + *tail;
+    buffered.ForceResize(res.body.size());
     return out.Send(std::move(res));
   }
   // Streaming: an error after the first bytes can only end the stream.

@@ -22,6 +22,7 @@
 #include "arbiter/server/server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <memory>
 #include <set>
@@ -335,6 +336,22 @@ Status Server::Run() {
                impl_->ctx.settings.host, port(), impl_->ctx.threads,
                impl_->ctx.settings.max_connections);
   return impl_->http->Run();
+}
+
+std::vector<std::string> Server::DescribeRunning() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> out;
+  for (const http::RunningRequest& r : impl_->http->Running()) {
+    std::string path;
+    for (char c : std::string_view(r.path).substr(0, 256)) {
+      const auto u = static_cast<unsigned char>(c);
+      path += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
+    }
+    out.push_back(fmt::format("{} {} from {}:{}, running for {:.1f} s", r.method, path,
+                              r.remote_addr, r.remote_port,
+                              std::chrono::duration<double>(now - r.since).count()));
+  }
+  return out;
 }
 
 void Server::Stop() {

@@ -11,7 +11,8 @@
 //                  [--pinned SIZE] [--json]
 //
 // Exit status: 0 on success (serve: after SIGINT/SIGTERM and a clean
-// shutdown), 1 on any error (message on stderr), 2 on bad usage.
+// shutdown), 1 on any error (message on stderr; serve: also a shutdown that
+// did not finish within [server] shutdown_timeout_s), 2 on bad usage.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -32,6 +33,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +56,7 @@
 #include "arbiter/runtime/models.h"
 #include "arbiter/runtime/runtime.h"
 #include "arbiter/server/server.h"
+#include "arbiter/server/shutdown_deadline.h"
 #include "arbiter/weights/weight_budget.h"
 #include "tools/arbiter/bench_commands.h"
 #include "tools/model_maker/model_maker.h"
@@ -622,14 +625,23 @@ int RunServe(const ServeFlags& f) {
 
   // The signal thread: the first SIGINT/SIGTERM stops the server (retrying
   // until Run() has returned, so a signal that lands before the listener
-  // started is not lost); a second one forces an exit.
+  // started is not lost), bounded by [server] shutdown_timeout_s (Note
+  // [Bounded shutdown] in src/server/shutdown_deadline.cc); a second one
+  // forces an exit.
   std::atomic<bool> run_returned{false};
   std::mutex mu;
   std::condition_variable cv;
+  std::optional<ShutdownDeadline> deadline;  // guarded by mu
   std::thread signal_thread([&] {
     const int sig = WaitSignal();
     if (sig == 0) return;  // Run() returned on its own
-    spdlog::info("received {}; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    spdlog::info("received {}; shutting down (at most {} s: [server] shutdown_timeout_s)",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", config.server.shutdown_timeout_s);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      deadline.emplace(&server, runtime->get(),
+                       std::chrono::seconds(config.server.shutdown_timeout_s));
+    }
     std::thread force([] {
       if (WaitSignal() == 0) return;
       std::fprintf(stderr, "arbiter: second signal; exiting now\n");
@@ -655,7 +667,15 @@ int RunServe(const ServeFlags& f) {
   server.Stop();
   // Note [Runtime shutdown]: frees every engine (each one's slots are saved
   // to the KV directory), spills the prompt cache, frees the weights.
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (deadline) deadline->StopReadingRuntime();
+  }
   (*runtime)->Shutdown();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (deadline) deadline->Disarm();
+  }
   if (!run.ok()) return Fail(run.message());
   spdlog::info("stopped");
   return 0;

@@ -22,10 +22,12 @@
 //   Send(enc->Finish());
 //
 // Thread safety: TtsEngine and AudioEncoder are thread-compatible — one
-// call at a time per instance. Flite synthesis is additionally serialized
-// process-wide (its voices are process-global objects shared by engines).
+// call at a time per instance. Flite's utterances (the pieces of a
+// synthesis) are additionally serialized process-wide (its voices are
+// process-global objects shared by engines).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,9 +60,13 @@ class TtsEngine {
   virtual int sample_rate(const std::string& voice) const = 0;
   // Synthesizes `text` (non-empty, UTF-8) with `voice` at `speed`
   // (0.25..4.0; 1 = normal; changes the speaking rate, not the pitch) and
-  // streams the audio to `sink` as it is produced (Flite: per utterance
-  // chunk from its audio stream callback; eSpeak NG: per synth callback
-  // buffer). Checks `cancelled` in those callbacks.
+  // streams the audio to `sink` as it is produced. Flite: the text is cut
+  // by SplitSpeechText and each piece is one utterance, whose wave comes
+  // in chunks from Flite's audio stream callback; eSpeak NG: per synth
+  // callback buffer (kBufferMs of audio; eSpeak NG works clause by clause
+  // itself). Checks `cancelled` between pieces and in those callbacks, so
+  // a cancellation stops the work within one piece (one buffer for eSpeak
+  // NG), and what one piece holds bounds the memory of the call.
   // Errors: kInvalidArgument for empty text, a speed out of range, or an
   // unknown voice (`voice "x" is not one of this model's voices: slt, kal,
   // awb, rms`); kCancelled when `cancelled` fires or the sink returns false;
@@ -80,6 +86,25 @@ Status CheckSynthesis(const TtsEngine& engine, std::string_view text, const std:
                       double speed, const Cancellation& cancelled);
 
 Result<std::unique_ptr<TtsEngine>> LoadFliteTts();
+
+// The longest piece SplitSpeechText makes, in bytes of UTF-8.
+inline constexpr size_t kMaxSpeechPieceBytes = 400;
+
+// Cuts `text` into the pieces a TtsEngine synthesizes one at a time (Note
+// [Speech in pieces] in src/backends/speech_pieces.cc): a piece ends after
+// a sentence (. ! ? ; or CJK 。！？, with closing quotes or brackets, then
+// white space) once it holds at least 32 bytes, at a blank line, and
+// otherwise at the last white space (else the last UTF-8 character
+// boundary) before `max_piece_bytes`. Pieces are views of `text`, in
+// order, trimmed of white space, never empty; together they hold every
+// non-space byte of `text`. REQUIRES: max_piece_bytes ≥ 4.
+std::vector<std::string_view> SplitSpeechText(std::string_view text,
+                                              size_t max_piece_bytes = kMaxSpeechPieceBytes);
+
+// The number of Unicode code points of UTF-8 `text` (bytes that do not
+// continue a sequence), counting at most up to `stop_after` + 1 so a huge
+// input costs no more than the limit it is checked against.
+size_t CountCodePoints(std::string_view text, size_t stop_after = SIZE_MAX);
 
 // eSpeak NG. `data_dir`: the espeak-ng-data directory (or the directory
 // holding it); "" = the package default. Errors: kFailedPrecondition "only

@@ -103,6 +103,13 @@ struct ServerSettings {
   // and pixels, checked from the header before decoding.
   size_t max_image_bytes = 32u << 20;
   uint64_t max_image_pixels = 50'000'000;
+  // POST /v1/audio/speech: the longest `input`, in Unicode code points
+  // (OpenAI's limit); longer → 400 naming the key.
+  int max_speech_chars = 4096;
+  // SIGINT/SIGTERM: the longest wait for running requests and the runtime
+  // to stop; then the work still running is logged and abandoned, and the
+  // process exits (status 1).
+  int shutdown_timeout_s = 10;
   // Browser origins allowed to call the API (CORS): exact origins such as
   // "http://localhost:5173", or "*" for any. Empty (default): no CORS
   // headers, preflights are not answered.

@@ -331,7 +331,7 @@ class Runtime {
   // model, bounded by [[models]] queue: kQueueFull when full). Errors: as
   // StartText's acquire, kInvalidRequest for bad input (naming the field:
   // not audio, too long, a corrupt or oversized image, an unknown voice,
-  // empty input), kCancelled.
+  // empty input, a speech input over [server] max_speech_chars), kCancelled.
   virtual Result<TranscribeResult> Transcribe(const TranscribeRequest& request,
                                               const Cancellation& cancelled) = 0;
   virtual Result<VadResult> DetectSpeech(const VadRequest& request,

@@ -81,6 +81,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arbiter/base/status.h"
 #include "arbiter/runtime/config.h"
@@ -107,8 +108,16 @@ class Server {
   // the listener fails.
   Status Run();
   // Stops accepting, cancels running generations, ends every events stream,
-  // lets handlers finish.
+  // lets handlers finish. Waits for them without a bound: a handler stuck in
+  // a backend call keeps it waiting (ShutdownDeadline bounds the whole
+  // shutdown).
   void Stop();
+
+  // The requests whose handlers are running now, oldest first, one line
+  // each: `POST /v1/audio/speech from 127.0.0.1:41234, running for 12.3 s`
+  // (the path's control characters escaped, at most 256 bytes of it).
+  // Thread-safe; never blocks on a handler.
+  std::vector<std::string> DescribeRunning() const;
 
  private:
   struct Impl;

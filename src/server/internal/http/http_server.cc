@@ -169,7 +169,21 @@ Server::Impl::Dispatched Server::Impl::DispatchRequest(const std::shared_ptr<Req
   }
   Impl* s = this;
   WorkerPool::Job job;
-  job.run = [route, req, ex] { RunHandler(*route, *req, *ex); ex->Finish(); };
+  job.run = [s, route, req, ex] {
+    uint64_t id = 0;
+    {
+      MutexLock l(&s->running_mu);
+      id = s->next_running_id++;
+      s->running[id] = {req->method, req->path, req->remote_addr, req->remote_port,
+                        std::chrono::steady_clock::now()};
+    }
+    RunHandler(*route, *req, *ex);
+    {
+      MutexLock l(&s->running_mu);
+      s->running.erase(id);
+    }
+    ex->Finish();
+  };
   job.drop = [s, ex] {
     ex->Send(s->ErrorResponse(503, "the server is stopping"));
     ex->Finish();
@@ -443,6 +457,15 @@ void Server::Stop() {
   });
   MutexLock l(&s.state_mu);
   while (s.state != Impl::State::kStopped) s.state_cv.Wait();
+}
+
+std::vector<RunningRequest> Server::Running() const {
+  const Impl& s = *impl_;
+  MutexLock l(&s.running_mu);
+  std::vector<RunningRequest> out;
+  out.reserve(s.running.size());
+  for (const auto& [id, r] : s.running) out.push_back(r);
+  return out;
 }
 
 ServerStats Server::stats() const {

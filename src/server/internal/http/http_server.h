@@ -87,6 +87,7 @@
 // the workers it joins). stats() is thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -231,6 +232,15 @@ struct ServerStats {
   int64_t queued = 0;                // requests waiting for a worker now
 };
 
+// A request whose handler is running on a worker (Server::Running()).
+struct RunningRequest {
+  std::string method;
+  std::string path;         // percent-decoded, as received: escape it before logging
+  std::string remote_addr;  // numeric peer address
+  int remote_port = 0;
+  std::chrono::steady_clock::time_point since;  // when its handler started
+};
+
 // Runs before routing for every parsed request (on the event loop; must not
 // block). Returning a Response answers the request with it and skips the
 // handler (e.g. 401); nullopt lets the request through.
@@ -288,6 +298,9 @@ class Server {
   void Stop();
 
   ServerStats stats() const;
+  // The worker handlers running now, oldest first (the requests a stuck
+  // shutdown abandons). Thread-safe.
+  std::vector<RunningRequest> Running() const;
 
   struct Impl;
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,11 @@ struct Server::Impl {
   std::vector<char> read_scratch = std::vector<char>(kReadChunkBytes);
 
   std::atomic<bool> stopping{false};
+
+  // Worker handlers running now (Server::Running()), by a running number.
+  mutable Mutex running_mu;
+  std::map<uint64_t, RunningRequest> running GUARDED_BY(running_mu);
+  uint64_t next_running_id GUARDED_BY(running_mu) = 0;
 
   // Lifecycle: kNew → kBound → kRunning → kStopping → kStopped.
   enum class State { kNew, kBound, kRunning, kStopping, kStopped };
