@@ -342,12 +342,8 @@ std::vector<std::string> Server::DescribeRunning() const {
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::string> out;
   for (const http::RunningRequest& r : impl_->http->Running()) {
-    std::string path;
-    for (char c : std::string_view(r.path).substr(0, 256)) {
-      const auto u = static_cast<unsigned char>(c);
-      path += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
-    }
-    out.push_back(fmt::format("{} {} from {}:{}, running for {:.1f} s", r.method, path,
+    out.push_back(fmt::format("{} {} from {}:{}, running for {:.1f} s", LogSafe(r.method),
+                              LogSafe(r.path),
                               r.remote_addr, r.remote_port,
                               std::chrono::duration<double>(now - r.since).count()));
   }
