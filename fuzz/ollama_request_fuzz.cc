@@ -3,10 +3,14 @@
 // /api/embeddings, ParseOllamaShow) on arbitrary bytes, i.e. an untrusted
 // HTTP body. No exception may escape; every error must be kInvalidArgument
 // with a message; accepted requests must satisfy the ranges ollama.cc
-// promises (Note [Ollama options]).
+// promises (Note [Ollama options]), and a `format` schema is handed on as
+// the client wrote it (keys in declared order: what nlohmann's own ordered
+// parser makes of it).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "server/internal/ollama.h"
 
@@ -41,6 +45,13 @@ void CheckText(const arbiter::server_internal::OllamaTextRequest& r) {
   if (!t.chat && !t.messages.empty()) __builtin_trap();
 }
 
+// The schema text of an accepted `format` object is the client's, compacted.
+void CheckFormat(const arbiter::server_internal::OllamaTextRequest& r, std::string_view body) {
+  if (r.text.constraint != arbiter::OutputConstraintKind::kJsonSchema) return;
+  const auto doc = nlohmann::ordered_json::parse(body.begin(), body.end());
+  if (r.text.constraint_text != doc.at("format").dump()) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -49,8 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto chat = si::ParseOllamaChat(body); CheckError(chat)) {
     if (!chat->text.chat) __builtin_trap();
     CheckText(*chat);
+    CheckFormat(*chat, body);
   }
-  if (auto gen = si::ParseOllamaGenerate(body); CheckError(gen)) CheckText(*gen);
+  if (auto gen = si::ParseOllamaGenerate(body); CheckError(gen)) {
+    CheckText(*gen);
+    CheckFormat(*gen, body);
+  }
   for (bool legacy : {false, true}) {
     if (auto e = si::ParseOllamaEmbed(body, legacy); CheckError(e)) {
       if (e->embed.model.empty() || e->embed.inputs.empty()) __builtin_trap();

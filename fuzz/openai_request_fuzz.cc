@@ -8,7 +8,8 @@
 // error must be kInvalidArgument with a message; accepted requests must
 // satisfy the ranges openai.h promises on each struct; a document the
 // reader accepts nests at most kMaxJsonDepth levels and is what nlohmann's
-// own parser makes of the same text.
+// own parser makes of the same text, keys in the same order; a chat's
+// json_schema is handed on as the client wrote it (declared order).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -40,15 +41,15 @@ void CheckSampling(const arbiter::SamplingFields& s) {
 }
 
 // The deepest nesting of arrays and objects in `root` (a scalar: 0).
-int Depth(const nlohmann::json& root) {
+int Depth(const nlohmann::ordered_json& root) {
   int deepest = 0;
-  std::vector<std::pair<const nlohmann::json*, int>> todo = {{&root, 0}};
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> todo = {{&root, 0}};
   while (!todo.empty()) {
     auto [j, depth] = todo.back();
     todo.pop_back();
     if (!j->is_structured()) continue;
     deepest = std::max(deepest, depth + 1);
-    for (const nlohmann::json& child : *j) todo.push_back({&child, depth + 1});
+    for (const nlohmann::ordered_json& child : *j) todo.push_back({&child, depth + 1});
   }
   return deepest;
 }
@@ -67,12 +68,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
 
   namespace si = arbiter::server_internal;
-  arbiter::Result<nlohmann::json> doc = si::ParseJson(body, "request body");
+  arbiter::Result<si::RequestJson> doc = si::ParseJson(body, "request body");
   if (CheckError(doc)) {
     if (Depth(*doc) > si::kMaxJsonDepth) __builtin_trap();
-    if (*doc != nlohmann::json::parse(body.begin(), body.end())) __builtin_trap();
+    // ordered_json's == compares objects in order.
+    if (*doc != nlohmann::ordered_json::parse(body.begin(), body.end())) __builtin_trap();
   }
-  if (arbiter::Result<nlohmann::json> obj = si::ParseBody(body); CheckError(obj)) {
+  if (arbiter::Result<si::RequestJson> obj = si::ParseBody(body); CheckError(obj)) {
     if (!obj->is_object() || !doc.ok()) __builtin_trap();
   }
 
@@ -88,6 +90,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     CheckSampling(chat->sampling);
     if (chat->n < 1 || chat->n > 16 || chat->top_logprobs < 0 || chat->top_logprobs > 20) {
+      __builtin_trap();
+    }
+    if (chat->format.kind == arbiter::OutputConstraintKind::kJsonSchema &&
+        chat->format.text !=
+            si::DumpJson(doc->at("response_format").at("json_schema").at("schema"))) {
       __builtin_trap();
     }
     if (chat->tools.choice.mode == arbiter::ToolChoice::Mode::kFunction) {

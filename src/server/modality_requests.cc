@@ -14,7 +14,7 @@
 
 namespace arbiter {
 
-using json = nlohmann::json;
+using json = server_internal::RequestJson;  // a request body (Note [One JSON reader])
 using server_internal::CheckKnownFields;
 using server_internal::Field;
 using server_internal::GetNumber;

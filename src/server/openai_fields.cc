@@ -18,7 +18,7 @@
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
+using json = RequestJson;  // a request body (Note [One JSON reader])
 
 // A tool call's `arguments` as a client sends them back: a string holding
 // a JSON object, read by the bodies' reader (Note [One JSON reader]).

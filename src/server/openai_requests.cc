@@ -15,7 +15,7 @@
 namespace arbiter {
 namespace {
 
-using json = nlohmann::json;
+using json = server_internal::RequestJson;  // a request body (Note [One JSON reader])
 using namespace server_internal;  // NOLINT: the field readers
 
 

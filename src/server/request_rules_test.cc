@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -19,7 +20,7 @@
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
+using json = RequestJson;  // what ParseJson builds
 using ::testing::HasSubstr;
 
 std::string ErrorOf(const Result<json>& r) { return r.ok() ? "(ok)" : r.status().message(); }
@@ -52,6 +53,57 @@ TEST(ParseJson, ADuplicateKeyIsRefusedNamingItsPath) {
   EXPECT_THAT(ErrorOf(ParseJson(R"({"ab":1,"a\u0062":2})", "x")), HasSubstr("\"ab\" twice"));
   // The same key in different objects is fine.
   EXPECT_TRUE(ParseJson(R"({"a":{"k":1},"b":{"k":1},"k":[{"k":1},{"k":2}]})", "x").ok());
+}
+
+TEST(ParseJson, KeepsTheKeysInTheOrderWritten) {
+  const std::string text = R"({"zeta":1,"alpha":{"y":[{"b":1,"a":2}],"x":0},"mid":null})";
+  Result<json> r = ParseJson(text, "x");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::string keys;
+  for (auto it = r->begin(); it != r->end(); ++it) keys += it.key() + ",";
+  EXPECT_EQ(keys, "zeta,alpha,mid,");
+  EXPECT_EQ(DumpJson(*r), text);
+}
+
+// An object of about 800k distinct keys in an 8 MiB body is read in
+// O(n log n) (ordered_json's own parse would make ~3·10^11 key
+// comparisons), a repeat among them is still found, and the request
+// parsers look up their fields, never each key.
+TEST(ParseJson, AnObjectOfManyKeysIsReadInBoundedWork) {
+  constexpr size_t kBodyLimit = 8 << 20;  // [server] max_body_bytes' default
+  std::string members;
+  size_t n = 0;
+  while (members.size() < kBodyLimit - 4096) {
+    members += fmt::format("{}\"{:x}\":0", n == 0 ? "" : ",", n);
+    ++n;
+  }
+  ASSERT_GE(n, 750000u);
+  const std::string last = fmt::format("{:x}", n - 1);
+  Result<json> r = ParseJson("{" + members + "}", "request body");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), n);
+  EXPECT_EQ(r->begin().key(), "0");
+  EXPECT_EQ((--r->end()).key(), last);
+  // A repeat of the first key, at the end, is found and named by its path.
+  EXPECT_EQ(ErrorOf(ParseJson("{" + members + ",\"0\":1}", "request body")),
+            "request body has the key \"0\" twice; a key may appear once per object");
+  EXPECT_EQ(ErrorOf(ParseJson(R"({"a":[{"b":{)" + members + ",\"" + last + "\":1}}]}", "x")),
+            "x has the key \"a[0].b." + last + "\" twice; a key may appear once per object");
+  // The parsers: an unknown field at once; a no-op object and a schema of
+  // that many keys are accepted, the schema passed on in the order written.
+  EXPECT_THAT(ParseChatRequest("{" + members + "}").status().message(),
+              HasSubstr("unrecognized field \"0\""));
+  const std::string chat = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  EXPECT_TRUE(ParseChatRequest(chat + R"("metadata":{)" + members + "}}").ok());
+  Result<ChatRequest> schema = ParseChatRequest(
+      chat + R"("response_format":{"type":"json_schema","json_schema":{"schema":{"properties":{)" +
+      members + "}}}}}");
+  ASSERT_TRUE(schema.ok()) << schema.status().ToString();
+  EXPECT_EQ(schema->format.text, R"({"properties":{)" + members + "}}");
+  Result<OllamaTextRequest> ollama = ParseOllamaGenerate(
+      R"({"model":"m","prompt":"x","format":{"properties":{)" + members + "}}}");
+  ASSERT_TRUE(ollama.ok()) << ollama.status().ToString();
+  EXPECT_EQ(ollama->text.constraint_text, R"({"properties":{)" + members + "}}");
 }
 
 TEST(ParseJson, NestingIsBoundedAsEachContainerOpens) {
@@ -222,6 +274,61 @@ TEST(ClipInput, ErrorsOfTheRequestParsersQuoteAtMost256Bytes) {
     EXPECT_LE(st.message().size(), 600u) << st.message().substr(0, 100);
     EXPECT_THAT(st.message(), HasSubstr(std::string(100, 'z') + "\u2026"));
   }
+}
+
+// A JSON schema reaches the runtime in the order the client declared its
+// properties (the grammar makes the model write them in that order), and a
+// tool's parameters reach the chat template as written: the text handed on
+// is the client's own, compacted.
+TEST(KeyOrder, SchemasAndToolParametersReachTheRuntimeAsDeclared) {
+  const std::string schema =
+      R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"},)"
+      R"("mid":{"type":"boolean"}},"required":["zeta","alpha","mid"]})";
+  const std::string spaced = R"({ "type": "object", "properties": { "zeta": {"type": "string"},)"
+                             R"( "alpha": {"type": "integer"}, "mid": {"type": "boolean"} },)"
+                             R"( "required": ["zeta", "alpha", "mid"] })";
+  const std::string messages = R"("messages":[{"role":"user","content":"x"}])";
+
+  Result<ChatRequest> chat = ParseChatRequest(
+      R"({"model":"m",)" + messages +
+      R"(,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":)" + spaced +
+      R"(}},"tools":[{"type":"function","function":{"name":"f","parameters":)" + spaced + "}}]}");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(chat->format.text, schema);
+  ASSERT_EQ(chat->tools.tools.size(), 1u);
+  EXPECT_EQ(chat->tools.tools[0].parameters, schema);
+
+  Result<CompletionRequest> completion = ParseCompletionRequest(
+      R"({"model":"m","prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":)" +
+      spaced + "}}}");
+  ASSERT_TRUE(completion.ok()) << completion.status().ToString();
+  EXPECT_EQ(completion->format.text, schema);
+
+  Result<ResponsesRequest> responses = ParseResponsesRequest(
+      R"({"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"r","schema":)" +
+      spaced + R"(}},"tools":[{"type":"function","name":"f","parameters":)" + spaced + "}]}");
+  ASSERT_TRUE(responses.ok()) << responses.status().ToString();
+  EXPECT_EQ(responses->format.text, schema);
+  ASSERT_EQ(responses->tools.tools.size(), 1u);
+  EXPECT_EQ(responses->tools.tools[0].parameters, schema);
+
+  Result<OllamaTextRequest> ollama = ParseOllamaChat(
+      R"({"model":"m",)" + messages + R"(,"format":)" + spaced +
+      R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)" + spaced + "}}]}");
+  ASSERT_TRUE(ollama.ok()) << ollama.status().ToString();
+  EXPECT_EQ(ollama->text.constraint, OutputConstraintKind::kJsonSchema);
+  EXPECT_EQ(ollama->text.constraint_text, schema);
+  ASSERT_EQ(ollama->text.tools.size(), 1u);
+  EXPECT_EQ(ollama->text.tools[0].parameters, schema);
+
+  // An assistant's earlier call, sent back by an Ollama client: its
+  // arguments as written.
+  Result<OllamaTextRequest> call = ParseOllamaChat(
+      R"({"model":"m","messages":[{"role":"assistant","content":"","tool_calls":[{"function":)"
+      R"({"name":"f","arguments":{"zeta":"z","alpha":1,"mid":true}}}]}]})");
+  ASSERT_TRUE(call.ok()) << call.status().ToString();
+  ASSERT_EQ(call->text.messages.at(0).tool_calls.size(), 1u);
+  EXPECT_EQ(call->text.messages[0].tool_calls[0].arguments, R"({"zeta":"z","alpha":1,"mid":true})");
 }
 
 }  // namespace

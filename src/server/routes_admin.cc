@@ -108,9 +108,9 @@ void HandleMetrics(ServerContext& ctx, http::Responder& out) {
 // The body of an admin action: a JSON object with only `fields`, or (when
 // `optional`) empty, meaning {}; no query parameter but `query`. `usage`
 // words the body for a client that sent something else.
-Result<json> ActionBody(const http::Request& req, bool optional, std::string_view usage,
-                        std::initializer_list<std::string_view> fields,
-                        std::initializer_list<std::string_view> query = {}) {
+Result<RequestJson> ActionBody(const http::Request& req, bool optional, std::string_view usage,
+                               std::initializer_list<std::string_view> fields,
+                               std::initializer_list<std::string_view> query = {}) {
   for (const auto& [name, value] : req.query) {
     if (std::find(query.begin(), query.end(), name) != query.end()) continue;
     std::string taken;
@@ -119,9 +119,9 @@ Result<json> ActionBody(const http::Request& req, bool optional, std::string_vie
                                ClipInput(name), taken.empty() ? "none" : "only " + taken));
   }
   if (optional && req.body.find_first_not_of(" \t\r\n") == std::string::npos) {
-    return json::object();
+    return RequestJson::object();
   }
-  Result<json> body = ParseJson(req.body, "request body");
+  Result<RequestJson> body = ParseJson(req.body, "request body");
   if (!body.ok()) return body.status();
   if (!body->is_object()) return BadBody(std::string(usage));
   if (Status known = CheckKnownFields(*body, fields); !known.ok()) {
@@ -134,7 +134,7 @@ void HandlePressure(ServerContext& ctx, const http::Request& req, http::Responde
   const char* usage =
       "request body must be a JSON object {\"level\": \"nominal\" | \"low\" | \"critical\", "
       "\"free_mb\": N}";
-  Result<json> body = ActionBody(req, /*optional=*/false, usage, {"level", "free_mb"});
+  Result<RequestJson> body = ActionBody(req, /*optional=*/false, usage, {"level", "free_mb"});
   if (!body.ok()) return SendStatus(out, body.status());
   auto level_it = body->find("level");
   if (level_it == body->end() || !level_it->is_string()) {
@@ -167,7 +167,7 @@ void HandlePressure(ServerContext& ctx, const http::Request& req, http::Responde
 
 void HandleLoad(ServerContext& ctx, const http::Request& req, const std::string& name,
                 http::Responder& out) {
-  if (Result<json> body = ActionBody(req, /*optional=*/true, kNoBody, {}); !body.ok()) {
+  if (Result<RequestJson> body = ActionBody(req, /*optional=*/true, kNoBody, {}); !body.ok()) {
     return SendStatus(out, body.status());
   }
   Result<ModelStatus> m = ctx.runtime->LoadModel(name);
@@ -177,7 +177,7 @@ void HandleLoad(ServerContext& ctx, const http::Request& req, const std::string&
 
 void HandleUnload(ServerContext& ctx, const http::Request& req, const std::string& name,
                   http::Responder& out) {
-  if (Result<json> body = ActionBody(req, /*optional=*/true, kNoBody, {}, {"timeout_ms"});
+  if (Result<RequestJson> body = ActionBody(req, /*optional=*/true, kNoBody, {}, {"timeout_ms"});
       !body.ok()) {
     return SendStatus(out, body.status());
   }
@@ -207,7 +207,7 @@ void HandleResidency(ServerContext& ctx, const http::Request& req, const std::st
     return SendStatus(out, NotFoundError(fmt::format("model \"{}\" not found", ClipInput(name)),
                                          ErrorReason::kModelNotFound));
   }
-  Result<json> body = ActionBody(req, /*optional=*/false, usage, {"target"});
+  Result<RequestJson> body = ActionBody(req, /*optional=*/false, usage, {"target"});
   if (!body.ok()) return SendStatus(out, body.status());
   auto t = body->find("target");
   if (t == body->end() || !t->is_string()) return SendStatus(out, BadBody(usage));
@@ -224,7 +224,7 @@ void HandleResidency(ServerContext& ctx, const http::Request& req, const std::st
 
 void HandleCompact(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   const char* usage = "request body must be a JSON object {\"reload\": [model names]}";
-  Result<json> body = ActionBody(req, /*optional=*/true, usage, {"reload"});
+  Result<RequestJson> body = ActionBody(req, /*optional=*/true, usage, {"reload"});
   if (!body.ok()) return SendStatus(out, body.status());
   std::vector<std::string> reload;
   if (auto r = body->find("reload"); r != body->end() && !r->is_null()) {
@@ -276,7 +276,8 @@ void HandlePrewarm(ServerContext& ctx, const http::Request& req, http::Responder
 
 void HandleCloseConversation(ServerContext& ctx, const http::Request& req,
                              const std::string& id, http::Responder& out) {
-  if (Result<json> body = ActionBody(req, /*optional=*/true, kNoBody, {}, {"model"}); !body.ok()) {
+  if (Result<RequestJson> body = ActionBody(req, /*optional=*/true, kNoBody, {}, {"model"});
+      !body.ok()) {
     return SendStatus(out, body.status());
   }
   const std::string only = req.query_value("model");

@@ -34,7 +34,7 @@ Result<std::string> PickModel(ServerContext& ctx, const http::Request& req,
   return NotFoundError("no text model is configured", ErrorReason::kModelNotFound);
 }
 
-Status Unknown(const json& j, std::initializer_list<const char*> known) {
+Status Unknown(const RequestJson& j, std::initializer_list<const char*> known) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
@@ -58,7 +58,7 @@ json PieceJson(const std::string& piece) {
 }
 
 void HandleTokenize(ServerContext& ctx, const http::Request& req, http::Responder& out) {
-  Result<json> body = ParseBody(req.body);
+  Result<RequestJson> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(out, body.status().WithReason(ErrorReason::kInvalidRequest));
   std::string content, model;
   bool add_special = false, parse_special = true, with_pieces = false;
@@ -85,17 +85,17 @@ void HandleTokenize(ServerContext& ctx, const http::Request& req, http::Responde
 }
 
 void HandleDetokenize(ServerContext& ctx, const http::Request& req, http::Responder& out) {
-  Result<json> body = ParseBody(req.body);
+  Result<RequestJson> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(out, body.status().WithReason(ErrorReason::kInvalidRequest));
   std::string model;
   Status st = Unknown(*body, {"tokens", "model"});
   if (st.ok()) st = GetString(*body, "model", false, &model);
   std::vector<int32_t> ids;
   if (st.ok()) {
-    const json* tokens = Field(*body, "tokens");
+    const RequestJson* tokens = Field(*body, "tokens");
     if (tokens != nullptr && !tokens->is_array()) st = TypeError("tokens", "an array of token ids");
     for (size_t i = 0; st.ok() && tokens != nullptr && i < tokens->size(); ++i) {
-      const json& v = (*tokens)[i];
+      const RequestJson& v = (*tokens)[i];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
         st = TypeError(fmt::format("tokens[{}]", i), "a token id");
       } else {

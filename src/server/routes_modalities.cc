@@ -81,7 +81,7 @@ std::string PeekModel(const http::Request& req) {
   }
   // The routes' own reader (Note [One JSON reader]): a body it refuses is
   // not proxied, and the route's parser answers with the reason.
-  Result<json> j = ParseBody(req.body);
+  Result<RequestJson> j = ParseBody(req.body);
   if (!j.ok()) return "";
   auto it = j->find("model");
   return it != j->end() && it->is_string() ? it->get<std::string>() : "";
@@ -337,7 +337,7 @@ void HandleDescribe(ServerContext& ctx, const http::Request& req, http::Responde
 
 void HandleImages(ServerContext& ctx, const http::Request& req, http::Responder& out) {
   if (ProxyIfProcessModel(ctx, req, out, Capability::kImageGen)) return;
-  Result<json> body = ParseBody(req.body);
+  Result<RequestJson> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(out, body.status());
   std::string model;
   if (Status st = GetString(*body, "model", true, &model); !st.ok()) {

@@ -40,7 +40,9 @@
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
+// Keys in the order written: a tool call's arguments as the model wrote
+// them (a schema's declared order), the answers' own fields as built.
+using json = nlohmann::ordered_json;
 
 // The Ollama version /api/version reports: the API level these routes
 // follow (clients gate features on it).

@@ -36,7 +36,10 @@
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
+// Keys in the order written: the tools' parameters and the text.format
+// schema echoed as the client sent them, the Response's own fields as
+// built.
+using json = nlohmann::ordered_json;
 
 json ToolChoiceJson(const ToolChoice& c) {
   switch (c.mode) {

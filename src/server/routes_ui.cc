@@ -68,7 +68,7 @@ void HandleLogin(ServerContext& ctx, const http::Request& req, http::Responder& 
                      kInvalidRequestType, "rate_limit_exceeded",
                      static_cast<int>(UiSessions::kFailureWindow.count()));
   }
-  Result<json> body = ParseBody(req.body);
+  Result<RequestJson> body = ParseBody(req.body);
   if (!body.ok()) return SendStatus(out, body.status());
   auto k = body->find("key");
   if (k == body->end() || !k->is_string() || body->size() != 1) {

@@ -5,166 +5,43 @@
 #include <cmath>
 #include <limits>
 #include <utility>
-#include <vector>
 
 #include "arbiter/base/clip.h"
+#include "arbiter/base/json_reader.h"
 
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
+using json = RequestJson;
 
 Status Invalid(std::string message) {
   return InvalidArgumentError(std::move(message), ErrorReason::kInvalidRequest);
 }
 
-// nlohmann's DOM builder (json_sax_dom_parser) with Note [One JSON
-// reader]'s checks: an array or object opened at depth kMaxJsonDepth, or a
-// key already in its object, stops the parse (a SAX call returning false)
-// with `error`. Containers on the stack stay put while they are filled: an
-// array gets its next element only after the open child is closed, and
-// std::map nodes do not move.
-class StrictDomBuilder {
- public:
-  using number_integer_t = json::number_integer_t;
-  using number_unsigned_t = json::number_unsigned_t;
-  using number_float_t = json::number_float_t;
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
-
-  explicit StrictDomBuilder(std::string_view what) : what_(what) {}
-
-  bool null() { return Put(nullptr); }
-  bool boolean(bool v) { return Put(v); }
-  bool number_integer(number_integer_t v) { return Put(v); }
-  bool number_unsigned(number_unsigned_t v) { return Put(v); }
-  bool number_float(number_float_t v, const string_t& /*text*/) { return Put(v); }
-  bool string(string_t& v) { return Put(std::move(v)); }
-  bool binary(binary_t& v) { return Put(json::binary(std::move(v))); }
-  bool start_object(std::size_t /*n*/) { return Open(json::object()); }
-  bool start_array(std::size_t /*n*/) { return Open(json::array()); }
-  bool end_object() { return Close(); }
-  bool end_array() { return Close(); }
-
-  bool key(string_t& k) {
-    json& top = *stack_.back();
-    if (top.contains(k)) {
-      std::string path = OpenPath();
-      if (!path.empty()) path += '.';
-      path += k;
-      error_ = Invalid(fmt::format("{} has the key \"{}\" twice; a key may appear once per object",
-                                   what_, ClipInput(path)));
-      return false;
-    }
-    slot_ = &top[k];
-    keys_.back() = std::move(k);
-    return true;
-  }
-
-  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
-                   const json::exception& e) {
-    // nlohmann's message quotes the token read so far ("last read:
-    // '...'"), which can be the whole body.
-    error_ = Invalid(fmt::format("{} is not valid JSON: {}", what_, ClipInput(e.what())));
-    return false;
-  }
-
-  // The document, or the error that stopped the parse. `parsed`: what
-  // sax_parse returned.
-  Result<json> Take(bool parsed) {
-    if (!error_.ok()) return error_;
-    if (!parsed) return Invalid(fmt::format("{} is not valid JSON", what_));
-    return std::move(root_);
-  }
-
- private:
-  // Adds a value where the parse is (the root, the next array element, or
-  // the slot of the last key). Always true (the parse goes on).
-  template <typename V>
-  bool Put(V&& v) {
-    At(std::forward<V>(v));
-    return true;
-  }
-  // Put's work; returns the value added.
-  template <typename V>
-  json* At(V&& v) {
-    if (stack_.empty()) {
-      root_ = json(std::forward<V>(v));
-      return &root_;
-    }
-    json& top = *stack_.back();
-    if (top.is_array()) {
-      top.emplace_back(std::forward<V>(v));
-      return &top.back();
-    }
-    *slot_ = json(std::forward<V>(v));
-    return slot_;
-  }
-
-  bool Open(json container) {
-    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
-      error_ =
-          Invalid(fmt::format("{} is not valid JSON: arrays and objects nest deeper than {} levels",
-                              what_, kMaxJsonDepth));
-      return false;
-    }
-    stack_.push_back(At(std::move(container)));
-    keys_.emplace_back();
-    return true;
-  }
-
-  bool Close() {
-    stack_.pop_back();
-    keys_.pop_back();
-    return true;
-  }
-
-  // The path of the value being parsed inside the innermost open container
-  // ("messages[0]"): each enclosing container's current key or index.
-  std::string OpenPath() const {
-    std::string path;
-    for (size_t i = 0; i + 1 < stack_.size(); ++i) {
-      if (stack_[i]->is_array()) {
-        path += fmt::format("[{}]", stack_[i]->size() - 1);
-      } else {
-        if (!path.empty()) path += '.';
-        path += keys_[i];
-      }
-    }
-    return path;
-  }
-
-  std::string_view what_;
-  json root_;
-  std::vector<json*> stack_;       // the open arrays and objects, outermost first
-  std::vector<std::string> keys_;  // per open container: its current key (objects)
-  json* slot_ = nullptr;           // the value of the last key read
-  Status error_;
-};
-
 }  // namespace
 
-Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what) {
-  StrictDomBuilder builder(what);
-  bool parsed = false;
-  try {
-    parsed = json::sax_parse(text.begin(), text.end(), &builder);
-  } catch (const json::exception& e) {  // not expected: the SAX parse reports its errors
-    return Invalid(fmt::format("{} is not valid JSON: {}", what, ClipInput(e.what())));
-  }
-  return builder.Take(parsed);
+Result<RequestJson> ParseJson(std::string_view text, std::string_view what) {
+  Result<RequestJson> j = ReadJson(text, what, kMaxJsonDepth);
+  if (!j.ok()) return j.status().WithReason(ErrorReason::kInvalidRequest);
+  return j;
 }
 
-Result<nlohmann::json> ParseBody(std::string_view body) {
+Result<RequestJson> ParseBody(std::string_view body) {
   ARBITER_ASSIGN_OR_RETURN(json j, ParseJson(body, "request body"));
   if (!j.is_object()) return Invalid("request body must be a JSON object");
   return j;
 }
 
-std::string DumpJson(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string DumpJson(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string DumpJson(const RequestJson& j) {
+  return j.dump(-1, ' ', false, RequestJson::error_handler_t::replace);
+}
 
 // Looks up `key`; nullptr when absent or null.
-const nlohmann::json* Field(const nlohmann::json& obj, const char* key) {
+const RequestJson* Field(const RequestJson& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;

@@ -34,7 +34,7 @@
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
+using json = RequestJson;  // a request body (Note [One JSON reader])
 
 Status Bad(std::string message) { return InvalidArgumentError(std::move(message)); }
 

@@ -17,11 +17,10 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "arbiter/base/status.h"
 #include "arbiter/runtime/runtime.h"
 #include "arbiter/server/openai.h"
+#include "server/internal/json_fields.h"
 
 namespace arbiter::server_internal {
 
@@ -67,7 +66,7 @@ Result<std::string> ParseOllamaShow(std::string_view body);
 // A keep_alive value: a number of seconds, or a Go duration string ("5m",
 // "1h30m", "30s", "500ms", "-1", "0"); negative, or kOllamaForeverMs and
 // longer (1e18, "99999999999h"), = forever.
-Result<OllamaKeepAlive> ParseKeepAlive(const nlohmann::json& value);
+Result<OllamaKeepAlive> ParseKeepAlive(const RequestJson& value);
 
 // "name:latest" → "name"; other tags are kept (and will not be found).
 std::string OllamaStripTag(std::string_view model);

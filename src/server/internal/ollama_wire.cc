@@ -16,8 +16,6 @@
 namespace arbiter::server_internal {
 namespace {
 
-using json = nlohmann::json;
-
 // Go's time.ParseDuration units, in nanoseconds.
 std::optional<double> UnitNs(std::string_view u) {
   if (u == "ns") return 1.0;
@@ -42,7 +40,7 @@ OllamaKeepAlive FromSeconds(double seconds) {
 
 }  // namespace
 
-Result<OllamaKeepAlive> ParseKeepAlive(const nlohmann::json& v) {
+Result<OllamaKeepAlive> ParseKeepAlive(const RequestJson& v) {
   constexpr const char* kWhat =
       "a duration: seconds as a number, or a string such as \"5m\", \"30s\", \"1h30m\", \"0\" or "
       "\"-1\"";
