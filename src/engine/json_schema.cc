@@ -69,6 +69,7 @@
 #include <utility>
 #include <vector>
 
+#include "arbiter/base/json_reader.h"
 #include "arbiter/engine/grammar.h"
 
 namespace arbiter {
@@ -1377,13 +1378,12 @@ Status CheckRootName(std::string_view root) {
 
 Result<std::string> JsonSchemaToGbnf(std::string_view schema_json, std::string_view root_rule) {
   ARBITER_RETURN_IF_ERROR(CheckRootName(root_rule));
-  json doc;
-  try {
-    doc = json::parse(schema_json);
-  } catch (const std::exception& e) {
-    return InvalidArgumentError(std::string("schema is not valid JSON: ") + e.what());
-  }
-  Converter c(doc, std::string(root_rule));
+  // Keys in declared order, read in O(n log n) (nlohmann's own ordered
+  // parse is quadratic in an object's keys; json_reader.h). Deeper text
+  // than this cannot be a schema the converter accepts (kMaxDepth levels).
+  Result<json> doc = ReadJson(schema_json, "schema", 4 * kMaxDepth);
+  if (!doc.ok()) return InvalidArgumentError(doc.status().message());
+  Converter c(*doc, std::string(root_rule));
   ARBITER_ASSIGN_OR_RETURN(std::string gbnf, c.Run());
   std::string check = gbnf;
   if (root_rule != "root") check = "root ::= " + std::string(root_rule) + "\n" + gbnf;

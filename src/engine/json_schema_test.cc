@@ -437,6 +437,27 @@ TEST(JsonSchema, ErrorsNamePointerAndKeyword) {
             nullptr);
 }
 
+// The schema text is read in declared order and bounded work
+// (arbiter/base/json_reader.h): a repeated key is an error, and an object
+// of many properties is read in O(n log n) (nlohmann's own ordered parse
+// makes O(n²) key comparisons: ~5·10^9 here) and refused by the grammar's
+// size.
+TEST(JsonSchema, TheTextIsReadInBoundedWorkWithoutRepeatedKeys) {
+  EXPECT_EQ(Error(R"({"type":"object","properties":{"a":{},"b":{},"a":{}}})"),
+            "schema has the key \"properties.a\" twice; a key may appear once per object");
+  std::string props;
+  for (int i = 0; i < 100000; ++i) {
+    props += (i == 0 ? "\"p" : ",\"p") + std::to_string(i) + "\":{\"type\":\"boolean\"}";
+  }
+  EXPECT_NE(Error(R"({"type":"object","properties":{)" + props + "}}").find("grammar text above"),
+            std::string::npos);
+  auto g = Compile(R"({"type":"object","properties":{"zeta":{"type":"boolean"},)"
+                   R"("alpha":{"type":"boolean"},"mid":{"type":"boolean"}},)"
+                   R"("required":["zeta","alpha","mid"]})");
+  EXPECT_MATCH(g, R"({"zeta":true,"alpha":false,"mid":true})");
+  EXPECT_NO_MATCH(g, R"({"alpha":false,"mid":true,"zeta":true})");
+}
+
 TEST(JsonSchema, RootNamesPrefixEveryRule) {
   Result<std::string> a = JsonSchemaToGbnf(R"({"type":"object","properties":{"q":{"type":"string"}}})", "args0");
   Result<std::string> b = JsonSchemaToGbnf(R"({"type":"array","items":{"type":"integer"}})", "args1");

@@ -41,7 +41,10 @@
 // Anything else is kInvalidArgument naming the JSON pointer and keyword
 // (the root's pointer is written "/"):
 //   schema: "/properties/x": unsupported keyword "not"
-// Invalid JSON: kInvalidArgument "schema is not valid JSON: ...".
+// Invalid JSON: kInvalidArgument "schema is not valid JSON: ..."; a key
+// twice in one object: kInvalidArgument `schema has the key "<path>"
+// twice; ...` (the text is read by ReadJson, arbiter/base/json_reader.h:
+// key order kept, O(n log n) in an object's keys).
 //
 // Whitespace: between JSON tokens at most one space, or a newline and up to
 // 20 spaces or tabs, so a model cannot loop on whitespace (llama.cpp's
