@@ -358,6 +358,79 @@ TEST_F(ServeE2E, CompletionsNonStreamingAndStreaming) {
   EXPECT_EQ(usage["usage"]["completion_tokens"], j["usage"]["completion_tokens"]);
 }
 
+// A JSON schema's properties are written in the order the client declared
+// them (docs/grammar.md), on every route that takes a schema. The bodies
+// are sent as text (a json object would sort the keys), and the answers
+// are read with nlohmann::ordered_json, which keeps their order.
+TEST_F(ServeE2E, ConstrainedAnswersWriteTheKeysInDeclaredOrder) {
+  using ordered = nlohmann::ordered_json;
+  const std::string schema =
+      R"({"type":"object","properties":{"zeta":{"type":"boolean"},"alpha":{"enum":["a","b"]},)"
+      R"("mid":{"type":"integer","minimum":0,"maximum":9}},"required":["zeta","alpha","mid"],)"
+      R"("additionalProperties":false})";
+  const std::string kDeclared = "zeta,alpha,mid,";
+  auto keys_of = [](const ordered& object) {
+    std::string keys;
+    for (auto it = object.begin(); it != object.end(); ++it) keys += it.key() + ",";
+    return keys;
+  };
+  // The keys of an answer, in the order written (or the text, if it is no
+  // JSON object).
+  auto answer_keys = [&](const ordered& text) {
+    const ordered j =
+        ordered::parse(text.is_string() ? text.get<std::string>() : text.dump(), nullptr, false);
+    return j.is_object() ? keys_of(j) : "(not an object: " + text.dump() + ")";
+  };
+  // POSTs `body` with SCHEMA and SEED filled in.
+  auto post = [&](const char* path, std::string body, int seed) {
+    body.replace(body.find("SCHEMA"), 6, schema);
+    body.replace(body.find("SEED"), 4, std::to_string(seed));
+    auto r = Client().Post(path, body, "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r ? ordered::parse(r->body, nullptr, false) : ordered();
+  };
+  for (int seed = 1; seed <= 3; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ordered chat = post("/v1/chat/completions",
+                        R"({"model":"tiny","max_tokens":300,"seed":SEED,"messages":)"
+                        R"([{"role":"user","content":"Answer in JSON."}],)"
+                        R"("response_format":{"type":"json_schema",)"
+                        R"("json_schema":{"name":"answer","schema":SCHEMA}}})",
+                        seed);
+    EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop") << chat.dump();
+    EXPECT_EQ(answer_keys(chat["choices"][0]["message"]["content"]), kDeclared);
+
+    // A required call's arguments follow the function's parameters.
+    ordered call = post("/v1/chat/completions",
+                        R"({"model":"tiny","max_tokens":300,"seed":SEED,"messages":)"
+                        R"([{"role":"user","content":"Answer in JSON."}],)"
+                        R"("tools":[{"type":"function","function":)"
+                        R"({"name":"answer","parameters":SCHEMA}}],"tool_choice":"required"})",
+                        seed);
+    const ordered& calls = call["choices"][0]["message"]["tool_calls"];
+    ASSERT_TRUE(calls.is_array() && !calls.empty()) << call.dump();
+    EXPECT_EQ(answer_keys(calls[0]["function"]["arguments"]), kDeclared);
+
+    // The Responses API: the answer, and the schema echoed as declared.
+    ordered response = post("/v1/responses",
+                            R"({"model":"tiny","max_output_tokens":300,"seed":SEED,)"
+                            R"("input":"Answer in JSON.","text":{"format":{"type":"json_schema",)"
+                            R"("name":"answer","schema":SCHEMA}}})",
+                            seed);
+    EXPECT_EQ(response["status"], "completed") << response.dump();
+    EXPECT_EQ(answer_keys(response["output"][0]["content"][0]["text"]), kDeclared);
+    EXPECT_EQ(keys_of(response["text"]["format"]["schema"]["properties"]), kDeclared);
+
+    // Ollama's format.
+    ordered generate = post("/api/generate",
+                            R"({"model":"tiny","stream":false,"prompt":"Answer in JSON.",)"
+                            R"("options":{"num_predict":300,"seed":SEED},"format":SCHEMA})",
+                            seed);
+    EXPECT_EQ(generate["done_reason"], "stop") << generate.dump();
+    EXPECT_EQ(answer_keys(generate["response"]), kDeclared);
+  }
+}
+
 TEST_F(ServeE2E, Embeddings) {
   auto r = PostJson("/v1/embeddings", {{"model", "embed"}, {"input", {"hello world", "goodbye"}}});
   ASSERT_TRUE(r);
