@@ -15,13 +15,56 @@
 // The result is parsed by Grammar::Parse before it is returned, which
 // catches what only the whole grammar shows (a `$ref` cycle that consumes
 // nothing, a required recursion that never ends).
+//
+// Note [Numbers every client can read]
+// Every number a grammar from here admits parses (strtod, JSON.parse, ...)
+// to a finite double that is zero or normal, so no client meets an infinity
+// or a value that underflowed (llama.cpp's rule admits `6E688`):
+//   - `number` without bounds: an integer part of at most 16 digits, a
+//     fraction of at most 16 and an exponent of at most 2. A nonzero
+//     mantissa written so lies in [10^-16, 10^16), so with |e| ≤ 99 the
+//     value lies in [10^-115, 10^115): far inside [DBL_MIN ≈ 2.2e-308,
+//     DBL_MAX ≈ 1.8e308]. A zero mantissa (`0`, `-0.0e5`) parses to zero.
+//   - `number` with bounds: no exponent, so 10^-16 ≤ |x| < 10^16 unless x
+//     is zero, and x is held between the bounds digit by digit
+//     (MagnitudeRange). A bound is a double b; its shortest round-trip decimal
+//     d parses back to b and rounding is monotone, so every decimal x ≤ d
+//     parses to a double ≤ b: a client that compares the parsed doubles
+//     agrees. An exclusive bound b becomes the inclusive bound next to it
+//     (nextafter toward the allowed side): x < d alone could still round to
+//     b. Bounds the unbounded rule already keeps (|b| ≥ 10^115, such as
+//     zod's ±Number.MAX_VALUE) give the unbounded rule.
+//   - `integer`: between its bounds, and within ±(2^53 − 1) (what every
+//     JSON client reads exactly) when none are given; bounds beyond that
+//     are refused. No `-0`, no leading zeros.
+//   - `enum` and `const` numbers are written as given, so one that is not
+//     a finite normal double (1e400 parses to infinity, 5e-324 is
+//     subnormal) is refused.
+//
+// Note [Keys beside declared properties]
+// With additionalProperties a schema (or true), an extra key must not be a
+// declared property's name: a validator checks that key's value against the
+// property, not against additionalProperties (and a duplicate of a written
+// key would replace its value). KeyOutside writes "a JSON string that is
+// none of these names once its escapes are decoded": a trie of the names'
+// code points with one rule per node, whose alternatives are the closing
+// quote (unless the node ends a name), each child code point in every
+// spelling JSON has for it (raw, short escape, \uHHHH in either case, a
+// surrogate pair) and then the child's rule, or any other code point and
+// then any string. At a node with a child above U+FFFF, surrogate pairs
+// are left out of "any other" (the pair could spell the child), a small
+// loss that keeps the rule exact.
 #include "arbiter/engine/json_schema.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cfloat>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -35,7 +78,15 @@ using json = nlohmann::ordered_json;  // keeps the declared property order
 
 constexpr int kMaxDepth = 64;
 constexpr int64_t kMaxCount = Grammar::kMaxRepetition;
-constexpr int64_t kMaxIntBound = 999999999999999;  // |bounds| < 10^15
+// Note [Numbers every client can read]: an integer is at most
+// 2^53 − 1 in magnitude (JavaScript's Number.MAX_SAFE_INTEGER), so a bound
+// beyond it is refused.
+constexpr int64_t kMaxSafeInteger = 9007199254740991;  // 2^53 − 1
+constexpr int kMaxIntDigits = 16;    // integer part of a number
+constexpr int kMaxFracDigits = 16;   // fraction of a number
+// Every number of the unbounded rule is below this in magnitude:
+// (10^16 − 10^−16) · 10^99.
+constexpr double kPlainNumberLimit = 1e115;
 
 const std::set<std::string>& Annotations() {
   static const std::set<std::string> k = {"title",   "description", "default",  "examples",
@@ -469,29 +520,276 @@ std::string SameLength(const std::string& a, const std::string& b) {
   return out + ")";
 }
 
-// hi < 0: unbounded (up to 16 digits).
+// Decimal strings of the integers in [lo, hi] (0 ≤ lo ≤ hi ≤ 10^16 − 1),
+// no leading zeros: lo's length, the lengths between as one alternative,
+// hi's length — so reading digits keeps at most three parses alive.
 std::string NonNegativeRange(int64_t lo, int64_t hi) {
-  const int64_t cap = 9999999999999999;  // 16 digits
-  if (hi < 0 || hi > cap) hi = cap;
+  const std::string a = std::to_string(lo), b = std::to_string(hi);
+  if (a.size() == b.size()) return "(" + SameLength(a, b) + ")";
   std::vector<std::string> alts;
-  int64_t start = lo;
-  int64_t pow = 1;
-  int digits = 1;
-  while (pow * 10 <= start) {
-    pow *= 10;
-    ++digits;
+  alts.push_back(SameLength(a, std::string(a.size(), '9')));
+  if (b.size() - a.size() >= 2) {
+    alts.push_back("[1-9] [0-9]" + Count(static_cast<int64_t>(a.size()), static_cast<int64_t>(b.size()) - 2));
   }
-  while (start <= hi) {
-    const int64_t top = std::min(hi, pow * 10 - 1);
-    alts.push_back(SameLength(std::to_string(start), std::to_string(top)));
-    start = pow * 10;
-    pow *= 10;
-    ++digits;
-    if (digits > 16) break;
-  }
+  alts.push_back(SameLength("1" + std::string(b.size() - 1, '0'), b));
   std::string out = "(";
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
   return out + ")";
+}
+
+// A non-negative decimal: integer digits without leading zeros ("0" for
+// zero) and fraction digits without trailing zeros.
+struct Decimal {
+  std::string int_digits;
+  std::string frac;
+};
+
+// |d| exactly as its shortest round-trip spelling (which parses back to |d|).
+// REQUIRES: d finite.
+Decimal DecimalOf(double d) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(d), std::chars_format::scientific);
+  const std::string s(buf, r.ptr);  // "D.DDDe±XX" or "De±XX"
+  const size_t e = s.find('e');
+  std::string digits;
+  for (char c : s.substr(0, e)) {
+    if (c != '.') digits += c;
+  }
+  const int point = std::stoi(s.substr(e + 1)) + 1;  // digits before the decimal point
+  Decimal out;
+  if (point <= 0) {
+    out.int_digits = "0";
+    out.frac = std::string(static_cast<size_t>(-point), '0') + digits;
+  } else if (static_cast<size_t>(point) >= digits.size()) {
+    out.int_digits = digits + std::string(static_cast<size_t>(point) - digits.size(), '0');
+  } else {
+    out.int_digits = digits.substr(0, static_cast<size_t>(point));
+    out.frac = digits.substr(static_cast<size_t>(point));
+  }
+  while (!out.frac.empty() && out.frac.back() == '0') out.frac.pop_back();
+  const size_t nz = out.int_digits.find_first_not_of('0');
+  out.int_digits = nz == std::string::npos ? "0" : out.int_digits.substr(nz);
+  return out;
+}
+
+// -1, 0, 1 as a <, =, > b.
+int Compare(const Decimal& a, const Decimal& b) {
+  if (a.int_digits.size() != b.int_digits.size()) return a.int_digits.size() < b.int_digits.size() ? -1 : 1;
+  if (int c = a.int_digits.compare(b.int_digits)) return c < 0 ? -1 : 1;
+  if (int c = a.frac.compare(b.frac)) return c < 0 ? -1 : 1;  // no trailing zeros: lexicographic
+  return 0;
+}
+
+std::string AnyDigits(int min, int max) {  // [0-9]{min,max}; "" for {0,0}
+  if (max == 0) return "\"\"";
+  return "[0-9]" + Count(min, max);
+}
+
+std::string Group(const std::vector<std::string>& alts) {
+  if (alts.size() == 1) return alts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+std::string DigitClass(char lo, char hi) {
+  return lo == hi ? Literal(std::string(1, lo)) : "[" + std::string(1, lo) + "-" + std::string(1, hi) + "]";
+}
+
+// Fraction digit strings s of `min`..n digits (min 0 or 1), as GBNF, by
+// the value 0.s against fraction digits `f` (no trailing zeros); nullopt
+// when no string qualifies.
+// 0.s ≥ 0.f:
+std::optional<std::string> FracAtLeast(std::string_view f, int n, int min) {
+  if (f.empty()) return AnyDigits(min, n);
+  if (n == 0) return std::nullopt;
+  std::vector<std::string> alts;
+  if (f[0] < '9') alts.push_back(DigitClass(static_cast<char>(f[0] + 1), '9') + " " + AnyDigits(0, n - 1));
+  if (std::optional<std::string> rest = FracAtLeast(f.substr(1), n - 1, 0)) {
+    alts.push_back(Literal(f.substr(0, 1)) + " " + *rest);
+  }
+  if (alts.empty()) return std::nullopt;
+  return Group(alts);
+}
+
+// 0.s ≤ 0.f (never empty: "0"{min} qualifies). REQUIRES: n ≥ min.
+std::string FracAtMost(std::string_view f, int n, int min) {
+  if (f.empty()) return n == 0 ? "\"\"" : "\"0\"" + Count(min, n);
+  if (n == 0) return "\"\"";
+  std::vector<std::string> alts;
+  if (min == 0) alts.push_back("\"\"");
+  if (f[0] > '0') alts.push_back(DigitClass('0', static_cast<char>(f[0] - 1)) + " " + AnyDigits(0, n - 1));
+  alts.push_back(Literal(f.substr(0, 1)) + " " + FracAtMost(f.substr(1), n - 1, 0));
+  return Group(alts);
+}
+
+// 0.lo ≤ 0.s ≤ 0.hi. REQUIRES: 0.lo ≤ 0.hi.
+std::optional<std::string> FracBetween(std::string_view lo, std::string_view hi, int n, int min) {
+  if (lo.empty()) return FracAtMost(hi, n, min);
+  if (n == 0) return std::nullopt;
+  if (lo[0] == hi[0]) {
+    std::optional<std::string> rest = FracBetween(lo.substr(1), hi.substr(1), n - 1, 0);
+    if (!rest) return std::nullopt;
+    return Literal(lo.substr(0, 1)) + " " + *rest;
+  }
+  std::vector<std::string> alts;
+  if (std::optional<std::string> rest = FracAtLeast(lo.substr(1), n - 1, 0)) {
+    alts.push_back(Literal(lo.substr(0, 1)) + " " + *rest);
+  }
+  if (hi[0] - lo[0] >= 2) {
+    alts.push_back(DigitClass(static_cast<char>(lo[0] + 1), static_cast<char>(hi[0] - 1)) + " " +
+                   AnyDigits(0, n - 1));
+  }
+  alts.push_back(Literal(hi.substr(0, 1)) + " " + FracAtMost(hi.substr(1), n - 1, 0));
+  return Group(alts);
+}
+
+// What may follow an integer part so that the fraction's value is in
+// [0.lo, 0.hi] (hi nullopt: below 1): "." and 1..16 digits, optional when
+// the value 0 is in range; nullopt when nothing can.
+std::optional<std::string> FractionPart(std::string_view lo, std::optional<std::string_view> hi) {
+  std::optional<std::string> digits =
+      hi ? FracBetween(lo, *hi, kMaxFracDigits, 1) : FracAtLeast(lo, kMaxFracDigits, 1);
+  if (!digits) return std::nullopt;
+  if (lo.empty()) return "( \".\" " + *digits + " )?";  // 0 is in range: no fraction is fine
+  return "\".\" " + *digits;
+}
+
+// Magnitudes x (an integer part of ≤ 16 digits, an optional fraction of
+// ≤ 16 digits, no exponent) with lo ≤ x ≤ hi (hi nullopt: no upper bound);
+// nullopt when there is none.
+std::optional<std::string> MagnitudeRange(const Decimal& lo, std::optional<Decimal> hi) {
+  constexpr int64_t kCap = 9999999999999999;  // the largest integer part
+  if (hi && static_cast<int>(hi->int_digits.size()) > kMaxIntDigits) hi.reset();
+  if (static_cast<int>(lo.int_digits.size()) > kMaxIntDigits) return std::nullopt;
+  if (hi && Compare(lo, *hi) > 0) return std::nullopt;
+  const int64_t a = std::stoll(lo.int_digits);
+  const int64_t b = hi ? std::stoll(hi->int_digits) : kCap + 1;  // b: the first excluded integer part
+  std::vector<std::string> alts;
+  auto add = [&](int64_t int_part, std::optional<std::string> frac) {
+    if (frac) alts.push_back(Literal(std::to_string(int_part)) + " " + *frac);
+  };
+  if (hi && a == b) {
+    add(a, FractionPart(lo.frac, std::string_view(hi->frac)));
+  } else {
+    add(a, FractionPart(lo.frac, std::nullopt));
+    if (a + 1 <= b - 1) {
+      alts.push_back(NonNegativeRange(a + 1, b - 1) + " ( \".\" " + AnyDigits(1, kMaxFracDigits) + " )?");
+    }
+    if (hi) add(b, FractionPart("", std::string_view(hi->frac)));
+  }
+  if (alts.empty()) return std::nullopt;
+  return Group(alts);
+}
+
+// The integers in [lo, hi], as Integer's grammar writes them (no "-0").
+// REQUIRES: −(10^16 − 1) ≤ lo ≤ hi ≤ 10^16 − 1.
+std::string IntegerRange(int64_t lo, int64_t hi) {
+  if (lo >= 0) return NonNegativeRange(lo, hi);
+  if (hi < 0) return "\"-\" " + NonNegativeRange(-hi, -lo);
+  return "\"-\" " + NonNegativeRange(1, -lo) + " | " + NonNegativeRange(0, hi);
+}
+
+// False when `v` holds a number that does not parse to a finite, zero or
+// normal double (Note [Numbers every client can read]).
+bool ReadableNumbers(const json& v) {
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    return std::isfinite(d) && (d == 0 || std::fabs(d) >= DBL_MIN);
+  }
+  if (v.is_array() || v.is_object()) {
+    for (const json& x : v) {
+      if (!ReadableNumbers(x)) return false;
+    }
+  }
+  return true;
+}
+
+// The hex digits of a \u escape after "u", either case:
+// a code point outside the surrogates, or a surrogate pair.
+constexpr std::string_view kUnicodeEscape =
+    "( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | "
+    "[dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2} )";
+
+// A class of hex digit values, either case: [0-3aA].
+std::string HexClass(const std::vector<int>& digits) {
+  std::string out = "[";
+  for (int h : digits) {
+    if (h < 10) {
+      out += static_cast<char>('0' + h);
+    } else {
+      out += static_cast<char>('a' + h - 10);
+      out += static_cast<char>('A' + h - 10);
+    }
+  }
+  return out + "]";
+}
+
+// The 4-hex-digit spellings (either case) of the values in
+// [base, base + 16^n) outside `ex` (normalized ranges), as GBNF; nullopt
+// when every value is excluded.
+std::optional<std::string> HexOutside(uint32_t base, int n, const Ranges& ex) {
+  const uint32_t step = 1u << (4 * (n - 1));
+  std::vector<int> free_digits;
+  std::vector<std::string> alts;
+  for (int h = 0; h < 16; ++h) {
+    const uint32_t lo = base + static_cast<uint32_t>(h) * step, hi = lo + step - 1;
+    bool overlap = false, covered = false;
+    for (const auto& r : ex) {
+      if (r.second < lo || r.first > hi) continue;
+      overlap = true;
+      covered = covered || (r.first <= lo && r.second >= hi);
+    }
+    if (!overlap) {
+      free_digits.push_back(h);
+    } else if (!covered) {
+      if (std::optional<std::string> rest = HexOutside(lo, n - 1, ex)) alts.push_back(HexClass({h}) + " " + *rest);
+    }
+  }
+  if (!free_digits.empty()) {
+    alts.insert(alts.begin(), HexClass(free_digits) + (n > 1 ? " [0-9a-fA-F]" + Count(n - 1, n - 1) : ""));
+  }
+  if (alts.empty()) return std::nullopt;
+  return Group(alts);
+}
+
+// The JSON spellings of one code point inside a string: raw, a short
+// escape, \uHHHH (either case) or a surrogate pair.
+std::string SpellCodePoint(uint32_t cp) {
+  std::vector<std::string> alts;
+  if (cp >= 0x20 && cp != '"' && cp != '\\') {
+    std::string raw;
+    AppendUtf8(cp, &raw);
+    alts.push_back(Literal(raw));
+  }
+  static const std::map<uint32_t, char> kShort = {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {8, 'b'},
+                                                  {12, 'f'},  {10, 'n'},    {13, 'r'},   {9, 't'}};
+  if (auto it = kShort.find(cp); it != kShort.end()) alts.push_back(Literal(std::string("\\") + it->second));
+  auto hex4 = [](uint32_t v) {
+    std::string out = Literal("\\u");
+    for (int shift = 12; shift >= 0; shift -= 4) out += " " + HexClass({static_cast<int>((v >> shift) & 15)});
+    return out;
+  };
+  if (cp < 0x10000) {
+    alts.push_back(hex4(cp));
+  } else {
+    alts.push_back(hex4(0xD800 + ((cp - 0x10000) >> 10)) + " " + hex4(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+  }
+  return Group(alts);
+}
+
+// Code points of valid UTF-8 (JSON text nlohmann accepted).
+std::vector<uint32_t> CodePointsOf(std::string_view s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (int k = 1; k < len && i + k < s.size(); ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += static_cast<size_t>(len);
+  }
+  return out;
 }
 
 class Converter {
@@ -513,13 +811,18 @@ class Converter {
     if (what == "ws") {
       body = "( \" \" | \"\\n\" [ \\t]{0,20} )?";
     } else if (what == "char") {
-      body = "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )";
+      // A \u escape is a code point outside the surrogates, or a high and
+      // a low surrogate together (a lone one is not JSON to nlohmann, Rust's
+      // serde_json and others).
+      body = "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" " + std::string(kUnicodeEscape) + " )";
     } else if (what == "string") {
       body = "\"\\\"\" " + Prim("char") + "* \"\\\"\"";
     } else if (what == "integer") {
-      body = "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} )";
+      // Note [Numbers every client can read]: ±(2^53 − 1).
+      body = IntegerRange(-kMaxSafeInteger, kMaxSafeInteger);
     } else if (what == "number") {
-      body = Prim("integer") + " ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?";
+      // Note [Numbers every client can read]: 16 + 16 digits, |exponent| ≤ 99.
+      body = "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?";
     } else if (what == "boolean") {
       body = "\"true\" | \"false\"";
     } else if (what == "null") {
@@ -693,6 +996,9 @@ class Converter {
       if (!values.is_array() || values.empty()) return Err(ptr, "\"enum\" must be a non-empty array");
       std::vector<std::string> alts;
       for (const json& v : values) {
+        if (!ReadableNumbers(v)) {
+          return Err(ptr, std::string("\"") + kw + "\" holds a number that is infinite or too close to 0 for a double");
+        }
         ARBITER_ASSIGN_OR_RETURN(bool fits, TypeAllows(s, v, ptr));
         if (!fits) continue;
         ARBITER_ASSIGN_OR_RETURN(std::string lit, JsonLiteral(v, ptr));
@@ -746,7 +1052,7 @@ class Converter {
       } else if (has({"minLength", "maxLength", "pattern", "format"})) {
         types.push_back("string");
       } else if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) {
-        return Err(ptr, "\"minimum\"/\"maximum\" need \"type\": \"integer\"");
+        return Err(ptr, "\"minimum\"/\"maximum\" need \"type\": \"integer\" or \"number\"");
       } else {
         return Prim("value");
       }
@@ -765,15 +1071,67 @@ class Converter {
     if (t == "array") return Array(s, ptr, depth);
     if (t == "string") return String(s, ptr);
     if (t == "integer") return Integer(s, ptr);
-    if (t == "number") {
-      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-        if (s.contains(kw)) return Err(ptr, std::string("unsupported keyword \"") + kw + "\" for type number (use integer)");
-      }
-      return Prim("number");
-    }
+    if (t == "number") return Number(s, ptr);
     if (t == "boolean") return Prim("boolean");
     if (t == "null") return Prim("null");
     return Err(ptr, "unknown \"type\" \"" + t + "\"");
+  }
+
+  // A JSON string none of `names` once its escapes are decoded: a trie of
+  // the names' code points, one rule per node (Note [Keys beside declared
+  // properties]).
+  std::string KeyOutside(const std::set<std::string>& names) {
+    struct Node {
+      std::map<uint32_t, size_t> kids;
+      bool terminal = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& name : names) {
+      size_t at = 0;
+      for (uint32_t cp : CodePointsOf(name)) {
+        auto it = trie[at].kids.find(cp);
+        if (it == trie[at].kids.end()) {
+          trie.emplace_back();
+          it = trie[at].kids.emplace(cp, trie.size() - 1).first;
+        }
+        at = it->second;
+      }
+      trie[at].terminal = true;
+    }
+    std::vector<size_t> slots;
+    for (size_t i = 0; i < trie.size(); ++i) slots.push_back(Reserve("key"));
+    const std::string quote = "\"\\\"\"";
+    const std::string rest = Prim("char") + "* " + quote;  // after a code point no name has here
+    for (size_t i = 0; i < trie.size(); ++i) {
+      const Node& n = trie[i];
+      std::vector<std::string> alts;
+      if (!n.terminal) alts.push_back(quote);
+      std::string raw_excluded;  // children written raw
+      std::string short_free;    // short escapes of code points that are no child
+      Ranges hex_excluded = {{0xD800, 0xDFFF}};
+      bool astral_child = false;
+      for (const auto& [cp, child] : n.kids) {
+        alts.push_back(SpellCodePoint(cp) + " " + rules_[slots[child]].first);
+        if (cp >= 0x20 && cp != '"' && cp != '\\') raw_excluded += ClassChar(cp);
+        if (cp < 0x10000) hex_excluded.push_back({cp, cp});
+        astral_child = astral_child || cp >= 0x10000;
+      }
+      for (const auto& [cp, letter] : std::vector<std::pair<uint32_t, const char*>>{
+               {'"', "\"\\\"\""}, {'\\', "\"\\\\\""}, {'/', "\"/\""}, {8, "\"b\""}, {12, "\"f\""}, {10, "\"n\""},
+               {13, "\"r\""}, {9, "\"t\""}}) {
+        if (!n.kids.count(cp)) short_free += std::string(short_free.empty() ? "" : " | ") + letter;
+      }
+      std::vector<std::string> other = {"[^\"\\\\\\x00-\\x1F" + raw_excluded + "]"};
+      std::vector<std::string> escapes;
+      if (!short_free.empty()) escapes.push_back("( " + short_free + " )");
+      if (std::optional<std::string> hex = HexOutside(0, 4, Normalize(hex_excluded))) escapes.push_back("\"u\" " + *hex);
+      // A pair spells a code point above U+FFFF: free only when no child is one.
+      if (!astral_child) escapes.push_back("\"u\" [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2}");
+      if (!escapes.empty()) other.push_back("\"\\\\\" " + Group(escapes));
+      alts.push_back(Group(other) + " " + rest);
+      rules_[slots[i]].second = Alts(alts);
+    }
+    return "\"\\\"\" " + rules_[slots[0]].first;
   }
 
   Result<std::string> Object(const json& s, const std::string& ptr, int depth) {
@@ -812,7 +1170,10 @@ class Converter {
       const json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) {
         ARBITER_ASSIGN_OR_RETURN(std::string value, Sub(a, ptr + "/additionalProperties", "additional", depth));
-        extra = NewRule("additional-kv", Prim("string") + " " + ws + " \":\" " + ws + " " + value + " " + ws);
+        // A declared name would be checked against its property, not
+        // against additionalProperties: extra keys are other names.
+        const std::string key = declared.empty() ? Prim("string") : KeyOutside(declared);
+        extra = NewRule("additional-kv", key + " " + ws + " \":\" " + ws + " " + value + " " + ws);
       }
     }
     // Chains: first[i] = members i.. with nothing written yet; rest[i] = with a comma first.
@@ -926,39 +1287,71 @@ class Converter {
     return quote + " " + Prim("char") + Count(min, max) + " " + quote;
   }
 
+  // Note [Numbers every client can read]: bounds within ±(2^53 − 1), which
+  // is also the range without bounds.
   Result<std::string> Integer(const json& s, const std::string& ptr) {
-    bool has_lo = false, has_hi = false;
-    int64_t lo = 0, hi = 0;
+    bool bounded = false;
+    int64_t lo = -kMaxSafeInteger, hi = kMaxSafeInteger;
     for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
       if (!s.contains(kw)) continue;
       const json& v = s[kw];
       if (!v.is_number()) return Err(ptr, std::string("\"") + kw + "\" must be a number");
       const double d = v.get<double>();
-      if (!(std::fabs(d) <= static_cast<double>(kMaxIntBound))) {
-        return Err(ptr, std::string("\"") + kw + "\" beyond ±10^15 is not supported");
+      if (!(std::fabs(d) <= static_cast<double>(kMaxSafeInteger))) {
+        return Err(ptr, std::string("\"") + kw + "\" beyond ±(2^53 − 1) (±9007199254740991) is not supported");
       }
+      bounded = true;
       const std::string k = kw;
       if (k == "minimum" || k == "exclusiveMinimum") {
         int64_t b = static_cast<int64_t>(std::ceil(d));
         if (k == "exclusiveMinimum" && static_cast<double>(b) == d) ++b;
-        lo = has_lo ? std::max(lo, b) : b;
-        has_lo = true;
+        lo = std::max(lo, b);
       } else {
         int64_t b = static_cast<int64_t>(std::floor(d));
         if (k == "exclusiveMaximum" && static_cast<double>(b) == d) --b;
-        hi = has_hi ? std::min(hi, b) : b;
-        has_hi = true;
+        hi = std::min(hi, b);
       }
     }
-    if (!has_lo && !has_hi) return Prim("integer");
-    if (has_lo && has_hi && lo > hi) return Err(ptr, "no integer between \"minimum\" and \"maximum\"");
-    if (has_lo && lo >= 0) return NonNegativeRange(lo, has_hi ? hi : -1);
-    if (has_hi && hi < 0) return "\"-\" " + NonNegativeRange(-hi, has_lo ? -lo : -1);
-    // The range crosses zero (or is open on the negative side).
+    if (!bounded) return Prim("integer");
+    if (lo > hi) return Err(ptr, "no integer between \"minimum\" and \"maximum\"");
+    return IntegerRange(lo, hi);
+  }
+
+  // Note [Numbers every client can read]: each bound as the inclusive
+  // double bound a client's comparison agrees with.
+  Result<std::string> Number(const json& s, const std::string& ptr) {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    double lo = -kInf, hi = kInf;
+    for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(kw)) continue;
+      const json& v = s[kw];
+      if (!v.is_number()) return Err(ptr, std::string("\"") + kw + "\" must be a number");
+      const double d = v.get<double>();
+      if (!std::isfinite(d)) return Err(ptr, std::string("\"") + kw + "\" must be a finite number");
+      const std::string k = kw;
+      if (k == "minimum") lo = std::max(lo, d);
+      if (k == "exclusiveMinimum") lo = std::max(lo, std::nextafter(d, kInf));
+      if (k == "maximum") hi = std::min(hi, d);
+      if (k == "exclusiveMaximum") hi = std::min(hi, std::nextafter(d, -kInf));
+    }
+    if (lo <= -kPlainNumberLimit && hi >= kPlainNumberLimit) return Prim("number");
     std::vector<std::string> alts;
-    alts.push_back("\"-\" " + NonNegativeRange(1, has_lo ? -lo : -1));
-    alts.push_back(NonNegativeRange(0, has_hi ? hi : -1));
-    return Alts(alts);
+    if (lo < 0) {  // negative values: "-" and a magnitude in [max(−hi, tiny), −lo]
+      const double tiny = std::numeric_limits<double>::denorm_min();
+      const Decimal m_lo = DecimalOf(std::max(hi < 0 ? -hi : 0.0, tiny));
+      std::optional<Decimal> m_hi;
+      if (std::isfinite(lo)) m_hi = DecimalOf(lo);
+      if (std::optional<std::string> m = MagnitudeRange(m_lo, m_hi)) alts.push_back("\"-\" " + *m);
+    }
+    if (hi >= 0) {
+      std::optional<Decimal> m_hi;
+      if (std::isfinite(hi)) m_hi = DecimalOf(hi);
+      if (std::optional<std::string> m = MagnitudeRange(DecimalOf(std::max(lo, 0.0)), m_hi)) alts.push_back(*m);
+    }
+    if (alts.empty()) {
+      return Err(ptr, "no number of at most 16 integer and 16 fraction digits between \"minimum\" and \"maximum\"");
+    }
+    return NewRule("number-range", Group(alts));
   }
 
   const json& doc_;

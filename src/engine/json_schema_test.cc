@@ -42,9 +42,6 @@ TEST(JsonSchema, PrimitivesAndWhitespace) {
   auto n = Compile(R"({"type":"number"})");
   EXPECT_MATCH(n, "-0.5e+10");
   EXPECT_MATCH(n, "12");
-  EXPECT_NO_MATCH(n, "01");
-  EXPECT_NO_MATCH(n, "1.");
-  EXPECT_NO_MATCH(n, "12345678901234567");  // 17 digits
   auto i = Compile(R"({"type":"integer"})");
   EXPECT_MATCH(i, "-42");
   EXPECT_NO_MATCH(i, "4.2");
@@ -101,6 +98,37 @@ TEST(JsonSchema, ObjectsKeepDeclaredOrderWithOptionalMembers) {
       "date-time":{"type":"integer","minimum":3},"b":{"type":"string"},"c":{},"d":{"type":"string","format":"date-time"}}})");
   ASSERT_NE(names, nullptr);
   EXPECT_MATCH(names, R"({"string":"ab","value":2,"date-time":4,"b":"x","c":[1],"d":"2026-01-02T03:04:05Z"})");
+}
+
+// Note [Keys beside declared properties] in json_schema.cc.
+TEST(JsonSchema, ExtraKeysAreNotDeclaredNames) {
+  auto g = Compile(R"({"type":"object","properties":{"b":{"type":"boolean"},"é😀":{"type":"null"},"bc":{"type":"string"}},)"
+                   R"("additionalProperties":{"type":"integer"}})");
+  ASSERT_NE(g, nullptr);
+  for (const char* ok : {R"({"k":1})", R"({"bb":1})", R"({"":1})", R"({"bcd":1})", R"({"\u0042":1})",
+                         R"({"é":1})", R"({"\u00e9":1})", R"({"é😀x":1})", R"({"é😁":1})", R"({"\ud83d\ude00":1})",
+                         R"({"b":true,"k":1,"k2":2})", R"({"b\/":1})", R"({"\n":1})"}) {
+    EXPECT_MATCH(g, ok);
+  }
+  for (const char* bad : {R"({"b":1})", R"({"\u0062":1})", R"({"bc":1})", R"({"b\u0063":1})", R"({"é😀":1})",
+                          R"({"\u00E9\uD83D\uDE00":1})", R"({"\u00e9\ud83d\ude00":1})", R"({"b":true,"b":1})",
+                          R"({"k":1,"b":true})"}) {
+    EXPECT_NO_MATCH(g, bad);
+  }
+  // Without declared properties any key is an extra one.
+  EXPECT_MATCH(Compile(R"({"type":"object","additionalProperties":true})"), R"({"b":1,"b":2})");
+}
+
+TEST(JsonSchema, UnicodeEscapesPairSurrogates) {
+  auto s = Compile(R"({"type":"string"})");
+  EXPECT_MATCH(s, R"("\ud83d\ude00")");
+  EXPECT_MATCH(s, R"("\uD7FF\uE000\uFFFF")");
+  EXPECT_NO_MATCH(s, R"("\ud83d")");  // a lone surrogate: not JSON to nlohmann or serde_json
+  EXPECT_NO_MATCH(s, R"("\ude00")");
+  EXPECT_NO_MATCH(s, R"("\ud83dx")");
+  EXPECT_NO_MATCH(s, R"("\ud83d\ud83d")");
+  auto len = Compile(R"({"type":"string","maxLength":1})");
+  EXPECT_MATCH(len, R"("\ud83d\ude00")");  // one code point
 }
 
 TEST(JsonSchema, Arrays) {
@@ -222,9 +250,158 @@ TEST(JsonSchema, IntegerBounds) {
   EXPECT_MATCH(open_lo, "-99999");
   EXPECT_MATCH(open_lo, "7");
   EXPECT_NO_MATCH(open_lo, "8");
-  EXPECT_NE(Error(R"({"type":"number","minimum":1})").find("\"minimum\""), std::string::npos);
   EXPECT_NE(Error(R"({"type":"integer","minimum":5,"maximum":4})").find("minimum"), std::string::npos);
-  EXPECT_NE(Error(R"({"type":"integer","minimum":1e20})").find("\"minimum\""), std::string::npos);
+  EXPECT_NE(Error(R"({"type":"integer","exclusiveMinimum":4,"exclusiveMaximum":5})").find("no integer"),
+            std::string::npos);
+  EXPECT_NE(Error(R"({"minimum":1})").find("\"type\": \"integer\" or \"number\""), std::string::npos);
+}
+
+// Note [Numbers every client can read] in json_schema.cc.
+TEST(JsonSchema, IntegersAreSafeIntegers) {
+  // zod 4 writes these bounds for z.number().int() and z.int().
+  auto zod = Compile(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})");
+  auto bare = Compile(R"({"type":"integer"})");
+  for (const auto& g : {zod, bare}) {
+    ASSERT_NE(g, nullptr);
+    EXPECT_MATCH(g, "0");
+    EXPECT_MATCH(g, "42");
+    EXPECT_MATCH(g, "9007199254740991");
+    EXPECT_MATCH(g, "-9007199254740991");
+    EXPECT_MATCH(g, "8999999999999999");
+    EXPECT_MATCH(g, "1000000000000000");
+    EXPECT_NO_MATCH(g, "9007199254740992");
+    EXPECT_NO_MATCH(g, "-9007199254740992");
+    EXPECT_NO_MATCH(g, "9100000000000000");
+    EXPECT_NO_MATCH(g, "10000000000000000");
+    EXPECT_NO_MATCH(g, "-0");
+    EXPECT_NO_MATCH(g, "01");
+    EXPECT_NO_MATCH(g, "1e3");
+    EXPECT_NO_MATCH(g, "1.0");
+  }
+  auto ex = Compile(R"({"type":"integer","exclusiveMinimum":-9007199254740991,"exclusiveMaximum":9007199254740991})");
+  EXPECT_MATCH(ex, "9007199254740990");
+  EXPECT_NO_MATCH(ex, "9007199254740991");
+  EXPECT_NO_MATCH(ex, "-9007199254740991");
+  auto big = Compile(R"({"type":"integer","minimum":1234567890123456})");
+  EXPECT_NO_MATCH(big, "1234567890123455");
+  EXPECT_MATCH(big, "1234567890123456");
+  EXPECT_MATCH(big, "9007199254740991");
+  EXPECT_NO_MATCH(big, "9007199254740992");
+  auto frac_bounds = Compile(R"({"type":"integer","minimum":-2.5,"maximum":2.5})");
+  EXPECT_MATCH(frac_bounds, "-2");
+  EXPECT_MATCH(frac_bounds, "2");
+  EXPECT_NO_MATCH(frac_bounds, "3");
+  EXPECT_NO_MATCH(frac_bounds, "-3");
+  for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    for (const char* v : {"9007199254740992", "-9007199254740992", "1e20"}) {
+      const std::string schema = std::string(R"({"type":"integer",")") + kw + "\":" + v + "}";
+      EXPECT_EQ(Error(schema), std::string("schema: \"/\": \"") + kw +
+                                   "\" beyond ±(2^53 − 1) (±9007199254740991) is not supported");
+    }
+  }
+}
+
+TEST(JsonSchema, NumbersParseToFiniteNormalDoubles) {
+  auto n = Compile(R"({"type":"number"})");
+  ASSERT_NE(n, nullptr);
+  EXPECT_MATCH(n, "-0.5e+10");
+  EXPECT_MATCH(n, "6E68");
+  EXPECT_MATCH(n, "886.6E-99");
+  EXPECT_MATCH(n, "-0");
+  EXPECT_MATCH(n, "0e-99");
+  EXPECT_MATCH(n, "1E05");
+  EXPECT_MATCH(n, "9999999999999999.9999999999999999e99");  // the largest: < 1e115
+  EXPECT_MATCH(n, "0.0000000000000001e-99");               // the smallest nonzero: 1e-115
+  EXPECT_NO_MATCH(n, "6E688");                              // infinity
+  EXPECT_NO_MATCH(n, "886.6E-999");                         // underflows to 0
+  EXPECT_NO_MATCH(n, "1e100");
+  EXPECT_NO_MATCH(n, "1e-100");
+  EXPECT_NO_MATCH(n, "1e308");
+  EXPECT_NO_MATCH(n, "12345678901234567");    // 17 integer digits
+  EXPECT_NO_MATCH(n, "0.12345678901234567");  // 17 fraction digits
+  EXPECT_NO_MATCH(n, "1e");
+  EXPECT_NO_MATCH(n, "01");
+  EXPECT_NO_MATCH(n, "1.");
+  EXPECT_NO_MATCH(n, ".5");
+  // json_object and `{}` use the same number rule.
+  Result<std::shared_ptr<const Grammar>> obj = Grammar::Parse(JsonObjectGbnf());
+  ASSERT_TRUE(obj.ok()) << obj.status().ToString();
+  EXPECT_TRUE((*obj)->Matches(R"({"a": 6E68})"));
+  EXPECT_FALSE((*obj)->Matches(R"({"a": 6E688})"));
+  EXPECT_FALSE((*obj)->Matches(R"({"a": [886.6E-999]})"));
+  EXPECT_NO_MATCH(Compile("{}"), "1e999");
+  // Values in enum and const are written as given, so ones a double cannot
+  // hold are refused.
+  EXPECT_NE(Error(R"({"enum":[1, 5e-324]})").find("\"enum\" holds a number"), std::string::npos);
+  EXPECT_NE(Error(R"({"const":{"a":[2.2e-310]}})").find("\"const\" holds a number"), std::string::npos);
+  EXPECT_MATCH(Compile(R"({"const":1e300})"), "1e+300");
+}
+
+TEST(JsonSchema, NumberBounds) {
+  auto unit = Compile(R"({"type":"number","minimum":0,"maximum":1})");
+  ASSERT_NE(unit, nullptr);
+  for (const char* ok : {"0", "0.0", "0.5", "0.9999999999999999", "1", "1.0", "1.0000000000000000"}) {
+    EXPECT_MATCH(unit, ok);
+  }
+  for (const char* bad : {"-0", "-0.1", "1.0000000000000001", "1.5", "2", "1e0", "0.5e-1", "01"}) {
+    EXPECT_NO_MATCH(unit, bad);
+  }
+  // zod's .positive(): exclusiveMinimum 0 allows any nonzero positive value
+  // that 16 fraction digits can write.
+  auto positive = Compile(R"({"type":"number","exclusiveMinimum":0})");
+  EXPECT_NO_MATCH(positive, "0");
+  EXPECT_NO_MATCH(positive, "0.0000000000000000");
+  EXPECT_MATCH(positive, "0.0000000000000001");
+  EXPECT_MATCH(positive, "9999999999999999.5");
+  EXPECT_NO_MATCH(positive, "-1");
+  auto negative = Compile(R"({"type":"number","exclusiveMaximum":0})");
+  EXPECT_MATCH(negative, "-0.0000000000000001");
+  EXPECT_MATCH(negative, "-12.5");
+  EXPECT_NO_MATCH(negative, "-0");
+  EXPECT_NO_MATCH(negative, "-0.0");
+  EXPECT_NO_MATCH(negative, "0");
+  auto range = Compile(R"({"type":"number","minimum":-2.25,"exclusiveMaximum":10.5})");
+  EXPECT_MATCH(range, "-2.25");
+  EXPECT_MATCH(range, "-2.2499");
+  EXPECT_NO_MATCH(range, "-2.2500001");
+  EXPECT_NO_MATCH(range, "-3");
+  EXPECT_MATCH(range, "0");
+  EXPECT_MATCH(range, "10.4999");
+  EXPECT_NO_MATCH(range, "10.5");
+  EXPECT_NO_MATCH(range, "10.50");
+  // An exclusive bound is the next double: 999.99999999999999 would parse
+  // to 1000.0, which a client's own check refuses.
+  auto below = Compile(R"({"type":"number","exclusiveMaximum":1000})");
+  EXPECT_MATCH(below, "999.9999999999999");
+  EXPECT_NO_MATCH(below, "999.99999999999999");
+  EXPECT_NO_MATCH(below, "1000");
+  auto small = Compile(R"({"type":"number","minimum":0.1,"maximum":0.125})");
+  EXPECT_MATCH(small, "0.1");
+  EXPECT_MATCH(small, "0.12");
+  EXPECT_MATCH(small, "0.125");
+  EXPECT_NO_MATCH(small, "0.0999");
+  EXPECT_NO_MATCH(small, "0.1251");
+  // zod's z.float64() (±Number.MAX_VALUE): the unbounded rule; z.float32():
+  // no exponent, |x| < 10^16.
+  auto f64 = Compile(R"({"type":"number","minimum":-1.7976931348623157e+308,"maximum":1.7976931348623157e+308})");
+  EXPECT_MATCH(f64, "-1.5e99");
+  EXPECT_NO_MATCH(f64, "1e100");
+  auto f32 = Compile(R"({"type":"number","minimum":-3.4028234663852886e+38,"maximum":3.4028234663852886e+38})");
+  EXPECT_MATCH(f32, "-9999999999999999.5");
+  EXPECT_NO_MATCH(f32, "1e3");
+  auto safe = Compile(R"({"type":"number","minimum":-9007199254740991,"maximum":9007199254740991})");
+  EXPECT_MATCH(safe, "9007199254740990.75");
+  EXPECT_MATCH(safe, "9007199254740991");
+  EXPECT_NO_MATCH(safe, "9007199254740991.5");
+  EXPECT_NO_MATCH(safe, "-9007199254740992");
+  auto or_null = Compile(R"({"type":["number","null"],"maximum":5})");
+  EXPECT_MATCH(or_null, "null");
+  EXPECT_MATCH(or_null, "-5.5");
+  EXPECT_NO_MATCH(or_null, "5.5");
+  EXPECT_NE(Error(R"({"type":"number","minimum":2,"maximum":1})").find("no number"), std::string::npos);
+  EXPECT_NE(Error(R"({"type":"number","minimum":1e20})").find("no number"), std::string::npos);
+  EXPECT_NE(Error(R"({"type":"number","exclusiveMinimum":0,"maximum":1e-17})").find("no number"), std::string::npos);
+  EXPECT_NE(Error(R"({"type":"number","maximum":"1"})").find("\"maximum\" must be a number"), std::string::npos);
 }
 
 TEST(JsonSchema, RefsAndRecursion) {

@@ -14,7 +14,8 @@
 //     optional), required, additionalProperties (false or absent → only the
 //     declared properties: absent is treated as false for generation, which
 //     still validates; true or a schema → more string keys, after the
-//     declared ones, with values of that schema);
+//     declared ones, none of them a declared name, with values of that
+//     schema);
 //   arrays: items, prefixItems, minItems, maxItems (≤ 10 000);
 //   strings: minLength, maxLength (code points, ≤ 10 000), pattern (a
 //     regex subset, matched against the whole string as if anchored: ^ $,
@@ -25,8 +26,10 @@
 //     "pattern"), format (date, time, date-time, uuid enforced; time needs
 //     an offset, as RFC 3339; day 31 is allowed in every month; other
 //     formats are annotations);
-//   integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum
-//     (enforced; |bounds| < 10^15); numbers: those keywords are rejected;
+//   integer and number: minimum, maximum, exclusiveMinimum,
+//     exclusiveMaximum (enforced; integer bounds within ±(2^53 − 1) =
+//     ±9007199254740991, larger ones are an error naming the keyword;
+//     number bounds any finite value, see Numbers below);
 //   boolean, null; anyOf, oneOf (as anyOf: a sentence matches at least one
 //   branch, which validates oneOf only when branches are disjoint),
 //   allOf with one subschema; $ref to "#", "#/$defs/NAME" or
@@ -41,9 +44,26 @@
 // Invalid JSON: kInvalidArgument "schema is not valid JSON: ...".
 //
 // Whitespace: between JSON tokens at most one space, or a newline and up to
-// 20 spaces or tabs, so a model cannot loop on whitespace. Numbers: at most
-// 16 integer digits. Strings: JSON string syntax (escapes, no raw control
-// characters); lengths count code points, an escape counting as one.
+// 20 spaces or tabs, so a model cannot loop on whitespace (llama.cpp's
+// rule). Strings: JSON string syntax (escapes, no raw control characters,
+// a \uD800-\uDFFF escape only as a high and low surrogate pair); lengths
+// count code points, an escape (or a pair) counting as one.
+//
+// Numbers (Note [Numbers every client can read] in json_schema.cc): every
+// number a sentence holds parses (strtod, JSON.parse) to a finite double
+// that is zero or normal.
+//   number: `-`? an integer part of ≤ 16 digits (no leading zeros), an
+//     optional fraction of 1..16 digits, an optional exponent [eE][-+]? of
+//     1..2 digits (so |value| < 10^115, and ≥ 10^-115 unless zero); with
+//     bounds: no exponent (|value| < 10^16), between the bounds as a client
+//     comparing the parsed doubles sees it (an exclusive bound is the next
+//     double inside it); bounds of magnitude ≥ 10^115 (±Number.MAX_VALUE)
+//     leave the unbounded rule; bounds that leave no such number are an
+//     error.
+//   integer: no fraction or exponent, no `-0`, within its bounds and
+//     within ±(2^53 − 1) (JavaScript's safe integers) when none are given.
+//   enum and const numbers are written as given (nlohmann's spelling); one
+//     that is infinite or below DBL_MIN in magnitude (not zero) is an error.
 //
 // Rule names: the start rule is `root_rule`; every other rule is
 // `root_rule + "-" + ...`, so grammars generated under different root names
