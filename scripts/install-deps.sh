@@ -146,13 +146,25 @@ install_tokenizer_packages
 # `openai` Node SDK, pinned in tests/clients/package.json; installed outside
 # the source tree into ARBITER_CLIENT_DEPS_DIR (tests/CMakeLists.txt's
 # default). Without Node 20 those tests skip, saying so.
+# The framework tests (tests/clients/frameworks/: LangChain JS, the Vercel
+# AI SDK, zod) share that package.json, so one `npm install` gets them all.
 client_deps_dir=${ARBITER_CLIENT_DEPS_DIR:-$HOME/.cache/arbiter/clients}
+# True when $client_deps_dir was installed from this package.json and holds
+# every package it names.
+client_packages_present() {
+  local pkg_json=$1 p names
+  cmp -s "$pkg_json" "$client_deps_dir/package.json" || return 1
+  command -v node >/dev/null 2>&1 || return 1
+  names=$(node -e 'console.log(Object.keys(require(process.argv[1]).dependencies).join(" "))' \
+            "$(realpath "$pkg_json")") || return 1
+  for p in $names; do
+    [[ -f "$client_deps_dir/node_modules/$p/package.json" ]] || return 1
+  done
+}
 install_client_packages() {
   local pkg_json
   pkg_json="$(dirname "$0")/../tests/clients/package.json"
-  if cmp -s "$pkg_json" "$client_deps_dir/package.json" &&
-     [[ -f "$client_deps_dir/node_modules/openai/package.json" ]] &&
-     [[ -f "$client_deps_dir/node_modules/playwright-core/package.json" ]]; then
+  if client_packages_present "$pkg_json"; then
     echo "install-deps: client packages present in $client_deps_dir"
     return 0
   fi

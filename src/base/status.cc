@@ -48,6 +48,7 @@ std::string_view ErrorReasonName(ErrorReason reason) {
     case ErrorReason::kNoKvPrecache: return "no_kv_precache";
     case ErrorReason::kCancelled: return "cancelled";
     case ErrorReason::kQueueFull: return "queue_full";
+    case ErrorReason::kToolCallUnparsed: return "tool_call_unparsed";
   }
   return "none";
 }

@@ -49,11 +49,15 @@ Result<std::string> ForcedCallGbnf(ChatTemplateKind kind, const std::vector<Tool
 
 }  // namespace
 
+bool RuntimeImpl::ForcesToolCall(const TextRequest& r) {
+  return !r.tools.empty() && (r.tool_choice.mode == ToolChoice::Mode::kRequired ||
+                              r.tool_choice.mode == ToolChoice::Mode::kFunction);
+}
+
 Result<std::unique_ptr<TokenConstraint>> RuntimeImpl::OutputConstraint(
     const std::string& model, const Engine& engine, std::optional<ChatTemplateKind> kind,
     const TextRequest& r) {
-  const bool forced_call = !r.tools.empty() && (r.tool_choice.mode == ToolChoice::Mode::kRequired ||
-                                                r.tool_choice.mode == ToolChoice::Mode::kFunction);
+  const bool forced_call = ForcesToolCall(r);
   if (r.constraint == OutputConstraintKind::kNone && !forced_call) {
     return std::unique_ptr<TokenConstraint>();
   }

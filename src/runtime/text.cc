@@ -65,7 +65,8 @@ Result<TtlClass> TtlOf(const std::string& text) {
 // ("<tool_call>", or "{" for Llama-3 at the very start) is held until it
 // resolves, and once an opening is seen everything after it is held. When
 // the run ends, the calls parsed from the whole output are the answer's
-// tool_calls; without any, the held text is flushed as content.
+// tool_calls; without any, the held text is flushed as content (not for a
+// forced call: Note [Forced tool calls]).
 class ToolCallHoldBack {
  public:
   ToolCallHoldBack(std::string_view opening, const TextCallback& downstream)
@@ -121,6 +122,23 @@ class ToolCallHoldBack {
   bool sent_any_ = false;
 };
 
+// Note [Forced tool calls]
+// With tool_choice "required" or a named function the grammar holds the
+// output to exactly one call (OutputConstraint), and the answer is that
+// call or says why there is none; it never falls back to content:
+//  - the call parsed: it is the answer's tool call, whatever the engine's
+//    finish reason (a budget that ran out exactly at the close still left
+//    a complete call);
+//  - the budget (max_tokens or the context) ran out before the call was
+//    complete, which the length-aware mask allows only when the budget was
+//    smaller than the shortest call (docs/grammar.md "The length-aware
+//    rule"): no call, no content, finish reason kLength;
+//  - the grammar accepted output that the parser refuses: a bug, kInternal
+//    with reason kToolCallUnparsed (nothing was sent: the hold-back keeps
+//    the whole call).
+// Stop strings do not apply to a forced call: the grammar ends the output
+// at the call's close, so a stop string could only cut the call.
+
 class TextGenerationImpl final : public TextGeneration {
  public:
   TextGenerationImpl(ArbiterHandle handle, std::string model) 
@@ -152,16 +170,29 @@ class TextGenerationImpl final : public TextGeneration {
     out.generation = std::move(r).value();
     if (tools_.empty()) {
       out.content = out.generation.text;
-    } else {
-      ParsedToolCalls parsed = ParseToolCalls(kind_, out.generation.text, tools_);
-      out.content = std::move(parsed.content);
-      out.tool_calls = std::move(parsed.calls);
-      // No call after all: the text held back goes out now.
-      if (out.tool_calls.empty() && out.generation.finish_reason != FinishReason::kCancelled) {
-        hold.Flush();
-      }
+      return out;
     }
-    return out;
+    ParsedToolCalls parsed = ParseToolCalls(kind_, out.generation.text, tools_);
+    out.content = std::move(parsed.content);
+    out.tool_calls = std::move(parsed.calls);
+    if (!out.tool_calls.empty() || out.generation.finish_reason == FinishReason::kCancelled) {
+      return out;
+    }
+    if (!forced_call_) {
+      hold.Flush();  // no call after all: the text held back goes out now
+      return out;
+    }
+    // Note [Forced tool calls]: no call in a forced call's output.
+    if (out.generation.finish_reason == FinishReason::kLength && !constraint_->CanEnd()) {
+      out.content.clear();
+      return out;
+    }
+    constexpr size_t kQuoted = 256;  // bytes of the output in the message
+    return InternalError(
+        fmt::format("model \"{}\": the output of the forced tool call did not parse as a call "
+                    "of the request's tools ({} bytes, starting \"{}\")",
+                    model_, out.generation.text.size(), out.generation.text.substr(0, kQuoted)),
+        ErrorReason::kToolCallUnparsed);
   }
 
   Engine* engine_ = nullptr;
@@ -169,6 +200,7 @@ class TextGenerationImpl final : public TextGeneration {
   std::unique_ptr<TokenConstraint> constraint_;  // request_.constraint points here
   ChatTemplateKind kind_ = ChatTemplateKind::kChatML;
   std::vector<ToolDefinition> tools_;  // rendered into the prompt; parsed back
+  bool forced_call_ = false;           // Note [Forced tool calls]
   std::string echo_;
   KvPrecache* precache_ = nullptr;  // null: the engine picks the slot
   std::string conversation_;
@@ -223,7 +255,9 @@ Result<std::unique_ptr<TextGeneration>> RuntimeImpl::StartText(TextRequest r) {
     }
   }
   g.sampling = r.sampling;
-  g.stop = std::move(r.stop);
+  job->forced_call_ = r.chat && ForcesToolCall(r);
+  // Note [Forced tool calls]: a stop string could only cut the call.
+  if (!job->forced_call_) g.stop = std::move(r.stop);
   g.ignore_eos = r.ignore_eos;
   g.top_logprobs = r.top_logprobs;
   g.on_token = std::move(r.on_token);

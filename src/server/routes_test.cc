@@ -6,6 +6,7 @@
 // table's mapping of typed reasons.
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -28,7 +29,7 @@ using json = nlohmann::json;
 class RoutesTest : public RouteHarness {
  protected:
   std::vector<std::vector<Route>> Groups(ServerContext& ctx) override {
-    return {OpenAIRoutes(ctx), AdminRoutes(ctx)};
+    return {OpenAIRoutes(ctx), AdminRoutes(ctx), ResponsesRoutes(ctx)};
   }
 };
 
@@ -266,6 +267,165 @@ TEST_F(RoutesTest, MetricsAndModels) {
   EXPECT_EQ(models["data"].size(), 2u);
 }
 
+// Note [Forced tool calls] (runtime text.cc), at the edge: with
+// tool_choice "required" or a named function every answer is one parsed
+// call (finish_reason "tool_calls"), or, when max_tokens is below the
+// shortest call, finish_reason "length" with neither call nor content.
+json ForcedCallRequest(const json& tool_choice, int max_tokens, int seed) {
+  const json number = {{"type", "number"}};
+  const json add = {{"type", "object"},
+                    {"properties", {{"a", number}, {"b", number}}},
+                    {"required", {"a", "b"}}};
+  const json note = {{"type", "object"},
+                     {"properties", {{"title", {{"type", "string"}}},
+                                     {"priority", {{"type", "integer"}, {"minimum", 1},
+                                                   {"maximum", 5}}}}},
+                     {"required", {"title", "priority"}}};
+  return {{"model", "chat"},
+          {"messages", {{{"role", "user"}, {"content", "add 2 and 3"}}}},
+          {"tools", {{{"type", "function"}, {"function", {{"name", "add"}, {"parameters", add}}}},
+                     {{"type", "function"}, {"function", {{"name", "note"}, {"parameters", note}}}}}},
+          {"tool_choice", tool_choice},
+          {"max_tokens", max_tokens},
+          {"temperature", 1},
+          {"seed", seed}};
+}
+
+// The call's arguments: a JSON object whose numbers are finite and whose
+// integers are in range (the schemas above).
+void ExpectArguments(const json& call, const std::string& where) {
+  const std::string name = call["function"]["name"];
+  const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(args.is_object()) << where << call.dump();
+  if (name == "add") {
+    for (const char* k : {"a", "b"}) {
+      ASSERT_TRUE(args.contains(k) && args[k].is_number()) << where << args.dump();
+      EXPECT_TRUE(std::isfinite(args[k].get<double>())) << where << args.dump();
+    }
+  } else {
+    ASSERT_EQ(name, "note") << where;
+    ASSERT_TRUE(args["title"].is_string()) << where << args.dump();
+    ASSERT_TRUE(args["priority"].is_number_integer()) << where << args.dump();
+    EXPECT_GE(args["priority"].get<int64_t>(), 1);
+    EXPECT_LE(args["priority"].get<int64_t>(), 5);
+  }
+}
+
+// A context that holds the tool prompt (two tools: about 510 tokens of the
+// tiny model's 512-token vocabulary) and a 150-token call.
+class ToolCallRoutesTest : public RoutesTest {
+ protected:
+  void AdjustConfig(Config* config) override {
+    for (ModelEntry& m : config->models) m.ctx = 1024;
+  }
+};
+
+TEST_F(ToolCallRoutesTest, AForcedToolCallIsACallOrSaysItRanOutOfTokens) {
+  const json named = {{"type", "function"}, {"function", {{"name", "note"}}}};
+  int calls = 0, cut = 0;
+  for (const json& choice : {json("required"), named}) {
+    for (int max_tokens : {1, 4, 12, 24, 48, 96, 150}) {
+      for (int seed = 1; seed <= 3; ++seed) {
+        const std::string where = choice.dump() + " max_tokens " + std::to_string(max_tokens) +
+                                  " seed " + std::to_string(seed) + ": ";
+        auto r = Call("POST /v1/chat/completions", ForcedCallRequest(choice, max_tokens, seed).dump());
+        ASSERT_EQ(r->status(), 200) << where << r->body();
+        const json c = Body(*r)["choices"][0];
+        if (c["finish_reason"] == "tool_calls") {
+          ++calls;
+          ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << where << c.dump();
+          EXPECT_TRUE(c["message"]["content"].is_null()) << where << c.dump();
+          if (choice.is_object()) EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "note");
+          ExpectArguments(c["message"]["tool_calls"][0], where);
+          continue;
+        }
+        // Never the call's text as content: the budget was too small.
+        ++cut;
+        EXPECT_EQ(c["finish_reason"], "length") << where << c.dump();
+        EXPECT_FALSE(c["message"].contains("tool_calls")) << where << c.dump();
+        EXPECT_EQ(c["message"]["content"], "") << where << c.dump();
+        // 96 tokens hold the shortest call of either function, byte by byte.
+        EXPECT_LT(max_tokens, 96) << where;
+      }
+    }
+  }
+  EXPECT_GT(calls, 0);
+  EXPECT_GT(cut, 0);  // max_tokens 1 cannot hold a call
+}
+
+TEST_F(ToolCallRoutesTest, AForcedCallThatEndsExactlyAtTheBudgetIsStillACall) {
+  json req = ForcedCallRequest("required", 150, 5);
+  req["temperature"] = 0;
+  const json whole = Body(*Call("POST /v1/chat/completions", req.dump()));
+  ASSERT_EQ(whole["choices"][0]["finish_reason"], "tool_calls") << whole.dump();
+  req["max_tokens"] = whole["usage"]["completion_tokens"];
+  const json exact = Body(*Call("POST /v1/chat/completions", req.dump()));
+  EXPECT_EQ(exact["choices"][0]["finish_reason"], "tool_calls") << exact.dump();
+  EXPECT_EQ(exact["choices"][0]["message"]["tool_calls"][0]["function"],
+            whole["choices"][0]["message"]["tool_calls"][0]["function"]);
+}
+
+TEST_F(ToolCallRoutesTest, AForcedCallStreamedIsOneToolCallsDeltaAndStopStringsDoNotCutIt) {
+  for (int max_tokens : {1, 150}) {
+    json req = ForcedCallRequest("required", max_tokens, 7);
+    req["stream"] = true;
+    req["stop"] = {"\n", "{", "\""};  // each would cut the call's text
+    auto s = Call("POST /v1/chat/completions", req.dump());
+    ASSERT_EQ(s->status(), 200) << s->body();
+    std::string finish, content;
+    json calls = json::array();
+    for (const std::string& chunk : s->chunks()) {
+      if (chunk.rfind("data: {", 0) != 0) continue;
+      const json c = json::parse(chunk.substr(6))["choices"][0];
+      if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+      for (const json& t : c["delta"].value("tool_calls", json::array())) calls.push_back(t);
+      if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+    }
+    EXPECT_EQ(content, "") << s->body();
+    if (max_tokens == 1) {
+      EXPECT_EQ(finish, "length") << s->body();
+      EXPECT_TRUE(calls.empty()) << s->body();
+    } else {
+      EXPECT_EQ(finish, "tool_calls") << s->body();
+      ASSERT_EQ(calls.size(), 1u) << s->body();
+      ExpectArguments(calls[0], "streamed: ");
+    }
+  }
+}
+
+TEST_F(ToolCallRoutesTest, AForcedCallThroughResponsesIsAFunctionCallItem) {
+  for (int max_output_tokens : {1, 150}) {
+    const json chat = ForcedCallRequest("required", max_output_tokens, 3);
+    json tools = json::array();
+    for (const json& t : chat["tools"]) {
+      tools.push_back({{"type", "function"}, {"name", t["function"]["name"]},
+                       {"parameters", t["function"]["parameters"]}});
+    }
+    const json req = {{"model", "chat"}, {"input", "add 2 and 3"}, {"tools", tools},
+                      {"tool_choice", "required"}, {"max_output_tokens", max_output_tokens},
+                      {"temperature", 1}};
+    auto r = Call("POST /v1/responses", req.dump());
+    ASSERT_EQ(r->status(), 200) << r->body();
+    const json j = Body(*r);
+    json calls = json::array();
+    for (const json& item : j["output"]) {
+      if (item["type"] == "function_call") calls.push_back(item);
+      if (item["type"] == "message") EXPECT_EQ(item["content"].dump().find("tool_call"), std::string::npos);
+    }
+    if (max_output_tokens == 1) {
+      EXPECT_EQ(j["status"], "incomplete") << j.dump();
+      EXPECT_EQ(j["incomplete_details"]["reason"], "max_output_tokens");
+      EXPECT_TRUE(calls.empty()) << j.dump();
+    } else {
+      EXPECT_EQ(j["status"], "completed") << j.dump();
+      ASSERT_EQ(calls.size(), 1u) << j.dump();
+      ExpectArguments({{"function", {{"name", calls[0]["name"]},
+                                     {"arguments", calls[0]["arguments"]}}}},
+                      "responses: ");
+    }
+  }
+}
+
 // A Runtime whose text generations fail in Run() with `error` after
 // `pieces` pieces of text (the real one's, wrapped): what a stream sees when
 // the weights cannot get room in the budget after the admission.
@@ -394,6 +554,25 @@ TEST_F(RoutesTest, AStreamThatFailsBeforeItsFirstTokenGetsAPlainErrorStatus) {
     EXPECT_EQ(l->body().substr(l->body().size() - 14), "data: [DONE]\n\n");
     ctx_.runtime = rt_.get();
   }
+}
+
+// A forced call whose output did not parse (Note [Forced tool calls]) is a
+// 500 that says so, streamed or not: never content.
+TEST_F(ToolCallRoutesTest, AnUnparsedForcedCallIsAServerErrorNamingIt) {
+  const ::arbiter::Status unparsed =
+      InternalError("the output of the forced tool call did not parse",
+                    ErrorReason::kToolCallUnparsed);
+  FailingRunRuntime failing(rt_.get(), unparsed, /*pieces=*/0);
+  ctx_.runtime = &failing;
+  for (bool stream : {false, true}) {
+    json req = ForcedCallRequest("required", 150, 1);
+    req["stream"] = stream;
+    auto r = Call("POST /v1/chat/completions", req.dump());
+    EXPECT_FALSE(r->streamed());
+    EXPECT_EQ(r->status(), 500) << r->body();
+    EXPECT_EQ(Body(*r)["error"]["code"], "tool_call_unparsed") << r->body();
+  }
+  ctx_.runtime = rt_.get();
 }
 
 TEST_F(RoutesTest, AnEventStreamEndsWhenTheServerStops) {

@@ -86,6 +86,7 @@ enum class ErrorReason {
   kNoKvPrecache,           // the server (or the model) has no KV precache
   kCancelled,              // the client went away or the server is stopping
   kQueueFull,              // the model's request queue is full ([[models]] queue)
+  kToolCallUnparsed,       // a forced tool call's output did not parse (a bug)
 };
 // "none", "invalid_request", "model_not_found", ..., "cancelled".
 std::string_view ErrorReasonName(ErrorReason reason);

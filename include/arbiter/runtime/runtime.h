@@ -79,7 +79,7 @@ struct TextRequest {
   // completion → 16 (OpenAI's default).
   std::optional<int> max_tokens;
   SamplingParams sampling;
-  std::vector<std::string> stop;
+  std::vector<std::string> stop;       // not applied to a forced tool call (tool_choice)
   bool ignore_eos = false;             // keep generating past end-of-sequence
   std::string conversation_id;         // "" = none (the longest-prefix slot)
   std::string cache_ttl;               // "" | "short" | "long" | "extended"
@@ -106,7 +106,10 @@ struct TextResult {
   GenerationResult generation;
   KvOutcome kv;                        // slot, source, restored tokens (slot -1: no precache)
   // With tools: the calls parsed out of the output, and the output without
-  // them (else content = generation.text, no calls).
+  // them (else content = generation.text, no calls). A forced call
+  // (tool_choice "required" or a named function) gives exactly one call, or
+  // none and empty content when the budget ran out before the call was
+  // complete (finish reason kLength).
   std::vector<ToolCall> tool_calls;
   std::string content;
 };
@@ -136,7 +139,9 @@ class TextGeneration {
   // polled: base/cancel.h). Cancellation is not an error
   // (finish_reason kCancelled). Errors: the engine's (kNotResident when
   // externally managed weights were demoted since the acquire,
-  // kBudgetExceeded when reloading them cannot get room, kInvalidArgument).
+  // kBudgetExceeded when reloading them cannot get room, kInvalidArgument);
+  // kInternal with reason kToolCallUnparsed when a forced call's output does
+  // not parse (a bug: the grammar should not allow it).
   virtual Result<TextResult> Run(const TextCallback& on_text, const Cancellation& cancelled) = 0;
 };
 

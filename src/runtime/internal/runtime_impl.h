@@ -113,6 +113,9 @@ class RuntimeImpl final : public Runtime {
                                                             const Engine& engine,
                                                             std::optional<ChatTemplateKind> kind,
                                                             const TextRequest& request);
+  // True when `request` forces a tool call: tools with tool_choice
+  // "required" or a named function (Note [Forced tool calls] in text.cc).
+  static bool ForcesToolCall(const TextRequest& request);
 
  private:
   void KvMaintenanceLoop();

@@ -32,6 +32,9 @@ HttpError HttpErrorFor(const Status& st) {
     case ErrorReason::kNoKvPrecache: return {503, kServer, "unavailable"};
     case ErrorReason::kCancelled: return {503, kServer, "cancelled"};
     case ErrorReason::kQueueFull: return {503, kServer, "queue_full", kRetry};
+    // The grammar let through a call the parser refuses: our bug, logged.
+    case ErrorReason::kToolCallUnparsed:
+      return {500, kServer, "tool_call_unparsed", 0, /*bug=*/true};
   }
   switch (st.code()) {
     case StatusCode::kInvalidArgument:

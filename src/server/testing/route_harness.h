@@ -51,11 +51,15 @@ class RouteHarness : public ::testing::Test {
 
   // The route groups under test, built on `ctx`.
   virtual std::vector<std::vector<Route>> Groups(ServerContext& ctx) = 0;
+  // Changes the tiny runtime's config before the Runtime is made (a
+  // suite that needs a longer context than the default 256 tokens).
+  virtual void AdjustConfig(Config* config) { (void)config; }
 
   void SetUp() override {
     Config c = ::arbiter::testing::TinyRuntimeConfig(
         *dir_, (*dir_ / ("state-" + std::to_string(++n_))).string(),
         {{"chat", Capability::kText}, {"emb", Capability::kEmbedding}});
+    AdjustConfig(&c);
     Result<std::unique_ptr<Runtime>> rt = Runtime::Create(c);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();
