@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/engine/tool_calls.h"
 #include "runtime/internal/runtime_impl.h"
 
@@ -187,11 +188,10 @@ class TextGenerationImpl final : public TextGeneration {
       out.content.clear();
       return out;
     }
-    constexpr size_t kQuoted = 256;  // bytes of the output in the message
     return InternalError(
         fmt::format("model \"{}\": the output of the forced tool call did not parse as a call "
                     "of the request's tools ({} bytes, starting \"{}\")",
-                    model_, out.generation.text.size(), out.generation.text.substr(0, kQuoted)),
+                    model_, out.generation.text.size(), ClipInput(out.generation.text)),
         ErrorReason::kToolCallUnparsed);
   }
 
