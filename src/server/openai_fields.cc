@@ -186,32 +186,17 @@ static Status ParseTool(const json& t, const std::string& path, bool flat, ToolD
   return OkStatus();
 }
 
-// tools, tool_choice, parallel_tool_calls.
-Status ParseTools(const json& j, bool flat, ToolFields* out) {
-  if (const json* tools = Field(j, "tools")) {
-    if (!tools->is_array()) return TypeError("tools", "an array of function tools");
-    if (tools->size() > 128) return InvalidArgumentError("\"tools\" may hold at most 128 tools");
-    for (size_t i = 0; i < tools->size(); ++i) {
-      ToolDefinition t;
-      ARBITER_RETURN_IF_ERROR(ParseTool((*tools)[i], fmt::format("tools[{}]", i), flat, &t));
-      for (const ToolDefinition& other : out->tools) {
-        if (other.name == t.name) {
-          return InvalidArgumentError(
-              fmt::format("\"tools[{}].name\": \"{}\" is defined twice", i, t.name));
-        }
-      }
-      out->tools.push_back(std::move(t));
-    }
-  }
+Status ParseToolChoice(const json& j, bool flat, const std::vector<ToolDefinition>& tools,
+                       ToolChoice* choice) {
   if (const json* c = Field(j, "tool_choice")) {
     if (c->is_string()) {
       const std::string& mode = c->get_ref<const std::string&>();
       if (mode == "auto") {
-        out->choice.mode = ToolChoice::Mode::kAuto;
+        choice->mode = ToolChoice::Mode::kAuto;
       } else if (mode == "none") {
-        out->choice.mode = ToolChoice::Mode::kNone;
+        choice->mode = ToolChoice::Mode::kNone;
       } else if (mode == "required") {
-        out->choice.mode = ToolChoice::Mode::kRequired;
+        choice->mode = ToolChoice::Mode::kRequired;
       } else {
         return InvalidArgumentError(fmt::format(
             "\"tool_choice\" must be \"auto\", \"none\", \"required\" or a named function (got "
@@ -233,24 +218,45 @@ Status ParseTools(const json& j, bool flat, ToolFields* out) {
       if (name == nullptr || !name->is_string()) {
         return TypeError(flat ? "tool_choice.name" : "tool_choice.function.name", "a string");
       }
-      out->choice.mode = ToolChoice::Mode::kFunction;
-      out->choice.function = name->get<std::string>();
+      choice->mode = ToolChoice::Mode::kFunction;
+      choice->function = name->get<std::string>();
     } else {
       return TypeError("tool_choice", "a string or {\"type\": \"function\", ...}");
     }
   }
-  if (out->choice.mode == ToolChoice::Mode::kFunction) {
+  if (choice->mode == ToolChoice::Mode::kFunction) {
     bool known = false;
-    for (const ToolDefinition& t : out->tools) known = known || t.name == out->choice.function;
+    for (const ToolDefinition& t : tools) known = known || t.name == choice->function;
     if (!known) {
       return InvalidArgumentError(
           fmt::format("\"tool_choice\" names the function \"{}\", which is not in \"tools\"",
-                      ClipInput(out->choice.function)));
+                      ClipInput(choice->function)));
     }
   }
-  if (out->choice.mode == ToolChoice::Mode::kRequired && out->tools.empty()) {
+  if (choice->mode == ToolChoice::Mode::kRequired && tools.empty()) {
     return InvalidArgumentError("\"tool_choice\": \"required\" needs \"tools\"");
   }
+  return OkStatus();
+}
+
+// tools, tool_choice, parallel_tool_calls.
+Status ParseTools(const json& j, bool flat, ToolFields* out) {
+  if (const json* tools = Field(j, "tools")) {
+    if (!tools->is_array()) return TypeError("tools", "an array of function tools");
+    if (tools->size() > 128) return InvalidArgumentError("\"tools\" may hold at most 128 tools");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      ToolDefinition t;
+      ARBITER_RETURN_IF_ERROR(ParseTool((*tools)[i], fmt::format("tools[{}]", i), flat, &t));
+      for (const ToolDefinition& other : out->tools) {
+        if (other.name == t.name) {
+          return InvalidArgumentError(
+              fmt::format("\"tools[{}].name\": \"{}\" is defined twice", i, t.name));
+        }
+      }
+      out->tools.push_back(std::move(t));
+    }
+  }
+  ARBITER_RETURN_IF_ERROR(ParseToolChoice(j, flat, out->tools, &out->choice));
   ARBITER_RETURN_IF_ERROR(GetBool(j, "parallel_tool_calls", &out->parallel));
   return OkStatus();
 }

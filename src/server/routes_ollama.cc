@@ -246,11 +246,6 @@ void AddDone(const OllamaJob& job, const GenerationResult& g, json* j) {
   (*j)["eval_duration"] = static_cast<int64_t>(g.timings.decode_ms * 1e6);
 }
 
-// The text of a finished run: with tool calls, the output without them.
-const std::string& ContentOf(const TextResult& r) {
-  return r.tool_calls.empty() ? r.generation.text : r.content;
-}
-
 void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool stream) {
   bool client_ok = true;
   bool started = false;
@@ -298,7 +293,7 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
     return;
   }
   if (!stream) {
-    json j = Chunk(job, ContentOf(*result));
+    json j = Chunk(job, result->content);
     if (job.chat_api && !result->tool_calls.empty()) {
       j["message"]["tool_calls"] = ToolCallsJson(result->tool_calls);
     }
@@ -306,7 +301,7 @@ void RunOllama(ServerContext& ctx, http::Responder& out, OllamaJob& job, bool st
     return SendJson(out, 200, DumpJson(j));
   }
   if (job.with_tools) {  // the buffered output, calls parsed, in one chunk
-    json j = Chunk(job, ContentOf(*result));
+    json j = Chunk(job, result->content);
     if (!result->tool_calls.empty()) j["message"]["tool_calls"] = ToolCallsJson(result->tool_calls);
     write(j);
   }

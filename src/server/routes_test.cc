@@ -426,6 +426,45 @@ TEST_F(ToolCallRoutesTest, AForcedCallThroughResponsesIsAFunctionCallItem) {
   }
 }
 
+// Ollama's /api/chat takes tool_choice as an extension: the same rule, with
+// the arguments as an object and done_reason "stop" or "length".
+class OllamaToolCallRoutesTest : public ToolCallRoutesTest {
+ protected:
+  std::vector<std::vector<Route>> Groups(ServerContext& ctx) override { return {OllamaRoutes(ctx)}; }
+};
+
+TEST_F(OllamaToolCallRoutesTest, AForcedCallThroughOllamaChatIsAToolCall) {
+  for (int num_predict : {1, 150}) {
+    const json chat = ForcedCallRequest("required", num_predict, 4);
+    const json req = {{"model", "chat"}, {"messages", chat["messages"]}, {"tools", chat["tools"]},
+                      {"tool_choice", "required"}, {"stream", false},
+                      {"options", {{"num_predict", num_predict}, {"seed", 4}, {"temperature", 1}}}};
+    auto r = Call("POST /api/chat", req.dump());
+    ASSERT_EQ(r->status(), 200) << r->body();
+    const json j = Body(*r);
+    if (num_predict == 1) {
+      EXPECT_EQ(j["done_reason"], "length") << j.dump();
+      EXPECT_FALSE(j["message"].contains("tool_calls")) << j.dump();
+      EXPECT_EQ(j["message"]["content"], "") << j.dump();
+      continue;
+    }
+    EXPECT_EQ(j["done_reason"], "stop") << j.dump();
+    EXPECT_EQ(j["message"]["content"], "") << j.dump();
+    ASSERT_EQ(j["message"]["tool_calls"].size(), 1u) << j.dump();
+    const json& fn = j["message"]["tool_calls"][0]["function"];
+    ASSERT_TRUE(fn["arguments"].is_object()) << j.dump();
+    ExpectArguments({{"function", {{"name", fn["name"]}, {"arguments", fn["arguments"].dump()}}}},
+                    "ollama: ");
+  }
+  auto bad = Call("POST /api/chat", json({{"model", "chat"},
+                                          {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                          {"tool_choice", "required"}})
+                                        .dump());
+  EXPECT_EQ(bad->status(), 400);
+  EXPECT_NE(Body(*bad)["error"].get<std::string>().find("needs \"tools\""), std::string::npos)
+      << bad->body();
+}
+
 // A Runtime whose text generations fail in Run() with `error` after
 // `pieces` pieces of text (the real one's, wrapped): what a stream sees when
 // the weights cannot get room in the budget after the admission.

@@ -30,6 +30,7 @@
 
 #include "arbiter/base/clip.h"
 #include "server/internal/json_fields.h"
+#include "server/internal/openai_fields.h"
 
 namespace arbiter::server_internal {
 namespace {
@@ -340,14 +341,17 @@ Status ParseThink(const json& body) {
 Result<OllamaTextRequest> ParseChatImpl(std::string_view body) {
   ARBITER_ASSIGN_OR_RETURN(json j, ParseBody(body));
   ARBITER_RETURN_IF_ERROR(OnlyKnown(j,
-                                    {"model", "messages", "tools", "format", "options", "stream",
-                                     "keep_alive", "think"},
+                                    {"model", "messages", "tools", "tool_choice", "format",
+                                     "options", "stream", "keep_alive", "think"},
                                     "", "/api/chat"));
   OllamaTextRequest r;
   r.text.chat = true;
   ARBITER_RETURN_IF_ERROR(ParseModel(j, &r.text.model));
   ARBITER_RETURN_IF_ERROR(ParseMessages(j, &r));
   ARBITER_RETURN_IF_ERROR(ParseTools(j, &r.text));
+  // Extension: OpenAI's tool_choice (Ollama has none), so a call can be
+  // forced here too (Note [Forced tool calls]).
+  ARBITER_RETURN_IF_ERROR(ParseToolChoice(j, /*flat=*/false, r.text.tools, &r.text.tool_choice));
   ARBITER_RETURN_IF_ERROR(ParseFormat(j, &r.text));
   ARBITER_RETURN_IF_ERROR(ParseOptions(j, &r));
   ARBITER_RETURN_IF_ERROR(GetBool(j, "stream", &r.stream));

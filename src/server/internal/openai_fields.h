@@ -31,6 +31,12 @@ Status ParseOutputFormat(const RequestJson& j, OutputFormat* out);
 // tools, tool_choice, parallel_tool_calls; `flat`: the Responses API's
 // tool shape ({"type":"function","name",...}) instead of chat's.
 Status ParseTools(const RequestJson& j, bool flat, ToolFields* out);
+// tool_choice against the request's `tools` (already parsed): "auto",
+// "none", "required" (needs tools) or a named function of `tools` —
+// {"type":"function","function":{"name"}}, or {"type":"function","name"}
+// when `flat` (Responses). Absent: `choice` unchanged.
+Status ParseToolChoice(const RequestJson& j, bool flat, const std::vector<ToolDefinition>& tools,
+                       ToolChoice* choice);
 // max_tokens / max_completion_tokens (the latter wins).
 Status ParseMaxTokens(const RequestJson& j, std::optional<int>* out);
 // "stop": a string or ≤ 4 strings.
