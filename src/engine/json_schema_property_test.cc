@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <string>
@@ -29,6 +30,7 @@
 
 #include "arbiter/engine/grammar.h"
 #include "arbiter/engine/json_schema.h"
+#include "engine/testing/synthetic_tokenizer.h"
 
 namespace arbiter {
 namespace {
@@ -62,32 +64,11 @@ const char* const kPieces[] = {
     "\xC3\xA9", "\xC3", "\xA9x", "\xE2\x82", "\xAC", "\xF0\x9F\x98\x80"};
 // clang-format on
 
-// Every byte as a token, then kPieces, then one special token.
-class SyntheticTokenizer final : public Tokenizer {
- public:
-  SyntheticTokenizer() {
-    for (int b = 0; b < 256; ++b) tokens_.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : kPieces) tokens_.push_back(t);
-    tokens_.push_back("<|special|>");
-  }
-  std::vector<int32_t> Encode(std::string_view, bool) const override { return {}; }
-  std::string Decode(const std::vector<int32_t>&, bool) const override { return ""; }
-  std::string TokenBytes(int32_t id) const override {
-    return id >= 0 && id < static_cast<int32_t>(tokens_.size()) ? tokens_[id] : "";
-  }
-  int32_t TokenId(std::string_view) const override { return -1; }
-  bool IsSpecial(int32_t id) const override {
-    return id == static_cast<int32_t>(tokens_.size()) - 1;
-  }
-  int vocab_size() const override { return static_cast<int>(tokens_.size()); }
-
- private:
-  std::vector<std::string> tokens_;
-};
-
 const std::shared_ptr<const GrammarVocabulary>& Vocab() {
-  static const auto* v =
-      new std::shared_ptr<const GrammarVocabulary>(GrammarVocabulary::Build(SyntheticTokenizer()));
+  // Every byte as a token, then kPieces, then one special token.
+  static const auto* v = new std::shared_ptr<const GrammarVocabulary>(
+      GrammarVocabulary::Build(testing::SyntheticTokenizer(
+          std::vector<std::string>(std::begin(kPieces), std::end(kPieces)))));
   return *v;
 }
 
