@@ -31,6 +31,7 @@
 #include "arbiter/engine/grammar.h"
 #include "arbiter/engine/json_schema.h"
 #include "engine/testing/synthetic_tokenizer.h"
+#include "engine/testing/test_size.h"
 
 namespace arbiter {
 namespace {
@@ -42,13 +43,8 @@ constexpr int64_t kMaxSafeInteger = 9007199254740991;
 
 // Debug and sanitizer builds (CI runs this under ASan) walk one stream per
 // schema and smaller schemas.
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-constexpr int kStreamsPerSchema = 6;
-constexpr int kMaxSchemaDepth = 3;
-#else
-constexpr int kStreamsPerSchema = 1;
-constexpr int kMaxSchemaDepth = 2;
-#endif
+constexpr int kStreamsPerSchema = testing::kFullSizeTests ? 6 : 1;
+constexpr int kMaxSchemaDepth = testing::kFullSizeTests ? 3 : 2;
 
 // Pieces a BPE vocabulary has besides every byte: JSON punctuation, words,
 // whitespace runs, digit runs and exponents (among them the numbers the old
