@@ -72,18 +72,26 @@ const std::shared_ptr<const GrammarVocabulary>& Vocab() {
 
 int Pick(int n) { return *rc::gen::inRange(0, n); }
 
-// A bound as JSON: small values, fractions, values near 0, ±(2^53 − 1),
-// zod's float32 and float64 limits.
-ojson NumberBound() {
-  switch (Pick(9)) {
+// The bounds numbers and integers share, `which` in 0..3: 0, small
+// integers, eighths, ±(2^53 − 1).
+ojson SharedBound(int which) {
+  switch (which) {
     case 0:
       return 0;
     case 1:
       return *rc::gen::inRange(-1000, 1000);
     case 2:
       return *rc::gen::inRange(-1000, 1000) / 8.0;
-    case 3:
+    default:
       return Pick(2) ? kMaxSafeInteger : -kMaxSafeInteger;
+  }
+}
+
+// A bound as JSON: small values, fractions, values near 0, ±(2^53 − 1),
+// zod's float32 and float64 limits.
+ojson NumberBound() {
+  const int which = Pick(9);
+  switch (which) {
     case 4:
       return Pick(2) ? 1.7976931348623157e308 : -1.7976931348623157e308;
     case 5:
@@ -92,25 +100,22 @@ ojson NumberBound() {
       return *rc::gen::inRange(-99999, 99999) * 1e-5;
     case 7:
       return *rc::gen::inRange<int64_t>(-kMaxSafeInteger, kMaxSafeInteger);
-    default:
+    case 8:
       return 0.1 * *rc::gen::inRange(-30, 30);
+    default:
+      return SharedBound(which);
   }
 }
 
 ojson IntegerBound() {
-  switch (Pick(6)) {
-    case 0:
-      return 0;
-    case 1:
-      return *rc::gen::inRange(-1000, 1000);
-    case 2:
-      return *rc::gen::inRange(-1000, 1000) / 8.0;
-    case 3:
-      return Pick(2) ? kMaxSafeInteger : -kMaxSafeInteger;
+  const int which = Pick(6);
+  switch (which) {
     case 4:
       return Pick(2) ? kMaxSafeInteger - 1 : -kMaxSafeInteger + 1;
-    default:
+    case 5:
       return *rc::gen::inRange<int64_t>(-kMaxSafeInteger, kMaxSafeInteger);
+    default:
+      return SharedBound(which);
   }
 }
 
