@@ -14,31 +14,9 @@
 #include <vector>
 
 #include "arbiter/engine/grammar.h"
+#include "engine/testing/synthetic_tokenizer.h"
 
 namespace {
-
-class FakeTokenizer final : public arbiter::Tokenizer {
- public:
-  FakeTokenizer() {
-    for (int b = 0; b < 256; ++b) tokens_.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"{\"", "\":", "\",", "\"}", "true", "null", "ab", "abc", " the", "\n  ",
-                          "\xC3\xA9", "\xC3", "\xA9x", "\xE2\x82", "\xAC", "\xF0\x9F\x98\x80", "[\"", "0.5"}) {
-      tokens_.push_back(t);
-    }
-    tokens_.push_back("<|special|>");
-  }
-  std::vector<int32_t> Encode(std::string_view, bool) const override { return {}; }
-  std::string Decode(const std::vector<int32_t>&, bool) const override { return ""; }
-  std::string TokenBytes(int32_t id) const override {
-    return id >= 0 && id < static_cast<int32_t>(tokens_.size()) ? tokens_[id] : "";
-  }
-  int32_t TokenId(std::string_view) const override { return -1; }
-  bool IsSpecial(int32_t id) const override { return id == static_cast<int32_t>(tokens_.size()) - 1; }
-  int vocab_size() const override { return static_cast<int>(tokens_.size()); }
-
- private:
-  std::vector<std::string> tokens_;
-};
 
 // A broken invariant: say which, then crash so libFuzzer keeps the input.
 [[noreturn]] void Fail(const char* what) {
@@ -50,7 +28,9 @@ class FakeTokenizer final : public arbiter::Tokenizer {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto* vocab = new std::shared_ptr<const arbiter::GrammarVocabulary>(
-      arbiter::GrammarVocabulary::Build(FakeTokenizer()));
+      arbiter::GrammarVocabulary::Build(arbiter::testing::SyntheticTokenizer(
+          {"{\"", "\":", "\",", "\"}", "true", "null", "ab", "abc", " the", "\n  ", "\xC3\xA9",
+           "\xC3", "\xA9x", "\xE2\x82", "\xAC", "\xF0\x9F\x98\x80", "[\"", "0.5"})));
   std::string_view text(reinterpret_cast<const char*>(data), size);
   auto g = arbiter::Grammar::Parse(text);
   if (!g.ok()) return 0;

@@ -155,9 +155,8 @@ std::vector<json> EventsOfType(const std::string& sse, const std::string& type) 
 class ArbiterE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-arb-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = ::arbiter::testing::MakeScratchDir("arb-e2e");
+    ASSERT_FALSE(dir_.empty());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 1).ok());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/ea", 2).ok());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/eb", 3).ok());

@@ -6,15 +6,10 @@
 // vllm:* gauges under [server] metrics_compat = ["vllm"].
 //
 // One server for the suite (tiny models); every wait has a deadline.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -23,53 +18,31 @@
 #include <nlohmann/json.hpp>
 
 #include "server_process.h"
+#include "server_suite.h"
 #include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr const char* kApiKey = "compat-key";
 constexpr const char* kOrigin = "http://localhost:5173";
 
-class CompatE2E : public ::testing::Test {
+class CompatE2E : public ::arbiter::testing::ServerSuite {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-compat-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(MakeDir("compat-e2e"));
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/tiny", 1).ok());
-    server_.port = ::arbiter::testing::FreeLoopbackPort();
-    ASSERT_GT(server_.port, 0);
-    const std::string config = dir_ + "/arbiter.toml";
-    std::ofstream(config) << "[server]\n"
-                          << "port = " << server_.port << "\n"
-                          << "api_key = \"" << kApiKey << "\"\n"
-                          << "cors_origins = [\"" << kOrigin << "\"]\n"
-                          << "metrics_compat = [\"vllm\"]\n"
-                          << "[memory]\nbudget = \"1GiB\"\n"
-                          << "[pressure]\nsource = \"none\"\n"
-                          << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nctx = 512\n";
-    server_.log = dir_ + "/serve.log";
+    std::ostringstream config;
+    config << "api_key = \"" << kApiKey << "\"\n"
+           << "cors_origins = [\"" << kOrigin << "\"]\n"
+           << "metrics_compat = [\"vllm\"]\n"
+           << "[memory]\nbudget = \"1GiB\"\n"
+           << "[pressure]\nsource = \"none\"\n"
+           << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nctx = 512\n";
     std::string error;
-    server_.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state",
-                                                  server_.log, server_.port,
-                                                  std::chrono::seconds(60), &error);
-    ASSERT_GT(server_.pid, 0) << error;
-  }
-
-  static void TearDownTestSuite() {
-    ::arbiter::testing::KillServer(server_, SIGKILL);
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-
-  void TearDown() override {
-    if (HasFailure()) {
-      std::cerr << "---- serve.log ----\n" << ::arbiter::testing::ReadAll(server_.log) << "----\n";
-    }
+    ASSERT_TRUE(StartServe(config.str(), &error)) << error;
   }
 
   static httplib::Client Client(bool auth = true) {
@@ -78,9 +51,6 @@ class CompatE2E : public ::testing::Test {
     if (auth) cli.set_bearer_token_auth(kApiKey);
     return cli;
   }
-
-  static inline std::string dir_;
-  static inline ::arbiter::testing::ServerProc server_;
 };
 
 TEST_F(CompatE2E, CorsHeadersGoToListedOriginsOnly) {

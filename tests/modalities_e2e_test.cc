@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,19 +97,14 @@ class Server {
  public:
   // Starts arbiter serve with `models_toml` and [memory] budget `budget`.
   void Start(const std::string& dir, const std::string& models_toml, const std::string& budget) {
-    proc_.port = ::arbiter::testing::FreeLoopbackPort();
-    ASSERT_GT(proc_.port, 0);
-    const std::string config = dir + "/arbiter.toml";
-    std::ofstream(config) << "[server]\nport = " << proc_.port << "\n"
-                          << "[memory]\nbudget = \"" << budget << "\"\n"
-                          << "[pressure]\nsource = \"none\"\n"
-                          << "[kv]\nprompt_cache = 0\n"
-                          << models_toml;
-    proc_.log = dir + "/serve.log";
+    std::ostringstream config;
+    config << "[memory]\nbudget = \"" << budget << "\"\n"
+           << "[pressure]\nsource = \"none\"\n"
+           << "[kv]\nprompt_cache = 0\n"
+           << models_toml;
     std::string error;
-    proc_.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir + "/state", proc_.log,
-                                                proc_.port, std::chrono::seconds(60), &error);
-    ASSERT_GT(proc_.pid, 0) << error;
+    ASSERT_TRUE(::arbiter::testing::StartServeIn(ARBITER_BINARY, dir, config.str(), &proc_, &error))
+        << error;
   }
   void Stop() { ::arbiter::testing::KillServer(proc_, SIGTERM); }
   ~Server() { ::arbiter::testing::KillServer(proc_, SIGKILL); }
@@ -194,29 +190,36 @@ name = "vad"
 capability = "vad"
 )";
 
-class ModalitiesE2E : public ::testing::Test {
+// A suite whose tests share one Server, started by the suite's
+// SetUpTestSuite in dir_ (a scratch directory); gone with it at the end.
+// gtest runs one suite at a time, so the suites below share these fields.
+class SharedServerSuite : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-modalities-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 7).ok());
-    ASSERT_TRUE(MakeOcrPng(dir_ + "/ocr.png"));
-    server_ = new Server();
-    server_->Start(dir_, kModels, "4GiB");
-  }
   static void TearDownTestSuite() {
     delete server_;
+    server_ = nullptr;
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
   void TearDown() override {
     if (HasFailure()) std::cerr << "---- serve.log ----\n" << server_->log();
   }
-  static std::string Png() { return ::arbiter::testing::ReadAll(dir_ + "/ocr.png"); }
 
   static inline std::string dir_;
   static inline Server* server_ = nullptr;
+};
+
+class ModalitiesE2E : public SharedServerSuite {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = ::arbiter::testing::MakeScratchDir("modalities-e2e");
+    ASSERT_FALSE(dir_.empty());
+    ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 7).ok());
+    ASSERT_TRUE(MakeOcrPng(dir_ + "/ocr.png"));
+    server_ = new Server();
+    server_->Start(dir_, kModels, "4GiB");
+  }
+  static std::string Png() { return ::arbiter::testing::ReadAll(dir_ + "/ocr.png"); }
 };
 
 // The official openai SDK, unmodified (skips without Node 20 and the
@@ -410,22 +413,13 @@ std::string SpeechText(size_t n) {
   return out;
 }
 
-class SpeechLimitsE2E : public ::testing::Test {
+class SpeechLimitsE2E : public SharedServerSuite {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-speech-limits-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = ::arbiter::testing::MakeScratchDir("speech-limits-e2e");
+    ASSERT_FALSE(dir_.empty());
     server_ = new Server();
     server_->Start(dir_, "[[models]]\nname = \"tts\"\ncapability = \"speak\"\n", "4GiB");
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << "---- serve.log ----\n" << server_->log();
   }
 
   // The ledger against the process: as ../shared/checks/07-ledger-truth
@@ -456,9 +450,6 @@ class SpeechLimitsE2E : public ::testing::Test {
                          g.scratch_mib);
     return g;
   }
-
-  static inline std::string dir_;
-  static inline Server* server_ = nullptr;
 };
 
 TEST_F(SpeechLimitsE2E, AnInputOverMaxSpeechCharsIsRefusedAtOnce) {
@@ -570,9 +561,8 @@ TEST_F(SpeechLimitsE2E, AClientThatLeavesMidSynthesisFreesTheModel) {
 class CrossModalE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/arbiter-crossmodal-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = ::arbiter::testing::MakeScratchDir("crossmodal-e2e");
+    ASSERT_FALSE(dir_.empty());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 7).ok());
     ASSERT_TRUE(MakeOcrPng(dir_ + "/ocr.png"));
   }
@@ -712,9 +702,8 @@ bool WaitFor(F done, int seconds) {
 class ProcessModelsE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/arbiter-process-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = ::arbiter::testing::MakeScratchDir("process-e2e");
+    ASSERT_FALSE(dir_.empty());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 7).ok());
     // The child serves the same tiny model under the name the parent proxies.
     std::ofstream(dir_ + "/child.toml") << "[pressure]\nsource = \"none\"\n"

@@ -10,12 +10,9 @@
 // their stored size (the file's tensor bytes, not an f32 expansion).
 //
 // No wall-clock speed assertions: every wait has a generous deadline.
-#include <signal.h>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 
@@ -24,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server_process.h"
+#include "server_suite.h"
 #include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
@@ -32,12 +30,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class ModelFormatsE2E : public ::testing::Test {
+class ModelFormatsE2E : public ::arbiter::testing::ServerSuite {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-formats-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(MakeDir("formats-e2e"));
     auto make = [](const char* preset, const std::string& out, ModelFormat format,
                    const char* dtype, uint64_t seed) {
       MakeModelOptions o;
@@ -50,34 +46,17 @@ class ModelFormatsE2E : public ::testing::Test {
     make("tiny-qwen3", dir_ + "/chat.gguf", ModelFormat::kGguf, "q8_0", 1);
     make("tiny", dir_ + "/embed.gguf", ModelFormat::kGguf, "f16", 2);
     make("tiny", dir_ + "/bf16", ModelFormat::kSafetensors, "bf16", 3);
-    server_.port = ::arbiter::testing::FreeLoopbackPort();
-    ASSERT_GT(server_.port, 0);
-    const std::string config = dir_ + "/arbiter.toml";
-    std::ofstream(config) << "[server]\nport = " << server_.port << "\n"
-                          << "[memory]\nbudget = \"1GiB\"\n"
-                          << "[pressure]\nsource = \"none\"\n"
-                          << "[[models]]\nname = \"chat-gguf\"\npath = \"chat.gguf\"\n"
-                          << "[[models]]\nname = \"embed-gguf\"\npath = \"embed.gguf\"\n"
-                          << "capability = \"embedding\"\n"
-                          << "[[models]]\nname = \"chat-bf16\"\npath = \"bf16\"\n"
-                          << "[[models]]\nname = \"embed-bf16\"\npath = \"bf16\"\n"
-                          << "capability = \"embedding\"\n";
-    server_.log = dir_ + "/serve.log";
+    const std::string config =
+        "[memory]\nbudget = \"1GiB\"\n"
+        "[pressure]\nsource = \"none\"\n"
+        "[[models]]\nname = \"chat-gguf\"\npath = \"chat.gguf\"\n"
+        "[[models]]\nname = \"embed-gguf\"\npath = \"embed.gguf\"\n"
+        "capability = \"embedding\"\n"
+        "[[models]]\nname = \"chat-bf16\"\npath = \"bf16\"\n"
+        "[[models]]\nname = \"embed-bf16\"\npath = \"bf16\"\n"
+        "capability = \"embedding\"\n";
     std::string error;
-    server_.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state",
-                                                  server_.log, server_.port,
-                                                  std::chrono::seconds(60), &error);
-    ASSERT_GT(server_.pid, 0) << error;
-  }
-
-  static void TearDownTestSuite() {
-    ::arbiter::testing::KillServer(server_, SIGKILL);
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-
-  void TearDown() override {
-    if (HasFailure()) std::cerr << "---- serve.log ----\n" << testing::ReadAll(server_.log);
+    ASSERT_TRUE(StartServe(config, &error)) << error;
   }
 
   static httplib::Result Post(const std::string& path, const json& body) {
@@ -101,13 +80,7 @@ class ModelFormatsE2E : public ::testing::Test {
                 {"temperature", 0},
                 {"stream", stream}};
   }
-
-  static std::string dir_;
-  static ::arbiter::testing::ServerProc server_;
 };
-
-std::string ModelFormatsE2E::dir_;
-::arbiter::testing::ServerProc ModelFormatsE2E::server_;
 
 TEST_F(ModelFormatsE2E, EveryFormatIsListedReady) {
   const json models = Get("/v1/models");

@@ -16,13 +16,8 @@
 //   - errors quote at most 256 bytes of what the client sent.
 //
 // One server for the suite (a tiny model); every wait has a deadline.
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
-#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -30,56 +25,34 @@
 #include <nlohmann/json.hpp>
 
 #include "server_process.h"
+#include "server_suite.h"
 #include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr const char* kApiKey = "limits-key";
 constexpr int kMaxAudioBytes = 100000;
 
-class RequestLimitsE2E : public ::testing::Test {
+class RequestLimitsE2E : public ::arbiter::testing::ServerSuite {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-limits-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(MakeDir("limits-e2e"));
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/tiny", 1).ok());
-    server_.port = ::arbiter::testing::FreeLoopbackPort();
-    ASSERT_GT(server_.port, 0);
-    const std::string config = dir_ + "/arbiter.toml";
     // max_body_bytes stays at its default (8 MiB): the nested bodies below
     // reach the JSON reader.
-    std::ofstream(config) << "[server]\n"
-                          << "port = " << server_.port << "\n"
-                          << "api_key = \"" << kApiKey << "\"\n"
-                          << "max_audio_bytes = " << kMaxAudioBytes << "\n"
-                          << "read_timeout_s = 1\n"
-                          << "request_timeout_s = 60\n"
-                          << "[memory]\nbudget = \"1GiB\"\n"
-                          << "[pressure]\nsource = \"none\"\n"
-                          << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nctx = 512\n";
-    server_.log = dir_ + "/serve.log";
+    std::ostringstream config;
+    config << "api_key = \"" << kApiKey << "\"\n"
+           << "max_audio_bytes = " << kMaxAudioBytes << "\n"
+           << "read_timeout_s = 1\n"
+           << "request_timeout_s = 60\n"
+           << "[memory]\nbudget = \"1GiB\"\n"
+           << "[pressure]\nsource = \"none\"\n"
+           << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nctx = 512\n";
     std::string error;
-    server_.pid = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state",
-                                                  server_.log, server_.port,
-                                                  std::chrono::seconds(60), &error);
-    ASSERT_GT(server_.pid, 0) << error;
-  }
-
-  static void TearDownTestSuite() {
-    ::arbiter::testing::KillServer(server_, SIGKILL);
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-
-  void TearDown() override {
-    if (HasFailure()) {
-      std::cerr << "---- serve.log ----\n" << ::arbiter::testing::ReadAll(server_.log) << "----\n";
-    }
+    ASSERT_TRUE(StartServe(config.str(), &error)) << error;
   }
 
   static httplib::Client Client() {
@@ -117,17 +90,7 @@ class RequestLimitsE2E : public ::testing::Test {
   // Sends `request` on a new connection and reads the answer until the
   // server closes it (a fuse of 30 s per read).
   static std::string RawExchange(const std::string& request) {
-    const int fd = ::arbiter::testing::ConnectLoopback(server_.port);
-    if (fd < 0) return "";
-    timeval tv{30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    std::string got;
-    char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
-    close(fd);
-    return got;
+    return ::arbiter::testing::RawExchange(server_.port, request);
   }
 
   // The server's peak resident set (VmHWM), bytes.
@@ -139,9 +102,6 @@ class RequestLimitsE2E : public ::testing::Test {
     }
     return -1;
   }
-
-  static inline std::string dir_;
-  static inline ::arbiter::testing::ServerProc server_;
 };
 
 TEST_F(RequestLimitsE2E, EveryJsonBodyIsReadWithTheSameDepthBound) {

@@ -40,6 +40,7 @@
 #include "arbiter/base/file.h"
 #include "tools/model_maker/model_maker.h"
 #include "server_process.h"
+#include "server_suite.h"
 
 extern char** environ;
 
@@ -57,6 +58,7 @@ constexpr size_t kBodyLimit = 64 * 1024;
 constexpr int kRequestTimeoutS = 3;
 
 using ::arbiter::testing::FreeLoopbackPort;
+using ::arbiter::testing::RawExchange;
 using ::arbiter::testing::ReadAll;
 
 // One server-sent-events body → the payloads of its `data:` lines.
@@ -86,12 +88,10 @@ void ExpectErrorShape(const httplib::Result& r, int status, const std::string& m
       << j["error"]["message"];
 }
 
-class ServeE2E : public ::testing::Test {
+class ServeE2E : public ::arbiter::testing::ServerSuite {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(MakeDir("e2e"));
     const std::string tiny = dir_ + "/tiny";
     const std::string embed = dir_ + "/embed";
     const std::string broken = dir_ + "/broken";
@@ -113,49 +113,31 @@ class ServeE2E : public ::testing::Test {
     ASSERT_TRUE(
         WriteFileAtomic(badtok + "/tokenizer.json", tokenizer.substr(0, tokenizer.size() / 2)).ok());
 
-    port_ = FreeLoopbackPort();
-    ASSERT_GT(port_, 0);
-    const std::string config = dir_ + "/arbiter.toml";
-    std::ofstream(config) << "[server]\n"
-                          << "port = " << port_ << "\n"
-                          << "api_key = \"" << kApiKey << "\"\n"
-                          << "max_body_bytes = \"64KiB\"\n"
-                          << "request_timeout_s = " << kRequestTimeoutS << "\n"
-                          << "[memory]\nbudget = \"1GiB\"\n"
-                          // The host's real memory pressure must not turn
-                          // these requests into 503s (tests/arbiter_e2e_test
-                          // covers pressure through the bridge).
-                          << "[pressure]\nsource = \"none\"\n"
-                          << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nparallel = 2\nctx = 2048\n"
-                          << "[[models]]\nname = \"tiny-concurrent\"\npath = \"tiny\"\nparallel = 2\n"
-                          << "[[models]]\nname = \"embed\"\npath = \"embed\"\ncapability = \"embedding\"\n"
-                          << "[[models]]\nname = \"broken\"\npath = \"broken\"\n"
-                          << "[[models]]\nname = \"badtok\"\npath = \"badtok\"\n";
-
-    log_path_ = dir_ + "/serve.log";
+    std::ostringstream config;
+    config << "api_key = \"" << kApiKey << "\"\n"
+           << "max_body_bytes = \"64KiB\"\n"
+           << "request_timeout_s = " << kRequestTimeoutS << "\n"
+           << "[memory]\nbudget = \"1GiB\"\n"
+           // The host's real memory pressure must not turn these requests
+           // into 503s (tests/arbiter_e2e_test covers pressure through the
+           // bridge).
+           << "[pressure]\nsource = \"none\"\n"
+           << "[[models]]\nname = \"tiny\"\npath = \"tiny\"\nparallel = 2\nctx = 2048\n"
+           << "[[models]]\nname = \"tiny-concurrent\"\npath = \"tiny\"\nparallel = 2\n"
+           << "[[models]]\nname = \"embed\"\npath = \"embed\"\ncapability = \"embedding\"\n"
+           << "[[models]]\nname = \"broken\"\npath = \"broken\"\n"
+           << "[[models]]\nname = \"badtok\"\npath = \"badtok\"\n";
     std::string error;
-    pid_ = ::arbiter::testing::StartServer(ARBITER_BINARY, config, dir_ + "/state", log_path_,
-                                           port_, std::chrono::seconds(60), &error);
-    ASSERT_GT(pid_, 0) << error;
-  }
-
-  static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
+    ASSERT_TRUE(StartServe(config.str(), &error)) << error;
   }
 
   // ARBITER_E2E_VERBOSE=1 prints the server log after every test.
   void TearDown() override {
-    if (HasFailure() || std::getenv("ARBITER_E2E_VERBOSE") != nullptr) std::cerr << "---- serve.log ----\n" << ReadAll(log_path_) << "-------\n";
+    if (HasFailure() || std::getenv("ARBITER_E2E_VERBOSE") != nullptr) PrintServeLog();
   }
 
   static httplib::Client Client(bool auth = true) {
-    httplib::Client cli("127.0.0.1", port_);
+    httplib::Client cli("127.0.0.1", server_.port);
     cli.set_read_timeout(120, 0);
     cli.set_write_timeout(30, 0);
     if (auth) cli.set_bearer_token_auth(kApiKey);
@@ -184,7 +166,7 @@ class ServeE2E : public ::testing::Test {
   static bool LogEventually(const std::string& text) {
     const auto deadline = Clock::now() + std::chrono::seconds(60);
     while (Clock::now() < deadline) {
-      if (ReadAll(log_path_).find(text) != std::string::npos) return true;
+      if (ReadAll(server_.log).find(text) != std::string::npos) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;
@@ -198,17 +180,7 @@ class ServeE2E : public ::testing::Test {
                 {"temperature", 0},
                 {"stream", stream}};
   }
-
-  static std::string dir_;
-  static std::string log_path_;
-  static int port_;
-  static pid_t pid_;
 };
-
-std::string ServeE2E::dir_;
-std::string ServeE2E::log_path_;
-int ServeE2E::port_ = -1;
-pid_t ServeE2E::pid_ = -1;
 
 TEST_F(ServeE2E, HealthIsOpen) {
   auto r = Client(/*auth=*/false).Get("/health");
@@ -492,7 +464,7 @@ TEST_F(ServeE2E, ErrorStatuses) {
                    401, "API key");
   ExpectErrorShape(anon.Get("/v1/models"), 401, "API key");
   ExpectErrorShape(anon.Get("/admin/status"), 401, "API key");
-  httplib::Client wrong("127.0.0.1", port_);
+  httplib::Client wrong("127.0.0.1", server_.port);
   wrong.set_bearer_token_auth("not-the-key");
   ExpectErrorShape(wrong.Get("/v1/models"), 401, "invalid API key");
   // 404: unknown model, unknown route.
@@ -581,7 +553,7 @@ TEST_F(ServeE2E, ClientDisconnectMidStreamLeavesServerHealthy) {
   req["temperature"] = 1.0;
   req["seed"] = 7;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(StreamThenDisconnect(port_, req.dump())) << "attempt " << i;
+    ASSERT_TRUE(StreamThenDisconnect(server_.port, req.dump())) << "attempt " << i;
   }
   // Each generation notices and stops (instead of running 1900 tokens):
   // either a failed write stops it ("stream …: client went away; generation
@@ -607,7 +579,7 @@ TEST_F(ServeE2E, ClientDisconnectStopsNonStreamingGeneration) {
   json req = Chat("tiny", 1900);
   req["temperature"] = 1.0;
   req["seed"] = 11;
-  const int fd = SendChatRaw(port_, req.dump());
+  const int fd = SendChatRaw(server_.port, req.dump());
   ASSERT_GE(fd, 0);
   close(fd);  // gone before the answer
   EXPECT_TRUE(LogEventually("client went away; generation stopped"));
@@ -677,13 +649,13 @@ TEST_F(ServeE2E, SlowClientsAreCutOffAndOthersServed) {
   constexpr int kTricklers = 24;
   std::vector<int> fds;
   for (int i = 0; i < kTricklers; ++i) {
-    const int fd = StartPartialRequest(port_);
+    const int fd = StartPartialRequest(server_.port);
     ASSERT_GE(fd, 0);
     fds.push_back(fd);
   }
   std::atomic<int> health_status{0};
   std::thread normal([&] {
-    httplib::Client cli("127.0.0.1", port_);
+    httplib::Client cli("127.0.0.1", server_.port);
     cli.set_read_timeout(60, 0);
     auto r = cli.Get("/health");
     health_status = r ? r->status : -1;
@@ -744,7 +716,7 @@ TEST_F(ServeE2E, ASecondServeOnABusyPortOrStateDirIsRefusedAtStartup) {
   auto [rc, log] = ServeUntilExit(dir_ + "/arbiter.toml", dir_ + "/state-b", dir_ + "/b.log");
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(log.find("is already in use"), std::string::npos) << log;
-  EXPECT_NE(log.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << log;
+  EXPECT_NE(log.find("127.0.0.1:" + std::to_string(server_.port)), std::string::npos) << log;
   // The running server still answers every request.
   for (int i = 0; i < 5; ++i) {
     auto r = Client().Get("/v1/models");
@@ -765,32 +737,16 @@ TEST_F(ServeE2E, ASecondServeOnABusyPortOrStateDirIsRefusedAtStartup) {
   EXPECT_NE(log.find("host \"not-an-ip\" is not a valid IP address"), std::string::npos) << log;
 }
 
-// Sends `raw` on a new connection and returns what the server answers
-// before it closes the connection or `fuse` passes.
-std::string RawExchange(int port, const std::string& raw, int fuse_s = 30) {
-  const int fd = ::arbiter::testing::ConnectLoopback(port);
-  if (fd < 0) return "connect failed";
-  timeval tv{fuse_s, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-  std::string got;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
-  close(fd);
-  return got;
-}
-
 TEST_F(ServeE2E, AdminActionsAcceptEmptyPostsWithoutContentLength) {
   // What `curl -X POST .../load` sends: no body, no Content-Length.
   const std::string auth = "Authorization: Bearer " + std::string(kApiKey) + "\r\n";
   std::string got =
-      RawExchange(port_, "POST /admin/models/embed/load HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
-                             "Connection: close\r\n\r\n");
+      RawExchange(server_.port, "POST /admin/models/embed/load HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                                    auth + "Connection: close\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
-  got =
-      RawExchange(port_, "POST /admin/conversations/room-1/close HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
-                             auth + "Connection: close\r\n\r\n");
+  got = RawExchange(server_.port,
+                    "POST /admin/conversations/room-1/close HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                        auth + "Connection: close\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 404", 0), 0u) << got;
   EXPECT_NE(got.find("conversation_not_found"), std::string::npos) << got;
 }
@@ -813,7 +769,7 @@ TEST_F(ServeE2E, HealthMetricsAndStatusAnswerWhileChatsRunAndManyConnectionsAreO
   // 1,000 with half-sent requests.
   std::vector<int> fds;
   for (int i = 0; i < 1000; ++i) {
-    const int fd = ::arbiter::testing::ConnectLoopback(port_);
+    const int fd = ::arbiter::testing::ConnectLoopback(server_.port);
     if (fd < 0) break;
     fds.push_back(fd);
   }
@@ -821,7 +777,7 @@ TEST_F(ServeE2E, HealthMetricsAndStatusAnswerWhileChatsRunAndManyConnectionsAreO
   // Every snapshot route answers (a generous fuse; no timing is asserted).
   auto snapshots_answer = [&] {
     for (const char* path : {"/health", "/metrics", "/admin/status", "/v1/models"}) {
-      httplib::Client cli("127.0.0.1", port_);
+      httplib::Client cli("127.0.0.1", server_.port);
       cli.set_bearer_token_auth(kApiKey);
       cli.set_read_timeout(10, 0);
       auto r = cli.Get(path);
@@ -900,7 +856,7 @@ TEST_F(ServeE2E, ConnectionCapAndSameRoleSwap) {
 
 TEST_F(ServeE2E, TheStartupHintExpandsTheApiKeyVariable) {
   // Double quotes: a shell expands $ARBITER_API_KEY in the copied command.
-  const std::string log = ReadAll(log_path_);
+  const std::string log = ReadAll(server_.log);
   EXPECT_NE(log.find("-H \"Authorization: Bearer $ARBITER_API_KEY\""), std::string::npos) << log;
   EXPECT_EQ(log.find("'Authorization: Bearer $ARBITER_API_KEY'"), std::string::npos) << log;
 }
@@ -913,20 +869,20 @@ TEST_F(ServeE2E, ACrLfInThePathForgesNoLogLine) {
   std::string forged =
       "/v1/x%0A2031-01-01%2000:00:00.000%20info%20POST%20/admin/models/tiny/"
       "unload%20200%20(10.1.2.3:5555)%0D%0A";
-  std::string got = RawExchange(port_, "GET " + forged +
-                                           " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                           "Connection: close\r\n\r\n");
+  std::string got = RawExchange(server_.port, "GET " + forged +
+                                                  " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                                  "Connection: close\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;  // no credentials
   const std::string long_path = "/v1/" + std::string(5000, 'y');
-  got = RawExchange(port_, "GET " + long_path +
-                               " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                               "Connection: close\r\n\r\n");
+  got = RawExchange(server_.port, "GET " + long_path +
+                                      " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                      "Connection: close\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 401", 0), 0u) << got;
   ASSERT_TRUE(
       LogEventually("GET /v1/x\\x0a2031-01-01 00:00:00.000 info POST "
                     "/admin/models/tiny/unload 200 (10.1.2.3:5555)\\x0d\\x0a 401"));
   ASSERT_TRUE(LogEventually("GET /v1/yyyy"));
-  std::istringstream log(ReadAll(log_path_));
+  std::istringstream log(ReadAll(server_.log));
   std::string line;
   while (std::getline(log, line)) {
     EXPECT_NE(line.rfind(stamp, 0), 0u) << "a forged log line: " << line;
@@ -943,8 +899,8 @@ TEST_F(ServeE2E, AForeignHostIsRefusedAndLoopbackNamesAreServed) {
   const std::string auth = "Authorization: Bearer " + std::string(kApiKey) + "\r\n";
   auto status_of = [&](const std::string& path, const std::string& host_line,
                        std::string* body = nullptr) {
-    const std::string got = RawExchange(
-        port_, "GET " + path + " HTTP/1.1\r\n" + host_line + auth + "Connection: close\r\n\r\n");
+    const std::string got = RawExchange(server_.port, "GET " + path + " HTTP/1.1\r\n" + host_line +
+                                                          auth + "Connection: close\r\n\r\n");
     if (body != nullptr) *body = got;
     return got.size() > 12 ? std::stoi(got.substr(9, 3)) : -1;
   };
@@ -953,7 +909,8 @@ TEST_F(ServeE2E, AForeignHostIsRefusedAndLoopbackNamesAreServed) {
     EXPECT_EQ(status_of(path, "Host: attacker.example\r\n", &body), 403) << path;
     EXPECT_NE(body.find("host_not_allowed"), std::string::npos) << body;
     EXPECT_NE(body.find("[server] allowed_hosts"), std::string::npos) << body;
-    EXPECT_EQ(status_of(path, "Host: attacker.example:" + std::to_string(port_) + "\r\n"), 403)
+    EXPECT_EQ(status_of(path, "Host: attacker.example:" + std::to_string(server_.port) + "\r\n"),
+              403)
         << path;
   }
   for (const char* host :
@@ -962,14 +919,14 @@ TEST_F(ServeE2E, AForeignHostIsRefusedAndLoopbackNamesAreServed) {
   }
   // A second Host header does not slip a foreign name past the first.
   EXPECT_EQ(status_of("/v1/models", "Host: 127.0.0.1\r\nHost: attacker.example\r\n"), 403);
-  const std::string port = std::to_string(port_);
+  const std::string port = std::to_string(server_.port);
   for (const std::string& host : std::vector<std::string>{
            "localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port, "LocalHost:" + port,
            "localhost.:" + port, "localhost", "127.0.0.1", "localhost:1"}) {
     EXPECT_EQ(status_of("/v1/models", "Host: " + host + "\r\n"), 200) << host;
   }
   // No Host header (an HTTP/1.0 tool; browsers always send one): served.
-  const std::string got = RawExchange(port_, "GET /v1/models HTTP/1.0\r\n" + auth + "\r\n");
+  const std::string got = RawExchange(server_.port, "GET /v1/models HTTP/1.0\r\n" + auth + "\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
 }
 
@@ -1045,19 +1002,19 @@ TEST_F(ServeE2E, SigtermExitsCleanly) {
   while (Clock::now() < started && ModelStatus("tiny")["refcount"] != 1) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  ASSERT_EQ(kill(server_.pid, SIGTERM), 0);
   int status = 0;
   pid_t got = 0;
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < deadline && (got = waitpid(pid_, &status, WNOHANG)) == 0) {
+  while (Clock::now() < deadline && (got = waitpid(server_.pid, &status, WNOHANG)) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   in_flight.join();
-  ASSERT_EQ(got, pid_) << "arbiter serve did not exit within 60 s of SIGTERM";
-  pid_ = -1;
+  ASSERT_EQ(got, server_.pid) << "arbiter serve did not exit within 60 s of SIGTERM";
+  server_.pid = -1;
   ASSERT_TRUE(WIFEXITED(status)) << "terminated by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_NE(ReadAll(log_path_).find("received SIGTERM"), std::string::npos);
+  EXPECT_NE(ReadAll(server_.log).find("received SIGTERM"), std::string::npos);
 }
 
 // Note [Bounded shutdown] (src/server/shutdown_deadline.cc): a request

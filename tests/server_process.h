@@ -1,6 +1,8 @@
 // tests/server_process.h — starting the real `arbiter serve` for end-to-end
 // tests: a free loopback port, fork/exec with the log in a file, and a wait
-// for /health. Shared by serve_e2e_test.cc and arbiter_e2e_test.cc.
+// for /health; a scratch directory; one server started in it with the
+// test's config (tests/server_suite.h builds a suite's fixture on these).
+// Shared by the tests/*_e2e_test.cc suites.
 //
 // Thread safety: call from the test's main thread (fork).
 #pragma once
@@ -11,10 +13,12 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,8 +42,6 @@ inline std::string ReadAll(const std::filesystem::path& p) {
   return ss.str();
 }
 
-// A loopback port free at the time of the call; -1 when none could be bound.
-// A TCP connection to 127.0.0.1:`port`; -1 when it cannot connect.
 // MakeModel("tiny", dir, seed) with a longer context: config.json's
 // max_position_embeddings set to `ctx` (only the RoPE table grows).
 inline Status MakeTinyModelWithContext(const std::string& dir, uint64_t seed, int ctx) {
@@ -50,6 +52,7 @@ inline Status MakeTinyModelWithContext(const std::string& dir, uint64_t seed, in
   return OkStatus();
 }
 
+// A TCP connection to 127.0.0.1:`port`; -1 when it cannot connect.
 inline int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -63,6 +66,24 @@ inline int ConnectLoopback(int port) {
   return fd;
 }
 
+// Sends `raw` on a new connection to 127.0.0.1:`port` and returns what the
+// server answers before it closes the connection or a read waits `fuse_s`
+// seconds; "connect failed" when it cannot connect.
+inline std::string RawExchange(int port, const std::string& raw, int fuse_s = 30) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "connect failed";
+  timeval tv{fuse_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
+  close(fd);
+  return got;
+}
+
+// A loopback port free at the time of the call; -1 when none could be bound.
 inline int FreeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -172,6 +193,34 @@ inline void KillServer(ServerProc& p, int sig) {
   kill(p.pid, sig);
   waitpid(p.pid, nullptr, 0);
   p.pid = -1;
+}
+
+// A new directory "/tmp/arbiter-<tag>-XXXXXX" for a test's models, config,
+// state and log; "" when it cannot be made.
+inline std::string MakeScratchDir(const std::string& tag) {
+  std::string path = "/tmp/arbiter-" + tag + "-XXXXXX";
+  return mkdtemp(path.data()) != nullptr ? path : std::string();
+}
+
+// Starts `binary serve` in `dir` on a free loopback port: the config
+// `dir`/arbiter.toml is "[server]\nport = <port>\n" followed by
+// `config_rest` (the [server] table's other keys, then the other tables),
+// the state directory `dir`/state, the log `dir`/serve.log; waits up to
+// 60 s for /health. Returns true with `*proc` filled, or false with `*error`
+// set (the log included; a child that did not come up is reaped).
+inline bool StartServeIn(const std::string& binary, const std::string& dir,
+                         const std::string& config_rest, ServerProc* proc, std::string* error) {
+  proc->port = FreeLoopbackPort();
+  if (proc->port <= 0) {
+    *error = "no free loopback port";
+    return false;
+  }
+  const std::string config = dir + "/arbiter.toml";
+  std::ofstream(config) << "[server]\nport = " << proc->port << "\n" << config_rest;
+  proc->log = dir + "/serve.log";
+  proc->pid = StartServer(binary, config, dir + "/state", proc->log, proc->port,
+                          std::chrono::seconds(60), error);
+  return proc->pid > 0;
 }
 
 }  // namespace arbiter::testing

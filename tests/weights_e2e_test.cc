@@ -92,9 +92,8 @@ uint64_t RegionPssKb(pid_t pid, const std::string& region) {
 class WeightsE2EBase : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/arbiter-weights-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = ::arbiter::testing::MakeScratchDir("weights-e2e");
+    ASSERT_FALSE(dir_.empty());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/chat", 1).ok());
     ASSERT_TRUE(MakeModel("tiny", dir_ + "/ea", 2).ok());
     ModelEntry probe;

@@ -36,6 +36,22 @@ Status SynthesizeAll(TtsEngine& tts, const std::string& text, const std::string&
       nullptr);
 }
 
+// Synthesizes `text`, cancelling from the sink's thread in its `at_chunk`th
+// callback (every callback asks for more): returns the status, with the
+// number of callbacks in `*chunks`.
+Status SynthesizeCancellingAt(TtsEngine& tts, const std::string& text, const std::string& voice,
+                              int at_chunk, int* chunks) {
+  CancelSource source;
+  *chunks = 0;
+  return tts.Synthesize(
+      text, voice, 1.0,
+      [&](std::span<const int16_t>) {
+        if (++*chunks == at_chunk) source.Cancel();
+        return true;
+      },
+      source.token());
+}
+
 TEST(FliteTtsTest, SltSpeaksTheFox) {
   Result<std::unique_ptr<TtsEngine>> tts = LoadFliteTts();
   ASSERT_TRUE(tts.ok()) << tts.status().ToString();
@@ -108,19 +124,10 @@ TEST(FliteTtsTest, Errors) {
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
   EXPECT_EQ(calls, 1);
   // Cancelled from the sink's thread mid-stream: seen in the next callback.
-  {
-    CancelSource mid;
-    int chunks = 0;
-    s = (*tts)->Synthesize(
-        kFox, "slt", 1.0,
-        [&](std::span<const int16_t>) {
-          if (++chunks == 2) mid.Cancel();
-          return true;
-        },
-        mid.token());
-    EXPECT_EQ(s.code(), StatusCode::kCancelled);
-    EXPECT_EQ(chunks, 2);
-  }
+  int chunks = 0;
+  s = SynthesizeCancellingAt(**tts, kFox, "slt", 2, &chunks);
+  EXPECT_EQ(s.code(), StatusCode::kCancelled);
+  EXPECT_EQ(chunks, 2);
   // Cancelled before it starts.
   CancelSource source;
   source.Cancel();
@@ -372,15 +379,8 @@ TEST(EspeakNgTtsTest, SpeaksAndIsSingleInstance) {
 TEST(EspeakNgTtsTest, LongInputStopsWithinABufferOfTheCancellation) {
   Result<std::unique_ptr<TtsEngine>> tts = LoadEspeakNgTts();
   ASSERT_TRUE(tts.ok()) << tts.status().ToString();
-  CancelSource source;
   int chunks = 0;
-  Status s = (*tts)->Synthesize(
-      Sentences(60), "en-us", 1.0,
-      [&](std::span<const int16_t>) {
-        if (++chunks == 2) source.Cancel();
-        return true;
-      },
-      source.token());
+  Status s = SynthesizeCancellingAt(**tts, Sentences(60), "en-us", 2, &chunks);
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
   EXPECT_EQ(chunks, 2);
 }

@@ -14,6 +14,7 @@
 #include "arbiter/engine/engine.h"
 #include "arbiter/engine/json_schema.h"
 #include "engine/internal/test_model.h"
+#include "engine/testing/test_size.h"
 #include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
@@ -259,13 +260,8 @@ TEST_F(GrammarVocabTest, VocabularyHasEveryByte) {
 // The brute force replays the prefix for every token of every state
 // (quadratic in the steps): a Debug / sanitizer build walks fewer states
 // (it took 234 s under ASan at 6 × 25).
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-constexpr int kBruteForceRuns = 6;
-constexpr int kBruteForceSteps = 25;
-#else
-constexpr int kBruteForceRuns = 2;
-constexpr int kBruteForceSteps = 18;
-#endif
+constexpr int kBruteForceRuns = testing::kFullSizeTests ? 6 : 2;
+constexpr int kBruteForceSteps = testing::kFullSizeTests ? 25 : 18;
 
 TEST_F(GrammarVocabTest, FillAllowedEqualsBruteForce) {
   Result<std::string> gbnf = JsonSchemaToGbnf(kWeatherSchema);

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <string>
@@ -29,6 +30,8 @@
 
 #include "arbiter/engine/grammar.h"
 #include "arbiter/engine/json_schema.h"
+#include "engine/testing/synthetic_tokenizer.h"
+#include "engine/testing/test_size.h"
 
 namespace arbiter {
 namespace {
@@ -40,13 +43,8 @@ constexpr int64_t kMaxSafeInteger = 9007199254740991;
 
 // Debug and sanitizer builds (CI runs this under ASan) walk one stream per
 // schema and smaller schemas.
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-constexpr int kStreamsPerSchema = 6;
-constexpr int kMaxSchemaDepth = 3;
-#else
-constexpr int kStreamsPerSchema = 1;
-constexpr int kMaxSchemaDepth = 2;
-#endif
+constexpr int kStreamsPerSchema = testing::kFullSizeTests ? 6 : 1;
+constexpr int kMaxSchemaDepth = testing::kFullSizeTests ? 3 : 2;
 
 // Pieces a BPE vocabulary has besides every byte: JSON punctuation, words,
 // whitespace runs, digit runs and exponents (among them the numbers the old
@@ -62,32 +60,11 @@ const char* const kPieces[] = {
     "\xC3\xA9", "\xC3", "\xA9x", "\xE2\x82", "\xAC", "\xF0\x9F\x98\x80"};
 // clang-format on
 
-// Every byte as a token, then kPieces, then one special token.
-class SyntheticTokenizer final : public Tokenizer {
- public:
-  SyntheticTokenizer() {
-    for (int b = 0; b < 256; ++b) tokens_.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : kPieces) tokens_.push_back(t);
-    tokens_.push_back("<|special|>");
-  }
-  std::vector<int32_t> Encode(std::string_view, bool) const override { return {}; }
-  std::string Decode(const std::vector<int32_t>&, bool) const override { return ""; }
-  std::string TokenBytes(int32_t id) const override {
-    return id >= 0 && id < static_cast<int32_t>(tokens_.size()) ? tokens_[id] : "";
-  }
-  int32_t TokenId(std::string_view) const override { return -1; }
-  bool IsSpecial(int32_t id) const override {
-    return id == static_cast<int32_t>(tokens_.size()) - 1;
-  }
-  int vocab_size() const override { return static_cast<int>(tokens_.size()); }
-
- private:
-  std::vector<std::string> tokens_;
-};
-
 const std::shared_ptr<const GrammarVocabulary>& Vocab() {
-  static const auto* v =
-      new std::shared_ptr<const GrammarVocabulary>(GrammarVocabulary::Build(SyntheticTokenizer()));
+  // Every byte as a token, then kPieces, then one special token.
+  static const auto* v = new std::shared_ptr<const GrammarVocabulary>(
+      GrammarVocabulary::Build(testing::SyntheticTokenizer(
+          std::vector<std::string>(std::begin(kPieces), std::end(kPieces)))));
   return *v;
 }
 
@@ -95,18 +72,26 @@ const std::shared_ptr<const GrammarVocabulary>& Vocab() {
 
 int Pick(int n) { return *rc::gen::inRange(0, n); }
 
-// A bound as JSON: small values, fractions, values near 0, ±(2^53 − 1),
-// zod's float32 and float64 limits.
-ojson NumberBound() {
-  switch (Pick(9)) {
+// The bounds numbers and integers share, `which` in 0..3: 0, small
+// integers, eighths, ±(2^53 − 1).
+ojson SharedBound(int which) {
+  switch (which) {
     case 0:
       return 0;
     case 1:
       return *rc::gen::inRange(-1000, 1000);
     case 2:
       return *rc::gen::inRange(-1000, 1000) / 8.0;
-    case 3:
+    default:
       return Pick(2) ? kMaxSafeInteger : -kMaxSafeInteger;
+  }
+}
+
+// A bound as JSON: small values, fractions, values near 0, ±(2^53 − 1),
+// zod's float32 and float64 limits.
+ojson NumberBound() {
+  const int which = Pick(9);
+  switch (which) {
     case 4:
       return Pick(2) ? 1.7976931348623157e308 : -1.7976931348623157e308;
     case 5:
@@ -115,25 +100,22 @@ ojson NumberBound() {
       return *rc::gen::inRange(-99999, 99999) * 1e-5;
     case 7:
       return *rc::gen::inRange<int64_t>(-kMaxSafeInteger, kMaxSafeInteger);
-    default:
+    case 8:
       return 0.1 * *rc::gen::inRange(-30, 30);
+    default:
+      return SharedBound(which);
   }
 }
 
 ojson IntegerBound() {
-  switch (Pick(6)) {
-    case 0:
-      return 0;
-    case 1:
-      return *rc::gen::inRange(-1000, 1000);
-    case 2:
-      return *rc::gen::inRange(-1000, 1000) / 8.0;
-    case 3:
-      return Pick(2) ? kMaxSafeInteger : -kMaxSafeInteger;
+  const int which = Pick(6);
+  switch (which) {
     case 4:
       return Pick(2) ? kMaxSafeInteger - 1 : -kMaxSafeInteger + 1;
-    default:
+    case 5:
       return *rc::gen::inRange<int64_t>(-kMaxSafeInteger, kMaxSafeInteger);
+    default:
+      return SharedBound(which);
   }
 }
 

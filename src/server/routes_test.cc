@@ -17,6 +17,7 @@
 #include "arbiter/runtime/runtime.h"
 #include "server/internal/context.h"
 #include "server/internal/http/fake_responder.h"
+#include "runtime/testing/forwarding_runtime.h"
 #include "runtime/testing/tiny_runtime.h"
 #include "server/testing/route_harness.h"
 
@@ -468,69 +469,15 @@ TEST_F(OllamaToolCallRoutesTest, AForcedCallThroughOllamaChatIsAToolCall) {
 // A Runtime whose text generations fail in Run() with `error` after
 // `pieces` pieces of text (the real one's, wrapped): what a stream sees when
 // the weights cannot get room in the budget after the admission.
-class FailingRunRuntime : public Runtime {
+class FailingRunRuntime : public testing::ForwardingRuntime {
  public:
   FailingRunRuntime(Runtime* real, ::arbiter::Status error, int pieces)
-      : real_(real), error_(std::move(error)), pieces_(pieces) {}
-  void Shutdown() override { real_->Shutdown(); }
-  const Config& config() const override { return real_->config(); }
-  std::vector<std::pair<std::string, Capability>> ModelNames() const override {
-    return real_->ModelNames();
-  }
+      : ForwardingRuntime(real), error_(std::move(error)), pieces_(pieces) {}
   Result<std::unique_ptr<TextGeneration>> StartText(TextRequest request) override {
     ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<TextGeneration> g,
-                             real_->StartText(std::move(request)));
+                             ForwardingRuntime::StartText(std::move(request)));
     return std::unique_ptr<TextGeneration>(new Failing(std::move(g), error_, pieces_));
   }
-  Result<EmbedResult> Embed(const EmbedRequest& r, const Cancellation& c) override {
-    return real_->Embed(r, c);
-  }
-  RuntimeStatus Status() const override { return real_->Status(); }
-  Result<KvStatus> Kv(bool with_files) const override { return real_->Kv(with_files); }
-  Result<ModelStatus> LoadModel(const std::string& n) override { return real_->LoadModel(n); }
-  Result<UnloadResult> UnloadModel(const std::string& n, int64_t t) override {
-    return real_->UnloadModel(n, t);
-  }
-  Result<std::pair<ResidencyState, ModelStatus>> SetResidency(const std::string& n,
-                                                              ResidencyState t) override {
-    return real_->SetResidency(n, t);
-  }
-  Result<CompactResult> Compact(const std::vector<std::string>& r) override {
-    return real_->Compact(r);
-  }
-  MemoryPressureLevel DispatchPressure(MemoryPressureLevel l,
-                                       std::optional<uint64_t> f) override {
-    return real_->DispatchPressure(l, f);
-  }
-  Result<PrewarmResult> Prewarm(const PrewarmSpec& r) override { return real_->Prewarm(r); }
-  Result<std::vector<std::string>> CloseConversation(const std::string& id,
-                                                     const std::string& m) override {
-    return real_->CloseConversation(id, m);
-  }
-  Result<TranscribeResult> Transcribe(const TranscribeRequest& r, const Cancellation& c) override {
-    return real_->Transcribe(r, c);
-  }
-  Result<VadResult> DetectSpeech(const VadRequest& r, const Cancellation& c) override {
-    return real_->DetectSpeech(r, c);
-  }
-  ::arbiter::Status Speak(const SpeechRequest& r,
-                          const std::function<bool(const SpeechStart&)>& on_start,
-                          const std::function<bool(std::span<const int16_t>)>& on_pcm,
-                          const Cancellation& c) override {
-    return real_->Speak(r, on_start, on_pcm, c);
-  }
-  Result<DescribeResult> Describe(const DescribeRequest& r, const Cancellation& c) override {
-    return real_->Describe(r, c);
-  }
-  Result<ModelEntry> Model(const std::string& n) const override { return real_->Model(n); }
-  Result<ProcessLease> AcquireProcess(const std::string& n, Capability c) override {
-    return real_->AcquireProcess(n, c);
-  }
-  VisionCacheStats VisionCache() const override { return real_->VisionCache(); }
-  ArbiterEventSubscription OnEvent(ArbiterEventListener l) override {
-    return real_->OnEvent(std::move(l));
-  }
-  ReclaimPolicy& reclaim_policy() override { return real_->reclaim_policy(); }
 
  private:
   class Failing : public TextGeneration {
@@ -555,7 +502,6 @@ class FailingRunRuntime : public Runtime {
     int pieces_;
   };
 
-  Runtime* real_;
   ::arbiter::Status error_;
   int pieces_;
 };

@@ -77,15 +77,20 @@ class ShutdownDeadlineTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
+  // Settings for a server on a free loopback port.
+  static ServerSettings AnyPort() {
+    ServerSettings settings;
+    settings.port = 0;
+    return settings;
+  }
+
   fs::path dir_;
   std::unique_ptr<Runtime> real_;
   std::unique_ptr<StuckSpeechRuntime> stuck_;
 };
 
 TEST_F(ShutdownDeadlineTest, AStuckHandlerIsReportedAndTheDeadlineExpires) {
-  ServerSettings settings;
-  settings.port = 0;
-  Server server(settings, stuck_.get());
+  Server server(AnyPort(), stuck_.get());
   ASSERT_TRUE(server.Bind().ok());
   std::thread loop([&] { (void)server.Run(); });
   std::thread client([&] {
@@ -120,9 +125,7 @@ TEST_F(ShutdownDeadlineTest, AStuckHandlerIsReportedAndTheDeadlineExpires) {
 }
 
 TEST_F(ShutdownDeadlineTest, AShutdownThatFinishesInTimeReportsNothing) {
-  ServerSettings settings;
-  settings.port = 0;
-  Server server(settings, stuck_.get());
+  Server server(AnyPort(), stuck_.get());
   ASSERT_TRUE(server.Bind().ok());
   std::thread loop([&] { (void)server.Run(); });
   bool expired = false;
@@ -145,9 +148,7 @@ TEST_F(ShutdownDeadlineTest, AShutdownThatFinishesInTimeReportsNothing) {
 // Past StopReadingRuntime() (Runtime::Shutdown() frees what Status()
 // reads), the report names the runtime's shutdown instead of its models.
 TEST_F(ShutdownDeadlineTest, AStuckRuntimeShutdownIsReportedWithoutReadingIt) {
-  ServerSettings settings;
-  settings.port = 0;
-  Server server(settings, stuck_.get());
+  Server server(AnyPort(), stuck_.get());
   std::promise<std::string> expired;
   std::future<std::string> report = expired.get_future();
   ShutdownDeadline deadline(&server, stuck_.get(), std::chrono::milliseconds(50),
