@@ -440,7 +440,7 @@ TEST_F(KvE2E, MaintenanceSavesIdleConversationsSweepsAndKeepsAlive) {
   }));
   json kv = Get(p, "/admin/kv");
   for (const json& w : kv["models"][0]["prewarmed"]) {
-    if (w["conversation_id"] == "kept") EXPECT_LT(w["idle_ms"].get<int>(), 2000) << kv.dump(2);
+    if (w["conversation_id"] == "kept") { EXPECT_LT(w["idle_ms"].get<int>(), 2000) << kv.dump(2); }
   }
 }
 

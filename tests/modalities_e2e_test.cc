@@ -507,7 +507,9 @@ TEST_F(SpeechLimitsE2E, ALongSynthesisKeepsTheLedgerTrue) {
     EXPECT_TRUE(failed.empty()) << format << ": " << failed.size() << " of " << readings
                                 << " readings during the synthesis out of bounds, e.g. "
                                 << failed.front();
-    if (std::string(format) == "wav") EXPECT_GT(max_scratch, 1.0) << "the buffered WAV is charged";
+    if (std::string(format) == "wav") {
+      EXPECT_GT(max_scratch, 1.0) << "the buffered WAV is charged";
+    }
     const Gap after = LedgerGap();
     EXPECT_TRUE(after.ok) << format << " after: " << after.text;
     std::cerr << fmt::format("[ledger] {}: {} bytes; {} readings during, worst gap {:+.1f} MiB, "

@@ -846,8 +846,8 @@ TEST_F(ServeE2E, ConnectionCapAndSameRoleSwap) {
   auto st = cli.Get("/admin/status");
   ASSERT_TRUE(st);
   for (const json& m : json::parse(st->body)["models"]) {
-    if (m["name"] == "e1") EXPECT_FALSE(m["resident"].get<bool>()) << m;
-    if (m["name"] == "e2") EXPECT_TRUE(m["resident"].get<bool>()) << m;
+    if (m["name"] == "e1") { EXPECT_FALSE(m["resident"].get<bool>()) << m; }
+    if (m["name"] == "e2") { EXPECT_TRUE(m["resident"].get<bool>()) << m; }
   }
   EXPECT_NE(ReadAll(log).find("reason swap"), std::string::npos);
   kill(p, SIGTERM);

@@ -14,15 +14,7 @@
 #include "arbiter/backends/tts.h"
 #include "backends/backends_test_util.h"
 
-// RSS says nothing under a sanitizer (ASan quarantines freed memory, TSan
-// shadows it); LeakSanitizer checks for leaks there instead.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ARBITER_RSS_UNRELIABLE 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ARBITER_RSS_UNRELIABLE 1
-#endif
-#endif
+#include "base/testing/sanitizers.h"
 
 namespace arbiter {
 namespace {
@@ -35,7 +27,7 @@ constexpr int64_t kMaxGrowthKib = 4 * 1024;
 // `load_and_use` loads the backend, uses it, and returns a function that
 // destroys it (so the test can measure in between).
 void CheckCycles(const char* name, const std::function<std::function<void()>()>& load_and_use) {
-#ifdef ARBITER_RSS_UNRELIABLE
+#ifdef ARBITER_SANITIZED
   GTEST_SKIP() << "RSS is not meaningful under a sanitizer";
 #endif
   int64_t after_first = 0, after_last = 0;

@@ -13,6 +13,7 @@
 
 #include "arbiter/formats/audio.h"
 #include "backends/backends_test_util.h"
+#include "base/testing/sanitizers.h"
 
 namespace arbiter {
 namespace {
@@ -282,9 +283,7 @@ TEST(FliteTtsTest, LongInputIsSynthesizedPieceByPieceAndStopsWithinOne) {
 // while 60 sentences are spoken than while 3 are (plus slack for heap
 // growth), where one utterance of the whole text held ~20× more.
 TEST(FliteTtsTest, MemoryDoesNotGrowWithTheInput) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "RSS is not meaningful under a sanitizer";
-#endif
+  if (testing::kSanitized) GTEST_SKIP() << "RSS is not meaningful under a sanitizer";
   Result<std::unique_ptr<TtsEngine>> tts = LoadFliteTts();
   ASSERT_TRUE(tts.ok());
   // RssAnon now, without trimming the heap first (StatusKib trims).

@@ -159,7 +159,7 @@ void AddBounds(ojson* s, bool integer) {
 ojson ScalarValue() {
   switch (Pick(7)) {
     case 0:
-      return "s" + std::to_string(Pick(5));
+      return std::string(1, 's') + std::to_string(Pick(5));
     case 1:
       return *rc::gen::inRange(-50, 50);
     case 2:

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "arbiter/runtime/runtime.h"
+#include "base/testing/sanitizers.h"
 #include "runtime/testing/tiny_runtime.h"
 
 namespace arbiter {
@@ -57,19 +58,7 @@ class MemoryTruthTest : public ::testing::Test {
   std::unique_ptr<Runtime> rt_;
 };
 
-// Under a sanitizer the process's memory is the sanitizer's (shadow memory,
-// ASan's quarantine of freed blocks), so RSS says nothing about the ledger.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using testing::kSanitized;  // base/testing/sanitizers.h
 
 TEST_F(MemoryTruthTest, LedgerPlusRuntimeMatchesResidentMemoryAndComesBack) {
   if (kSanitized) GTEST_SKIP() << "RSS under a sanitizer is not the process's own";

@@ -336,7 +336,9 @@ TEST_F(ToolCallRoutesTest, AForcedToolCallIsACallOrSaysItRanOutOfTokens) {
           ++calls;
           ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << where << c.dump();
           EXPECT_TRUE(c["message"]["content"].is_null()) << where << c.dump();
-          if (choice.is_object()) EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "note");
+          if (choice.is_object()) {
+            EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "note");
+          }
           ExpectArguments(c["message"]["tool_calls"][0], where);
           continue;
         }
@@ -411,7 +413,9 @@ TEST_F(ToolCallRoutesTest, AForcedCallThroughResponsesIsAFunctionCallItem) {
     json calls = json::array();
     for (const json& item : j["output"]) {
       if (item["type"] == "function_call") calls.push_back(item);
-      if (item["type"] == "message") EXPECT_EQ(item["content"].dump().find("tool_call"), std::string::npos);
+      if (item["type"] == "message") {
+        EXPECT_EQ(item["content"].dump().find("tool_call"), std::string::npos);
+      }
     }
     if (max_output_tokens == 1) {
       EXPECT_EQ(j["status"], "incomplete") << j.dump();

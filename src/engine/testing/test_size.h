@@ -4,10 +4,12 @@
 // runs fewer and smaller cases, which would otherwise take minutes there.
 #pragma once
 
+#include "base/testing/sanitizers.h"
+
 namespace arbiter::testing {
 
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-inline constexpr bool kFullSizeTests = true;
+#ifdef NDEBUG
+inline constexpr bool kFullSizeTests = !kSanitized;
 #else
 inline constexpr bool kFullSizeTests = false;
 #endif
