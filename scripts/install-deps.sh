@@ -31,6 +31,7 @@ packages=(
   flite1-dev libespeak-ng-dev espeak-ng-data
   libtesseract-dev libleptonica-dev tesseract-ocr-eng
   libsndfile1-dev libsamplerate0-dev libmp3lame-dev
+  libogg-dev libvorbis-dev  # used directly: the Ogg Vorbis header check (formats/audio.cc)
   libwebp-dev libpng-dev libjpeg-dev
   python3-pil  # test images (tests, ../shared/checks)
   chromium  # the dashboard's browser test (tests/ui/, driven by playwright-core)

@@ -28,10 +28,27 @@
 //      FLAC is ~350 frames per byte, in Vorbis and Opus fewer);
 //   3. decoding ends more than max(kBlockFrames, 1 %) frames short of the
 //      header's count (the slack is for codecs whose count is an estimate).
+// Before any of that, an Ogg file (it starts with "OggS") whose first logical
+// stream is Vorbis has its three header packets checked (VorbisHeaderCheck);
+// if one is missing or refused, the file is damaged and libsndfile never sees
+// it. The reason is a leak, not the message: when libsndfile 1.2.0 fails in
+// the middle of reading Vorbis headers it returns without vorbis_info_clear,
+// and the codec setup libvorbis 1.3.7 allocated in vorbis_info_init (~5.7 KB)
+// is lost — per request, so a client repeating a cut upload would grow the
+// server without bound. The check walks the pages the way libsndfile does
+// (the first page holds the identification header alone, the next two
+// packets come from later pages of the same serial number, a hole or an
+// end-of-stream page before them is fatal), so whatever it lets through
+// gets past libsndfile's header reader, whose later failures free what it
+// allocated. It is stricter than libsndfile in one way: the comment and setup
+// headers must be accepted by libvorbis too (libsndfile ignores that answer
+// and fails later on the zero channels it leaves).
 #include "arbiter/formats/audio.h"
 
+#include <ogg/ogg.h>
 #include <samplerate.h>
 #include <sndfile.h>
+#include <vorbis/codec.h>
 
 #include <algorithm>
 #include <cmath>
@@ -183,6 +200,110 @@ class StreamingResampler {
   std::vector<float> buf_;
 };
 
+// Note [Damaged audio]: the Vorbis headers of an Ogg file, read with libogg
+// and libvorbis, everything they allocate freed on every path.
+// Thread-compatible; one check per object.
+class VorbisHeaderCheck {
+ public:
+  // `bytes` must outlive the object.
+  explicit VorbisHeaderCheck(std::span<const uint8_t> bytes) : bytes_(bytes) {
+    ogg_sync_init(&sync_);
+    vorbis_info_init(&info_);
+    vorbis_comment_init(&comment_);
+  }
+  ~VorbisHeaderCheck() {
+    vorbis_comment_clear(&comment_);
+    vorbis_info_clear(&info_);
+    if (stream_open_) ogg_stream_clear(&stream_);
+    ogg_sync_clear(&sync_);
+  }
+  VorbisHeaderCheck(const VorbisHeaderCheck&) = delete;
+  VorbisHeaderCheck& operator=(const VorbisHeaderCheck&) = delete;
+
+  // What is wrong with the Vorbis headers ("" when they are good, or when
+  // the first logical stream is not Vorbis: that is libsndfile's to judge).
+  std::string Problem() {
+    ogg_page page;
+    if (!NextPage(&page)) return "";  // no Ogg page at all: libsndfile refuses it
+    // libsndfile picks the codec by the first page's body; the first packet
+    // is asked too, for a page whose body does not start with it.
+    const bool vorbis_page = StartsVorbis(page.body, page.body_len);
+    ogg_stream_init(&stream_, ogg_page_serialno(&page));
+    stream_open_ = true;
+    ogg_packet packet;
+    const bool paged_in = ogg_stream_pagein(&stream_, &page) == 0;
+    const bool have_first = paged_in && ogg_stream_packetout(&stream_, &packet) == 1;
+    if (!vorbis_page && !(have_first && StartsVorbis(packet.packet, packet.bytes))) return "";
+    if (!have_first || !ogg_page_bos(&page) || !packet.b_o_s) {
+      return "its first Ogg page does not hold the start of a Vorbis stream";
+    }
+    if (vorbis_synthesis_headerin(&info_, &comment_, &packet) != 0) {
+      return "libvorbis refuses its Vorbis identification header";
+    }
+    if (ogg_stream_packetpeek(&stream_, nullptr) != 0) {
+      return "its first Ogg page holds more than the Vorbis identification header";
+    }
+    bool end_of_stream = ogg_page_eos(&page) != 0;
+    for (int headers = 1; headers < 3;) {
+      const int got = ogg_stream_packetout(&stream_, &packet);
+      if (got < 0) return "a page of its Vorbis headers is missing or corrupt";
+      if (got == 1) {
+        if (vorbis_synthesis_headerin(&info_, &comment_, &packet) != 0) {
+          return headers == 1 ? "libvorbis refuses its Vorbis comment header"
+                              : "libvorbis refuses its Vorbis setup header";
+        }
+        ++headers;
+        continue;
+      }
+      // The next page of this logical stream (others are skipped).
+      do {
+        if (end_of_stream || !NextPage(&page)) {
+          return "it ends before its three Vorbis headers do (a file cut short?); send the whole "
+                 "file";
+        }
+      } while (ogg_page_serialno(&page) != stream_.serialno);
+      if (ogg_stream_pagein(&stream_, &page) != 0) {
+        return "a page of its Vorbis headers cannot be read";
+      }
+      end_of_stream = ogg_page_eos(&page) != 0;
+    }
+    return "";
+  }
+
+ private:
+  // Bytes handed to libogg at a time; headers are a few KB, files may be MBs.
+  static constexpr size_t kFeedBytes = 16384;
+
+  static bool StartsVorbis(const unsigned char* p, long n) {
+    return n >= 7 && std::memcmp(p, "\x01vorbis", 7) == 0;
+  }
+
+  // The next whole page with a good checksum (bytes that are not one are
+  // skipped, as libogg and libsndfile do); false at the end of the bytes.
+  bool NextPage(ogg_page* page) {
+    while (true) {
+      const int got = ogg_sync_pageout(&sync_, page);
+      if (got == 1) return true;
+      if (got < 0) continue;
+      if (fed_ == bytes_.size()) return false;
+      const size_t n = std::min(kFeedBytes, bytes_.size() - fed_);
+      char* buffer = ogg_sync_buffer(&sync_, static_cast<long>(n));
+      if (buffer == nullptr) return false;
+      std::memcpy(buffer, bytes_.data() + fed_, n);
+      if (ogg_sync_wrote(&sync_, static_cast<long>(n)) != 0) return false;
+      fed_ += n;
+    }
+  }
+
+  std::span<const uint8_t> bytes_;
+  size_t fed_ = 0;  // bytes handed to sync_
+  ogg_sync_state sync_;
+  ogg_stream_state stream_;
+  bool stream_open_ = false;
+  vorbis_info info_;
+  vorbis_comment comment_;
+};
+
 std::string Fmt1(double v) {
   char b[64];
   std::snprintf(b, sizeof(b), "%.1f", v);
@@ -204,6 +325,11 @@ Result<DecodedAudio> DecodeAudio(std::span<const uint8_t> bytes, const AudioLimi
     return InvalidArgumentError(f + " is " + std::to_string(bytes.size()) +
                                 " bytes; the limit is max_audio_bytes (" +
                                 std::to_string(limits.max_bytes) + ")");
+  }
+  // Note [Damaged audio]: Vorbis headers are checked before libsndfile reads them.
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "OggS", 4) == 0) {
+    const std::string problem = VorbisHeaderCheck(bytes).Problem();
+    if (!problem.empty()) return InvalidArgumentError(f + " is damaged: " + problem);
   }
   MemoryFile mem{bytes, 0};
   SF_VIRTUAL_IO vio{MemLength, MemSeek, MemRead, MemWrite, MemTell};
