@@ -1,12 +1,16 @@
-// MemoryLedger: the books of the process's one byte budget.
+// MemoryLedger: the books of the process's byte budgets, one per memory
+// domain (Note [Memory domains] in the header).
 //
 // Policy, in prose:
 //   - Every live MemoryCharge has exactly one Record in `live_`, keyed by an
-//     id that is never reused. The aggregates (charged_bytes_, by_kind_,
-//     by_owner_) are updated in the same critical section as `live_`, so at
-//     every instant charged_bytes_ == Σ live_[*].bytes == Σ by_kind_ ==
-//     Σ by_owner_[*].total_bytes.
-//   - Refusable operations (TryCharge, growing Resize) check the budget and
+//     id that is never reused, naming its domain. The aggregates of every
+//     book in the record's chain (its domain's, and the host's when that
+//     domain is inside the host) are updated in the same critical section as
+//     `live_`, so at every instant, per book B:
+//       B.charged_bytes == Σ bytes of live records whose chain holds B
+//                       == Σ B.by_kind == Σ B.by_owner[*].total_bytes.
+//   - Refusable operations (TryCharge, growing Resize) check every budget of
+//     the chain and
 //     update the books under one lock acquisition, so two threads cannot
 //     both pass the check and jointly overshoot.
 //   - Unconditional operations (Charge, ForceResize) may overshoot; they
@@ -16,6 +20,7 @@
 //     under it, so it is always the innermost lock.
 #include "arbiter/memory/memory_ledger.h"
 
+#include <algorithm>
 #include <cassert>
 #include <limits>
 
@@ -43,6 +48,7 @@ std::string_view ChargeKindName(ChargeKind kind) {
 MemoryCharge::MemoryCharge(MemoryCharge&& other) noexcept
     : ledger_(std::exchange(other.ledger_, nullptr)),
       id_(std::exchange(other.id_, 0)),
+      domain_(std::exchange(other.domain_, kHostDomain)),
       owner_(std::move(other.owner_)),
       kind_(std::exchange(other.kind_, ChargeKind::kOther)),
       bytes_(std::exchange(other.bytes_, 0)) {
@@ -54,6 +60,7 @@ MemoryCharge& MemoryCharge::operator=(MemoryCharge&& other) noexcept {
     Release();
     ledger_ = std::exchange(other.ledger_, nullptr);
     id_ = std::exchange(other.id_, 0);
+    domain_ = std::exchange(other.domain_, kHostDomain);
     owner_ = std::move(other.owner_);
     other.owner_.clear();
     kind_ = std::exchange(other.kind_, ChargeKind::kOther);
@@ -67,6 +74,7 @@ void MemoryCharge::Release() {
   ledger_->ReleaseCharge(id_);
   ledger_ = nullptr;
   id_ = 0;
+  domain_ = kHostDomain;
   owner_.clear();
   kind_ = ChargeKind::kOther;
   bytes_ = 0;
@@ -90,82 +98,199 @@ void MemoryCharge::ForceResize(size_t new_bytes) {
 // ---------------------------------------------------------------------------
 // MemoryLedger
 
-MemoryLedger::MemoryLedger(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+MemoryLedger::MemoryLedger(size_t budget_bytes) {
+  MutexLock l(&mu_);
+  domains_.reserve(kMaxMemoryDomains);
+  Books& host = domains_.emplace_back();
+  host.name = std::string(kHostDomainName);
+  host.budget_bytes = budget_bytes;
+}
 
 MemoryLedger::~MemoryLedger() {
   MutexLock l(&mu_);
   assert(live_.empty() && "MemoryLedger destroyed with live charges");
 }
 
-bool MemoryLedger::FitsLocked(size_t extra) const {
-  if (budget_bytes_ == 0 || extra == 0) return true;
-  if (charged_bytes_ >= budget_bytes_) return false;
-  return extra <= budget_bytes_ - charged_bytes_;
+// ---- Domains
+
+Result<MemoryDomain> MemoryLedger::RegisterDomain(std::string name,
+                                                  MemoryDomainOptions options) {
+  if (name.empty() || name == kHostDomainName || name.size() > 64) {
+    return InvalidArgumentError("memory domain name \"" + name.substr(0, 64) +
+                                "\" is invalid: it must be 1 to 64 bytes and not \"host\"");
+  }
+  MutexLock l(&mu_);
+  for (const Books& b : domains_) {
+    if (b.name == name) {
+      return AlreadyExistsError("memory domain \"" + name + "\" is already registered");
+    }
+  }
+  if (domains_.size() >= kMaxMemoryDomains) {
+    return ResourceExhaustedError("memory domain \"" + name + "\": a ledger holds at most " +
+                                  std::to_string(kMaxMemoryDomains) + " domains");
+  }
+  const auto index = static_cast<uint32_t>(domains_.size());
+  Books& b = domains_.emplace_back();
+  b.name = std::move(name);
+  b.inside_host = options.inside_host;
+  b.budget_bytes = options.budget_bytes;
+  UpdateHintLocked(index);
+  return MemoryDomain(index);
 }
 
-bool MemoryLedger::OverLocked() const {
-  return budget_bytes_ != 0 && charged_bytes_ > budget_bytes_;
+std::optional<MemoryDomain> MemoryLedger::FindDomain(std::string_view name) const {
+  MutexLock l(&mu_);
+  for (size_t i = 0; i < domains_.size(); ++i) {
+    if (domains_[i].name == name) return MemoryDomain(static_cast<uint32_t>(i));
+  }
+  return std::nullopt;
 }
 
-MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::AddLocked(const std::string& owner,
-                                                          ChargeKind kind, size_t bytes) {
-  assert(charged_bytes_ <= std::numeric_limits<size_t>::max() - bytes);
-  charged_bytes_ += bytes;
-  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
-  if (charged_bytes_ > peak_bytes_) peak_bytes_ = charged_bytes_;
-  by_kind_[static_cast<size_t>(kind)] += bytes;
-  MemoryLedgerSnapshot::OwnerUsage& usage = by_owner_[owner];
-  usage.by_kind[static_cast<size_t>(kind)] += bytes;
-  usage.total_bytes += bytes;
-  return usage;
+std::string MemoryLedger::DomainName(MemoryDomain domain) const {
+  MutexLock l(&mu_);
+  return KnownLocked(domain) ? domains_[domain.index()].name : std::string();
 }
 
-MemoryLedgerSnapshot::OwnerUsage& MemoryLedger::SubLocked(const std::string& owner,
-                                                          ChargeKind kind, size_t bytes) {
-  assert(charged_bytes_ >= bytes);
-  charged_bytes_ -= bytes;
-  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
-  by_kind_[static_cast<size_t>(kind)] -= bytes;
-  auto it = by_owner_.find(owner);
-  assert(it != by_owner_.end());
-  it->second.by_kind[static_cast<size_t>(kind)] -= bytes;
-  it->second.total_bytes -= bytes;
-  return it->second;
+// ---- Books
+
+namespace {
+
+bool Over(size_t charged, size_t budget) { return budget != 0 && charged > budget; }
+
+// Whether `extra` more bytes fit under the budget.
+bool Fits(size_t charged, size_t budget, size_t extra) {
+  if (budget == 0 || extra == 0) return true;
+  if (charged >= budget) return false;
+  return extra <= budget - charged;
 }
 
-Status MemoryLedger::ExhaustedLocked(const std::string& owner, ChargeKind kind, size_t bytes,
-                                     std::string_view what) {
-  ++refusals_;
+size_t Room(size_t charged, size_t budget) {
+  if (budget == 0) return std::numeric_limits<size_t>::max();
+  return charged >= budget ? 0 : budget - charged;
+}
+
+}  // namespace
+
+size_t MemoryLedger::ChainLocked(uint32_t d, Books* out[2]) {
+  out[0] = &domains_[d];
+  if (d != 0 && domains_[d].inside_host) {
+    out[1] = &domains_[0];
+    return 2;
+  }
+  return 1;
+}
+
+MemoryLedger::Books* MemoryLedger::RefuserLocked(uint32_t d, size_t extra) {
+  Books& own = domains_[d];
+  if (!Fits(own.charged_bytes, own.budget_bytes, extra)) return &own;
+  if (d != 0 && own.inside_host) {
+    Books& host = domains_[0];
+    if (!Fits(host.charged_bytes, host.budget_bytes, extra)) return &host;
+  }
+  return nullptr;
+}
+
+void MemoryLedger::UpdateHintLocked(uint32_t d) {
+  const Books& b = domains_[d];
+  over_budget_hint_[d].store(Over(b.charged_bytes, b.budget_bytes), std::memory_order_relaxed);
+}
+
+void MemoryLedger::AddLocked(const Record& rec, size_t bytes, int live,
+                             bool count_over_commit) {
+  Books* chain[2];
+  const size_t n = ChainLocked(rec.domain, chain);
+  for (size_t i = 0; i < n; ++i) {
+    Books& b = *chain[i];
+    assert(b.charged_bytes <= std::numeric_limits<size_t>::max() - bytes);
+    b.charged_bytes += bytes;
+    if (b.charged_bytes > b.peak_bytes) b.peak_bytes = b.charged_bytes;
+    b.by_kind[static_cast<size_t>(rec.kind)] += bytes;
+    MemoryDomainSnapshot::OwnerUsage& usage = b.by_owner[rec.owner];
+    usage.by_kind[static_cast<size_t>(rec.kind)] += bytes;
+    usage.total_bytes += bytes;
+    usage.live_charges += live;
+    b.live_charges += live;
+    if (count_over_commit && Over(b.charged_bytes, b.budget_bytes)) ++b.over_commits;
+  }
+  UpdateHintLocked(rec.domain);
+  if (n == 2) UpdateHintLocked(0);
+}
+
+void MemoryLedger::SubLocked(const Record& rec, size_t bytes, int live) {
+  Books* chain[2];
+  const size_t n = ChainLocked(rec.domain, chain);
+  for (size_t i = 0; i < n; ++i) {
+    Books& b = *chain[i];
+    assert(b.charged_bytes >= bytes);
+    b.charged_bytes -= bytes;
+    b.by_kind[static_cast<size_t>(rec.kind)] -= bytes;
+    b.live_charges -= live;
+    auto it = b.by_owner.find(rec.owner);
+    assert(it != b.by_owner.end());
+    it->second.by_kind[static_cast<size_t>(rec.kind)] -= bytes;
+    it->second.total_bytes -= bytes;
+    it->second.live_charges -= live;
+    if (it->second.live_charges == 0) b.by_owner.erase(it);
+  }
+  UpdateHintLocked(rec.domain);
+  if (n == 2) UpdateHintLocked(0);
+}
+
+Status MemoryLedger::ExhaustedLocked(Books& refuser, uint32_t d, const std::string& owner,
+                                     ChargeKind kind, size_t bytes, std::string_view what) {
+  ++refuser.refusals;
+  const Books& own = domains_[d];
+  const bool host = &refuser == &domains_[0];
   // Built with append(): GCC 12 warns (-Wrestrict, a false positive) on
   // `literal + std::string` chains at -O3.
   std::string msg = "memory budget exhausted: ";
+  if (d != 0) msg.append("domain \"").append(own.name).append("\": ");
   msg.append(what).append(" ").append(std::to_string(bytes)).append(" bytes (");
   msg.append(FormatSize(bytes)).append(") of ").append(ChargeKindName(kind));
-  msg.append(" for owner \"").append(owner).append("\" would exceed the budget of ");
-  msg.append(std::to_string(budget_bytes_)).append(" bytes (").append(FormatSize(budget_bytes_));
-  msg.append("); ").append(std::to_string(charged_bytes_)).append(" bytes (");
-  msg.append(FormatSize(charged_bytes_));
-  msg.append(") already charged. Release or evict something, or raise [memory] budget.");
+  msg.append(" for owner \"").append(owner).append("\" would exceed the ");
+  if (d != 0) {
+    msg.append(host ? "host" : "\"" + refuser.name + "\"").append(" ");
+    if (host) msg.append("(\"").append(own.name).append("\" is host memory) ");
+  }
+  msg.append("budget of ").append(std::to_string(refuser.budget_bytes)).append(" bytes (");
+  msg.append(FormatSize(refuser.budget_bytes)).append("); ");
+  msg.append(std::to_string(refuser.charged_bytes)).append(" bytes (");
+  msg.append(FormatSize(refuser.charged_bytes));
+  msg.append(") already charged. Release or evict something, or raise ");
+  if (host) {
+    msg.append("[memory] budget.");
+  } else {
+    msg.append("[devices.\"").append(refuser.name).append("\"] budget.");
+  }
   return ResourceExhaustedError(std::move(msg));
 }
 
-Result<MemoryCharge> MemoryLedger::TryCharge(std::string owner, ChargeKind kind,
-                                             size_t bytes) {
+Result<MemoryCharge> MemoryLedger::TryCharge(MemoryDomain domain, std::string owner,
+                                             ChargeKind kind, size_t bytes) {
   MutexLock l(&mu_);
-  if (!FitsLocked(bytes)) return ExhaustedLocked(owner, kind, bytes, "charging");
+  if (!KnownLocked(domain)) {
+    return InvalidArgumentError("MemoryLedger::TryCharge: unknown memory domain #" +
+                                std::to_string(domain.index()));
+  }
+  const uint32_t d = domain.index();
+  if (Books* refuser = RefuserLocked(d, bytes)) {
+    return ExhaustedLocked(*refuser, d, owner, kind, bytes, "charging");
+  }
   const uint64_t id = next_id_++;
-  ++AddLocked(owner, kind, bytes).live_charges;
-  live_.emplace(id, Record{owner, kind, bytes});
-  return MemoryCharge(this, id, std::move(owner), kind, bytes);
+  auto [it, inserted] = live_.emplace(id, Record{d, owner, kind, bytes});
+  AddLocked(it->second, bytes, /*live=*/1, /*count_over_commit=*/false);
+  return MemoryCharge(this, id, domain, std::move(owner), kind, bytes);
 }
 
-MemoryCharge MemoryLedger::Charge(std::string owner, ChargeKind kind, size_t bytes) {
+MemoryCharge MemoryLedger::Charge(MemoryDomain domain, std::string owner, ChargeKind kind,
+                                  size_t bytes) {
   MutexLock l(&mu_);
+  assert(KnownLocked(domain) && "MemoryLedger::Charge in an unknown domain");
+  if (!KnownLocked(domain)) return MemoryCharge();
   const uint64_t id = next_id_++;
-  ++AddLocked(owner, kind, bytes).live_charges;
-  if (bytes > 0 && OverLocked()) ++over_commits_;
-  live_.emplace(id, Record{owner, kind, bytes});
-  return MemoryCharge(this, id, std::move(owner), kind, bytes);
+  auto [it, inserted] = live_.emplace(id, Record{domain.index(), owner, kind, bytes});
+  AddLocked(it->second, bytes, /*live=*/1, /*count_over_commit=*/bytes > 0);
+  return MemoryCharge(this, id, domain, std::move(owner), kind, bytes);
 }
 
 void MemoryLedger::ReleaseCharge(uint64_t id) {
@@ -173,8 +298,7 @@ void MemoryLedger::ReleaseCharge(uint64_t id) {
   auto it = live_.find(id);
   assert(it != live_.end() && "MemoryCharge released twice or from another ledger");
   if (it == live_.end()) return;
-  const Record& rec = it->second;
-  if (--SubLocked(rec.owner, rec.kind, rec.bytes).live_charges == 0) by_owner_.erase(rec.owner);
+  SubLocked(it->second, it->second.bytes, /*live=*/1);
   live_.erase(it);
 }
 
@@ -184,68 +308,114 @@ Status MemoryLedger::ResizeCharge(uint64_t id, size_t new_bytes, bool force) {
   if (it == live_.end()) return InternalError("MemoryLedger: resize of an unknown charge");
   Record& rec = it->second;
   if (new_bytes > rec.bytes) {
-    const uint64_t growth = new_bytes - rec.bytes;
-    if (!force && !FitsLocked(growth)) {
-      return ExhaustedLocked(rec.owner, rec.kind, growth,
-                             "growing a charge from " + std::to_string(rec.bytes) + " to " +
-                                 std::to_string(new_bytes) + " bytes needs");
+    const size_t growth = new_bytes - rec.bytes;
+    if (!force) {
+      if (Books* refuser = RefuserLocked(rec.domain, growth)) {
+        return ExhaustedLocked(*refuser, rec.domain, rec.owner, rec.kind, growth,
+                               "growing a charge from " + std::to_string(rec.bytes) + " to " +
+                                   std::to_string(new_bytes) + " bytes needs");
+      }
     }
-    AddLocked(rec.owner, rec.kind, growth);
-    if (OverLocked()) ++over_commits_;
+    AddLocked(rec, growth, /*live=*/0, /*count_over_commit=*/true);
   } else {
-    SubLocked(rec.owner, rec.kind, rec.bytes - new_bytes);
+    SubLocked(rec, rec.bytes - new_bytes, /*live=*/0);
   }
   rec.bytes = new_bytes;
   return OkStatus();
 }
 
-void MemoryLedger::SetBudget(size_t budget_bytes) {
+void MemoryLedger::SetBudget(MemoryDomain domain, size_t budget_bytes) {
   MutexLock l(&mu_);
-  budget_bytes_ = budget_bytes;
-  over_budget_hint_.store(OverLocked(), std::memory_order_relaxed);
+  if (!KnownLocked(domain)) return;
+  domains_[domain.index()].budget_bytes = budget_bytes;
+  UpdateHintLocked(domain.index());
 }
 
-size_t MemoryLedger::budget_bytes() const {
+size_t MemoryLedger::budget_bytes(MemoryDomain domain) const {
   MutexLock l(&mu_);
-  return budget_bytes_;
+  return KnownLocked(domain) ? domains_[domain.index()].budget_bytes : 0;
 }
 
-size_t MemoryLedger::charged_bytes() const {
+size_t MemoryLedger::charged_bytes(MemoryDomain domain) const {
   MutexLock l(&mu_);
-  return charged_bytes_;
+  return KnownLocked(domain) ? domains_[domain.index()].charged_bytes : 0;
 }
 
-size_t MemoryLedger::available_bytes() const {
+size_t MemoryLedger::available_bytes(MemoryDomain domain) const {
   MutexLock l(&mu_);
-  if (budget_bytes_ == 0) return std::numeric_limits<size_t>::max();
-  return charged_bytes_ >= budget_bytes_ ? 0 : budget_bytes_ - charged_bytes_;
+  if (!KnownLocked(domain)) return 0;
+  const Books& own = domains_[domain.index()];
+  size_t room = Room(own.charged_bytes, own.budget_bytes);
+  if (!domain.is_host() && own.inside_host) {
+    room = std::min(room, Room(domains_[0].charged_bytes, domains_[0].budget_bytes));
+  }
+  return room;
+}
+
+std::vector<DomainShortfall> MemoryLedger::Shortfalls(MemoryDomain domain, size_t bytes) const {
+  MutexLock l(&mu_);
+  std::vector<DomainShortfall> out;
+  if (!KnownLocked(domain)) return out;
+  auto check = [&](uint32_t d) {
+    mu_.AssertHeld();
+    const Books& b = domains_[d];
+    if (Fits(b.charged_bytes, b.budget_bytes, bytes)) return;
+    // charged + bytes − budget, saturating (budget ≠ 0 here).
+    size_t short_by = bytes - Room(b.charged_bytes, b.budget_bytes);  // ≥ 1: it does not fit
+    if (b.charged_bytes > b.budget_bytes) {
+      const size_t over = b.charged_bytes - b.budget_bytes;
+      short_by = over > std::numeric_limits<size_t>::max() - short_by
+                     ? std::numeric_limits<size_t>::max()
+                     : short_by + over;
+    }
+    out.push_back(DomainShortfall{MemoryDomain(d), b.name, short_by});
+  };
+  check(domain.index());
+  if (!domain.is_host() && domains_[domain.index()].inside_host) check(0);
+  return out;
+}
+
+MemoryDomainSnapshot MemoryLedger::SnapshotLocked(const Books& b) const {
+  MemoryDomainSnapshot s;
+  s.name = b.name;
+  s.inside_host = b.inside_host;
+  s.budget_bytes = b.budget_bytes;
+  s.charged_bytes = b.charged_bytes;
+  s.peak_bytes = b.peak_bytes;
+  s.over_budget_bytes = Over(b.charged_bytes, b.budget_bytes) ? b.charged_bytes - b.budget_bytes
+                                                              : 0;
+  s.live_charges = b.live_charges;
+  s.over_commits = b.over_commits;
+  s.refusals = b.refusals;
+  s.by_kind = b.by_kind;
+  s.runtime_bytes = b.runtime_bytes;
+  s.by_owner =
+      std::map<std::string, MemoryDomainSnapshot::OwnerUsage>(b.by_owner.begin(), b.by_owner.end());
+  return s;
 }
 
 MemoryLedgerSnapshot MemoryLedger::Snapshot() const {
   MutexLock l(&mu_);
   MemoryLedgerSnapshot s;
-  s.budget_bytes = budget_bytes_;
-  s.charged_bytes = charged_bytes_;
-  s.peak_bytes = peak_bytes_;
-  s.over_budget_bytes = OverLocked() ? charged_bytes_ - budget_bytes_ : 0;
-  s.live_charges = live_.size();
-  s.over_commits = over_commits_;
-  s.refusals = refusals_;
-  s.by_kind = by_kind_;
-  s.runtime_bytes = runtime_bytes_;
-  s.by_owner = std::map<std::string, MemoryLedgerSnapshot::OwnerUsage>(by_owner_.begin(),
-                                                                      by_owner_.end());
+  for (const Books& b : domains_) s.domains.emplace(b.name, SnapshotLocked(b));
+  static_cast<MemoryDomainSnapshot&>(s) = s.domains.at(std::string(kHostDomainName));
   return s;
 }
 
-void MemoryLedger::SetRuntimeBytes(size_t bytes) {
+MemoryDomainSnapshot MemoryLedger::DomainSnapshot(MemoryDomain domain) const {
   MutexLock l(&mu_);
-  runtime_bytes_ = bytes;
+  if (!KnownLocked(domain)) return MemoryDomainSnapshot();
+  return SnapshotLocked(domains_[domain.index()]);
 }
 
-size_t MemoryLedger::runtime_bytes() const {
+void MemoryLedger::SetRuntimeBytes(MemoryDomain domain, size_t bytes) {
   MutexLock l(&mu_);
-  return runtime_bytes_;
+  if (KnownLocked(domain)) domains_[domain.index()].runtime_bytes = bytes;
+}
+
+size_t MemoryLedger::runtime_bytes(MemoryDomain domain) const {
+  MutexLock l(&mu_);
+  return KnownLocked(domain) ? domains_[domain.index()].runtime_bytes : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -278,6 +448,47 @@ Result<uint64_t> ResolveBudget(std::optional<std::string> budget_text,
                                 " of RAM; lower it or set [memory] budget");
   }
   return total_ram_bytes - *headroom;
+}
+
+Result<uint64_t> ResolveDeviceBudget(std::string_view name,
+                                     std::optional<std::string> budget_text,
+                                     std::string headroom_text, uint64_t heap_bytes,
+                                     std::optional<uint64_t> heap_budget_bytes) {
+  const std::string key = "[devices.\"" + std::string(name) + "\"].";
+  Result<uint64_t> headroom = ParseSize(headroom_text, heap_bytes);
+  if (!headroom.ok()) {
+    return InvalidArgumentError(key + "headroom = \"" + headroom_text +
+                                "\" is not a valid size: " + headroom.status().message());
+  }
+  if (budget_text.has_value()) {
+    Result<uint64_t> budget = ParseSize(*budget_text, heap_bytes);
+    if (!budget.ok()) {
+      return InvalidArgumentError(key + "budget = \"" + *budget_text +
+                                  "\" is not a valid size: " + budget.status().message());
+    }
+    if (*budget == 0 || *budget > heap_bytes) {
+      return InvalidArgumentError(key + "budget = \"" + *budget_text + "\" (" +
+                                  FormatSize(*budget) + ") must be greater than 0 and at most " +
+                                  "the device's heap of " + FormatSize(heap_bytes));
+    }
+    return *budget;
+  }
+  if (*headroom >= heap_bytes) {
+    return InvalidArgumentError(key + "headroom = \"" + headroom_text + "\" (" +
+                                FormatSize(*headroom) + ") leaves no budget out of the " +
+                                FormatSize(heap_bytes) + " heap; lower it or set " + key +
+                                "budget");
+  }
+  uint64_t budget = heap_bytes - *headroom;
+  if (heap_budget_bytes.has_value()) {
+    if (*heap_budget_bytes == 0) {
+      return UnavailableError("device " + std::string(name) +
+                              ": the driver reports no memory left to give (heapBudget 0); "
+                              "free memory used by other processes, or set " + key + "budget");
+    }
+    budget = std::min(budget, *heap_budget_bytes);
+  }
+  return budget;
 }
 
 }  // namespace arbiter

@@ -462,5 +462,301 @@ TEST(MemoryLedgerConcurrencyTest, UnconditionalChargesFromFourThreadsEndAtZero) 
   EXPECT_TRUE(ledger.Snapshot().by_owner.empty());
 }
 
+// ---------------------------------------------------------------------------
+// Memory domains (Note [Memory domains])
+
+TEST(MemoryDomainTest, HostIsAlwaysThereAndTheDefault) {
+  MemoryLedger ledger(1000);
+  EXPECT_EQ(ledger.FindDomain("host"), kHostDomain);
+  EXPECT_EQ(ledger.DomainName(kHostDomain), "host");
+  Result<MemoryCharge> c = ledger.TryCharge("a", ChargeKind::kKvSlot, 100);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->domain(), kHostDomain);
+  const MemoryLedgerSnapshot s = ledger.Snapshot();
+  ASSERT_EQ(s.domains.size(), 1u);
+  const MemoryDomainSnapshot& host = s.domains.at("host");
+  EXPECT_EQ(host.name, "host");
+  EXPECT_EQ(host.charged_bytes, s.charged_bytes);
+  EXPECT_EQ(host.budget_bytes, 1000u);
+  EXPECT_EQ(host.by_owner.size(), 1u);
+  EXPECT_EQ(s.name, "host");
+}
+
+TEST(MemoryDomainTest, RegisterRejectsBadAndDuplicateNames) {
+  MemoryLedger ledger;
+  EXPECT_EQ(ledger.RegisterDomain("", {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger.RegisterDomain("host", {}).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ledger.RegisterDomain("vulkan:0", {}).ok());
+  Result<MemoryDomain> again = ledger.RegisterDomain("vulkan:0", {});
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(Contains(again.status().message(), "vulkan:0"));
+  for (size_t i = 2; i < kMaxMemoryDomains; ++i) {
+    ASSERT_TRUE(ledger.RegisterDomain("vulkan:" + std::to_string(i), {}).ok());
+  }
+  EXPECT_EQ(ledger.RegisterDomain("one-too-many", {}).status().code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST(MemoryDomainTest, EachDomainRefusesAgainstItsOwnBudget) {
+  MemoryLedger ledger(1000);
+  Result<MemoryDomain> gpu = ledger.RegisterDomain("vulkan:0", {.budget_bytes = 500});
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_FALSE(gpu->is_host());
+  EXPECT_EQ(ledger.FindDomain("vulkan:0"), *gpu);
+  // The host is full; the device is not, and vice versa.
+  Result<MemoryCharge> h = ledger.TryCharge("m", ChargeKind::kHostFloor, 1000);
+  ASSERT_TRUE(h.ok());
+  Result<MemoryCharge> d = ledger.TryCharge(*gpu, "m", ChargeKind::kDeviceWeights, 400);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->domain(), *gpu);
+  EXPECT_EQ(ledger.charged_bytes(), 1000u);        // host: the device's bytes are not RAM
+  EXPECT_EQ(ledger.charged_bytes(*gpu), 400u);
+  EXPECT_EQ(ledger.available_bytes(*gpu), 100u);
+  EXPECT_EQ(ledger.available_bytes(), 0u);
+
+  Result<MemoryCharge> refused = ledger.TryCharge(*gpu, "conv-7", ChargeKind::kKvSlot, 101);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  const std::string msg = refused.status().message();
+  EXPECT_TRUE(Contains(msg, "vulkan:0")) << msg;
+  EXPECT_TRUE(Contains(msg, "[devices.\"vulkan:0\"] budget")) << msg;
+  EXPECT_TRUE(Contains(msg, "500")) << msg;
+  EXPECT_FALSE(ledger.TryCharge("x", ChargeKind::kOther, 1).ok());
+
+  const MemoryLedgerSnapshot s = ledger.Snapshot();
+  EXPECT_EQ(s.refusals, 1u);  // host
+  EXPECT_EQ(s.domains.at("vulkan:0").refusals, 1u);
+  EXPECT_EQ(s.domains.at("vulkan:0").kind_bytes(ChargeKind::kDeviceWeights), 400u);
+  EXPECT_EQ(s.kind_bytes(ChargeKind::kDeviceWeights), 0u);
+  EXPECT_EQ(s.domains.at("vulkan:0").by_owner.at("m").total_bytes, 400u);
+  EXPECT_EQ(s.by_owner.at("m").total_bytes, 1000u);
+  EXPECT_FALSE(s.domains.at("vulkan:0").inside_host);
+
+  // Growth is refused per domain too, and Release gives the device back.
+  EXPECT_EQ(d->Resize(501).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(d->Resize(500).ok());
+  d->Release();
+  EXPECT_EQ(ledger.charged_bytes(*gpu), 0u);
+  EXPECT_EQ(ledger.Snapshot().domains.at("vulkan:0").peak_bytes, 500u);
+  EXPECT_TRUE(ledger.Snapshot().domains.at("vulkan:0").by_owner.empty());
+}
+
+TEST(MemoryDomainTest, InsideHostChargesCountAgainstBothBudgets) {
+  MemoryLedger ledger(1000);
+  Result<MemoryDomain> lvp =
+      ledger.RegisterDomain("vulkan:0", {.budget_bytes = 600, .inside_host = true});
+  ASSERT_TRUE(lvp.ok());
+  Result<MemoryCharge> host = ledger.TryCharge("floor", ChargeKind::kHostFloor, 300);
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(ledger.available_bytes(*lvp), 600u);  // its own room is the smaller one
+  Result<MemoryCharge> dev = ledger.TryCharge(*lvp, "m", ChargeKind::kDeviceWeights, 500);
+  ASSERT_TRUE(dev.ok());
+  // The host's books hold the device's charge: RSS truth.
+  EXPECT_EQ(ledger.charged_bytes(), 800u);
+  EXPECT_EQ(ledger.charged_bytes(*lvp), 500u);
+  EXPECT_EQ(ledger.available_bytes(*lvp), 100u);
+  EXPECT_EQ(ledger.available_bytes(), 200u);
+
+  // The device's own budget bounds its share...
+  Result<MemoryCharge> own = ledger.TryCharge(*lvp, "kv", ChargeKind::kKvSlot, 101);
+  ASSERT_FALSE(own.ok());
+  EXPECT_TRUE(Contains(own.status().message(), "[devices.\"vulkan:0\"] budget"))
+      << own.status().message();
+  // ...and the host budget bounds the total: room in the device, none in RAM.
+  ledger.SetBudget(*lvp, 0);
+  EXPECT_EQ(ledger.available_bytes(*lvp), 200u);
+  Result<MemoryCharge> total = ledger.TryCharge(*lvp, "kv", ChargeKind::kKvSlot, 201);
+  ASSERT_FALSE(total.ok());
+  const std::string msg = total.status().message();
+  EXPECT_TRUE(Contains(msg, "host")) << msg;
+  EXPECT_TRUE(Contains(msg, "vulkan:0")) << msg;
+  EXPECT_TRUE(Contains(msg, "[memory] budget")) << msg;
+  // A host charge is refused by the device's bytes too.
+  EXPECT_FALSE(ledger.TryCharge("x", ChargeKind::kOther, 201).ok());
+
+  const MemoryLedgerSnapshot s = ledger.Snapshot();
+  EXPECT_EQ(s.refusals, 2u);                              // host: total + x
+  EXPECT_EQ(s.domains.at("vulkan:0").refusals, 1u);       // own
+  EXPECT_TRUE(s.domains.at("vulkan:0").inside_host);
+  EXPECT_EQ(s.kind_bytes(ChargeKind::kDeviceWeights), 500u);
+  EXPECT_EQ(s.by_owner.at("m").total_bytes, 500u);
+  EXPECT_EQ(s.live_charges, 2u);
+  EXPECT_EQ(s.domains.at("vulkan:0").live_charges, 1u);
+  EXPECT_EQ(s.domains.at("host").charged_bytes, s.charged_bytes);
+
+  // An unconditional charge over both budgets is an over-commit in both.
+  ledger.SetBudget(*lvp, 600);
+  MemoryCharge forced = ledger.Charge(*lvp, "m", ChargeKind::kScratch, 300);
+  EXPECT_TRUE(ledger.OverBudgetHint());
+  EXPECT_TRUE(ledger.OverBudgetHint(*lvp));
+  const MemoryLedgerSnapshot o = ledger.Snapshot();
+  EXPECT_EQ(o.over_commits, 1u);
+  EXPECT_EQ(o.over_budget_bytes, 100u);
+  EXPECT_EQ(o.domains.at("vulkan:0").over_commits, 1u);
+  EXPECT_EQ(o.domains.at("vulkan:0").over_budget_bytes, 200u);
+  forced.Release();
+  EXPECT_FALSE(ledger.OverBudgetHint());
+  EXPECT_FALSE(ledger.OverBudgetHint(*lvp));
+  dev->Release();
+  EXPECT_EQ(ledger.charged_bytes(), 300u);
+  EXPECT_EQ(ledger.charged_bytes(*lvp), 0u);
+  EXPECT_EQ(ledger.Snapshot().by_owner.count("m"), 0u);
+}
+
+TEST(MemoryDomainTest, ShortfallsNameTheDomainsThatNeedRoom) {
+  MemoryLedger ledger(1000);
+  Result<MemoryDomain> gpu = ledger.RegisterDomain("vulkan:0", {.budget_bytes = 500});
+  Result<MemoryDomain> lvp =
+      ledger.RegisterDomain("vulkan:1", {.budget_bytes = 400, .inside_host = true});
+  ASSERT_TRUE(gpu.ok() && lvp.ok());
+  MemoryCharge a = ledger.Charge(*gpu, "a", ChargeKind::kDeviceWeights, 450);
+  MemoryCharge b = ledger.Charge("b", ChargeKind::kHostFloor, 700);
+  MemoryCharge c = ledger.Charge(*lvp, "c", ChargeKind::kDeviceWeights, 250);
+  EXPECT_TRUE(ledger.Shortfalls(*gpu, 50).empty());
+  std::vector<DomainShortfall> g = ledger.Shortfalls(*gpu, 80);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].domain, *gpu);
+  EXPECT_EQ(g[0].name, "vulkan:0");
+  EXPECT_EQ(g[0].bytes, 30u);
+  // vulkan:1 has 150 of its own but the host (950 charged) only 50.
+  std::vector<DomainShortfall> l = ledger.Shortfalls(*lvp, 200);
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0].name, "vulkan:1");
+  EXPECT_EQ(l[0].bytes, 50u);
+  EXPECT_EQ(l[1].domain, kHostDomain);
+  EXPECT_EQ(l[1].bytes, 150u);
+  std::vector<DomainShortfall> l2 = ledger.Shortfalls(*lvp, 100);
+  ASSERT_EQ(l2.size(), 1u);
+  EXPECT_EQ(l2[0].domain, kHostDomain);
+  // Over budget: the shortfall includes the overshoot.
+  ledger.SetBudget(*gpu, 400);
+  ASSERT_EQ(ledger.Shortfalls(*gpu, 10).size(), 1u);
+  EXPECT_EQ(ledger.Shortfalls(*gpu, 10)[0].bytes, 60u);
+}
+
+TEST(MemoryDomainTest, RuntimeBytesAndBudgetsArePerDomain) {
+  MemoryLedger ledger(1000);
+  Result<MemoryDomain> lvp =
+      ledger.RegisterDomain("vulkan:0", {.budget_bytes = 100, .inside_host = true});
+  ASSERT_TRUE(lvp.ok());
+  ledger.SetRuntimeBytes(77);
+  ledger.SetRuntimeBytes(*lvp, 33);
+  EXPECT_EQ(ledger.runtime_bytes(), 77u);  // not added to the host's: RSS holds it
+  EXPECT_EQ(ledger.runtime_bytes(*lvp), 33u);
+  ledger.SetBudget(*lvp, 200);
+  EXPECT_EQ(ledger.budget_bytes(*lvp), 200u);
+  EXPECT_EQ(ledger.budget_bytes(), 1000u);
+  const MemoryDomainSnapshot d = ledger.DomainSnapshot(*lvp);
+  EXPECT_EQ(d.name, "vulkan:0");
+  EXPECT_EQ(d.runtime_bytes, 33u);
+  EXPECT_EQ(d.budget_bytes, 200u);
+}
+
+TEST(MemoryDomainTest, MoveKeepsTheDomain) {
+  MemoryLedger ledger;
+  Result<MemoryDomain> gpu = ledger.RegisterDomain("vulkan:0", {});
+  ASSERT_TRUE(gpu.ok());
+  MemoryCharge a = ledger.Charge(*gpu, "a", ChargeKind::kKvSlot, 10);
+  MemoryCharge b = std::move(a);
+  EXPECT_EQ(b.domain(), *gpu);
+  EXPECT_EQ(a.domain(), kHostDomain);  // NOLINT(bugprone-use-after-move): documented empty
+  b = MemoryCharge();
+  EXPECT_EQ(ledger.charged_bytes(*gpu), 0u);
+}
+
+TEST(MemoryDomainTest, UnknownDomainIsRefused) {
+  MemoryLedger a, b;
+  Result<MemoryDomain> other = b.RegisterDomain("vulkan:0", {});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(a.TryCharge(*other, "x", ChargeKind::kOther, 1).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.budget_bytes(*other), 0u);
+  EXPECT_FALSE(a.OverBudgetHint(*other));
+  EXPECT_EQ(a.DomainName(*other), "");
+}
+
+// Four threads charge the host, a separate device and a device inside the
+// host; no budget is ever exceeded and every book ends at zero.
+TEST(MemoryLedgerConcurrencyTest, DomainsFromFourThreadsHoldEveryBudget) {
+  constexpr uint64_t kHostBudget = 10000, kGpuBudget = 3000, kLvpBudget = 4000;
+  MemoryLedger ledger(kHostBudget);
+  const MemoryDomain gpu = *ledger.RegisterDomain("vulkan:0", {.budget_bytes = kGpuBudget});
+  const MemoryDomain lvp =
+      *ledger.RegisterDomain("vulkan:1", {.budget_bytes = kLvpBudget, .inside_host = true});
+  const MemoryDomain domains[] = {kHostDomain, gpu, lvp};
+  std::atomic<bool> over{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(4321 + t);  // fixed seeds (STYLE.md rule 13)
+      std::vector<MemoryCharge> mine;
+      const std::string owner = "thread-" + std::to_string(t);
+      for (int i = 0; i < 4000; ++i) {
+        const uint64_t bytes = rng() % 1200;
+        switch (rng() % 4) {
+          case 0:
+          case 1: {
+            Result<MemoryCharge> c =
+                ledger.TryCharge(domains[rng() % 3], owner, ChargeKind::kKvSlot, bytes);
+            if (c.ok()) mine.push_back(std::move(*c));
+            break;
+          }
+          case 2:
+            if (!mine.empty()) mine[rng() % mine.size()].Resize(bytes).IgnoreError();
+            break;
+          case 3:
+            if (!mine.empty()) {
+              mine[rng() % mine.size()] = std::move(mine.back());
+              mine.pop_back();
+            }
+            break;
+        }
+        if (ledger.OverBudgetHint() || ledger.OverBudgetHint(gpu) || ledger.OverBudgetHint(lvp)) {
+          over = true;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_FALSE(over.load());
+  const MemoryLedgerSnapshot s = ledger.Snapshot();
+  for (const auto& [name, d] : s.domains) {
+    EXPECT_EQ(d.charged_bytes, 0u) << name;
+    EXPECT_EQ(d.live_charges, 0u) << name;
+    EXPECT_TRUE(d.by_owner.empty()) << name;
+    EXPECT_LE(d.peak_bytes, d.budget_bytes) << name;
+    EXPECT_GT(d.peak_bytes, 0u) << name;
+  }
+}
+
+TEST(ResolveDeviceBudgetTest, DefaultIsHeapMinusHeadroomClampedByHeapBudget) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  EXPECT_EQ(*ResolveDeviceBudget("vulkan:0", std::nullopt, "1GiB", 80 * kGiB, std::nullopt),
+            79 * kGiB);
+  EXPECT_EQ(*ResolveDeviceBudget("vulkan:0", std::nullopt, "1GiB", 80 * kGiB, 50 * kGiB),
+            50 * kGiB);
+  EXPECT_EQ(*ResolveDeviceBudget("vulkan:0", std::nullopt, "10%", 10 * kGiB, std::nullopt),
+            9 * kGiB);
+  EXPECT_EQ(*ResolveDeviceBudget("vulkan:0", "70GiB", "1GiB", 80 * kGiB, 10 * kGiB), 70 * kGiB);
+  EXPECT_EQ(*ResolveDeviceBudget("vulkan:0", "50%", "1GiB", 80 * kGiB, std::nullopt), 40 * kGiB);
+  EXPECT_EQ(ResolveDeviceBudget("vulkan:0", std::nullopt, "1GiB", 80 * kGiB, 0).status().code(),
+            StatusCode::kUnavailable);
+}
+
+TEST(ResolveDeviceBudgetTest, ErrorsNameTheKey) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  Result<uint64_t> big = ResolveDeviceBudget("vulkan:0", "81GiB", "1GiB", 80 * kGiB, {});
+  ASSERT_FALSE(big.ok());
+  EXPECT_TRUE(Contains(big.status().message(), "[devices.\"vulkan:0\"].budget"))
+      << big.status().message();
+  Result<uint64_t> bad = ResolveDeviceBudget("vulkan:1", std::nullopt, "lots", 80 * kGiB, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Contains(bad.status().message(), "[devices.\"vulkan:1\"].headroom"));
+  Result<uint64_t> none = ResolveDeviceBudget("vulkan:0", std::nullopt, "2GiB", 2 * kGiB, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(Contains(none.status().message(), "headroom"));
+  EXPECT_FALSE(ResolveDeviceBudget("vulkan:0", "0", "1GiB", 80 * kGiB, {}).ok());
+}
+
 }  // namespace
 }  // namespace arbiter
