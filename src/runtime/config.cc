@@ -366,6 +366,55 @@ Status ParseMemory(const toml::table& t, uint64_t mem_total, Config* c) {
   return DeriveBudget(mem_total, p + "headroom", c);
 }
 
+// [devices."NAME"]: a SIZE written as bytes or text; the text is checked
+// now (a percentage against a stand-in heap) and resolved when the device is
+// opened.
+Status ReadDeviceSize(const toml::table& t, const char* key, const std::string& p,
+                      bool allow_zero, std::optional<std::string>* out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return OkStatus();
+  const std::string what = allow_zero ? "a size ≥ 0" : "a positive size";
+  if (auto i = n->value_exact<int64_t>()) {
+    if (*i < 0 || (*i == 0 && !allow_zero)) return KeyError(p + key, what);
+    *out = std::to_string(*i);
+    return OkStatus();
+  }
+  auto str = n->value_exact<std::string>();
+  if (!str) return KeyError(p + key, "a size: bytes, \"512MiB\", \"2GB\" or \"10%\" of the heap");
+  auto size = ParseSize(*str, uint64_t{1} << 40);
+  if (!size.ok()) {
+    return InvalidArgumentError(fmt::format("{}{} is invalid: {}", p, key, size.status().message()));
+  }
+  if (*size == 0 && !allow_zero) return KeyError(p + key, what);
+  *out = *str;
+  return OkStatus();
+}
+
+Status ParseDevices(const toml::table& devices, Config* c) {
+  for (auto&& [k, v] : devices) {
+    const std::string name(k.str());
+    ARBITER_RETURN_IF_ERROR(ValidateDeviceName(name).WithPrefix("[devices]"));
+    const std::string p = fmt::format("[devices.\"{}\"].", name);
+    const toml::table* t = v.as_table();
+    if (t == nullptr) return KeyError(p.substr(0, p.size() - 1), "a table");
+    DeviceSettings d;
+    d.name = name;
+    ARBITER_RETURN_IF_ERROR(ReadDeviceSize(*t, "budget", p, /*allow_zero=*/false, &d.budget_text));
+    std::optional<std::string> headroom;
+    ARBITER_RETURN_IF_ERROR(ReadDeviceSize(*t, "headroom", p, /*allow_zero=*/true, &headroom));
+    if (headroom) d.headroom_text = *headroom;
+    for (auto&& [key, value] : *t) {
+      if (key.str() != "budget" && key.str() != "headroom") {
+        return InvalidArgumentError(fmt::format(
+            "unknown key {}{} (a device takes budget and headroom)", p,
+            std::string_view(key.str()).substr(0, 256)));
+      }
+    }
+    c->devices.push_back(std::move(d));
+  }
+  return OkStatus();
+}
+
 Result<PressureSourceKind> ParsePressureSourceKind(std::string_view text, std::string_view key) {
   for (PressureSourceKind k : {PressureSourceKind::kAuto, PressureSourceKind::kMeminfo,
                                PressureSourceKind::kPsi, PressureSourceKind::kCgroup,
@@ -796,6 +845,20 @@ Result<int64_t> ParseDurationMs(std::string_view text, std::string_view key) {
   return bad();
 }
 
+Status ValidateDeviceName(std::string_view name) {
+  constexpr std::string_view kPrefix = "vulkan:";
+  std::string_view index = name.substr(0, std::min(name.size(), kPrefix.size())) == kPrefix
+                               ? name.substr(kPrefix.size())
+                               : std::string_view();
+  bool ok = !index.empty() && index.size() <= 3 && (index.size() == 1 || index[0] != '0');
+  for (char ch : index) ok = ok && ch >= '0' && ch <= '9';
+  if (ok) return OkStatus();
+  return InvalidArgumentError(fmt::format(
+      "device \"{}\" is not a device name; use \"vulkan:N\" (N = 0, 1, ...: the N-th Vulkan "
+      "device, as `arbiter devices` lists them)",
+      name.substr(0, 64)));
+}
+
 std::string_view SameRolePolicyName(SameRolePolicy policy) {
   return policy == SameRolePolicy::kSwap ? "swap" : "coexist";
 }
@@ -853,6 +916,10 @@ Result<Config> ParseConfigToml(std::string_view text, const std::string& file,
       const toml::table* t = v.as_table();
       if (t == nullptr) return KeyError("[kv]", "a table");
       ARBITER_RETURN_IF_ERROR(ParseKv(*t, mem_total_bytes, &c));
+    } else if (key == "devices") {
+      const toml::table* t = v.as_table();
+      if (t == nullptr) return KeyError("[devices]", "a table of device tables ([devices.\"vulkan:0\"])");
+      ARBITER_RETURN_IF_ERROR(ParseDevices(*t, &c));
     } else if (key == "models") {
       const toml::array* a = v.as_array();
       if (a == nullptr) return KeyError("models", "an array of tables ([[models]])");

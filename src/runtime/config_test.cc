@@ -252,7 +252,65 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nchat_template = \"vicuna\"\n",
                   "[[models]][0].chat_template must be one of \"chatml\""},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
-        BadConfig{"server = 5\n", "[server] must be a table"}));
+        BadConfig{"server = 5\n", "[server] must be a table"},
+        BadConfig{"[devices.\"cuda:0\"]\nbudget = \"1GiB\"\n",
+                  "device \"cuda:0\" is not a device name; use \"vulkan:N\""},
+        BadConfig{"[devices.\"vulkan:x\"]\n", "device \"vulkan:x\""},
+        BadConfig{"[devices.\"vulkan:01\"]\n", "device \"vulkan:01\""},
+        BadConfig{"[devices.vulkan]\n", "device \"vulkan\""},
+        BadConfig{"[devices.\"vulkan:0\"]\nbudgte = \"1GiB\"\n",
+                  "unknown key [devices.\"vulkan:0\"].budgte"},
+        BadConfig{"[devices.\"vulkan:0\"]\nbudget = 0\n",
+                  "[devices.\"vulkan:0\"].budget must be a positive size"},
+        BadConfig{"[devices.\"vulkan:0\"]\nbudget = \"lots\"\n",
+                  "[devices.\"vulkan:0\"].budget is invalid"},
+        BadConfig{"[devices.\"vulkan:1\"]\nheadroom = true\n",
+                  "[devices.\"vulkan:1\"].headroom must be a size"},
+        BadConfig{"devices = 1\n", "[devices] must be a table"},
+        BadConfig{"[devices]\n\"vulkan:0\" = 3\n", "[devices.\"vulkan:0\"] must be a table"}));
+
+TEST(Config, Devices) {
+  auto c = ParseConfigToml(R"(
+[devices."vulkan:0"]
+budget = "70GiB"
+
+[devices."vulkan:1"]
+headroom = "10%"
+
+[devices."vulkan:2"]
+budget = 1073741824
+headroom = 0
+)",
+                           "a.toml", kMemTotal);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->devices.size(), 3u);
+  EXPECT_EQ(c->devices[0].name, "vulkan:0");
+  EXPECT_EQ(c->devices[0].budget_text, "70GiB");
+  EXPECT_EQ(c->devices[0].headroom_text, kDefaultDeviceHeadroom);
+  EXPECT_EQ(c->devices[1].name, "vulkan:1");
+  EXPECT_FALSE(c->devices[1].budget_text.has_value());
+  EXPECT_EQ(c->devices[1].headroom_text, "10%");
+  EXPECT_EQ(c->devices[2].budget_text, "1073741824");
+  EXPECT_EQ(c->devices[2].headroom_text, "0");
+  EXPECT_TRUE(c->warnings.empty());
+  // No device section: none configured, the host's budget as before.
+  auto plain = ParseConfigToml("", "a.toml", kMemTotal);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->devices.empty());
+  // The texts resolve against the heap when the device is opened.
+  EXPECT_EQ(*ResolveDeviceBudget(c->devices[1].name, c->devices[1].budget_text,
+                                 c->devices[1].headroom_text, 10 * kGiB, std::nullopt),
+            9 * kGiB);
+}
+
+TEST(Config, DeviceNames) {
+  EXPECT_TRUE(ValidateDeviceName("vulkan:0").ok());
+  EXPECT_TRUE(ValidateDeviceName("vulkan:12").ok());
+  for (const char* bad : {"vulkan", "vulkan:", "vulkan:-1", "vulkan:1x", "vulkan:1000",
+                          "Vulkan:0", "cpu", "host", "cuda:0", ""}) {
+    EXPECT_EQ(ValidateDeviceName(bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
 
 // Every capability, each engine's default, a process model (issue 14).
 TEST(Config, ModalitiesAndProcessModels) {

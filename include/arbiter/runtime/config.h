@@ -24,6 +24,11 @@
 //             conversation_ttl, eviction_interval, keepalive_interval
 //             (durations), prompt_cache, disk_budget (SIZE; 0 = off /
 //             unlimited)
+//   [devices."vulkan:N"] one compute device's memory domain, applied when
+//             the device is opened: budget (SIZE; "%" of the device heap),
+//             headroom (SIZE; budget = heap − headroom, clamped by the
+//             driver's heapBudget, when budget is unset). Unknown keys here
+//             are errors.
 //   [[models]] name, path, capability ("text" | "embedding" |
 //             "vision-describe" | "image-gen" | "transcribe" | "speak" | "vad"),
 //             engine ("builtin" | "pocketsphinx" | "flite" | "espeak-ng" |
@@ -64,6 +69,7 @@
 #include "arbiter/engine/chat_template.h"
 #include "arbiter/engine/kv_snapshot.h"  // KV types
 #include "arbiter/kv/cache_key.h"  // kKeepAliveStaleFraction
+#include "arbiter/memory/memory_ledger.h"  // kDefaultDeviceHeadroom
 #include "arbiter/weights/weight_cache.h"
 
 namespace arbiter {
@@ -271,6 +277,16 @@ struct ModelEntry {
   std::optional<ChatTemplateKind> chat_template;
 };
 
+// [devices."NAME"]: the memory domain of one compute device (Note [Memory
+// domains] in arbiter/memory/memory_ledger.h). Sizes stay text until the
+// device is opened: a percentage is of the device's heap, which only the
+// driver knows (ResolveDeviceBudget()).
+struct DeviceSettings {
+  std::string name;                        // "vulkan:N"
+  std::optional<std::string> budget_text;  // as written; unset = heap − headroom
+  std::string headroom_text{kDefaultDeviceHeadroom};
+};
+
 struct Config {
   ServerSettings server;
   std::string budget_text;               // as written ("" = default)
@@ -282,6 +298,7 @@ struct Config {
   WeightSettings weights;
   KvSettings kv;
   std::vector<ModelEntry> models;
+  std::vector<DeviceSettings> devices;   // [devices."NAME"], sorted by name
   std::string state_dir;                 // resolved by the CLI
   std::vector<std::string> warnings;     // unknown keys etc., for logging
 };
@@ -313,6 +330,13 @@ using EnvLookup = std::function<const char*(const char*)>;
 // ARBITER_PRESSURE_SOURCE. Errors name the variable (`ARBITER_PORT must be an
 // integer in 0..65535`).
 Status ApplyEnvOverrides(const EnvLookup& env, uint64_t mem_total_bytes, Config* config);
+
+// Whether `name` names a compute device's memory domain: "vulkan:N" with N
+// a decimal index (0..999, no sign or leading zero), as the Vulkan loader
+// enumerates physical devices.
+// Errors: kInvalidArgument quoting the name (at most 64 bytes of it) and the
+// expected form.
+Status ValidateDeviceName(std::string_view name);
 
 // Checks cross-field rules: unique model names, port range, etc.
 Status ValidateConfig(const Config& config);
