@@ -264,6 +264,12 @@ TEST_F(RoutesTest, MetricsAndModels) {
   EXPECT_EQ(st["unaccounted_bytes"].get<int64_t>(),
             st["process_resident_bytes"].get<int64_t>() - st["charged_bytes"].get<int64_t>() -
                 st["runtime_bytes"].get<int64_t>());
+  // A CPU-only runtime has the host domain alone, with the top-level figures.
+  ASSERT_EQ(st["domains"].size(), 1u) << st.dump();
+  for (const char* k : {"budget_bytes", "charged_bytes", "runtime_bytes", "over_commits"}) {
+    EXPECT_EQ(st["domains"]["host"][k], st[k]) << k;
+  }
+  EXPECT_EQ(st["domains"]["host"]["by_kind"], st["charged_by_kind"]);
   json models = Body(*Call("GET /v1/models"));
   EXPECT_EQ(models["data"].size(), 2u);
 }

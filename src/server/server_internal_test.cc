@@ -10,6 +10,7 @@
 #include "server/internal/access.h"
 #include "server/internal/event_stream.h"
 #include "server/internal/metrics.h"
+#include "server/internal/status_json.h"
 
 namespace arbiter::server_internal {
 namespace {
@@ -155,6 +156,66 @@ TEST(ServerMetrics, CountsEventsAndSnapshots) {
   EXPECT_NE(again.find("arbiter_model_load_failures_total{capability=\"embedding\",model=\"a\"} 2"),
             std::string::npos)
       << again;
+}
+
+// The per-domain series and /admin/status's "domains" from a real ledger
+// with a device beside the host and one inside it (Note [Memory domains]).
+TEST(ServerMetrics, DomainsCarryADomainLabel) {
+  MemoryLedger ledger(1000);
+  const MemoryDomain gpu = *ledger.RegisterDomain("vulkan:0", {.budget_bytes = 500});
+  const MemoryDomain lvp =
+      *ledger.RegisterDomain("vulkan:1", {.budget_bytes = 300, .inside_host = true});
+  MemoryCharge h = ledger.Charge("m", ChargeKind::kHostFloor, 100);
+  MemoryCharge g = ledger.Charge(gpu, "m", ChargeKind::kDeviceWeights, 400);
+  MemoryCharge l = ledger.Charge(lvp, "n", ChargeKind::kKvSlot, 200);
+  ledger.SetRuntimeBytes(gpu, 64);
+  ASSERT_FALSE(ledger.TryCharge(gpu, "m", ChargeKind::kKvSlot, 101).ok());
+  ServerMetrics m;
+  ArbiterStats s;
+  s.budget_bytes = ledger.budget_bytes();
+  s.charged_bytes = ledger.charged_bytes();
+  const std::string text = m.Scrape(s, ledger.Snapshot(), nullptr);
+  for (const char* line : {
+           // The host-only series keep their names and values...
+           "arbiter_memory_budget_bytes 1000\n",
+           "arbiter_memory_charged_bytes 300\n",
+           "arbiter_memory_charged_by_kind_bytes{kind=\"kv_slot\"} 200\n",
+           // ...and every domain has its own, labelled.
+           "arbiter_memory_domain_budget_bytes{domain=\"host\"} 1000\n",
+           "arbiter_memory_domain_charged_bytes{domain=\"host\"} 300\n",
+           "arbiter_memory_domain_budget_bytes{domain=\"vulkan:0\"} 500\n",
+           "arbiter_memory_domain_charged_bytes{domain=\"vulkan:0\"} 400\n",
+           "arbiter_memory_domain_runtime_bytes{domain=\"vulkan:0\"} 64\n",
+           "arbiter_memory_domain_refusals_total{domain=\"vulkan:0\"} 1\n",
+           "arbiter_memory_domain_refusals_total{domain=\"host\"} 0\n",
+           "arbiter_memory_domain_charged_bytes{domain=\"vulkan:1\"} 200\n",
+           "arbiter_memory_domain_charged_by_kind_bytes{domain=\"vulkan:0\",kind=\"device_weights\"} "
+           "400\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  // Counters advance by the change only.
+  EXPECT_NE(m.Scrape(s, ledger.Snapshot(), nullptr)
+                .find("arbiter_memory_domain_refusals_total{domain=\"vulkan:0\"} 1\n"),
+            std::string::npos);
+
+  RuntimeStatus st;
+  st.arbiter = s;
+  st.ledger = ledger.Snapshot();
+  const json j = RuntimeStatusJson(st, 0);
+  ASSERT_EQ(j["domains"].size(), 3u) << j["domains"].dump();
+  EXPECT_EQ(j["domains"]["host"]["charged_bytes"], j["charged_bytes"]);
+  EXPECT_EQ(j["domains"]["host"]["budget_bytes"], j["budget_bytes"]);
+  EXPECT_EQ(j["domains"]["host"]["by_kind"], j["charged_by_kind"]);
+  const json& v0 = j["domains"]["vulkan:0"];
+  EXPECT_EQ(v0["budget_bytes"], 500);
+  EXPECT_EQ(v0["charged_bytes"], 400);
+  EXPECT_EQ(v0["peak_bytes"], 400);
+  EXPECT_EQ(v0["runtime_bytes"], 64);
+  EXPECT_EQ(v0["refusals"], 1);
+  EXPECT_EQ(v0["inside_host"], false);
+  EXPECT_EQ(v0["by_kind"]["device_weights"], 400);
+  EXPECT_EQ(j["domains"]["vulkan:1"]["inside_host"], true);
 }
 
 TEST(ServePressure, NoneIsTheBridgeAlone) {

@@ -61,6 +61,9 @@ test('the demo stack live: render, a chat fills a slot, critical pressure from t
     }
     await assert.doesNotReject(page.locator('#budget .figures').waitFor());
     assert.match(await page.locator('#budget').innerText(), /Budget\s+[\d.]+ (MiB|GiB)/);
+    // One budget bar per memory domain: a CPU-only server has the host's alone.
+    assert.equal(await page.locator('#budget .bar[data-domain]').count(), 1);
+    assert.equal(await page.locator('#budget .bar[data-domain="host"]').count(), 1);
     assert.match(await row(page, 'demo-chat').innerText(), /not loaded/);
     await page.locator('#kv .slot').first().waitFor();
     assert.match(await page.locator('#pressure-badge').innerText(), /nominal/);

@@ -129,6 +129,7 @@ ServerMetrics::ServerMetrics()
                            .Name("arbiter_memory_charged_by_kind_bytes")
                            .Help("Bytes charged to the memory ledger, by kind")
                            .Register(*registry_)),
+      domains_(*registry_),
       weight_loads_(BuildCounter()
                         .Name("arbiter_weight_cache_loads_total")
                         .Help("Weight loads into the device arena")
@@ -372,6 +373,7 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
       charged_by_kind_.Add({{"kind", std::string(ChargeKindName(static_cast<ChargeKind>(k)))}})
           .Set(static_cast<double>(ledger.by_kind[k]));
     }
+    domains_.Update(ledger);
     if (w != nullptr) {
       auto set = [this](const char* name, uint64_t v) {
         mu_.AssertHeld();

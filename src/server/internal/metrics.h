@@ -16,6 +16,8 @@
 //   arbiter_model_resident{model,capability} 1 loaded, else 0
 //   arbiter_model_bytes{model,capability}    measured (or estimated) size
 //   arbiter_memory_charged_by_kind_bytes{kind}  ledger bytes per ChargeKind
+//   (the memory series above are the host's; every domain's, the host
+//   included, are in domain_metrics.h: arbiter_memory_domain_*{domain})
 // Weight runtime (WeightCacheStats at scrape time; the reference weight
 // runtime's metrics under the arbiter_ prefix, docs/http-api.md
 // "GET /metrics"):
@@ -98,6 +100,7 @@
 #include "arbiter/kv/precache.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/weights/weight_cache.h"
+#include "server/internal/domain_metrics.h"
 
 namespace arbiter::server_internal {
 
@@ -213,6 +216,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& model_resident_;
   prometheus::Family<prometheus::Gauge>& model_bytes_;
   prometheus::Family<prometheus::Gauge>& charged_by_kind_;
+  DomainMetrics domains_ GUARDED_BY(mu_);
   // Weight runtime.
   prometheus::Family<prometheus::Counter>& weight_loads_;
   prometheus::Family<prometheus::Counter>& weight_evicts_;

@@ -53,6 +53,33 @@ json PoolJson(const MemoryPoolStats& p) {
               {"num_frees", p.num_frees}};
 }
 
+json ByKindJson(const ChargeKindBytes& bytes) {
+  json by_kind = json::object();
+  for (size_t k = 0; k < kChargeKindCount; ++k) {
+    by_kind[std::string(ChargeKindName(static_cast<ChargeKind>(k)))] = bytes[k];
+  }
+  return by_kind;
+}
+
+// "domains": every memory domain's books by name, "host" included
+// (Note [Memory domains] in arbiter/memory/memory_ledger.h).
+json DomainsJson(const MemoryLedgerSnapshot& ledger) {
+  json domains = json::object();
+  for (const auto& [name, d] : ledger.domains) {
+    domains[name] = {{"budget_bytes", d.budget_bytes},
+                     {"charged_bytes", d.charged_bytes},
+                     {"peak_bytes", d.peak_bytes},
+                     {"runtime_bytes", d.runtime_bytes},
+                     {"over_budget_bytes", d.over_budget_bytes},
+                     {"over_commits", d.over_commits},
+                     {"refusals", d.refusals},
+                     {"live_charges", d.live_charges},
+                     {"inside_host", d.inside_host},
+                     {"by_kind", ByKindJson(d.by_kind)}};
+  }
+  return domains;
+}
+
 }  // namespace
 
 json ModelStatusJson(const ModelStatus& model) {
@@ -100,10 +127,6 @@ json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
   const ArbiterStats& s = st.arbiter;
   json models = json::array();
   for (const ModelStatus& m : st.models) models.push_back(ModelStatusJson(m));
-  json by_kind = json::object();
-  for (size_t k = 0; k < kChargeKindCount; ++k) {
-    by_kind[std::string(ChargeKindName(static_cast<ChargeKind>(k)))] = st.ledger.by_kind[k];
-  }
   json j = {{"budget_bytes", s.budget_bytes},
             {"charged_bytes", s.charged_bytes},
             {"runtime_bytes", st.ledger.runtime_bytes},
@@ -125,9 +148,10 @@ json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
             {"load_failures", s.load_failures},
             {"evictions", s.evictions},
             {"models", std::move(models)},
-            {"charged_by_kind", std::move(by_kind)},
+            {"charged_by_kind", ByKindJson(st.ledger.by_kind)},
             {"over_budget_bytes", st.ledger.over_budget_bytes},
-            {"over_commits", st.ledger.over_commits}};
+            {"over_commits", st.ledger.over_commits},
+            {"domains", DomainsJson(st.ledger)}};
   if (st.next_victim) {
     const NextVictim& v = *st.next_victim;
     j["next_victim"] = {{"model", v.model},

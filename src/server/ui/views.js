@@ -44,9 +44,23 @@ export function renderBudget(el, st) {
   const unaccounted = st.unaccounted_bytes;
   const pct = (b, of) => (of > 0 ? Math.max(0, Math.min(100, (100 * b) / of)) : 0);
 
-  const budgetBar = h('div', { class: 'bar', role: 'img',
+  const budgetBar = h('div', { class: 'bar', role: 'img', dataset: { domain: 'host' },
     'aria-label': `charged ${bytes(charged)} of a ${budget ? bytes(budget) : 'unlimited'} budget` },
     kinds.filter(x => x.b > 0).map(x => segment(pct(x.b, budget || charged), x.color, `${x.label}: ${bytes(x.b)}`)));
+
+  // One budget bar per device memory domain (the host's is the bar above;
+  // docs/memory.md "Memory domains").
+  const devices = Object.entries(st.domains || {}).filter(([name]) => name !== 'host');
+  const deviceBars = devices.flatMap(([name, d]) => {
+    const of = d.budget_bytes || d.charged_bytes;
+    const text = `${name}${d.inside_host ? ' (host memory)' : ''}: ${bytes(d.charged_bytes)} of ` +
+      `${d.budget_bytes ? bytes(d.budget_bytes) : 'unlimited'}` +
+      `${d.runtime_bytes ? `, device runtime ${bytes(d.runtime_bytes)}` : ''}`;
+    return [h('p', { class: 'bar-label' }, text),
+      h('div', { class: 'bar', role: 'img', dataset: { domain: name }, 'aria-label': text },
+        KINDS.map(([k, label, color]) => [label, color, d.by_kind?.[k] || 0]).filter(([, , b]) => b > 0)
+          .map(([label, color, b]) => segment(pct(b, of), color, `${label}: ${bytes(b)}`)))];
+  });
 
   const scale = Math.max(rss, charged + runtime + Math.max(0, unaccounted), 1);
   const rssBar = h('div', { class: 'bar', role: 'img',
@@ -72,7 +86,8 @@ export function renderBudget(el, st) {
     h('li', {}, h('span', { class: 'swatch unaccounted' }), 'unaccounted ', h('b', {}, bytes(unaccounted))));
 
   el.replaceChildren(figures,
-    h('p', { class: 'bar-label' }, 'Ledger against the budget'), budgetBar,
+    h('p', { class: 'bar-label' }, devices.length ? 'host: ledger against the budget' : 'Ledger against the budget'), budgetBar,
+    ...deviceBars,
     h('p', { class: 'bar-label' }, 'Ledger + runtime against measured RSS (red line)'), rssBar, legend);
 }
 
