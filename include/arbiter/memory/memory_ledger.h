@@ -1,4 +1,4 @@
-// arbiter/memory/memory_ledger.h — the one byte budget of the process.
+// arbiter/memory/memory_ledger.h — the byte budgets of the process, one per memory domain.
 //
 // Every byte held for models is charged to one MemoryLedger with an owner
 // (a model's resident key such as "text::demo-chat", a conversation id,
