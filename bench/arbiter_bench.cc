@@ -102,7 +102,7 @@ CapabilityRegistration TrivialReg(Capability cap, size_t bytes, bool swap_same_r
   r.load = [](const std::string&) -> Result<LoadedBackend> {
     return LoadedBackend::Of(std::make_shared<Fake>(), 0);
   };
-  r.unload = [](const LoadedBackend&) {};
+  r.unload = [](const std::string&, LoadedBackend) {};
   return r;
 }
 
@@ -247,7 +247,7 @@ Status PressureToUnload(const Ticker& tk, int iterations, std::vector<uint64_t>*
   MemoryArbiter a({.pressure_source = &bridge, .idle_check_interval_ms = 0});
   uint64_t unloaded_at = 0;
   CapabilityRegistration r = TrivialReg(Capability::kVisionDescribe, kMiB, true);
-  r.unload = [&](const LoadedBackend&) { unloaded_at = tk.Now(); };
+  r.unload = [&](const std::string&, LoadedBackend) { unloaded_at = tk.Now(); };
   ARBITER_RETURN_IF_ERROR(a.RegisterCapability(std::move(r)));
   ARBITER_RETURN_IF_ERROR(a.Start());
   out->reserve(static_cast<size_t>(iterations));
@@ -310,7 +310,9 @@ Status PressureRssDrop(const Ticker& tk, int iterations, std::vector<uint64_t>* 
     if (b->data == nullptr) return ResourceExhaustedError("bench: mmap of 64 MiB failed");
     return LoadedBackend::Of(std::move(b), kBig);
   };
-  r.unload = [](const LoadedBackend& b) { static_cast<BigBackend*>(b.object.get())->Free(); };
+  r.unload = [](const std::string&, LoadedBackend b) {
+    static_cast<BigBackend*>(b.object.get())->Free();
+  };
   ARBITER_RETURN_IF_ERROR(a.RegisterCapability(std::move(r)));
   ARBITER_RETURN_IF_ERROR(a.Start());
   double drop_sum_mib = 0;

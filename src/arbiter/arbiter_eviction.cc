@@ -193,7 +193,7 @@ void MemoryArbiterImpl::FinishUnloads(std::vector<Unloaded>* unloaded) {
   for (Unloaded& u : *unloaded) {
     if (u.reg->reg.unload && u.backend.object) {
       try {
-        u.reg->reg.unload(u.backend);
+        u.reg->reg.unload(u.model_key, std::move(u.backend));
       } catch (const std::exception& ex) {
         spdlog::error("arbiter: unload of {} threw: {}", ResidentKey(u.capability, u.model_key),
                       ex.what());
@@ -201,7 +201,7 @@ void MemoryArbiterImpl::FinishUnloads(std::vector<Unloaded>* unloaded) {
         spdlog::error("arbiter: unload of {} threw", ResidentKey(u.capability, u.model_key));
       }
     }
-    u.backend = LoadedBackend{};  // frees the object unless the caller copied it
+    u.backend = LoadedBackend{};  // without an unload: frees the object here
     if (spdlog::should_log(spdlog::level::info)) {
       spdlog::info("arbiter: unloaded {} ({}, reason {})", ResidentKey(u.capability, u.model_key),
                    FormatSize(u.bytes), UnloadReasonName(u.reason));

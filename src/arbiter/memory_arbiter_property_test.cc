@@ -304,7 +304,7 @@ class World {
       return LoadedBackend::Of(std::make_shared<PropBackend>(&counters_, rk),
                                Spec(cap).measured_bytes[KeyIndexOf(key)]);
     };
-    r.unload = [this](const LoadedBackend& b) {
+    r.unload = [this](const std::string&, LoadedBackend b) {
       auto* backend = static_cast<PropBackend*>(b.object.get());
       if (backend->unloaded) violations_.push_back("unload called twice for " + backend->key);
       backend->unloaded = true;

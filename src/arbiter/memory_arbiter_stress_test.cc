@@ -144,7 +144,7 @@ class ArbiterStressTest : public ::testing::TestWithParam<bool> {
       const size_t measured = key == "m2" ? Estimate(cap) * 3 / 2 : 0;
       return LoadedBackend::Of(std::make_shared<StressBackend>(&counters_, rk), measured);
     };
-    r.unload = [this](const LoadedBackend& b) {
+    r.unload = [this](const std::string&, LoadedBackend b) {
       auto* backend = static_cast<StressBackend*>(b.object.get());
       if (!backend->alive.exchange(false)) counters_.violations++;  // unloaded twice
       backend->value = -1;

@@ -42,7 +42,7 @@ class ArbiterTest : public ::testing::Test {
       if (fail_load_) return DataLossError("weights truncated");
       return LoadedBackend::Of(std::make_shared<Fake>(Fake{std::string(CapabilityName(cap)) + ":" + key}), 0);
     };
-    r.unload = [this](const LoadedBackend& b) {
+    r.unload = [this](const std::string&, LoadedBackend b) {
       std::lock_guard<std::mutex> l(mu_);
       unloaded_.push_back(static_cast<Fake*>(b.object.get())->key);
     };
@@ -915,7 +915,7 @@ CapabilityRegistration TrackedReg(Capability cap, size_t estimate_mb, std::atomi
     loads->fetch_add(1);
     return LoadedBackend::Of(std::make_shared<Tracked>(), 0);
   };
-  r.unload = [unloads](const LoadedBackend& b) {
+  r.unload = [unloads](const std::string&, LoadedBackend b) {
     static_cast<Tracked*>(b.object.get())->alive.store(false);
     unloads->fetch_add(1);
   };
@@ -1131,6 +1131,39 @@ TEST_F(ArbiterTest, KeyTableGrowsUnderConcurrentLookups) {
   for (auto& th : ts) th.join();
   EXPECT_EQ(load_calls_.load(), 900);
   EXPECT_EQ(a.ResidentSnapshot().size(), 900u);
+}
+
+// The unload callable gets the model key and the arbiter's own reference:
+// nobody else holds the backend, so the callable decides when it goes (the
+// engine models' explicit unload step relies on this).
+TEST(ArbiterUnloadTest, UnloadGetsTheKeyAndTheLastReference) {
+  std::weak_ptr<Tracked> loaded;
+  std::vector<std::pair<std::string, long>> seen;  // {key, use_count}
+  bool alive_after_reset = true;
+  CapabilityRegistration r;
+  r.capability = Capability::kText;
+  r.estimated_bytes = kMB;
+  r.load = [&](const std::string&) -> Result<LoadedBackend> {
+    auto b = std::make_shared<Tracked>();
+    loaded = b;
+    return LoadedBackend::Of(std::move(b), 0);
+  };
+  r.unload = [&](const std::string& key, LoadedBackend b) {
+    seen.push_back({key, b.object.use_count()});
+    b.object.reset();
+    alive_after_reset = !loaded.expired();
+  };
+  MemoryArbiter a({.idle_check_interval_ms = 0});
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  {
+    Result<ArbiterHandle> h = a.Acquire(Capability::kText, "m", Deadline(5s));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+  }
+  ASSERT_TRUE(a.Unload(Capability::kText, "m", Deadline(5s)).ok());
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, "m");
+  EXPECT_EQ(seen[0].second, 1) << "the callable holds the only reference";
+  EXPECT_FALSE(alive_after_reset) << "dropping it inside the callable frees the backend";
 }
 
 }  // namespace

@@ -884,14 +884,14 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
                                                          int n_prefill) {
   ARBITER_RETURN_IF_ERROR(CheckIds(ids, n_ctx_, "input"));
   if (n_prefill < 1 || static_cast<size_t>(n_prefill) > ids.size()) {
-    return InvalidArgumentError("n_prefill " + std::to_string(n_prefill) + " outside [1, " +
-                                std::to_string(ids.size()) + "]");
+    return InvalidArgumentError("IncrementalLogits: n_prefill " + std::to_string(n_prefill) +
+                                " outside [1, " + std::to_string(ids.size()) + "]");
   }
   if (!layout_->has_lm_head) {
     return FailedPreconditionError("model " + config().architecture_name + " has no lm_head");
   }
   ARBITER_ASSIGN_OR_RETURN(SlotReservation r,
-                           Reserve(-1, ids, kNoDeadline, nullptr, "ComputeLogits"));
+                           Reserve(-1, ids, kNoDeadline, nullptr, "IncrementalLogits"));
   MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
   SlotState& st = state(r);

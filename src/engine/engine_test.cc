@@ -110,6 +110,26 @@ TEST_F(EngineTest, RejectsBadPrompts) {
             StatusCode::kInvalidArgument);
 }
 
+// Each logits entry point names itself in its errors.
+TEST_F(EngineTest, LogitsErrorsNameTheirFunction) {
+  auto e = LoadEngine();
+  ASSERT_NE(e, nullptr);
+  auto* impl = dynamic_cast<EngineImpl*>(e.get());
+  ASSERT_NE(impl, nullptr);
+  Result<std::vector<float>> r = impl->IncrementalLogits({1, 2, 3}, 0);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message().rfind("IncrementalLogits: n_prefill 0", 0), 0u)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find("ComputeLogits"), std::string::npos);
+  r = impl->IncrementalLogits({1, 2, 3}, 4);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message().rfind("IncrementalLogits:", 0), 0u) << r.status().message();
+  // And the call itself works.
+  r = impl->IncrementalLogits({1, 2, 3}, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->size(), static_cast<size_t>(e->config().vocab_size));
+}
+
 TEST_F(EngineTest, MaxTokensEndsWithLength) {
   auto e = LoadEngine();
   ASSERT_NE(e, nullptr);

@@ -9,16 +9,13 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
-#include <cstring>
 
 #include "arbiter/base/file.h"
 #include "memory/internal/pressure_listeners.h"
+#include "memory/internal/pressure_poller.h"
 
 namespace arbiter {
 namespace {
@@ -45,12 +42,6 @@ Result<std::optional<uint64_t>> ParseLimit(std::string_view text, const std::str
   if (Trim(text) == "max") return std::optional<uint64_t>();
   ARBITER_ASSIGN_OR_RETURN(uint64_t v, ParseU64(text, what));
   return std::optional<uint64_t>(v);
-}
-
-std::string FormatFraction(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
 }
 
 }  // namespace
@@ -116,26 +107,18 @@ Result<CgroupMemoryStats> ReadCgroupMemory(const std::string& dir) {
 }
 
 Result<std::unique_ptr<CgroupPressureSource>> CgroupPressureSource::Create(Options options) {
-  if (options.interval_ms < 500) options.interval_ms = 500;
-  if (!(options.low_fraction > 0.0 && options.low_fraction < 1.0)) {
-    options.low_fraction = kDefaultLowWaterFraction;
-  }
-  if (!(options.critical_fraction > 0.0 && options.critical_fraction < 1.0)) {
-    options.critical_fraction = kDefaultCriticalWaterFraction;
-  }
-  if (options.critical_fraction >= options.low_fraction) {
-    return InvalidArgumentError("pressure.critical_fraction (" +
-                                FormatFraction(options.critical_fraction) +
-                                ") must be < pressure.low_fraction (" +
-                                FormatFraction(options.low_fraction) + ")");
-  }
+  options.interval_ms = internal::ClampPollIntervalMs(options.interval_ms);
+  ARBITER_RETURN_IF_ERROR(
+      internal::NormalizeWatermarks(&options.low_fraction, &options.critical_fraction));
   return std::unique_ptr<CgroupPressureSource>(new CgroupPressureSource(std::move(options)));
 }
 
 CgroupPressureSource::CgroupPressureSource(Options options)
     : options_(std::move(options)),
       clock_(options_.clock ? options_.clock : Clock::Real()),
-      listeners_(std::make_shared<internal::PressureListeners>(options_.warn)) {}
+      listeners_(std::make_shared<internal::PressureListeners>(options_.warn)),
+      latch_(std::make_unique<internal::PressureLevelLatch>()),
+      poller_(std::make_unique<internal::PressurePoller>(options_.id, options_.warn)) {}
 
 CgroupPressureSource::~CgroupPressureSource() { Stop(); }
 
@@ -217,20 +200,14 @@ MemoryPressureEvent CgroupPressureSource::Tick() {
   std::string warning;
   CgroupMemoryEvents counters;
   MemoryPressureEvent e = Sample(prev, &counters, &warning);
-  internal::PressureListeners::Pending pending;
-  bool fire = false;
+  std::optional<internal::PressureListeners::Pending> pending;
   {
     MutexLock l(&mu_);
     counters_ = counters;
-    if (!ticked_ || e.level != level_) {
-      ticked_ = true;
-      level_ = e.level;
-      pending = listeners_->Record(e);
-      fire = true;
-    }
+    pending = latch_->Offer(e, *listeners_);
   }
   if (!warning.empty()) internal::EmitPressureWarning(options_.warn, warning);
-  if (fire) listeners_->Deliver(pending);
+  if (pending) listeners_->Deliver(*pending);
   return e;
 }
 
@@ -257,48 +234,39 @@ Status CgroupPressureSource::Start() {
                             " has no memory limit (memory.max = max); nothing to watch, use "
                             "another memory pressure source");
   }
-  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    return InternalError(std::string("eventfd for the cgroup poll thread failed: ") +
-                         std::strerror(errno));
-  }
   int events_fd = ::open((dir + "/memory.events").c_str(), O_RDONLY | O_CLOEXEC);
   // events_fd < 0 is tolerated: the thread then wakes on the interval only.
-  wake_fd_ = wake;
+  if (events_fd >= 0) {
+    // Reading the cgroup file once arms kernfs change notification.
+    char buf[512];
+    (void)::pread(events_fd, buf, sizeof(buf), 0);
+  }
+  Tick();
+  Status started = poller_->Start(
+      options_.interval_ms, {pollfd{events_fd, POLLPRI, 0}},
+      [this](std::span<pollfd> watches) {
+        if (watches[0].revents & (POLLPRI | POLLERR)) {
+          char buf[512];
+          (void)::pread(watches[0].fd, buf, sizeof(buf), 0);  // re-arm
+        }
+        Tick();
+      });
+  if (!started.ok()) {
+    if (events_fd >= 0) ::close(events_fd);
+    return started;
+  }
   events_fd_ = events_fd;
   running_ = true;
-  Tick();
-  thread_ = std::thread([this, efd = events_fd_, wfd = wake_fd_] { PollLoop(efd, wfd); });
   return OkStatus();
 }
 
 void CgroupPressureSource::Stop() {
   MutexLock lifecycle(&lifecycle_mu_);
   if (!running_) return;
-  uint64_t one = 1;
-  while (::write(wake_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
-  }
-  if (thread_.joinable()) thread_.join();
+  poller_->Stop();
   if (events_fd_ >= 0) ::close(events_fd_);
-  ::close(wake_fd_);
-  events_fd_ = wake_fd_ = -1;
+  events_fd_ = -1;
   running_ = false;
-}
-
-void CgroupPressureSource::PollLoop(int events_fd, int wake_fd) {
-  pollfd fds[2] = {{wake_fd, POLLIN, 0}, {events_fd, POLLPRI, 0}};
-  char buf[512];
-  // Reading the cgroup file once arms kernfs change notification.
-  if (events_fd >= 0) (void)::pread(events_fd, buf, sizeof(buf), 0);
-  while (true) {
-    int n = ::poll(fds, events_fd >= 0 ? 2 : 1, static_cast<int>(options_.interval_ms));
-    if (n < 0 && errno == EINTR) continue;
-    if (n > 0 && fds[0].revents != 0) return;  // Stop()
-    if (n > 0 && (fds[1].revents & (POLLPRI | POLLERR))) {
-      (void)::pread(events_fd, buf, sizeof(buf), 0);  // re-arm
-    }
-    Tick();
-  }
 }
 
 }  // namespace arbiter

@@ -1,55 +1,32 @@
 // MeminfoPressureSource — the reference OS poller (docs/memory.md "Pressure
 // levels and sources", meminfo).
 //
-// State: `level_` is the level of the last *fired* event and `ticked_` says
-// whether any tick happened; a tick fires when !ticked_ or the level differs.
-// The decision and the Record() of the outgoing event happen under mu_ (see
-// Note [Pressure event ordering]) so that a tick from the poll thread and a
-// tick from a test or a Start() cannot fire out of order; the file read
-// happens before taking the lock, and delivery and warnings after it.
-//
-// The poll thread waits on a CondVar with a steady-clock deadline; Stop()
-// sets stop_requested_ and signals, so shutdown never waits out an interval.
+// A polling source (Note [Polling pressure sources] in
+// internal/pressure_poller.h): Tick() samples outside the lock, offers the
+// event to the level latch under mu_ (so a tick from the poll thread and one
+// from a test or a Start() cannot fire out of order, Note [Pressure event
+// ordering]), and warns and delivers after it.
 #include "arbiter/memory/meminfo_pressure_source.h"
-
-#include <chrono>
-#include <cstdio>
 
 #include "arbiter/memory/system_memory.h"
 #include "memory/internal/pressure_listeners.h"
+#include "memory/internal/pressure_poller.h"
 
 namespace arbiter {
-namespace {
-
-std::string FormatFraction(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<MeminfoPressureSource>> MeminfoPressureSource::Create(Options options) {
-  if (options.interval_ms < kMinIntervalMs) options.interval_ms = kMinIntervalMs;
-  if (!(options.low_fraction > 0.0 && options.low_fraction < 1.0)) {
-    options.low_fraction = kDefaultLowWaterFraction;
-  }
-  if (!(options.critical_fraction > 0.0 && options.critical_fraction < 1.0)) {
-    options.critical_fraction = kDefaultCriticalWaterFraction;
-  }
-  if (options.critical_fraction >= options.low_fraction) {
-    return InvalidArgumentError("pressure.critical_fraction (" +
-                                FormatFraction(options.critical_fraction) +
-                                ") must be < pressure.low_fraction (" +
-                                FormatFraction(options.low_fraction) + ")");
-  }
+  options.interval_ms = internal::ClampPollIntervalMs(options.interval_ms);
+  ARBITER_RETURN_IF_ERROR(
+      internal::NormalizeWatermarks(&options.low_fraction, &options.critical_fraction));
   return std::unique_ptr<MeminfoPressureSource>(new MeminfoPressureSource(std::move(options)));
 }
 
 MeminfoPressureSource::MeminfoPressureSource(Options options)
     : options_(std::move(options)),
       clock_(options_.clock ? options_.clock : Clock::Real()),
-      listeners_(std::make_shared<internal::PressureListeners>(options_.warn)) {}
+      listeners_(std::make_shared<internal::PressureListeners>(options_.warn)),
+      latch_(std::make_unique<internal::PressureLevelLatch>()),
+      poller_(std::make_unique<internal::PressurePoller>(options_.id, options_.warn)) {}
 
 MeminfoPressureSource::~MeminfoPressureSource() { Stop(); }
 
@@ -84,19 +61,13 @@ MemoryPressureEvent MeminfoPressureSource::Sample(std::string* warning) const {
 MemoryPressureEvent MeminfoPressureSource::Tick() {
   std::string warning;
   MemoryPressureEvent e = Sample(&warning);
-  internal::PressureListeners::Pending pending;
-  bool fire = false;
+  std::optional<internal::PressureListeners::Pending> pending;
   {
     MutexLock l(&mu_);
-    if (!ticked_ || e.level != level_) {
-      ticked_ = true;
-      level_ = e.level;
-      pending = listeners_->Record(e);
-      fire = true;
-    }
+    pending = latch_->Offer(e, *listeners_);
   }
   if (!warning.empty()) internal::EmitPressureWarning(options_.warn, warning);
-  if (fire) listeners_->Deliver(pending);
+  if (pending) listeners_->Deliver(*pending);
   return e;
 }
 
@@ -109,43 +80,15 @@ MemoryPressureEvent MeminfoPressureSource::Current() {
 
 Status MeminfoPressureSource::Start() {
   MutexLock lifecycle(&lifecycle_mu_);
-  {
-    MutexLock l(&mu_);
-    if (running_) return OkStatus();
-    running_ = true;
-    stop_requested_ = false;
-  }
+  if (poller_->running()) return OkStatus();
   Tick();
-  thread_ = std::thread([this] { PollLoop(); });
-  return OkStatus();
+  return poller_->Start(options_.interval_ms, {},
+                        [this](std::span<pollfd>) { Tick(); });
 }
 
 void MeminfoPressureSource::Stop() {
   MutexLock lifecycle(&lifecycle_mu_);
-  {
-    MutexLock l(&mu_);
-    if (!running_) return;
-    stop_requested_ = true;
-    wake_.SignalAll();
-  }
-  if (thread_.joinable()) thread_.join();
-  MutexLock l(&mu_);
-  running_ = false;
-}
-
-void MeminfoPressureSource::PollLoop() {
-  const auto interval = std::chrono::milliseconds(options_.interval_ms);
-  while (true) {
-    {
-      MutexLock l(&mu_);
-      auto deadline = std::chrono::steady_clock::now() + interval;
-      while (!stop_requested_ && std::chrono::steady_clock::now() < deadline) {
-        wake_.WaitUntil(deadline);
-      }
-      if (stop_requested_) return;
-    }
-    Tick();
-  }
+  poller_->Stop();
 }
 
 }  // namespace arbiter

@@ -131,7 +131,7 @@ TEST_F(MeminfoTest, OutOfRangeFractionsAndShortIntervalFallBack) {
   ASSERT_TRUE(src.ok());
   EXPECT_DOUBLE_EQ((*src)->low_fraction(), 0.15);
   EXPECT_DOUBLE_EQ((*src)->critical_fraction(), 0.05);
-  EXPECT_EQ((*src)->interval_ms(), 500);
+  EXPECT_EQ((*src)->interval_ms(), kMinPressurePollIntervalMs);
   // A fallback can itself create the conflict: low 0.01 with default critical.
   o.low_fraction = 0.01;
   o.critical_fraction = -1;
@@ -215,7 +215,7 @@ TEST_F(MeminfoTest, PollThreadTicksOnTheInterval) {
   SetFree(8, 16);
   MeminfoPressureSource::Options o;
   o.meminfo_path = path_;
-  o.interval_ms = 500;
+  o.interval_ms = kMinPressurePollIntervalMs;
   auto src = MeminfoPressureSource::Create(o);
   ASSERT_TRUE(src.ok());
   EventLog log;

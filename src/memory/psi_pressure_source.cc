@@ -11,22 +11,25 @@
 // window and only as far as the averages allow.
 //
 // File descriptors: one O_RDWR fd per trigger (the kernel allows one trigger
-// per open file), plus an eventfd that Stop() writes to wake poll(). The
-// poll thread owns nothing; Start/Stop (serialized by lifecycle_mu_) open and
-// close the fds around the thread's lifetime.
+// per open file), watched by the source's PressurePoller (Note [Polling
+// pressure sources] in internal/pressure_poller.h), whose wake-up eventfd
+// lets Stop() return at once. The poll thread owns nothing; Start/Stop
+// (serialized by lifecycle_mu_) open and close the fds around the thread's
+// lifetime.
 #include "arbiter/memory/psi_pressure_source.h"
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 
 #include "arbiter/base/file.h"
 #include "memory/internal/pressure_listeners.h"
+#include "memory/internal/pressure_poller.h"
 
 namespace arbiter {
 namespace {
@@ -151,14 +154,16 @@ Result<std::unique_ptr<PsiPressureSource>> PsiPressureSource::Create(Options opt
   ARBITER_RETURN_IF_ERROR(ValidateTrigger("psi_low_trigger", options.low_trigger));
   ARBITER_RETURN_IF_ERROR(ValidateTrigger("psi_critical_trigger", options.critical_trigger));
   if (options.quiet_ms < 0) options.quiet_ms = 0;
-  if (options.check_interval_ms < 10) options.check_interval_ms = 10;
+  options.check_interval_ms = std::max(options.check_interval_ms, kMinCheckIntervalMs);
   return std::unique_ptr<PsiPressureSource>(new PsiPressureSource(std::move(options)));
 }
 
 PsiPressureSource::PsiPressureSource(Options options)
     : options_(std::move(options)),
       clock_(options_.clock ? options_.clock : Clock::Real()),
-      listeners_(std::make_shared<internal::PressureListeners>(options_.warn)) {}
+      listeners_(std::make_shared<internal::PressureListeners>(options_.warn)),
+      latch_(std::make_unique<internal::PressureLevelLatch>()),
+      poller_(std::make_unique<internal::PressurePoller>(options_.id, options_.warn)) {}
 
 PsiPressureSource::~PsiPressureSource() { Stop(); }
 
@@ -166,9 +171,9 @@ MemoryPressureSubscription PsiPressureSource::Subscribe(MemoryPressureListener l
   return listeners_->Subscribe(std::move(listener));
 }
 
-MemoryPressureEvent PsiPressureSource::MakeEventLocked() const {
+MemoryPressureEvent PsiPressureSource::MakeEventLocked(MemoryPressureLevel level) const {
   MemoryPressureEvent e;
-  e.level = level_;
+  e.level = level;
   e.source = options_.id;
   e.at_ms = clock_->NowMs();
   return e;
@@ -176,12 +181,12 @@ MemoryPressureEvent PsiPressureSource::MakeEventLocked() const {
 
 MemoryPressureEvent PsiPressureSource::Current() {
   MutexLock l(&mu_);
-  return MakeEventLocked();
+  return MakeEventLocked(latch_->level());
 }
 
 void PsiPressureSource::OnTrigger(MemoryPressureLevel level) {
   if (level == MemoryPressureLevel::kNominal) return;
-  internal::PressureListeners::Pending pending;
+  std::optional<internal::PressureListeners::Pending> pending;
   {
     MutexLock l(&mu_);
     int64_t now = clock_->NowMs();
@@ -190,18 +195,17 @@ void PsiPressureSource::OnTrigger(MemoryPressureLevel level) {
     } else {
       last_low_ms_ = now;
     }
-    if (static_cast<int>(level) <= static_cast<int>(level_)) return;
-    level_ = level;
-    fired_ = true;
-    pending = listeners_->Record(MakeEventLocked());
+    // Triggers only raise the level.
+    if (static_cast<int>(level) <= static_cast<int>(latch_->level())) return;
+    pending = latch_->Offer(MakeEventLocked(level), *listeners_);
   }
-  listeners_->Deliver(pending);
+  if (pending) listeners_->Deliver(*pending);
 }
 
 MemoryPressureLevel PsiPressureSource::Tick() {
   {
     MutexLock l(&mu_);
-    if (level_ == MemoryPressureLevel::kNominal) return level_;
+    if (latch_->level() == MemoryPressureLevel::kNominal) return latch_->level();
   }
   // Read outside the lock.
   MemoryPressureLevel by_avg = MemoryPressureLevel::kNominal;
@@ -219,8 +223,7 @@ MemoryPressureLevel PsiPressureSource::Tick() {
       by_avg = MemoryPressureLevel::kLow;
     }
   }
-  internal::PressureListeners::Pending pending;
-  bool fire = false;
+  std::optional<internal::PressureListeners::Pending> pending;
   MemoryPressureLevel result;
   {
     MutexLock l(&mu_);
@@ -231,18 +234,17 @@ MemoryPressureLevel PsiPressureSource::Tick() {
     MemoryPressureLevel floor = recent(last_critical_ms_) ? MemoryPressureLevel::kCritical
                                 : recent(last_low_ms_)    ? MemoryPressureLevel::kLow
                                                           : MemoryPressureLevel::kNominal;
+    const MemoryPressureLevel level = latch_->level();
     MemoryPressureLevel target =
-        stats.ok() ? WorseLevel(floor, by_avg) : level_;  // bad reading: hold
-    if (static_cast<int>(target) < static_cast<int>(level_)) {
-      level_ = target;
-      fired_ = true;
-      pending = listeners_->Record(MakeEventLocked());
-      fire = true;
+        stats.ok() ? WorseLevel(floor, by_avg) : level;  // bad reading: hold
+    // The decay check only lowers the level.
+    if (static_cast<int>(target) < static_cast<int>(level)) {
+      pending = latch_->Offer(MakeEventLocked(target), *listeners_);
     }
-    result = level_;
+    result = latch_->level();
   }
   if (!warning.empty()) internal::EmitPressureWarning(options_.warn, warning);
-  if (fire) listeners_->Deliver(pending);
+  if (pending) listeners_->Deliver(*pending);
   return result;
 }
 
@@ -295,81 +297,56 @@ Status PsiPressureSource::Start() {
     ::close(*low);
     return critical.status();
   }
-  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    int err = errno;
+  // Start() fires a nominal event if nothing has fired yet, so subscribers
+  // after Start() get a replay.
+  std::optional<internal::PressureListeners::Pending> pending;
+  {
+    MutexLock l(&mu_);
+    if (!latch_->fired()) pending = latch_->Offer(MakeEventLocked(latch_->level()), *listeners_);
+  }
+  if (pending) listeners_->Deliver(*pending);
+  Status started = poller_->Start(
+      options_.check_interval_ms,
+      {pollfd{*critical, POLLPRI, 0}, pollfd{*low, POLLPRI, 0}},
+      [this](std::span<pollfd> triggers) {
+        for (size_t i = 0; i < triggers.size(); ++i) {
+          const short re = triggers[i].revents;
+          const MemoryPressureLevel level =
+              i == 0 ? MemoryPressureLevel::kCritical : MemoryPressureLevel::kLow;
+          if (re & (POLLERR | POLLNVAL)) {
+            // The trigger is gone (e.g. the file was removed): stop polling
+            // it, so this warning is written once.
+            triggers[i].fd = -1;
+            internal::EmitPressureWarning(
+                options_.warn, "memory pressure source " + options_.id + ": the " +
+                                   std::string(MemoryPressureLevelName(level)) +
+                                   " PSI trigger on " + options_.path +
+                                   " reported an error; it is no longer polled");
+          } else if (re & POLLPRI) {
+            OnTrigger(level);
+          }
+        }
+        Tick();
+      });
+  if (!started.ok()) {
     ::close(*low);
     ::close(*critical);
-    return InternalError(std::string("eventfd for the PSI poll thread failed: ") +
-                         std::strerror(err));
+    return started;
   }
   low_fd_ = *low;
   critical_fd_ = *critical;
-  wake_fd_ = wake;
   running_ = true;
-
-  internal::PressureListeners::Pending pending;
-  bool fire = false;
-  {
-    MutexLock l(&mu_);
-    if (!fired_) {
-      fired_ = true;
-      pending = listeners_->Record(MakeEventLocked());
-      fire = true;
-    }
-  }
-  if (fire) listeners_->Deliver(pending);
-  thread_ = std::thread([this, lfd = low_fd_, cfd = critical_fd_, wfd = wake_fd_] {
-    PollLoop(lfd, cfd, wfd);
-  });
   return OkStatus();
 }
 
 void PsiPressureSource::Stop() {
   MutexLock lifecycle(&lifecycle_mu_);
   if (!running_) return;
-  uint64_t one = 1;
-  while (::write(wake_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
-  }
-  if (thread_.joinable()) thread_.join();
+  poller_->Stop();
   ::close(low_fd_);
   ::close(critical_fd_);
-  ::close(wake_fd_);
-  low_fd_ = critical_fd_ = wake_fd_ = -1;
+  low_fd_ = critical_fd_ = -1;
   running_ = false;
-}
-
-void PsiPressureSource::PollLoop(int low_fd, int critical_fd, int wake_fd) {
-  pollfd fds[3] = {{critical_fd, POLLPRI, 0}, {low_fd, POLLPRI, 0}, {wake_fd, POLLIN, 0}};
-  bool warned[2] = {false, false};
-  while (true) {
-    int n = ::poll(fds, 3, static_cast<int>(options_.check_interval_ms));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      internal::EmitPressureWarning(options_.warn, "memory pressure source " + options_.id +
-                                                       ": poll failed (" + std::strerror(errno) +
-                                                       "); the PSI poll thread stops");
-      return;
-    }
-    if (fds[2].revents != 0) return;  // Stop()
-    for (int i = 0; i < 2; ++i) {
-      short re = fds[i].revents;
-      if (re & (POLLERR | POLLNVAL)) {
-        // The trigger is gone (e.g. the file was removed); stop polling it.
-        fds[i].fd = -1;
-        if (!warned[i]) {
-          warned[i] = true;
-          internal::EmitPressureWarning(
-              options_.warn, "memory pressure source " + options_.id + ": the " +
-                                 (i == 0 ? "critical" : "low") + " PSI trigger on " +
-                                 options_.path + " reported an error; it is no longer polled");
-        }
-      } else if (re & POLLPRI) {
-        OnTrigger(i == 0 ? MemoryPressureLevel::kCritical : MemoryPressureLevel::kLow);
-      }
-    }
-    Tick();
-  }
 }
 
 }  // namespace arbiter

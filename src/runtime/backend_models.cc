@@ -357,9 +357,9 @@ CapabilityRegistration MergeRegistrations(CapabilityRegistration builtin,
     return s.queue_max;
   };
   r.load = [pick](const std::string& key) { return pick(key).load(key); };
-  r.unload = [a, b](const LoadedBackend& backend) {
+  r.unload = [a, b](const std::string& key, LoadedBackend backend) {
     const CapabilityRegistration& s = backend.type == typeid(BackendModel) ? *b : *a;
-    if (s.unload) s.unload(backend);
+    if (s.unload) s.unload(key, std::move(backend));  // hand the reference on
   };
   r.run = [a, b](const ArbiterHandle& h, std::any& payload) -> Result<std::any> {
     const CapabilityRegistration& s = h.backend<BackendModel>() != nullptr ? *b : *a;

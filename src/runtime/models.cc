@@ -183,21 +183,81 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
     precache->AttachEngine(engine.get());
     if (!entry.system_prompt.empty()) PrewarmSystemPrompt(entry, engine.get(), precache);
   }
-  // Freeing the engine (the arbiter unloads it) saves the KV of the
-  // conversations its slots hold, then evicts its device weights: the
-  // arbiter's eviction frees the whole model. Then the heap's free pages go
-  // back too (Note [Where freed memory goes] in base/buffer_memory.cc).
-  std::string key = entry.name;
-  std::shared_ptr<Engine> shared(engine.release(), [cache, key, precache](Engine* e) {
-    if (precache != nullptr) precache->DetachEngine(e);
-    delete e;
-    if (cache != nullptr) (void)cache->Evict(key);
-    TrimProcessHeap();
-  });
+  // A plain shared_ptr: unloading is UnloadEngineModel, an explicit step
+  // (Note [Unloading an engine model]).
+  std::shared_ptr<Engine> shared(std::move(engine));
   LoadedBackend backend = LoadedBackend::Of(std::move(shared), bytes);
   // Two ledger charges: the KV caches (kv_slot) and the activations (scratch).
   backend.charge_parts = {{ChargeKind::kKvSlot, bytes - scratch}, {ChargeKind::kScratch, scratch}};
   return backend;
+}
+
+// Note [Unloading an engine model]
+// An engine model leaves memory in one place: UnloadEngineModel, which the
+// arbiter runs through the registration's unload whenever the entry is
+// unloaded — evicted for room, pressure, a same-role swap or idleness,
+// unloaded by hand (POST /admin/unload, keep_alive 0), replaced, or at
+// shutdown. The steps, in order:
+//   1. Stop serving. The arbiter calls unload only for a closed entry: its
+//      pin count is 0 and no handle can be taken any more (EvictLocked), so
+//      no request holds the engine and none can start. The KV precache then
+//      detaches it (KvPrecache::DetachEngine): it holds every slot, so a
+//      request still running on a slot through the precache finishes first,
+//      saves the conversations the slots own to the disk tier, and forgets
+//      the engine.
+//   2. Release the KV caches and slots: the engine is destroyed (its slots,
+//      KV caches and scratch; its weight leases were per request and are
+//      gone).
+//   3. Drop the weights: WeightCache::Evict(key) frees the model's device
+//      copy (a pinned_device copy and the host floor stay).
+//   4. Release the charges: the arbiter released the entry's kv_slot and
+//      scratch charges under its lock before calling unload (so its fit loop
+//      sees the room at once); step 3 released the weight charges.
+//   5. Return the memory: TrimProcessHeap() gives the heap's free pages back
+//      to the OS (Note [Where freed memory goes] in base/buffer_memory.cc).
+//   6. Log: one debug line here; the arbiter logs "unloaded" and emits its
+//      model_unload and eviction events after unload returns.
+// The last user. Every user of an engine holds an ArbiterHandle, which pins
+// the entry and holds no reference to the engine, so in step 2 the step's
+// reference is the last and the engine is destroyed there. A caller that
+// copied ArbiterHandle::backend_object() past its handle would keep it alive:
+// the engine is then destroyed when that copy goes (shared_ptr lifetime, so
+// never under a user), its KV freed late, and the step writes a warning;
+// the weights are evicted all the same (a lease taken later reloads them).
+void UnloadEngineModel(const std::string& model_key, LoadedBackend backend, WeightCache* cache,
+                       KvPrecache* precache) {
+  std::shared_ptr<Engine> engine;
+  if (backend.type == typeid(Engine)) {
+    engine = std::static_pointer_cast<Engine>(std::move(backend.object));
+  }
+  backend = LoadedBackend{};
+  if (engine == nullptr) {
+    spdlog::error("model \"{}\": unload of a backend that is not an engine", model_key);
+    return;
+  }
+  // 1. Stop serving.
+  if (precache != nullptr) precache->DetachEngine(engine.get());
+  // 2. Release the KV caches and slots.
+  if (const long others = engine.use_count() - 1; others > 0) {
+    spdlog::warn("model \"{}\": unloaded while {} other reference(s) to its engine remain; its "
+                 "KV caches are freed when the last one goes",
+                 model_key, others);
+  }
+  engine.reset();
+  // 3. Drop the weights (4. their charges go with them).
+  if (cache != nullptr) {
+    Result<bool> evicted = cache->Evict(model_key);
+    if (!evicted.ok() && evicted.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("model \"{}\": evicting its weights on unload failed: {}", model_key,
+                   evicted.status().ToString());
+    }
+  }
+  // 5. Return the memory.
+  TrimProcessHeap();
+  // 6. Log.
+  spdlog::debug("model \"{}\": engine unloaded (conversations saved, KV and scratch freed, "
+                "device weights evicted, heap trimmed)",
+                model_key);
 }
 
 void SetPerModelFields(CapabilityRegistration* r,
@@ -252,6 +312,9 @@ CapabilityRegistration EngineCapabilityRegistration(
       return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(key)));
     }
     return LoadEngineModel(it->second, cache, kv != nullptr ? kv->Find(key) : nullptr);
+  };
+  r.unload = [cache, kv](const std::string& key, LoadedBackend backend) {
+    UnloadEngineModel(key, std::move(backend), cache, kv != nullptr ? kv->Find(key) : nullptr);
   };
   return r;
 }

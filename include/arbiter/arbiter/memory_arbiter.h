@@ -195,11 +195,16 @@ struct CapabilityRegistration {
   // seconds. An error (or exception) fails every waiter of this load with the
   // message prefixed `model "KEY" failed to load: `; the next acquire retries.
   std::function<Result<LoadedBackend>(const std::string& model_key)> load;
-  // Optional. Called once per successful load when the entry is unloaded,
-  // without a lock. Exceptions are logged. Handles hold no copy of the
-  // object, so it is freed right after this returns unless the caller copied
-  // backend_object().
-  std::function<void(const LoadedBackend& backend)> unload;
+  // Optional. Called once per successful load when the entry is unloaded
+  // (evicted for any reason, unloaded, shut down), without a lock, with the
+  // model key and the arbiter's own reference to the backend: the entry is
+  // closed (no handle holds it and none can be taken) and its charges are
+  // already released. Handles hold no copy of the object, so the callback
+  // holds the last reference (unless someone copied backend_object()) and
+  // decides when the object goes; it goes at the latest when the callback
+  // returns. Exceptions are logged. Without an unload the arbiter drops the
+  // object itself.
+  std::function<void(const std::string& model_key, LoadedBackend backend)> unload;
   // Optional (required for Request()). Runs one queued request.
   std::function<Result<std::any>(const ArbiterHandle& handle, std::any& request)> run;
   // Request() queue bound per resident key: requests waiting (not the one

@@ -18,8 +18,8 @@
 // MeminfoPressureSource (same kInvalidArgument message).
 //
 // The poll thread wakes when memory.events changes (poll() POLLPRI on the
-// cgroup file; re-read to re-arm) or every interval_ms, and on Stop() (an
-// eventfd).
+// cgroup file; re-read to re-arm) or every interval_ms, and at once on Stop()
+// (Note [Polling pressure sources] in src/memory/internal/pressure_poller.h).
 //
 // Errors (Start()): kUnavailable when there is no cgroup v2 entry, the
 // memory controller files are missing (cgroup v1 / hybrid hosts), or
@@ -34,7 +34,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "arbiter/base/clock.h"
 #include "arbiter/base/mutex.h"
@@ -44,6 +43,8 @@ namespace arbiter {
 
 namespace internal {
 class PressureListeners;
+class PressureLevelLatch;
+class PressurePoller;
 }  // namespace internal
 
 struct CgroupMemoryEvents {
@@ -72,7 +73,8 @@ class CgroupPressureSource final : public MemoryPressureSource {
     std::string id = "cgroup";
     std::string cgroup_root = "/sys/fs/cgroup";         // injectable for tests
     std::string proc_self_cgroup = "/proc/self/cgroup";  // injectable for tests
-    int64_t interval_ms = 5000;                          // raised to ≥ 500
+    // Raised to ≥ kMinPressurePollIntervalMs.
+    int64_t interval_ms = kDefaultPressurePollIntervalMs;
     double low_fraction = kDefaultLowWaterFraction;
     double critical_fraction = kDefaultCriticalWaterFraction;
     Clock* clock = nullptr;  // nullptr = Clock::Real(); must outlive
@@ -104,7 +106,6 @@ class CgroupPressureSource final : public MemoryPressureSource {
   // Reads and classifies against `prev` counters (nullopt = no previous).
   MemoryPressureEvent Sample(const std::optional<CgroupMemoryEvents>& prev,
                              CgroupMemoryEvents* counters, std::string* warning);
-  void PollLoop(int events_fd, int wake_fd);
 
   const Options options_;
   Clock* const clock_;
@@ -112,15 +113,13 @@ class CgroupPressureSource final : public MemoryPressureSource {
 
   mutable Mutex mu_;
   std::string dir_ GUARDED_BY(mu_);
-  bool ticked_ GUARDED_BY(mu_) = false;
-  MemoryPressureLevel level_ GUARDED_BY(mu_) = MemoryPressureLevel::kNominal;
+  std::unique_ptr<internal::PressureLevelLatch> latch_ GUARDED_BY(mu_);
   std::optional<CgroupMemoryEvents> counters_ GUARDED_BY(mu_);
 
   Mutex lifecycle_mu_;  // serializes Start/Stop
   bool running_ GUARDED_BY(lifecycle_mu_) = false;
   int events_fd_ GUARDED_BY(lifecycle_mu_) = -1;
-  int wake_fd_ GUARDED_BY(lifecycle_mu_) = -1;
-  std::thread thread_ GUARDED_BY(lifecycle_mu_);
+  std::unique_ptr<internal::PressurePoller> poller_;  // thread-safe
 };
 
 }  // namespace arbiter

@@ -14,7 +14,8 @@
 //
 // Config (`[pressure]`; names match the reference's lowWaterFraction /
 // criticalWaterFraction):
-//   interval_ms          default 5000; values below 500 are raised to 500.
+//   interval_ms          default 5000 (kDefaultPressurePollIntervalMs); values
+//                        below 500 (kMinPressurePollIntervalMs) are raised to it.
 //   low_fraction         default 0.15; outside (0, 1) → the default.
 //   critical_fraction    default 0.05; outside (0, 1) → the default.
 // After the fallbacks, critical_fraction ≥ low_fraction is kInvalidArgument
@@ -22,9 +23,10 @@
 // pressure.low_fraction (l)" (the reference's "criticalWaterFraction (c)
 // must be < lowWaterFraction (l)"), c and l printed as given.
 //
-// Timing: the poll interval is real time (a CondVar deadline on the steady
-// clock) and Stop() interrupts it at once; the injected Clock only stamps
-// events. Tests call Tick() directly instead of running the thread.
+// Timing: the poll interval is real time and Stop() interrupts it at once
+// (Note [Polling pressure sources] in src/memory/internal/pressure_poller.h);
+// the injected Clock only stamps events. Tests call Tick() directly instead
+// of running the thread.
 //
 // Thread safety: thread-safe.
 #pragma once
@@ -32,7 +34,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "arbiter/base/clock.h"
 #include "arbiter/base/mutex.h"
@@ -42,17 +43,16 @@ namespace arbiter {
 
 namespace internal {
 class PressureListeners;
+class PressureLevelLatch;
+class PressurePoller;
 }  // namespace internal
 
 class MeminfoPressureSource final : public MemoryPressureSource {
  public:
-  static constexpr int64_t kDefaultIntervalMs = 5000;
-  static constexpr int64_t kMinIntervalMs = 500;
-
   struct Options {
     std::string id = "meminfo";
     std::string meminfo_path = "/proc/meminfo";  // injectable for tests
-    int64_t interval_ms = kDefaultIntervalMs;
+    int64_t interval_ms = kDefaultPressurePollIntervalMs;
     double low_fraction = kDefaultLowWaterFraction;
     double critical_fraction = kDefaultCriticalWaterFraction;
     Clock* clock = nullptr;  // stamps events; nullptr = Clock::Real(); must outlive
@@ -65,8 +65,9 @@ class MeminfoPressureSource final : public MemoryPressureSource {
 
   const std::string& id() const override { return options_.id; }
   MemoryPressureSubscription Subscribe(MemoryPressureListener listener) override;
-  // Samples once (firing as a tick would) and starts the poll thread. Never
-  // fails: a bad reading is nominal plus a warning.
+  // Samples once (firing as a tick would) and starts the poll thread. A bad
+  // reading is nominal plus a warning, not an error. Errors: kInternal when
+  // the poll thread's wake-up eventfd cannot be created.
   Status Start() override;
   void Stop() override;
   MemoryPressureEvent Current() override;
@@ -85,20 +86,15 @@ class MeminfoPressureSource final : public MemoryPressureSource {
   explicit MeminfoPressureSource(Options options);
   // Reads and classifies; `warning` gets the text of a bad reading.
   MemoryPressureEvent Sample(std::string* warning) const;
-  void PollLoop();
 
   const Options options_;
   Clock* const clock_;
   std::shared_ptr<internal::PressureListeners> listeners_;
 
   Mutex mu_;
-  CondVar wake_{&mu_};
-  bool ticked_ GUARDED_BY(mu_) = false;
-  MemoryPressureLevel level_ GUARDED_BY(mu_) = MemoryPressureLevel::kNominal;
-  bool running_ GUARDED_BY(mu_) = false;
-  bool stop_requested_ GUARDED_BY(mu_) = false;
+  std::unique_ptr<internal::PressureLevelLatch> latch_ GUARDED_BY(mu_);
   Mutex lifecycle_mu_;  // serializes Start/Stop
-  std::thread thread_ GUARDED_BY(lifecycle_mu_);
+  std::unique_ptr<internal::PressurePoller> poller_;  // thread-safe
 };
 
 }  // namespace arbiter

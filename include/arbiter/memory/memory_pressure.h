@@ -86,6 +86,12 @@ inline MemoryPressureLevel WorseLevel(MemoryPressureLevel a, MemoryPressureLevel
 inline constexpr double kDefaultLowWaterFraction = 0.15;
 inline constexpr double kDefaultCriticalWaterFraction = 0.05;
 
+// Poll period of the sources that sample on an interval (meminfo, cgroup;
+// `[pressure] interval_ms`), milliseconds: the default, and the floor that a
+// shorter configured interval is raised to.
+inline constexpr int64_t kDefaultPressurePollIntervalMs = 5000;
+inline constexpr int64_t kMinPressurePollIntervalMs = 500;
+
 // As the reference's poller: free_fraction ≤ critical → critical, ≤ low →
 // low, else nominal.
 // REQUIRES: 0 < critical < low < 1.

@@ -41,7 +41,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "arbiter/base/clock.h"
 #include "arbiter/base/mutex.h"
@@ -51,6 +50,8 @@ namespace arbiter {
 
 namespace internal {
 class PressureListeners;
+class PressureLevelLatch;
+class PressurePoller;
 }  // namespace internal
 
 // One line of a PSI file: "some avg10=0.00 avg60=0.00 avg300=0.00 total=0".
@@ -86,13 +87,19 @@ struct PsiTrigger {
 
 class PsiPressureSource final : public MemoryPressureSource {
  public:
+  // Floor of check_interval_ms (real ms). It is not the sampling sources'
+  // kMinPressurePollIntervalMs: triggers wake the thread at once, this only
+  // bounds how often the decay check reads the file.
+  static constexpr int64_t kMinCheckIntervalMs = 10;
+
   struct Options {
     std::string id = "psi";
     std::string path = "/proc/pressure/memory";  // injectable for tests
     PsiTrigger low_trigger{PsiTrigger::Kind::kSome, 300000, 2000000};
     PsiTrigger critical_trigger{PsiTrigger::Kind::kFull, 200000, 2000000};
     int64_t quiet_ms = 10000;          // no trigger this long → decay (Clock ms)
-    int64_t check_interval_ms = 1000;  // poll timeout between decay checks (real ms)
+    // Poll timeout between decay checks (real ms); raised to ≥ kMinCheckIntervalMs.
+    int64_t check_interval_ms = 1000;
     // false: open the file but write no triggers — only for tests over a
     // fake regular file, which a trigger write would overwrite.
     bool arm_triggers = true;
@@ -121,16 +128,16 @@ class PsiPressureSource final : public MemoryPressureSource {
 
  private:
   explicit PsiPressureSource(Options options);
-  MemoryPressureEvent MakeEventLocked() const REQUIRES(mu_);
-  void PollLoop(int low_fd, int critical_fd, int wake_fd);
+  // {level, source, now}.
+  MemoryPressureEvent MakeEventLocked(MemoryPressureLevel level) const REQUIRES(mu_);
 
   const Options options_;
   Clock* const clock_;
   std::shared_ptr<internal::PressureListeners> listeners_;
 
   mutable Mutex mu_;
-  MemoryPressureLevel level_ GUARDED_BY(mu_) = MemoryPressureLevel::kNominal;
-  bool fired_ GUARDED_BY(mu_) = false;
+  // level() is the current level; fired() says whether any event fired.
+  std::unique_ptr<internal::PressureLevelLatch> latch_ GUARDED_BY(mu_);
   std::optional<int64_t> last_low_ms_ GUARDED_BY(mu_);
   std::optional<int64_t> last_critical_ms_ GUARDED_BY(mu_);
 
@@ -138,8 +145,7 @@ class PsiPressureSource final : public MemoryPressureSource {
   bool running_ GUARDED_BY(lifecycle_mu_) = false;
   int low_fd_ GUARDED_BY(lifecycle_mu_) = -1;
   int critical_fd_ GUARDED_BY(lifecycle_mu_) = -1;
-  int wake_fd_ GUARDED_BY(lifecycle_mu_) = -1;  // eventfd; Stop() writes it
-  std::thread thread_ GUARDED_BY(lifecycle_mu_);
+  std::unique_ptr<internal::PressurePoller> poller_;  // thread-safe
 };
 
 }  // namespace arbiter

@@ -71,17 +71,28 @@ Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry);
 // [One parse per load] in src/engine/engine.cc). Load errors name
 // the model directory. The backend is a std::shared_ptr<Engine>
 // (ArbiterHandle::backend<Engine>()); its measured size is kv_bytes(),
-// charged as two parts (kv_slot: the KV caches; scratch); when
-// the arbiter frees it (unload) the model's device weights are evicted from
-// the cache too (WeightCache::Evict; a pinned_device copy and a host floor
-// stay).
+// charged as two parts (kv_slot: the KV caches; scratch). It is unloaded by
+// UnloadEngineModel (below); a backend dropped without it frees the engine
+// but leaves its weights in `cache` and `precache` attached.
 //
 // With `precache` (the model's KV precache; may be null) the new engine is
 // attached to it and the entry's system_prompt is prewarmed on
-// "__system_prefix__" (best-effort, logged); freeing the engine detaches it
-// first, which saves the conversations its slots hold to the disk tier.
+// "__system_prefix__" (best-effort, logged).
 Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache,
                                       KvPrecache* precache = nullptr);
+
+// Unloads an engine model loaded by LoadEngineModel, taking `backend` (the
+// arbiter's reference): detaches it from `precache` (saving the
+// conversations its slots hold to the disk tier), destroys the engine (its
+// KV caches, slots and scratch), evicts its device weights from `cache`
+// (WeightCache::Evict; a pinned_device copy and a host floor stay), and
+// gives the freed heap pages back. The registration of
+// EngineCapabilityRegistration runs it as its unload. Order and the
+// guarantee for in-flight users: Note [Unloading an engine model] in
+// src/runtime/models.cc. `cache` and `precache` may be null. Never fails
+// (a weight eviction error is logged). Thread-safe for distinct models.
+void UnloadEngineModel(const std::string& model_key, LoadedBackend backend, WeightCache* cache,
+                       KvPrecache* precache);
 
 // The registration of `capability` for every entry of that capability
 // (model key = entry name, per-model estimates of the engine bytes from
