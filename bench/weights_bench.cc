@@ -94,7 +94,9 @@ class MemcpyProbe {
     for (size_t i = 0; i < bytes_; i += 4096) src_.data()[i] = static_cast<uint8_t>(i >> 12);
     if (kind_ == Dst::kHugeFaulted || kind_ == Dst::kHugeDiscarded) {
       ARBITER_ASSIGN_OR_RETURN(huge_, CpuDeviceBackend::Create(bytes_, /*huge_pages=*/true));
-      dst_ = static_cast<uint8_t*>(huge_->HostPointer(0));
+      ARBITER_ASSIGN_OR_RETURN(DeviceRegion region, huge_->AllocateRegion(bytes_));
+      region_ = region.id;
+      dst_ = static_cast<uint8_t*>(region.host);
     } else if (kind_ == Dst::kFaulted) {
       plain_ = std::make_unique<Mapping>(bytes_);
       dst_ = plain_->data();
@@ -111,7 +113,7 @@ class MemcpyProbe {
       dst_ = plain_->data();
       if (dst_ == nullptr) return ResourceExhaustedError("bench: cannot map memcpy dst");
     } else if (kind_ == Dst::kHugeDiscarded) {
-      ARBITER_RETURN_IF_ERROR(huge_->Discard(0, bytes_));
+      ARBITER_RETURN_IF_ERROR(huge_->Discard(region_, 0, bytes_));
     }
     const double t0 = NowSeconds();
     std::memcpy(dst_, src_.data(), bytes_);
@@ -124,6 +126,7 @@ class MemcpyProbe {
   Mapping src_;
   std::unique_ptr<Mapping> plain_;
   std::unique_ptr<CpuDeviceBackend> huge_;
+  DeviceRegionId region_ = 0;  // of huge_; freed with it
   uint8_t* dst_ = nullptr;
 };
 

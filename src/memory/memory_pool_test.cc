@@ -1,6 +1,10 @@
-// MemoryPool: best fit, coalescing, exhaustion, misuse, and the invariants of
+// MemoryPool: best fit, coalescing, exhaustion, misuse, growth by device
+// regions and their return (Note [Pool regions]), and the invariants of
 // Note [Pool invariants] as rapidcheck properties.
 #include "arbiter/memory/memory_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -8,6 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -99,7 +105,9 @@ TEST(MemoryPoolTest, FreeCoalescesWithBothNeighbours) {
   EXPECT_EQ(s.fragmentation, 0.0);
   ASSERT_TRUE(f.pool->Free(d).ok());
   s = f.pool->Stats();
-  EXPECT_EQ(s.free_blocks, 1u);
+  EXPECT_EQ(s.free_blocks, 0u);  // the empty region went back to the device
+  EXPECT_EQ(s.regions, 0u);
+  EXPECT_EQ(f.device.stats().live_regions, 0u);
   EXPECT_EQ(s.largest_free_block_bytes, 640u);
   EXPECT_EQ(s.in_use_bytes, 0u);
   EXPECT_EQ(s.peak_in_use_bytes, 640u);
@@ -167,10 +175,11 @@ TEST(MemoryPoolTest, FakeBackendWithATebibyteArena) {
   PoolBlock a = MustAllocate(*f.pool, uint64_t{300} << 30);  // 300 GiB
   PoolBlock b = MustAllocate(*f.pool, uint64_t{500} << 30);
   EXPECT_EQ(b.offset, uint64_t{300} << 30);
-  EXPECT_EQ(f.device.base() + b.offset, FakeDeviceBackend::kFakeBase + (uint64_t{300} << 30));
+  EXPECT_EQ(b.region, a.region);  // one region of the whole heap
   EXPECT_EQ(f.pool->Allocate(uint64_t{300} << 30).status().code(),
             StatusCode::kResourceExhausted);
-  ASSERT_TRUE(f.device.CopyToDevice(b.offset, &a, b.size_bytes).ok());  // counted, not performed
+  // Counted, not performed.
+  ASSERT_TRUE(f.device.CopyToDevice(b.region, b.offset, &a, b.size_bytes).Wait().ok());
   ASSERT_TRUE(f.pool->Free(a).ok());
   ASSERT_TRUE(f.pool->Free(b).ok());
   EXPECT_EQ(f.pool->Stats().largest_free_block_bytes, tib);
@@ -211,8 +220,8 @@ TEST(MemoryPoolTest, WorksOverTheCpuBackend) {
   ASSERT_TRUE(pool.ok());
   PoolBlock b = MustAllocate(**pool, 1000);
   const std::vector<uint8_t> data(1000, 42);
-  ASSERT_TRUE((*device)->CopyToDevice(b.offset, data.data(), data.size()).ok());
-  auto* p = static_cast<uint8_t*>((*device)->HostPointer(b.offset));
+  ASSERT_TRUE((*device)->CopyToDevice(b.region, b.offset, data.data(), data.size()).Wait().ok());
+  auto* p = static_cast<uint8_t*>((*device)->HostPointer(b.region, b.offset));
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
   EXPECT_EQ(p[999], 42);
@@ -244,46 +253,74 @@ TEST(MemoryPoolTest, ConcurrentAllocateAndFreeKeepTheBooks) {
   EXPECT_EQ(failures.load(), 0);
   MemoryPoolStats s = f.pool->Stats();
   EXPECT_EQ(s.in_use_bytes, 0u);
-  EXPECT_EQ(s.free_blocks, 1u);
+  EXPECT_EQ(s.free_blocks, 0u);
+  EXPECT_EQ(s.regions, 0u);
+  EXPECT_EQ(f.device.stats().live_regions, 0u);
   EXPECT_EQ(s.largest_free_block_bytes, 64u * 1024);
   EXPECT_EQ(s.num_allocs, s.num_frees);
 }
 
 // ---- properties (Note [Pool invariants]) ----------------------------------------
 
-// Checks, from the outside, that `live` blocks are inside [0, limit),
-// aligned, pairwise disjoint, and that the stats agree with them.
-void CheckInvariants(const MemoryPool& pool, std::vector<PoolBlock> live) {
+// Checks, from the outside, that `live` blocks are inside their regions
+// (each at most the device's largest allocation), aligned, pairwise
+// disjoint, that every region held has a live block, and that the stats
+// agree with them and with the device.
+void CheckInvariants(const MemoryPool& pool, const FakeDeviceBackend& device,
+                     std::vector<PoolBlock> live) {
   const MemoryPoolStats s = pool.Stats();
   uint64_t sum = 0;
-  std::sort(live.begin(), live.end(),
-            [](const PoolBlock& a, const PoolBlock& b) { return a.offset < b.offset; });
+  std::set<DeviceRegionId> regions;
+  std::sort(live.begin(), live.end(), [](const PoolBlock& a, const PoolBlock& b) {
+    return std::tie(a.region, a.offset) < std::tie(b.region, b.offset);
+  });
   for (size_t i = 0; i < live.size(); ++i) {
     const PoolBlock& b = live[i];
+    RC_ASSERT(b.region != 0u);
     RC_ASSERT(b.offset % pool.alignment_bytes() == 0u);
     RC_ASSERT(b.size_bytes % pool.alignment_bytes() == 0u);
     RC_ASSERT(b.size_bytes >= b.requested_bytes);
     RC_ASSERT(b.size_bytes > 0u);
-    RC_ASSERT(b.offset + b.size_bytes <= pool.limit_bytes());
-    if (i > 0) RC_ASSERT(live[i - 1].offset + live[i - 1].size_bytes <= b.offset);
+    RC_ASSERT(b.offset + b.size_bytes <= device.properties().max_allocation_bytes);
+    if (i > 0 && live[i - 1].region == b.region) {
+      RC_ASSERT(live[i - 1].offset + live[i - 1].size_bytes <= b.offset);
+    }
+    regions.insert(b.region);
     sum += b.size_bytes;
   }
+  RC_ASSERT(s.regions == regions.size());  // no empty region is kept
+  RC_ASSERT(device.stats().live_regions == s.regions);
+  RC_ASSERT(device.stats().live_region_bytes == s.region_bytes);
+  RC_ASSERT(s.region_bytes <= s.limit_bytes);
+  RC_ASSERT(s.region_bytes >= sum);
   RC_ASSERT(s.in_use_bytes == sum);
   RC_ASSERT(s.free_bytes == s.limit_bytes - s.in_use_bytes);
   RC_ASSERT(s.peak_in_use_bytes >= s.in_use_bytes);
   RC_ASSERT(s.largest_free_block_bytes <= s.free_bytes);
   RC_ASSERT(s.live_blocks == live.size());
   RC_ASSERT(s.fragmentation >= 0.0);
-  RC_ASSERT(s.fragmentation < 1.0);
+  // < 1 unless no block can ever fit (a largest allocation below the
+  // alignment).
+  const uint64_t max_alloc = device.properties().max_allocation_bytes;
+  if (max_alloc >= pool.alignment_bytes()) RC_ASSERT(s.fragmentation < 1.0);
 }
 
 RC_GTEST_PROP(MemoryPoolProperty, BlocksAreDisjointAlignedInsideAndAccounted, ()) {
   const uint64_t alignment = uint64_t{1} << *rc::gen::inRange(0, 8);
   const uint64_t arena = *rc::gen::inRange<uint64_t>(0, 20000);
-  FakeDeviceBackend device(arena);
-  Result<std::unique_ptr<MemoryPool>> made =
-      MemoryPool::Create(&device, {.limit_bytes = 0, .alignment_bytes = alignment});
+  // Half the runs: a device whose largest allocation is below its heap, and
+  // a pool growing by small regions.
+  const bool regions = *rc::gen::arbitrary<bool>();
+  const uint64_t max_alloc =
+      regions && arena > 0 ? *rc::gen::inRange<uint64_t>(1, arena + 1) : arena;
+  const uint64_t region_bytes =
+      regions && max_alloc > 0 ? *rc::gen::inRange<uint64_t>(0, max_alloc + 1) : 0;
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = arena,
+                                             .max_allocation_bytes = max_alloc});
+  Result<std::unique_ptr<MemoryPool>> made = MemoryPool::Create(
+      &device, {.limit_bytes = 0, .alignment_bytes = alignment, .region_bytes = region_bytes});
   RC_ASSERT(made.ok());
+  const uint64_t max_block = max_alloc - max_alloc % alignment;
   MemoryPool& pool = **made;
   // (allocate?, size, which live block to free)
   const auto ops = *rc::gen::container<std::vector<std::tuple<bool, uint64_t, size_t>>>(
@@ -299,6 +336,8 @@ RC_GTEST_PROP(MemoryPoolProperty, BlocksAreDisjointAlignedInsideAndAccounted, ()
       RC_ASSERT(b.ok() == (rounded <= largest_before));
       if (b.ok()) {
         live.push_back(*b);
+      } else if (rounded > max_block && rounded <= pool.limit_bytes()) {
+        RC_ASSERT(b.status().code() == StatusCode::kInvalidArgument);
       } else {
         RC_ASSERT(b.status().code() == StatusCode::kResourceExhausted);
       }
@@ -307,9 +346,10 @@ RC_GTEST_PROP(MemoryPoolProperty, BlocksAreDisjointAlignedInsideAndAccounted, ()
       RC_ASSERT(pool.Free(live[i]).ok());
       live.erase(live.begin() + static_cast<ptrdiff_t>(i));
     }
-    CheckInvariants(pool, live);
+    CheckInvariants(pool, device, live);
   }
-  // Free everything (in a shuffled order): one free block of the full limit.
+  // Free everything (in a shuffled order): no region left, the whole limit
+  // free.
   const std::vector<size_t> order = *rc::gen::container<std::vector<size_t>>(
       live.size(), rc::gen::inRange<size_t>(0, 1000));
   for (size_t k = 0; k < order.size(); ++k) {
@@ -320,9 +360,11 @@ RC_GTEST_PROP(MemoryPoolProperty, BlocksAreDisjointAlignedInsideAndAccounted, ()
   const MemoryPoolStats s = pool.Stats();
   RC_ASSERT(s.in_use_bytes == 0u);
   RC_ASSERT(s.free_bytes == pool.limit_bytes());
-  RC_ASSERT(s.largest_free_block_bytes == pool.limit_bytes());
-  RC_ASSERT(s.free_blocks == (pool.limit_bytes() > 0 ? 1u : 0u));
-  RC_ASSERT(s.fragmentation == 0.0);
+  RC_ASSERT(s.largest_free_block_bytes == std::min(pool.limit_bytes(), max_block));
+  RC_ASSERT(s.free_blocks == 0u);
+  RC_ASSERT(s.regions == 0u);
+  RC_ASSERT(device.stats().live_regions == 0u);
+  RC_ASSERT(s.regions_allocated == s.regions_freed);
   RC_ASSERT(s.num_allocs == s.num_frees);
 }
 
@@ -343,7 +385,178 @@ RC_GTEST_PROP(MemoryPoolProperty, FreeingALiveBlockTwiceIsAlwaysRefused, ()) {
     RC_ASSERT((*made)->Free(b).code() == StatusCode::kFailedPrecondition);
   }
   RC_ASSERT((*made)->Stats().num_frees == before.num_frees);
-  RC_ASSERT((*made)->Stats().free_blocks == 1u);
+  RC_ASSERT((*made)->Stats().free_blocks == 0u);
+  RC_ASSERT((*made)->Stats().regions == 0u);
+}
+
+// ---- regions (Note [Pool regions]) ---------------------------------------------
+
+TEST(MemoryPoolRegionsTest, GrowsByRegionsAndGivesEmptyOnesBack) {
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = 10000, .max_allocation_bytes = 4096});
+  Result<std::unique_ptr<MemoryPool>> made =
+      MemoryPool::Create(&device, {.limit_bytes = 0, .alignment_bytes = 64, .region_bytes = 1024});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  MemoryPool& pool = **made;
+  EXPECT_EQ(pool.Stats().regions, 0u);  // nothing taken before the first block
+  EXPECT_EQ(device.stats().live_regions, 0u);
+  PoolBlock a = MustAllocate(pool, 600);
+  PoolBlock b = MustAllocate(pool, 384);  // fills the rest of the first region
+  EXPECT_EQ(a.region, b.region);
+  EXPECT_EQ(b.offset, 640u);
+  PoolBlock c = MustAllocate(pool, 600);  // does not fit: a second region
+  EXPECT_NE(c.region, a.region);
+  EXPECT_EQ(c.offset, 0u);
+  PoolBlock big = MustAllocate(pool, 3000);  // above region_bytes: a region of its own size
+  MemoryPoolStats s = pool.Stats();
+  EXPECT_EQ(s.regions, 3u);
+  EXPECT_EQ(s.region_bytes, 1024u + 1024u + 3008u);
+  EXPECT_EQ(device.stats().live_region_bytes, s.region_bytes);
+  EXPECT_EQ(s.regions_allocated, 3u);
+  // A region empties: it goes back to the device at once; the others stay.
+  ASSERT_TRUE(pool.Free(big).ok());
+  EXPECT_EQ(pool.Stats().regions, 2u);
+  EXPECT_EQ(device.stats().regions_freed, 1u);
+  ASSERT_TRUE(pool.Free(a).ok());  // region 1 still holds b
+  EXPECT_EQ(pool.Stats().regions, 2u);
+  ASSERT_TRUE(pool.Free(b).ok());
+  ASSERT_TRUE(pool.Free(c).ok());
+  s = pool.Stats();
+  EXPECT_EQ(s.regions, 0u);
+  EXPECT_EQ(s.region_bytes, 0u);
+  EXPECT_EQ(s.regions_freed, 3u);
+  EXPECT_EQ(device.stats().live_regions, 0u);
+  EXPECT_EQ(device.stats().live_region_bytes, 0u);
+}
+
+TEST(MemoryPoolRegionsTest, GrowthStopsAtTheLimitAndTakesWhatIsLeft) {
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = 10000, .max_allocation_bytes = 4096});
+  Result<std::unique_ptr<MemoryPool>> made = MemoryPool::Create(
+      &device, {.limit_bytes = 2560, .alignment_bytes = 64, .region_bytes = 1024});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  MemoryPool& pool = **made;
+  MustAllocate(pool, 1024);
+  MustAllocate(pool, 1024);
+  // 512 bytes of the limit are left: the third region is that small.
+  PoolBlock last = MustAllocate(pool, 100);
+  EXPECT_EQ(pool.Stats().region_bytes, 2560u);
+  Result<PoolBlock> over = pool.Allocate(512);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.Stats().region_bytes, 2560u);
+  (void)last;
+}
+
+TEST(MemoryPoolRegionsTest, BlockAboveTheLargestAllocationIsRefusedClearly) {
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = 1 << 20, .max_allocation_bytes = 4096});
+  Result<std::unique_ptr<MemoryPool>> made = MemoryPool::Create(&device);
+  ASSERT_TRUE(made.ok());
+  Result<PoolBlock> r = (*made)->Allocate(5000);  // the heap has room; one region cannot
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const std::string m = r.status().message();
+  EXPECT_TRUE(Contains(m, "largest allocation")) << m;
+  EXPECT_TRUE(Contains(m, "(5000 bytes)")) << m;
+  EXPECT_TRUE(Contains(m, "(4096 bytes)")) << m;
+  EXPECT_EQ((*made)->Stats().num_alloc_failures, 1u);
+  EXPECT_EQ(device.stats().regions_allocated, 0u);  // nothing was tried on the device
+  EXPECT_TRUE((*made)->Allocate(4096).ok());
+  // region_bytes above the largest allocation is refused at Create.
+  Result<std::unique_ptr<MemoryPool>> bad =
+      MemoryPool::Create(&device, {.limit_bytes = 0, .alignment_bytes = 64, .region_bytes = 8192});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Contains(bad.status().message(), "region_bytes")) << bad.status().message();
+}
+
+TEST(MemoryPoolRegionsTest, TheDevicesAlignmentIsHonoured) {
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = 1 << 20, .alignment_bytes = 256});
+  Result<std::unique_ptr<MemoryPool>> made =
+      MemoryPool::Create(&device, {.limit_bytes = 0, .alignment_bytes = 16});
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ((*made)->alignment_bytes(), 256u);  // the larger of the two
+  PoolBlock a = MustAllocate(**made, 1);
+  PoolBlock b = MustAllocate(**made, 300);
+  PoolBlock c = MustAllocate(**made, 0);
+  EXPECT_EQ(a.size_bytes, 256u);
+  EXPECT_EQ(b.offset, 256u);
+  EXPECT_EQ(b.size_bytes, 512u);
+  EXPECT_EQ(c.offset % 256, 0u);
+}
+
+TEST(MemoryPoolRegionsTest, ADeviceRefusingARegionIsExhaustionAndChangesNothing) {
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = 1 << 20, .max_allocation_bytes = 4096});
+  Result<std::unique_ptr<MemoryPool>> made = MemoryPool::Create(&device);
+  ASSERT_TRUE(made.ok());
+  device.FailNthAllocation(1);
+  Result<PoolBlock> r = (*made)->Allocate(100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(r.status().message(), "device refused")) << r.status().message();
+  EXPECT_TRUE(Contains(r.status().message(), "injected")) << r.status().message();
+  MemoryPoolStats s = (*made)->Stats();
+  EXPECT_EQ(s.regions, 0u);
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(s.num_alloc_failures, 1u);
+  EXPECT_TRUE((*made)->Allocate(100).ok());  // the next try gets its region
+}
+
+TEST(MemoryPoolRegionsTest, DestroyingThePoolGivesItsRegionsBack) {
+  FakeDeviceBackend device(FakeDeviceOptions{.heap_bytes = 1 << 20, .max_allocation_bytes = 4096});
+  {
+    Result<std::unique_ptr<MemoryPool>> made = MemoryPool::Create(&device);
+    ASSERT_TRUE(made.ok());
+    MustAllocate(**made, 4000);
+    MustAllocate(**made, 4000);
+    EXPECT_EQ(device.stats().live_regions, 2u);
+  }
+  EXPECT_EQ(device.stats().live_regions, 0u);
+}
+
+bool IsMapped(const void* p) {
+  unsigned char c = 0;
+  return ::mincore(const_cast<void*>(p), 1, &c) == 0;  // ENOMEM once unmapped
+}
+
+size_t ResidentPages(const void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((bytes + page - 1) / page);
+  EXPECT_EQ(::mincore(const_cast<void*>(p), bytes, vec.data()), 0);
+  size_t n = 0;
+  for (unsigned char c : vec) n += c & 1;
+  return n;
+}
+
+// On the cpu device an emptied region is unmapped: its pages leave RSS and
+// its address range is gone, while a region still holding a block stays.
+TEST(MemoryPoolRegionsTest, CpuRegionIsUnmappedWhenItEmpties) {
+  constexpr uint64_t kRegion = 4 << 20;
+  Result<std::unique_ptr<CpuDeviceBackend>> device =
+      CpuDeviceBackend::Create(4 * kRegion, /*huge_pages=*/true, kRegion);
+  ASSERT_TRUE(device.ok());
+  Result<std::unique_ptr<MemoryPool>> made = MemoryPool::Create(device->get());
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ((*made)->region_bytes(), kRegion);
+  PoolBlock keep = MustAllocate(**made, kRegion);
+  PoolBlock go = MustAllocate(**made, kRegion);
+  ASSERT_NE(keep.region, go.region);
+  std::vector<uint8_t> ones(kRegion, 1);
+  for (const PoolBlock& b : {keep, go}) {
+    ASSERT_TRUE((*device)->CopyToDevice(b.region, b.offset, ones.data(), kRegion).Wait().ok());
+  }
+  const void* gone = (*device)->HostPointer(go.region, 0);
+  const void* kept = (*device)->HostPointer(keep.region, 0);
+  ASSERT_NE(gone, nullptr);
+  EXPECT_EQ(ResidentPages(gone, kRegion), kRegion / 4096);
+  EXPECT_EQ((*device)->allocated_bytes(), 2 * kRegion);
+  ASSERT_TRUE((*made)->Free(go).ok());
+  EXPECT_FALSE(IsMapped(gone));
+  EXPECT_EQ((*device)->HostPointer(go.region, 0), nullptr);
+  EXPECT_EQ((*device)->live_regions(), 1u);
+  EXPECT_EQ((*device)->allocated_bytes(), kRegion);
+  EXPECT_TRUE(IsMapped(kept));
+  EXPECT_EQ(static_cast<const uint8_t*>(kept)[kRegion - 1], 1);
+  ASSERT_TRUE((*made)->Free(keep).ok());
+  EXPECT_FALSE(IsMapped(kept));
+  EXPECT_EQ((*device)->live_regions(), 0u);
 }
 
 }  // namespace

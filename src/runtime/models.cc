@@ -425,14 +425,25 @@ Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
   // the ledger, so the ledger's budget is what binds — the arbiter then
   // chooses victims by role. A smaller device_arena models a real device.
   uint64_t arena = w.device_arena_bytes > 0 ? w.device_arena_bytes : 2 * config.budget_bytes;
-  Result<std::unique_ptr<DeviceBackend>> device = MakeDeviceBackend("cpu", arena);
+  // The weight pool maps the arena as one region when the first model loads
+  // (and unmaps it when the last one leaves); mapping it once here finds out
+  // now whether the kernel allows it.
+  auto make_and_probe = [](uint64_t bytes) -> Result<std::unique_ptr<DeviceBackend>> {
+    ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBackend> d, MakeDeviceBackend("cpu", bytes));
+    if (bytes > 0) {
+      ARBITER_ASSIGN_OR_RETURN(DeviceRegion probe, d->AllocateRegion(bytes));
+      ARBITER_RETURN_IF_ERROR(d->FreeRegion(probe.id));
+    }
+    return d;
+  };
+  Result<std::unique_ptr<DeviceBackend>> device = make_and_probe(arena);
   if (!device.ok() && w.device_arena_bytes == 0) {
     // Strict overcommit (vm.overcommit_memory = 2) counts even a lazily
     // backed mapping: fall back to an arena of the budget.
     spdlog::warn("weights: cannot map the default arena of {} ({}); using {}", FormatSize(arena),
                  device.status().message(), FormatSize(config.budget_bytes));
     arena = config.budget_bytes;
-    device = MakeDeviceBackend("cpu", arena);
+    device = make_and_probe(arena);
   }
   if (!device.ok()) return device.status().WithPrefix("[memory].device_arena");
   out->device = std::move(device).value();

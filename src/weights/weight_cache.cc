@@ -55,8 +55,9 @@
 //
 // Note [Compaction]
 // Compact frees every resident, idle, non-device-pinned block in one step;
-// MemoryPool merges free neighbours, so the on-demand region above the
-// pinned models becomes one free block again. Device-pinned models were
+// MemoryPool merges free neighbours, so the on-demand space above the
+// pinned models becomes one free block again (and a device region left
+// empty goes back to the device). Device-pinned models were
 // loaded first (PreloadPinned at startup) and sit at the base. Leased blocks
 // cannot move (an engine is computing from them) and are reported as
 // skipped. Automatic compaction (every N-th load) runs after the load with
@@ -192,7 +193,7 @@ struct WeightCache::Victim {
 WeightLease::WeightLease(WeightLease&& o) noexcept
     : cache_(std::exchange(o.cache_, nullptr)),
       entry_(std::exchange(o.entry_, nullptr)),
-      device_base_(o.device_base_),
+      region_(o.region_),
       offsets_(std::move(o.offsets_)),
       host_(std::move(o.host_)) {}
 
@@ -201,7 +202,7 @@ WeightLease& WeightLease::operator=(WeightLease&& o) noexcept {
     Release();
     cache_ = std::exchange(o.cache_, nullptr);
     entry_ = std::exchange(o.entry_, nullptr);
-    device_base_ = o.device_base_;
+    region_ = o.region_;
     offsets_ = std::move(o.offsets_);
     host_ = std::move(o.host_);
   }
@@ -222,7 +223,7 @@ Result<std::unique_ptr<WeightCache>> WeightCache::Create(WeightCacheOptions opti
   }
   // Validates fraction and wiggle once; BudgetLocked relies on it.
   ARBITER_RETURN_IF_ERROR(
-      SolveWeightBudget(options.device->arena_bytes(), options.fraction, options.wiggle, 0, 0)
+      SolveWeightBudget(options.device->properties().heap_bytes, options.fraction, options.wiggle, 0, 0)
           .status()
           .WithPrefix("weight cache"));
   ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<MemoryPool> pool, MemoryPool::Create(options.device));
@@ -261,7 +262,7 @@ WeightCache::~WeightCache() {
     }
   }
   for (Victim& v : victims) {
-    options_.device->Discard(v.block.offset, v.block.size_bytes).IgnoreError();
+    options_.device->Discard(v.block.region, v.block.offset, v.block.size_bytes).IgnoreError();
     pool_->Free(v.block).IgnoreError();
     v.charge.Release();
   }
@@ -446,7 +447,7 @@ void WeightCache::FreeVictims(std::vector<Victim>* victims) {
     // concurrent load may be given the same block and fill it, and a discard
     // after that would zero the new weights under the engine computing from
     // them (EngineWeightsTest.EvictionsDuringRequestsNeverChangeTokens).
-    Status st = options_.device->Discard(v.block.offset, v.block.size_bytes);
+    Status st = options_.device->Discard(v.block.region, v.block.offset, v.block.size_bytes);
     if (!st.ok()) spdlog::warn("weight cache: {}", st.message());
     st = pool_->Free(v.block);
     if (!st.ok()) spdlog::error("weight cache: freeing '{}': {}", v.entry->model.key, st.message());
@@ -525,17 +526,19 @@ Status WeightCache::MaterializeFloor(Entry* e) {
   PoolBlock block;
   {
     MutexLock l(&mu_);
-    from_device = e->resident && options_.device->HostPointer(e->block.offset) != nullptr;
+    from_device = e->resident && options_.device->HostPointer(e->block.region, e->block.offset) != nullptr;
     block = e->block;
   }
   WeightFill fill = e->model.fill;
   if (from_device) {  // Note [Floors from the device]
     fill = [this, e, block](const std::vector<void*>& arrays) -> Status {
+      std::vector<CopyTicket> copies;
+      copies.reserve(arrays.size());
       for (size_t i = 0; i < arrays.size(); ++i) {
-        ARBITER_RETURN_IF_ERROR(options_.device->CopyFromDevice(
-            block.offset + e->rel_offsets[i], arrays[i], e->tensor_bytes[i]));
+        copies.push_back(options_.device->CopyFromDevice(
+            block.region, block.offset + e->rel_offsets[i], arrays[i], e->tensor_bytes[i]));
       }
-      return OkStatus();
+      return WaitAll(copies);
     };
   }
   Result<std::unique_ptr<HostFloor>> floor =
@@ -588,16 +591,22 @@ Status WeightCache::LoadDevice(Entry* e) {
     floor_arrays = &e->floor->arrays();
   }
   if (floor_arrays != nullptr) {
-    for (size_t i = 0; i < e->rel_offsets.size() && st.ok(); ++i) {
-      st = options_.device->CopyToDevice(block->offset + e->rel_offsets[i], (*floor_arrays)[i],
-                                         e->tensor_bytes[i]);
+    // Every tensor's copy is issued, then all are waited for (Note [Device
+    // copies]): none may still be in flight when the block is freed below.
+    std::vector<CopyTicket> copies;
+    copies.reserve(e->rel_offsets.size());
+    for (size_t i = 0; i < e->rel_offsets.size(); ++i) {
+      copies.push_back(options_.device->CopyToDevice(
+          block->region, block->offset + e->rel_offsets[i], (*floor_arrays)[i],
+          e->tensor_bytes[i]));
     }
-  } else if (options_.device->HostPointer(block->offset) != nullptr) {
+    st = WaitAll(copies);
+  } else if (options_.device->HostPointer(block->region, block->offset) != nullptr) {
     // Fill straight into the arena (the cpu device): one conversion pass.
     std::vector<void*> arrays;
     arrays.reserve(e->rel_offsets.size());
     for (uint64_t rel : e->rel_offsets) {
-      arrays.push_back(options_.device->HostPointer(block->offset + rel));
+      arrays.push_back(options_.device->HostPointer(block->region, block->offset + rel));
     }
     st = Guarded([&] { return e->model.fill(arrays); });
   } else {
@@ -608,15 +617,19 @@ Status WeightCache::LoadDevice(Entry* e) {
       staged = staging.Materialize(e->model.key, e->model.digest, e->model.specs, e->model.fill);
       return staged.status();
     });
+    std::vector<CopyTicket> copies;
     for (size_t i = 0; st.ok() && i < e->rel_offsets.size(); ++i) {
-      st = options_.device->CopyToDevice(block->offset + e->rel_offsets[i],
-                                         (*staged)->arrays()[i], e->tensor_bytes[i]);
+      copies.push_back(options_.device->CopyToDevice(block->region,
+                                                     block->offset + e->rel_offsets[i],
+                                                     (*staged)->arrays()[i], e->tensor_bytes[i]));
     }
+    if (st.ok()) st = WaitAll(copies);  // before `staging` goes away
   }
   if (!st.ok()) {
     // Free what was transferred (docs/weights.md, 'Leaks after a failed
     // transfer').
-    options_.device->Discard(block->offset, block->size_bytes).IgnoreError();  // before Free
+    options_.device->Discard(block->region, block->offset, block->size_bytes)
+        .IgnoreError();  // before Free
     pool_->Free(*block).IgnoreError();
     charge.Release();
     return st;
@@ -639,12 +652,12 @@ WeightLease WeightCache::MakeLeaseLocked(Entry* e) {
   WeightLease lease;
   lease.cache_ = this;
   lease.entry_ = e;
-  lease.device_base_ = options_.device->base();
+  lease.region_ = e->block.region;
   lease.offsets_.reserve(e->rel_offsets.size());
   lease.host_.reserve(e->rel_offsets.size());
   for (uint64_t rel : e->rel_offsets) {
     lease.offsets_.push_back(e->block.offset + rel);
-    lease.host_.push_back(options_.device->HostPointer(e->block.offset + rel));
+    lease.host_.push_back(options_.device->HostPointer(e->block.region, e->block.offset + rel));
   }
   e->leases++;
   e->last_used = ++use_tick_;

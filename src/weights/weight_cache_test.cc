@@ -11,9 +11,11 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "arbiter/memory/device_backend.h"
@@ -268,11 +270,11 @@ TEST_F(WeightCacheTest, PinnedDeviceModelIsResidentFromTheStartAndNeverFreed) {
   for (FakeModel* m : {&a, &b, &c}) ASSERT_TRUE(cache_->Register(m->Make()).ok());
   ASSERT_TRUE(cache_->PreloadPinned().ok());
   ASSERT_TRUE(ModelStats("p").device_resident);
-  uintptr_t addr;
+  std::pair<DeviceRegionId, uint64_t> addr;
   {
     Result<WeightLease> l = cache_->Acquire("p");
     ASSERT_TRUE(l.ok());
-    addr = l->device_address(0);
+    addr = {l->region(), l->device_offset(0)};
   }
   for (int round = 0; round < 3; ++round) {
     for (const char* k : {"a", "b", "c"}) ASSERT_TRUE(cache_->Acquire(k).ok());
@@ -281,7 +283,7 @@ TEST_F(WeightCacheTest, PinnedDeviceModelIsResidentFromTheStartAndNeverFreed) {
   EXPECT_EQ(cache_->EvictIdle(UINT64_MAX), 0u);
   Result<WeightLease> l = cache_->Acquire("p");
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ(l->device_address(0), addr);
+  EXPECT_EQ(std::make_pair(l->region(), l->device_offset(0)), addr);
   EXPECT_EQ(ModelStats("p").loads, 1u);
   EXPECT_EQ(ModelStats("p").evicts, 0u);
   // Pinned models are outside the on-demand budget.
@@ -420,11 +422,11 @@ TEST_F(WeightCacheTest, CompactionFreesOnDemandLeavesPinnedAndReloadsOnlyTheList
   ASSERT_TRUE(cache_->Register(b.Make()).ok());
   ASSERT_TRUE(cache_->PreloadPinned().ok());
   std::vector<float> pinned_before(p.floats);
-  uintptr_t pinned_addr;
+  std::pair<DeviceRegionId, uint64_t> pinned_addr;
   {
     Result<WeightLease> l = cache_->Acquire("p");
     ASSERT_TRUE(l.ok());
-    pinned_addr = l->device_address(0);
+    pinned_addr = {l->region(), l->device_offset(0)};
     std::memcpy(pinned_before.data(), l->tensor(0), p.floats * 4);
   }
   ASSERT_TRUE(cache_->Acquire("a").ok());
@@ -441,7 +443,7 @@ TEST_F(WeightCacheTest, CompactionFreesOnDemandLeavesPinnedAndReloadsOnlyTheList
   {
     Result<WeightLease> l = cache_->Acquire("p");
     ASSERT_TRUE(l.ok());
-    EXPECT_EQ(l->device_address(0), pinned_addr);
+    EXPECT_EQ(std::make_pair(l->region(), l->device_offset(0)), pinned_addr);
     EXPECT_EQ(std::memcmp(pinned_before.data(), l->tensor(0), p.floats * 4), 0);
   }
   // The next dispatch reloads.
@@ -504,7 +506,9 @@ TEST_F(WeightCacheTest, FailedTransferFreesWhatItHadTransferred) {
   FakeModel a{"a", 4};
   ASSERT_TRUE((*c)->Register(a.Make(ResidencyState::kPinnedSystem)).ok());
   ASSERT_TRUE((*c)->SetResidency("a", ResidencyState::kPinnedSystem).ok());
-  fake->FailNthCopy(3, StatusCode::kInternal);  // tensors 0, 1 copied, 2 fails
+  // Every tensor's copy is issued, then waited for: 0, 1 and 3 copied, 2
+  // fails at its Wait.
+  fake->FailNthCopy(3, StatusCode::kInternal);
   Result<WeightLease> l = (*c)->Acquire("a");
   ASSERT_FALSE(l.ok());
   EXPECT_TRUE(Contains(l.status().message(), "weights of 'a'")) << l.status().message();
@@ -512,10 +516,53 @@ TEST_F(WeightCacheTest, FailedTransferFreesWhatItHadTransferred) {
   EXPECT_EQ(s.pool.in_use_bytes, 0u);
   EXPECT_EQ(s.resident_bytes, 0u);
   EXPECT_EQ(ledger.Snapshot().kind_bytes(ChargeKind::kDeviceWeights), 0u);
-  EXPECT_EQ(fake->stats().copies_to_device, 2u);
+  EXPECT_EQ(fake->stats().copies_to_device, 3u);
+  EXPECT_EQ(fake->stats().failed_copies, 1u);
+  // The block's region went back to the device.
+  EXPECT_EQ(s.pool.regions, 0u);
+  EXPECT_EQ(fake->stats().live_regions, 0u);
   // The next acquire retries and succeeds.
   EXPECT_TRUE((*c)->Acquire("a").ok());
   EXPECT_EQ((*c)->Stats().pool.live_blocks, 1u);
+}
+
+// Note [Device copies]: a load issues every tensor's copy and waits for all
+// of them; the model is resident only once the device completed them. When
+// its copy is evicted, the pool's region goes back to the device.
+TEST_F(WeightCacheTest, LoadWaitsForAsynchronousCopiesAndEvictionReturnsTheRegion) {
+  FakeDeviceBackend fake(1 << 20);
+  MemoryLedger ledger;
+  PrivateWeightStore store;
+  WeightCacheOptions o;
+  o.device = &fake;
+  o.ledger = &ledger;
+  o.store = &store;
+  Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(std::move(o));
+  ASSERT_TRUE(c.ok());
+  FakeModel a{"a", 4};
+  ASSERT_TRUE((*c)->Register(a.Make(ResidencyState::kPinnedSystem)).ok());
+  ASSERT_TRUE((*c)->SetResidency("a", ResidencyState::kPinnedSystem).ok());
+  fake.SetAsyncCopies(true);
+  std::atomic<bool> returned{false};
+  std::optional<Result<WeightLease>> lease;
+  std::thread acquirer([&] {
+    lease.emplace((*c)->Acquire("a"));
+    returned = true;
+  });
+  while (fake.stats().pending_copies < 4) std::this_thread::yield();
+  EXPECT_FALSE(returned.load());  // its copies are still in flight
+  EXPECT_EQ((*c)->Stats().resident_bytes, 0u);
+  EXPECT_EQ(fake.CompletePendingCopies(), 4u);
+  acquirer.join();
+  ASSERT_TRUE(lease->ok()) << lease->status().ToString();
+  EXPECT_GT((*c)->Stats().resident_bytes, 0u);
+  EXPECT_EQ(fake.stats().live_regions, 1u);
+  lease.reset();
+  fake.SetAsyncCopies(false);
+  EXPECT_GT((*c)->EvictIdle(UINT64_MAX), 0u);
+  EXPECT_EQ((*c)->Stats().pool.regions, 0u);
+  EXPECT_EQ(fake.stats().live_regions, 0u);
+  EXPECT_EQ(fake.stats().live_region_bytes, 0u);
 }
 
 TEST_F(WeightCacheTest, FailedFillFailsEveryWaiterAndTheNextAcquireRetries) {

@@ -212,8 +212,11 @@ class WeightLease {
   // REQUIRES: valid(), i < size().
   const void* tensor(size_t i) const { return host_[i]; }
   const std::vector<const void*>& tensors() const { return host_; }
-  // Device address (backend base + offset) of tensor i.
-  uintptr_t device_address(size_t i) const { return device_base_ + offsets_[i]; }
+  // The device region holding the model's tensors (all in one block).
+  DeviceRegionId region() const { return region_; }
+  // Byte offset of tensor i inside region(); (region(), device_offset(i))
+  // is where a device kernel finds it.
+  uint64_t device_offset(size_t i) const { return offsets_[i]; }
   size_t size() const { return offsets_.size(); }
   // Idempotent.
   void Release();
@@ -222,8 +225,8 @@ class WeightLease {
   friend class WeightCache;
   WeightCache* cache_ = nullptr;
   void* entry_ = nullptr;
-  uintptr_t device_base_ = 0;
-  std::vector<uint64_t> offsets_;     // from the arena start
+  DeviceRegionId region_ = 0;
+  std::vector<uint64_t> offsets_;     // from the region start
   std::vector<const void*> host_;
 };
 

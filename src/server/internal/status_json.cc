@@ -50,7 +50,9 @@ json PoolJson(const MemoryPoolStats& p) {
               {"live_blocks", p.live_blocks},
               {"free_blocks", p.free_blocks},
               {"num_allocs", p.num_allocs},
-              {"num_frees", p.num_frees}};
+              {"num_frees", p.num_frees},
+              {"regions", p.regions},
+              {"region_bytes", p.region_bytes}};
 }
 
 json ByKindJson(const ChargeKindBytes& bytes) {
