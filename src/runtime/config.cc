@@ -13,6 +13,7 @@
 
 #include "arbiter/base/file.h"
 #include "arbiter/base/size.h"
+#include "arbiter/memory/memory_pressure.h"
 
 namespace arbiter {
 namespace {
@@ -434,8 +435,9 @@ Status ParsePressure(const toml::table& t, Config* c) {
   if (t.get("source") != nullptr) {
     ARBITER_ASSIGN_OR_RETURN(s.source, ParsePressureSourceKind(source, p + "source"));
   }
-  ARBITER_RETURN_IF_ERROR(ReadInt(t, "interval_ms", p, 500, 3600000,
-                                  "an integer in 500..3600000", &s.interval_ms));
+  ARBITER_RETURN_IF_ERROR(
+      ReadInt(t, "interval_ms", p, kMinPressurePollIntervalMs, 3600000,
+              fmt::format("an integer in {}..3600000", kMinPressurePollIntervalMs), &s.interval_ms));
   ARBITER_RETURN_IF_ERROR(
       ReadDouble(t, "low_fraction", p, "a number in (0, 1)", &s.low_fraction));
   ARBITER_RETURN_IF_ERROR(
