@@ -21,8 +21,8 @@
 // scratch; DecoderCompute::memory_domain() names the domain they belong to
 // ("host" for the CPU) and is the one place that says so.
 // Granularity: one virtual call per prefill (chunked inside) or decode
-// step, none per layer or element, so the seam costs nothing measurable on
-// the CPU (docs/BENCHMARKS.md).
+// step, none per layer or element (docs/BENCHMARKS.md "The compute seam"
+// has the CPU's decode speed before and after).
 #include "engine/internal/compute_backend.h"
 
 #include "engine/internal/cpu_compute.h"
