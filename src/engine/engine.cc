@@ -14,12 +14,14 @@
 //      TextStream, which holds back partial UTF-8 and possible stop-string
 //      prefixes; a stop string → stop; send the released delta (callback
 //      false → cancelled); max_tokens reached → length; context full →
-//      length; otherwise decode the token (one sgemv step) for the next
-//      logits.
+//      length; otherwise decode the token (one step) for the next logits.
 //   4. flush the TextStream (unless stopped by a stop string or cancelled).
 // The sampled token that ends generation (EOS, or the last one) is never fed
 // back, so the slot's cached tokens are exactly the prompt plus the fed
 // outputs.
+// Prefill, decode and every K/V move go through the model's DecoderCompute
+// (Note [The compute seam] in internal/compute_backend.cc); everything here
+// — slots, sampling, constraints, text — is device-independent.
 //
 // Note [Slot choice]. The engine is the only place that decides which slot
 // a call runs on (KvPrecache asks it through ReserveSlot; STYLE rule 15).
@@ -68,6 +70,7 @@
 #include "arbiter/formats/gguf.h"
 #include "arbiter/formats/safetensors.h"
 #include "arbiter/weights/weight_files.h"
+#include "engine/internal/compute_backend.h"
 #include "engine/internal/engine_impl.h"
 #include "engine/internal/model_files_internal.h"
 #include "engine/internal/model_weights.h"
@@ -214,44 +217,21 @@ class StepAdjuster {
 
 }  // namespace
 
-Status CheckWeightLease(const WeightLease& lease, const ComputeLayout& layout,
-                        const std::string& key) {
-  if (lease.size() != layout.buffers.size()) {
-    return FailedPreconditionError(
-        "weights '" + key + "' have " + std::to_string(lease.size()) +
-        " tensors but the model's compute layout has " + std::to_string(layout.buffers.size()) +
-        "; register the key with Engine::WeightModelFor of this model");
-  }
-  for (size_t i = 0; i < lease.size(); ++i) {
-    if (lease.tensor(i) == nullptr) {
-      return FailedPreconditionError(
-          "weights '" + key + "' are in a device arena the CPU engine cannot read (tensor " +
-          layout.buffers[i].name + " has no host address); give the engine a cpu arena");
-    }
-  }
-  return OkStatus();
-}
-
 // ---------------------------------------------------------------------------
 // EngineImpl
 
-EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<Decoder> decoder,
-                       WeightSource weights, const EngineOptions& options, int n_ctx)
+EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files,
+                       std::unique_ptr<DecoderCompute> compute,
+                       std::vector<std::unique_ptr<ComputeSlot>> slots, WeightSource weights,
+                       const EngineOptions& options, int n_ctx)
     : weights_(std::move(weights)),
       files_(std::move(files)),
       tokenizer_(ModelFilesAccess::tokenizer(*files_)),
       layout_(ModelFilesAccess::layout(*files_)),
-      decoder_(std::move(decoder)),
+      compute_(std::move(compute)),
       options_(options),
-      n_ctx_(n_ctx) {
-  const ModelDims& d = decoder_->dims();
-  const int batch = std::min(options.prefill_batch, n_ctx);
-  for (int i = 0; i < options.n_slots; ++i) {
-    auto st = std::make_unique<SlotState>();
-    st->kv = KvCache(d.n_layers, n_ctx, d.kv_dim, options.kv_type);
-    st->scratch = ForwardScratch(d, batch, n_ctx, layout_->typed(), options.kv_type);
-    slot_states_.push_back(std::move(st));
-  }
+      n_ctx_(n_ctx),
+      slot_states_(std::move(slots)) {
   MutexLock l(&mu_);
   slots_.resize(options.n_slots);
 
@@ -274,11 +254,9 @@ EngineImpl::EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<
 EngineImpl::~EngineImpl() = default;
 
 Result<EngineImpl::LeasedWeights> EngineImpl::AcquireWeights() const {
-  ARBITER_ASSIGN_OR_RETURN(WeightLease lease, weights_.cache->Acquire(weights_.key));
-  ARBITER_RETURN_IF_ERROR(CheckWeightLease(lease, *layout_, weights_.key));
   LeasedWeights out;
-  out.w = BindModelWeights(*layout_, lease.tensors());
-  out.lease = std::move(lease);
+  ARBITER_ASSIGN_OR_RETURN(out.lease, weights_.cache->Acquire(weights_.key));
+  ARBITER_ASSIGN_OR_RETURN(out.w, compute_->BindWeights(out.lease, weights_.key));
   return out;
 }
 
@@ -288,13 +266,13 @@ Result<ChatTemplateKind> EngineImpl::chat_template() const {
 
 size_t EngineImpl::kv_bytes() const {
   size_t total = 0;
-  for (const auto& s : slot_states_) total += s->kv.bytes() + s->scratch.bytes();
+  for (const auto& s : slot_states_) total += s->footprint().bytes();
   return total;
 }
 
 size_t EngineImpl::scratch_bytes() const {
   size_t total = 0;
-  for (const auto& s : slot_states_) total += s->scratch.bytes();
+  for (const auto& s : slot_states_) total += s->footprint().scratch_bytes;
   return total;
 }
 
@@ -310,7 +288,7 @@ Status EngineImpl::CheckIds(const std::vector<int32_t>& ids, int limit, const ch
                                 std::to_string(limit) + " (n_ctx " + std::to_string(n_ctx_) +
                                 "); shorten it or raise n_ctx");
   }
-  const int vocab = decoder_->dims().vocab;
+  const int vocab = compute_->dims().vocab;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {
       return InvalidArgumentError(std::string(what) + ": token id " + std::to_string(ids[i]) +
@@ -501,7 +479,7 @@ Status EngineImpl::CheckHeld(const SlotReservation& r, const char* what) const {
 }
 
 Status EngineImpl::CheckSnapshot(const KvSnapshotView& snapshot, int slot) const {
-  const ModelDims& d = decoder_->dims();
+  const ModelDims& d = compute_->dims();
   const std::string what = "RestoreSlot(" + std::to_string(slot) + "): snapshot ";
   if (snapshot.n_layers != static_cast<uint32_t>(d.n_layers)) {
     return InvalidArgumentError(what + "n_layers " + std::to_string(snapshot.n_layers) +
@@ -570,7 +548,7 @@ std::vector<int32_t> EngineImpl::SlotTokens(int slot) const {
 
 Result<KvSnapshot> EngineImpl::SaveSlot(const SlotReservation& r) {
   ARBITER_RETURN_IF_ERROR(CheckHeld(r, "SaveSlot"));
-  const ModelDims& d = decoder_->dims();
+  const ModelDims& d = compute_->dims();
   const std::vector<int32_t>& tokens = r.tokens();
   KvSnapshot snapshot;
   snapshot.n_layers = static_cast<uint32_t>(d.n_layers);
@@ -585,7 +563,7 @@ Result<KvSnapshot> EngineImpl::SaveSlot(const SlotReservation& r) {
                                   std::to_string(tokens.size()) + " tokens of K/V (" +
                                   std::to_string(snapshot.ExpectedKvBytes()) + " bytes)");
   }
-  state(r).kv.ReadRows(static_cast<int>(tokens.size()), snapshot.kv.data());
+  compute_->ReadKv(state(r), static_cast<int>(tokens.size()), snapshot.kv.data());
   return snapshot;
 }
 
@@ -600,20 +578,15 @@ Result<KvSnapshot> EngineImpl::SaveSlot(int slot, const Cancellation& cancelled)
 Status EngineImpl::VisitSlot(const SlotReservation& r,
                              const std::function<Status(const KvRowsView&)>& visit) {
   ARBITER_RETURN_IF_ERROR(CheckHeld(r, "VisitSlot"));
-  const ModelDims& d = decoder_->dims();
+  const ModelDims& d = compute_->dims();
   const std::vector<int32_t>& tokens = r.tokens();
-  const KvCache& kv = state(r).kv;
   KvRowsView rows;
   rows.n_layers = static_cast<uint32_t>(d.n_layers);
   rows.kv_dim = static_cast<uint32_t>(d.kv_dim);
-  rows.kv_type = kv.type();
+  rows.kv_type = compute_->kv_type();
   rows.tokens = tokens.data();
   rows.n_tokens = tokens.size();
-  for (int l = 0; l < d.n_layers; ++l) {
-    rows.k.push_back(kv.k(l));
-    rows.v.push_back(kv.v(l));
-  }
-  return visit(rows);
+  return compute_->VisitKv(state(r), std::move(rows), visit);
 }
 
 Status EngineImpl::VisitSlot(int slot, const std::function<Status(const KvRowsView&)>& visit,
@@ -638,7 +611,7 @@ Result<int> EngineImpl::RestoreSlot(SlotReservation& r, const KvSnapshotView& sn
                                   " token ids");
   }
   const int n = static_cast<int>(tokens.size());
-  state(r).kv.WriteRows(n, snapshot.kv);
+  compute_->WriteKv(state(r), n, snapshot.kv);
   HeldTokens(r) = std::move(tokens);
   MarkFilled(r);
   return n;
@@ -739,7 +712,7 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
   GenerationResult result;
   result.prompt_tokens = static_cast<int>(prompt.size());
   result.slot = r.slot();
-  SlotState& st = state(r);
+  ComputeSlot& st = state(r);
   std::vector<int32_t>& fed = HeldTokens(r);
   fed.resize(CommonPrefix(fed, prompt));  // the rest will be overwritten
   MarkFilled(r);
@@ -749,8 +722,8 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
     // Note [Prefix copy between slots]: rows [cached, copy.n_tokens) from the
     // source, which no reservation can take until EndCopy. copy.n_tokens > cached,
     // so fed (the own prefix) is exactly prompt[0, cached).
-    st.kv.CopyRowsFrom(slot_states_[copy.index]->kv, static_cast<int>(cached),
-                       static_cast<int>(copy.n_tokens));
+    compute_->CopyKv(*slot_states_[copy.index], st, static_cast<int>(cached),
+                     static_cast<int>(copy.n_tokens));
     EndCopy(copy.index);
     fed.resize(cached);
     fed.insert(fed.end(), prompt.begin() + cached, prompt.begin() + copy.n_tokens);
@@ -758,8 +731,8 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
     cached = copy.n_tokens;
   }
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  const ModelWeights& w = weights.w;
-  const int vocab = decoder_->dims().vocab;
+  const ComputeWeights& w = *weights.w;
+  const int vocab = compute_->dims().vocab;
 
   // Prefill the uncached suffix (at least one token).
   fed.resize(cached);
@@ -767,8 +740,9 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
   std::vector<float> logits(vocab);
   int64_t t0 = Clock::Real()->NowNs();
   const int n_new = static_cast<int>(prompt.size() - cached);
-  decoder_->Forward(w, st.kv, st.scratch, prompt.data() + cached, n_new,
-                    static_cast<int>(cached), ForwardOutputs{.last_logits = logits.data()});
+  ARBITER_RETURN_IF_ERROR(compute_->Prefill(w, st, prompt.data() + cached, n_new,
+                                            static_cast<int>(cached),
+                                            ForwardOutputs{.last_logits = logits.data()}));
   fed.insert(fed.end(), prompt.begin() + cached, prompt.end());
   result.timings.prefill_ms = MsSince(t0);
   result.timings.prefill_tokens = n_new;
@@ -820,8 +794,8 @@ Result<GenerationResult> EngineImpl::Generate(SlotReservation& r,
       result.finish_reason = FinishReason::kLength;
       break;
     }
-    decoder_->Forward(w, st.kv, st.scratch, &next, 1, static_cast<int>(fed.size()),
-                      ForwardOutputs{.last_logits = logits.data()});
+    ARBITER_RETURN_IF_ERROR(
+        compute_->Decode(w, st, next, static_cast<int>(fed.size()), logits.data()));
     fed.push_back(next);
     ++result.timings.decode_tokens;
   }
@@ -841,12 +815,12 @@ Result<std::vector<float>> EngineImpl::Embed(const std::vector<int32_t>& ids,
                            Reserve(-1, ids, kNoDeadline, cancelled, "Embed"));
   MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  SlotState& st = state(r);
-  const int hidden = decoder_->dims().hidden;
+  const int hidden = compute_->dims().hidden;
   std::vector<double> sum(hidden, 0.0);
   HeldTokens(r).clear();
-  decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
-                    ForwardOutputs{.hidden_sum = sum.data()});
+  ARBITER_RETURN_IF_ERROR(compute_->Prefill(*weights.w, state(r), ids.data(),
+                                            static_cast<int>(ids.size()), 0,
+                                            ForwardOutputs{.hidden_sum = sum.data()}));
   HeldTokens(r) = ids;
   double norm = 0;
   for (double v : sum) norm += v * v;  // the mean's 1/n cancels in the L2 normalization
@@ -865,17 +839,17 @@ Result<std::vector<float>> EngineImpl::ComputeLogits(const std::vector<int32_t>&
                            Reserve(-1, ids, kNoDeadline, nullptr, "ComputeLogits"));
   MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  SlotState& st = state(r);
   std::vector<float> out;
   try {
-    out.resize(ids.size() * static_cast<size_t>(decoder_->dims().vocab));
+    out.resize(ids.size() * static_cast<size_t>(compute_->dims().vocab));
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("ComputeLogits: no memory for " + std::to_string(ids.size()) +
-                                  " × " + std::to_string(decoder_->dims().vocab) + " logits");
+                                  " × " + std::to_string(compute_->dims().vocab) + " logits");
   }
   HeldTokens(r).clear();
-  decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), static_cast<int>(ids.size()), 0,
-                    ForwardOutputs{.all_logits = out.data()});
+  ARBITER_RETURN_IF_ERROR(compute_->Prefill(*weights.w, state(r), ids.data(),
+                                            static_cast<int>(ids.size()), 0,
+                                            ForwardOutputs{.all_logits = out.data()}));
   HeldTokens(r) = ids;
   return out;
 }
@@ -894,14 +868,14 @@ Result<std::vector<float>> EngineImpl::IncrementalLogits(const std::vector<int32
                            Reserve(-1, ids, kNoDeadline, nullptr, "IncrementalLogits"));
   MarkFilled(r);
   ARBITER_ASSIGN_OR_RETURN(LeasedWeights weights, AcquireWeights());
-  SlotState& st = state(r);
-  std::vector<float> logits(decoder_->dims().vocab);
+  ComputeSlot& st = state(r);
+  std::vector<float> logits(compute_->dims().vocab);
   HeldTokens(r).clear();
-  decoder_->Forward(weights.w, st.kv, st.scratch, ids.data(), n_prefill, 0,
-                    ForwardOutputs{.last_logits = logits.data()});
+  ARBITER_RETURN_IF_ERROR(compute_->Prefill(*weights.w, st, ids.data(), n_prefill, 0,
+                                            ForwardOutputs{.last_logits = logits.data()}));
   for (size_t i = n_prefill; i < ids.size(); ++i) {
-    decoder_->Forward(weights.w, st.kv, st.scratch, &ids[i], 1, static_cast<int>(i),
-                      ForwardOutputs{.last_logits = logits.data()});
+    ARBITER_RETURN_IF_ERROR(
+        compute_->Decode(*weights.w, st, ids[i], static_cast<int>(i), logits.data()));
   }
   HeldTokens(r) = ids;
   return logits;
@@ -949,7 +923,7 @@ Status CheckOptions(const EngineOptions& options) {
                                 std::string(GgmlTypeName(options.kv_type)) +
                                 " is not a KV cache type; use f16 (default), bf16, q8_0 or f32");
   }
-  return OkStatus();
+  return engine_internal::CheckComputeDevice(options.device).WithPrefix("engine options");
 }
 
 // kInvalidArgument when the model's heads cannot be held in options.kv_type
@@ -1043,13 +1017,25 @@ Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files
   return src;
 }
 
-// One slot's activation scratch under `options` (n_ctx clamped).
-uint64_t ScratchBytesPerSlot(const ModelFiles& files, const EngineOptions& options) {
-  const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
-  const int n_ctx = ClampedContext(options, layout.config);
-  return engine_internal::ForwardScratch::BytesFor(
-      layout.dims, std::min(options.prefill_batch, n_ctx), n_ctx, layout.typed(),
-      options.kv_type);
+// What the compute device is made for under `options` (n_ctx clamped;
+// threads resolved as Load resolves them).
+engine_internal::ComputeSpec ComputeSpecFor(const ModelFiles& files,
+                                            const EngineOptions& options) {
+  engine_internal::ComputeSpec spec;
+  spec.device = options.device;
+  spec.layout = engine_internal::ModelFilesAccess::layout(files);
+  spec.n_ctx = ClampedContext(options, spec.layout->config);
+  spec.batch = std::min(options.prefill_batch, spec.n_ctx);
+  spec.n_threads = options.n_threads > 0 ? options.n_threads : openblas_get_num_threads();
+  spec.kv_type = options.kv_type;
+  return spec;
+}
+
+// One slot's memory under `options`, as the device will allocate it.
+// Errors: an unknown device (CheckComputeDevice).
+Result<engine_internal::SlotFootprint> SlotFootprint(const ModelFiles& files,
+                                                     const EngineOptions& options) {
+  return engine_internal::SlotFootprintFor(ComputeSpecFor(files, options));
 }
 
 }  // namespace
@@ -1062,7 +1048,8 @@ Result<WeightModel> Engine::WeightModelFor(const ModelFiles& files, const std::s
                                            const EngineOptions& options,
                                            ResidencyState residency) {
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
-  return MakeWeightModel(files, key, residency, ScratchBytesPerSlot(files, options));
+  ARBITER_ASSIGN_OR_RETURN(engine_internal::SlotFootprint slot, SlotFootprint(files, options));
+  return MakeWeightModel(files, key, residency, slot.scratch_bytes);
 }
 
 Result<WeightModel> Engine::WeightModelFor(const std::string& model_dir, const std::string& key,
@@ -1079,14 +1066,12 @@ Result<EngineFootprint> Engine::Footprint(const ModelFiles& files, const EngineO
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
   const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
   ARBITER_RETURN_IF_ERROR(CheckKvType(options, layout.dims, files.dir()));
-  const size_t n_ctx = static_cast<size_t>(ClampedContext(options, layout.config));
+  ARBITER_ASSIGN_OR_RETURN(engine_internal::SlotFootprint slot, SlotFootprint(files, options));
   const size_t n_slots = static_cast<size_t>(options.n_slots);
   EngineFootprint f;
-  // KvCache: n_layers × 2 × n_ctx rows of kv_type per slot.
-  f.kv_bytes = n_slots * engine_internal::KvCache::BytesFor(layout.dims.n_layers,
-                                                            static_cast<int>(n_ctx),
-                                                            layout.dims.kv_dim, options.kv_type);
-  f.scratch_bytes = n_slots * ScratchBytesPerSlot(files, options);
+  // Per slot: n_layers × 2 × n_ctx rows of kv_type, and the activations.
+  f.kv_bytes = n_slots * slot.kv_bytes;
+  f.scratch_bytes = n_slots * slot.scratch_bytes;
   f.weight_bytes = layout.bytes();
   return f;
 }
@@ -1121,11 +1106,14 @@ Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> f
       weights.cache = options.weight_cache;
       weights.key = options.weight_key;
     }
+    const engine_internal::ComputeSpec spec = ComputeSpecFor(*files, options);
+    ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<engine_internal::DecoderCompute> compute,
+                             engine_internal::MakeDecoderCompute(spec));
     {
-      // Resident now; a conversion error surfaces here. Released at once:
-      // requests take their own leases.
+      // Resident now; a conversion error surfaces here, and weights the
+      // device cannot read. Released at once: requests take their own leases.
       ARBITER_ASSIGN_OR_RETURN(WeightLease lease, weights.cache->Acquire(weights.key));
-      ARBITER_RETURN_IF_ERROR(engine_internal::CheckWeightLease(lease, *layout, weights.key));
+      ARBITER_RETURN_IF_ERROR(compute->BindWeights(lease, weights.key).status());
     }
     if (options.weight_cache != nullptr) {
       // The key must name this model's layout, not another model's.
@@ -1139,12 +1127,19 @@ Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> f
         }
       }
     }
-    const int n_ctx = ClampedContext(options, layout->config);
-    const int n_threads = options.n_threads > 0 ? options.n_threads : openblas_get_num_threads();
-    auto decoder = std::make_unique<engine_internal::Decoder>(layout->config, layout->has_lm_head,
-                                                              n_ctx, n_threads);
+    // Every slot's KV cache and scratch, from the model's device.
+    std::vector<std::unique_ptr<engine_internal::ComputeSlot>> slots;
+    for (int i = 0; i < options.n_slots; ++i) {
+      Result<std::unique_ptr<engine_internal::ComputeSlot>> slot = compute->CreateSlot();
+      if (!slot.ok()) {
+        return slot.status().WithPrefix(model_dir + " (n_ctx " + std::to_string(options.n_ctx) +
+                                        ", n_slots " + std::to_string(options.n_slots) + ")");
+      }
+      slots.push_back(std::move(slot).value());
+    }
     return std::unique_ptr<Engine>(std::make_unique<engine_internal::EngineImpl>(
-        std::move(files), std::move(decoder), std::move(weights), options, n_ctx));
+        std::move(files), std::move(compute), std::move(slots), std::move(weights), options,
+        spec.n_ctx));
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError(model_dir + ": out of memory allocating weights or KV cache (n_ctx " +
                                   std::to_string(options.n_ctx) + ", n_slots " +

@@ -87,6 +87,12 @@ struct EngineOptions {
   // engine/internal/forward.cc). Snapshots and KV files carry it; one of
   // another type is not restored. q8_0 requires head_dim % 32 == 0.
   GgmlType kv_type = kDefaultKvType;
+  // The compute device the forward pass runs on and the slots' KV caches
+  // and scratch are allocated from (Note [The compute seam] in
+  // src/engine/internal/compute_backend.cc). "cpu" is the only one today;
+  // another name fails Load / Footprint / WeightModelFor with
+  // kInvalidArgument naming it.
+  std::string device = "cpu";
 };
 
 // How the next token is drawn (engine/sampler.h has the pipeline's order).
@@ -368,6 +374,11 @@ class Engine {
   virtual GgmlType kv_type() const = 0;
   // The scratch part of kv_bytes(): every slot's activation buffers.
   virtual size_t scratch_bytes() const = 0;
+  // EngineOptions::device as loaded ("cpu").
+  virtual std::string_view device() const = 0;
+  // The memory domain kv_bytes() and scratch_bytes() live in, the one
+  // their ledger charges belong to: "host" (RAM) for the CPU device.
+  virtual std::string_view memory_domain() const = 0;
 
   // --- Slots. Indices are [0, n_slots()). The slot methods below never take
   // a WeightLease: they touch only the slot's KV buffers and work while the

@@ -1,8 +1,13 @@
 // engine/internal/engine_impl.h — the Engine implementation, visible to the
 // engine's own tests (the public surface is arbiter/engine/engine.h).
 //
-// Slots. Each of the n_slots slots owns a KvCache [n_layers, 2, n_ctx,
-// kv_dim] and a ForwardScratch. Under mu_, SlotMeta says whether the slot is
+// Compute. The forward pass, the slots' KV caches and their scratch are the
+// model's compute device's (a DecoderCompute, compute_backend.h: Note [The
+// compute seam]); this file and engine.cc only schedule slots, sample and
+// stream, and call the seam. The CPU device is the only one today.
+//
+// Slots. Each of the n_slots slots owns a ComputeSlot (its KV cache [n_layers,
+// 2, n_ctx, kv_dim] and activation scratch, on the device). Under mu_, SlotMeta says whether the slot is
 // busy (a SlotReservation holds it), how many Generates read it as a copy
 // source, how many pinned callers wait for it, whether its content is
 // owned, when it was last filled, and — while free — `tokens`: the ids
@@ -39,7 +44,7 @@
 //
 // SaveSlot / VisitSlot / RestoreSlot / ClearSlot run within a reservation
 // like any call, but take no WeightLease: they only copy between the slot's
-// KvCache and a snapshot (or forget its tokens).
+// ComputeSlot and a snapshot (or forget its tokens).
 //
 // Weights. The engine owns no weight memory: every call, once it holds its
 // slot, takes a WeightLease on `weight_key` for its whole duration
@@ -66,18 +71,12 @@
 #include "arbiter/engine/model_files.h"
 #include "arbiter/memory/device_backend.h"
 #include "arbiter/weights/weight_cache.h"
-#include "engine/internal/forward.h"
+#include "engine/internal/compute_backend.h"
 #include "engine/internal/model_weights.h"
 
 namespace arbiter::engine_internal {
 
 class EngineImpl;
-
-// A slot's heavy state; touched only by the thread holding its reservation.
-struct SlotState {
-  KvCache kv;
-  ForwardScratch scratch;
-};
 
 // How often waiters went to sleep and woke for a slot (Note [Slot waits]);
 // a test hook that shows waits are not polled.
@@ -97,19 +96,15 @@ struct WeightSource {
   std::string key;
 };
 
-// Checks that `lease` can back `layout` on the CPU: one tensor per compute
-// buffer, all host-addressable. Errors: kFailedPrecondition naming the key
-// and what to do.
-Status CheckWeightLease(const WeightLease& lease, const ComputeLayout& layout,
-                        const std::string& key);
-
 class EngineImpl final : public Engine {
  public:
   // `n_ctx`: tokens per slot (already clamped). REQUIRES: options validated;
-  // `decoder` made for the files' layout config; `weights.key` registered
-  // in weights.cache with the layout's specs; files opened with a tokenizer.
-  EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<Decoder> decoder,
-             WeightSource weights, const EngineOptions& options, int n_ctx);
+  // `compute` made for the files' layout, n_ctx and options; `slots`
+  // [options.n_slots] made by `compute`; `weights.key` registered in
+  // weights.cache with the layout's specs; files opened with a tokenizer.
+  EngineImpl(std::shared_ptr<const ModelFiles> files, std::unique_ptr<DecoderCompute> compute,
+             std::vector<std::unique_ptr<ComputeSlot>> slots, WeightSource weights,
+             const EngineOptions& options, int n_ctx);
   ~EngineImpl() override;
 
   const ModelConfig& config() const override { return layout_->config; }
@@ -117,6 +112,8 @@ class EngineImpl final : public Engine {
   Result<ChatTemplateKind> chat_template() const override;
   int n_ctx() const override { return n_ctx_; }
   int n_slots() const override { return static_cast<int>(slot_states_.size()); }
+  std::string_view device() const override { return compute_->device(); }
+  std::string_view memory_domain() const override { return compute_->memory_domain(); }
   size_t weight_bytes() const override { return layout_->bytes(); }
   size_t kv_bytes() const override;
   GgmlType kv_type() const override { return options_.kv_type; }
@@ -162,7 +159,8 @@ class EngineImpl final : public Engine {
       EXCLUDES(mu_);
   // Token ids that end generation (config eos + end-of-turn specials).
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
-  const Decoder& decoder() const { return *decoder_; }
+  // The forward pass (the model's compute device).
+  const DecoderCompute& decoder() const { return *compute_; }
   // The compute buffers the engine reads (ComputeLayout::bytes() = weight_bytes()).
   const ComputeLayout& layout() const { return *layout_; }
   // The files the engine was loaded from.
@@ -177,7 +175,7 @@ class EngineImpl final : public Engine {
   // One call's weights: the lease that pins them and views of them.
   struct LeasedWeights {
     WeightLease lease;
-    ModelWeights w;
+    std::unique_ptr<ComputeWeights> w;  // views of the lease's buffers: destroyed first
   };
 
   // Another free slot a Generate copies its prompt's prefix from (Note
@@ -212,23 +210,25 @@ class EngineImpl final : public Engine {
   // Generate's checks of `request` (engine.h), slot range included.
   Status CheckRequest(const GenerationRequest& request) const;
   // Acquires the weights for one call (see the file comment). Errors: the
-  // cache's Acquire errors as is; CheckWeightLease's.
+  // cache's Acquire errors as is; DecoderCompute::BindWeights'.
   Result<LeasedWeights> AcquireWeights() const;
   // kInvalidArgument for an empty sequence, an id outside [0, vocab), or
   // more than `limit` ids.
   Status CheckIds(const std::vector<int32_t>& ids, int limit, const char* what) const;
   bool IsEos(int32_t id) const;
-  SlotState& state(const SlotReservation& r) { return *slot_states_[r.slot()]; }
+  ComputeSlot& state(const SlotReservation& r) { return *slot_states_[r.slot()]; }
 
   WeightSource weights_;  // first: destroyed last
   std::shared_ptr<const ModelFiles> files_;
   std::shared_ptr<const Tokenizer> tokenizer_;    // files_'s
   std::shared_ptr<const ComputeLayout> layout_;   // files_'s
-  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<DecoderCompute> compute_;
   EngineOptions options_;
   int n_ctx_;
   std::vector<int32_t> eos_ids_;
-  std::vector<std::unique_ptr<SlotState>> slot_states_;  // fixed after construction
+  // Touched only by the thread holding the slot's reservation (and read by
+  // a copy's reader); fixed after construction; destroyed before compute_.
+  std::vector<std::unique_ptr<ComputeSlot>> slot_states_;
 
   struct SlotMeta {
     bool busy = false;        // reserved

@@ -29,6 +29,10 @@
 // config.rope_scaling (RopeInverseFrequencies), tables computed in double at
 // load.
 //
+// This is the CPU device's forward pass: CpuDecoderCompute (cpu_compute.h)
+// puts it behind the compute seam (compute_backend.h), and the engine calls
+// it only through that. Its results go to ForwardOutputs (compute_backend.h).
+//
 // Thread safety: Decoder is thread-safe (const). KvCache / ForwardScratch are
 // thread-compatible; one thread per slot.
 #pragma once
@@ -40,6 +44,7 @@
 #include "arbiter/base/status.h"
 #include "arbiter/engine/kv_snapshot.h"
 #include "engine/internal/aligned_buffer.h"
+#include "engine/internal/compute_backend.h"
 #include "engine/internal/matvec_pool.h"
 #include "engine/internal/model_weights.h"
 
@@ -136,13 +141,6 @@ class ForwardScratch {
 
  private:
   int batch_ = 0;
-};
-
-// Where Forward writes its results; any may be null.
-struct ForwardOutputs {
-  float* last_logits = nullptr;  // [vocab]: logits of token n − 1
-  float* all_logits = nullptr;   // [n, vocab]: logits of every token, row-major
-  double* hidden_sum = nullptr;  // [hidden]: += final-normed hidden state of every token
 };
 
 // The RoPE inverse frequencies [head_dim / 2] in radians per position:

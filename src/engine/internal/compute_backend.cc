@@ -1,0 +1,48 @@
+// engine/internal/compute_backend.cc — the compute devices this build has,
+// and the one place that picks an implementation for a model's device.
+//
+// Note [The compute seam]
+// The engine splits at the forward pass. Below the seam (DecoderCompute,
+// one implementation per device): the kernels, the KV cache and activation
+// scratch of every slot — allocated from the device, so a GPU model's KV
+// lives in VRAM — and the views of the leased weights as the device reads
+// them. Above it, on the host and device-independent: the slot scheduler
+// and prefix reuse (engine.cc decides which rows to copy; the device copies
+// them), sampling and logit adjustments, grammar masks, tokenizers, text
+// streaming, and everything in kv/ and runtime/. What crosses the seam is
+// small and host-shaped: token ids in; logits [vocab] (or [n, vocab], or the
+// summed hidden state) out to host floats, once per prefill or decode step;
+// KV in and out in kv_snapshot.h's host layout only when a slot is saved,
+// visited or restored. Because that layout is the interchange format, a KV
+// file written by one device restores into another model of the same
+// weights and kv_type on any device.
+// Memory: a slot's bytes (SlotFootprint) are the engine's kv_bytes() and
+// scratch_bytes(), charged by the runtime to the ledger as kv_slot and
+// scratch; DecoderCompute::memory_domain() names the domain they belong to
+// ("host" for the CPU) and is the one place that says so.
+// Granularity: one virtual call per prefill (chunked inside) or decode
+// step, none per layer or element (docs/BENCHMARKS.md "The compute seam"
+// has the CPU's decode speed before and after).
+#include "engine/internal/compute_backend.h"
+
+#include "engine/internal/cpu_compute.h"
+
+namespace arbiter::engine_internal {
+
+Status CheckComputeDevice(std::string_view device) {
+  if (device == "cpu") return OkStatus();
+  return InvalidArgumentError("compute device \"" + std::string(device.substr(0, 256)) +
+                              "\" is not one this build has; use \"cpu\"");
+}
+
+Result<SlotFootprint> SlotFootprintFor(const ComputeSpec& spec) {
+  ARBITER_RETURN_IF_ERROR(CheckComputeDevice(spec.device));
+  return CpuDecoderCompute::FootprintFor(spec);
+}
+
+Result<std::unique_ptr<DecoderCompute>> MakeDecoderCompute(const ComputeSpec& spec) {
+  ARBITER_RETURN_IF_ERROR(CheckComputeDevice(spec.device));
+  return std::unique_ptr<DecoderCompute>(std::make_unique<CpuDecoderCompute>(spec));
+}
+
+}  // namespace arbiter::engine_internal
