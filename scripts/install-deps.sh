@@ -33,6 +33,12 @@ packages=(
   libsndfile1-dev libsamplerate0-dev libmp3lame-dev
   libogg-dev libvorbis-dev  # used directly: the Ogg Vorbis header check (formats/audio.cc)
   libwebp-dev libpng-dev libjpeg-dev
+  # The Vulkan compute device (src/vulkan/): headers, the shader compiler,
+  # volk (loads libvulkan at run time), the loader, Mesa's lavapipe (a CPU
+  # Vulkan device the tests run on) and the Khronos validation layer the
+  # tests turn on; vulkan-tools for vulkaninfo.
+  libvulkan-dev glslc spirv-tools libvulkan-volk-dev libvulkan1 mesa-vulkan-drivers
+  vulkan-validationlayers vulkan-tools
   python3-pil  # test images (tests, ../shared/checks)
   chromium  # the dashboard's browser test (tests/ui/, driven by playwright-core)
 )

@@ -1,0 +1,220 @@
+// arbiter/vulkan/vulkan_device.h — the Vulkan compute devices: discovery
+// (`arbiter devices`), one opened device shared by everything that uses it
+// (its memory backend, the engine's forward pass), buffers, pipelines and
+// submission (docs/architecture.md "Devices"; the weight-runtime seed's
+// device tier).
+//
+// Names: "vulkan:N" is the N-th physical device as the loader enumerates
+// it; "vulkan" is the first GPU-type device (discrete, integrated, virtual)
+// or, where there is none (a machine with only lavapipe), the first device.
+// The ledger domain of a device is its "vulkan:N" name.
+//
+// The loader is opened at run time (volk): on a machine without
+// libvulkan.so.1 or without a device, ListVulkanDevices and Open return
+// kUnavailable naming what is missing, and nothing else changes.
+//
+// Note [Buffer device addresses]
+// Kernels reach memory through buffer device addresses
+// (VK_KHR_buffer_device_address, core in Vulkan 1.2) passed as push
+// constants: no descriptor sets, one pipeline layout for every kernel, and a
+// tensor is addressed wherever it lies in a region — there is no binding
+// range, so maxStorageBufferRange (128 MiB on lavapipe) limits nothing and
+// no tensor needs splitting. A device without bufferDeviceAddress or
+// shaderInt64 is listed but not usable (VulkanDeviceInfo::usable).
+//
+// Validation: with ARBITER_VULKAN_VALIDATION=1 in the environment when the
+// instance is made (the first call of this file's functions), the Khronos
+// validation layer is on and every message it reports is logged and
+// counted (ValidationMessageCount); the tests fail on any.
+//
+// Thread safety: the free functions and VulkanDevice are thread-safe
+// (queue submission and the shared command pool are serialized inside);
+// a command buffer a caller allocates from its own pool is the caller's.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <volk.h>
+
+#include "arbiter/base/mutex.h"
+#include "arbiter/base/status.h"
+
+namespace arbiter::vulkan {
+
+// One memory heap of a device, bytes.
+struct VulkanHeapInfo {
+  uint64_t size_bytes = 0;
+  bool device_local = false;
+  // VK_EXT_memory_budget's heapBudget / heapUsage (the usage of every
+  // process on the device) where the driver has the extension.
+  std::optional<uint64_t> budget_bytes;
+  std::optional<uint64_t> usage_bytes;
+};
+
+// What `arbiter devices` reports of one physical device.
+struct VulkanDeviceInfo {
+  int index = 0;               // N of "vulkan:N"
+  std::string name;            // deviceName
+  std::string type;            // "discrete-gpu" | "integrated-gpu" | "virtual-gpu" | "cpu" | "other"
+  std::string driver;          // driverName (VkPhysicalDeviceDriverProperties)
+  std::string driver_info;     // driverInfo
+  std::string api_version;     // "1.3.230"
+  uint32_t vendor_id = 0;
+  uint32_t device_id = 0;
+  std::vector<VulkanHeapInfo> heaps;
+  int weight_heap = 0;         // the heap weights and KV are allocated from (largest device-local)
+  bool memory_budget = false;  // VK_EXT_memory_budget
+  bool external_memory_host = false;  // VK_EXT_external_memory_host
+  // Memory of weight_heap is host-visible (the device reads host RAM:
+  // lavapipe, integrated GPUs, phones) — its domain lies inside the host's.
+  bool unified_memory = false;
+  bool fp16 = false;               // shaderFloat16
+  bool storage16 = false;          // storageBuffer16BitAccess
+  bool int64 = false;              // shaderInt64
+  bool buffer_device_address = false;
+  bool cooperative_matrix_nv = false;  // VK_NV_cooperative_matrix
+  uint32_t subgroup_size = 0;
+  uint64_t max_allocation_bytes = 0;       // maxMemoryAllocationSize
+  uint64_t max_storage_buffer_range = 0;   // maxStorageBufferRange (unused: Note [Buffer device addresses])
+  uint32_t max_shared_memory_bytes = 0;    // maxComputeSharedMemorySize
+  bool transfer_queue = false;     // a queue family with transfer but no compute/graphics
+  bool usable = false;             // arbiter can compute on it
+  std::string unusable_reason;     // why not, when !usable
+
+  // "vulkan:<index>".
+  std::string domain() const { return "vulkan:" + std::to_string(index); }
+  uint64_t weight_heap_bytes() const {
+    return heaps.empty() ? 0 : heaps[static_cast<size_t>(weight_heap)].size_bytes;
+  }
+};
+
+// Whether `name` is "vulkan" or "vulkan:<digits>".
+bool IsVulkanDeviceName(std::string_view name);
+
+// Every physical device the loader finds, in its order, with fresh budget
+// figures. Errors: kUnavailable when the loader cannot be opened or the
+// instance cannot be made (the message names the library and the fix).
+Result<std::vector<VulkanDeviceInfo>> ListVulkanDevices();
+
+// The index `name` ("vulkan", "vulkan:N") names among `devices`.
+// Errors: kInvalidArgument for another name; kNotFound when there is no
+// such device (the message lists the devices and says how to see them).
+Result<int> ResolveVulkanDevice(std::string_view name, const std::vector<VulkanDeviceInfo>& devices);
+
+// Validation-layer messages reported since the process started (0 when
+// validation is off).
+uint64_t ValidationMessageCount();
+
+// Where a buffer's memory lives.
+enum class BufferMemory {
+  kDevice,    // device-local (not host-visible where the device has such memory)
+  kUpload,    // host-visible, coherent: the host writes, the device reads
+  kReadback,  // host-visible, cached where possible: the device writes, the host reads
+};
+
+// One VkBuffer with its own VkDeviceMemory. Move-only; destroyed by
+// VulkanDevice::Destroy (not by its destructor: it does not know its device).
+struct VulkanBuffer {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  uint64_t size_bytes = 0;
+  uint64_t address = 0;   // its device address (Note [Buffer device addresses])
+  void* host = nullptr;   // mapped pointer when host-visible
+  BufferMemory kind = BufferMemory::kDevice;
+};
+
+// The push constants every kernel may use, bytes (Vulkan guarantees 128).
+inline constexpr uint32_t kPushConstantBytes = 128;
+
+// An opened device (Open). Shared: the memory backend and every model's
+// forward pass on it hold the same one; it is closed when the last holder
+// lets go.
+class VulkanDevice {
+ public:
+  // The device `name` names ("vulkan", "vulkan:N"), opened once per process
+  // and shared. Errors: ListVulkanDevices's and ResolveVulkanDevice's;
+  // kFailedPrecondition when the device is not usable (names why);
+  // kUnavailable when it cannot be opened.
+  static Result<std::shared_ptr<VulkanDevice>> Open(std::string_view name);
+  ~VulkanDevice();
+  VulkanDevice(const VulkanDevice&) = delete;
+  VulkanDevice& operator=(const VulkanDevice&) = delete;
+
+  const VulkanDeviceInfo& info() const { return info_; }
+  // The ledger domain, "vulkan:N".
+  std::string domain() const { return info_.domain(); }
+  VkDevice device() const { return device_; }
+  VkPipelineLayout pipeline_layout() const { return layout_; }
+  uint32_t queue_family() const { return queue_family_; }
+
+  // The driver's current usage and budget of the weight heap
+  // (VK_EXT_memory_budget); nullopt without the extension.
+  std::optional<VulkanHeapInfo> QueryWeightHeap() const;
+
+  // --- memory
+  // A buffer of `size_bytes` (> 0) in `memory`, usable as a storage buffer
+  // with a device address and as a transfer source and destination.
+  // Errors: kResourceExhausted when the device has no memory for it (names
+  // the size and the domain); kInvalidArgument above max_allocation_bytes.
+  Result<VulkanBuffer> CreateBuffer(uint64_t size_bytes, BufferMemory memory);
+  // Gives the buffer's memory back to the driver (vkFreeMemory). Idempotent
+  // on a default buffer.
+  void Destroy(VulkanBuffer& buffer);
+  // Bytes of live buffers made by CreateBuffer of kind `memory`.
+  uint64_t live_bytes(BufferMemory memory) const;
+
+  // --- kernels
+  // The compute pipeline of the embedded shader `name` (shaders.h), made at
+  // first use and kept. Errors: kNotFound for an unknown shader;
+  // kInternal when the driver fails to make it.
+  Result<VkPipeline> Pipeline(std::string_view name);
+
+  // --- submission
+  // Submits `cb` (recorded, ended) to the compute queue and waits for it.
+  // Errors: kUnavailable when the device is lost or the submission fails.
+  Status SubmitAndWait(VkCommandBuffer cb);
+  // Records a one-shot command buffer with `record`, submits it and waits.
+  Status RunOnce(const std::function<void(VkCommandBuffer)>& record);
+  // A command pool for one thread's command buffers (resettable buffers).
+  Result<VkCommandPool> CreateCommandPool();
+  void DestroyCommandPool(VkCommandPool pool);
+
+  // Copies host ↔ buffer through a staging buffer (or directly where the
+  // buffer is host-visible and `allow_mapped`). Synchronous.
+  Status Upload(const VulkanBuffer& dst, uint64_t offset, const void* src, uint64_t size_bytes,
+                bool allow_mapped = true);
+  Status Download(const VulkanBuffer& src, uint64_t offset, void* dst, uint64_t size_bytes,
+                  bool allow_mapped = true);
+
+ private:
+  VulkanDevice() = default;
+  Status Init(const VulkanDeviceInfo& info, VkPhysicalDevice physical);
+  Result<uint32_t> MemoryTypeFor(uint32_t type_bits, BufferMemory memory) const;
+
+  VulkanDeviceInfo info_;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPhysicalDeviceMemoryProperties memory_{};
+
+  mutable Mutex queue_mu_;  // vkQueueSubmit and the one-shot pool
+  VkCommandPool oneshot_pool_ GUARDED_BY(queue_mu_) = VK_NULL_HANDLE;
+  VkFence fence_ GUARDED_BY(queue_mu_) = VK_NULL_HANDLE;
+
+  mutable Mutex mu_;  // pipelines
+  std::map<std::string, VkPipeline, std::less<>> pipelines_ GUARDED_BY(mu_);
+
+  std::atomic<uint64_t> live_bytes_[3] = {0, 0, 0};
+};
+
+}  // namespace arbiter::vulkan

@@ -1,0 +1,669 @@
+// vulkan/vulkan_device.cc — the process's Vulkan instance, device discovery
+// and opened devices (arbiter/vulkan/vulkan_device.h).
+#include "arbiter/vulkan/vulkan_device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "vulkan/shaders.h"
+
+namespace arbiter::vulkan {
+namespace {
+
+std::atomic<uint64_t> g_validation_messages{0};
+
+VKAPI_ATTR VkBool32 VKAPI_CALL OnValidationMessage(
+    VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
+    const VkDebugUtilsMessengerCallbackDataEXT* data, void*) {
+  if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) return VK_FALSE;
+  g_validation_messages.fetch_add(1);
+  spdlog::error("vulkan validation: {}", data != nullptr && data->pMessage ? data->pMessage : "?");
+  return VK_FALSE;
+}
+
+std::string VkResultName(VkResult r) {
+  switch (r) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    default: return fmt::format("VkResult {}", static_cast<int>(r));
+  }
+}
+
+// The process's instance: made once, never destroyed (devices opened from it
+// may live until exit; the driver reclaims everything at exit).
+struct Instance {
+  Status status;
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  bool validation = false;
+};
+
+bool HasExtension(const std::vector<VkExtensionProperties>& exts, const char* name) {
+  for (const VkExtensionProperties& e : exts) {
+    if (std::strcmp(e.extensionName, name) == 0) return true;
+  }
+  return false;
+}
+
+Instance MakeInstance() {
+  Instance in;
+  if (VkResult r = volkInitialize(); r != VK_SUCCESS) {
+    in.status = UnavailableError(
+        "the Vulkan loader (libvulkan.so.1) could not be opened: install libvulkan1 and a "
+        "Vulkan driver (mesa-vulkan-drivers, or the GPU vendor's), or use device \"cpu\"");
+    return in;
+  }
+  const char* v = std::getenv("ARBITER_VULKAN_VALIDATION");
+  in.validation = v != nullptr && std::string_view(v) == "1";
+  uint32_t n = 0;
+  vkEnumerateInstanceExtensionProperties(nullptr, &n, nullptr);
+  std::vector<VkExtensionProperties> exts(n);
+  vkEnumerateInstanceExtensionProperties(nullptr, &n, exts.data());
+  std::vector<const char*> enabled;
+  const bool debug_utils = HasExtension(exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  if (in.validation && debug_utils) enabled.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  const char* layers[] = {"VK_LAYER_KHRONOS_validation"};
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "arbiter";
+  app.pEngineName = "arbiter";
+  app.apiVersion = VK_API_VERSION_1_2;
+  VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ci.pApplicationInfo = &app;
+  ci.enabledExtensionCount = static_cast<uint32_t>(enabled.size());
+  ci.ppEnabledExtensionNames = enabled.data();
+  if (in.validation) {
+    ci.enabledLayerCount = 1;
+    ci.ppEnabledLayerNames = layers;
+  }
+  if (VkResult r = vkCreateInstance(&ci, nullptr, &in.instance); r != VK_SUCCESS) {
+    in.status = UnavailableError(
+        "no Vulkan instance (" + VkResultName(r) + ")" +
+        (in.validation ? ": ARBITER_VULKAN_VALIDATION=1 needs vulkan-validationlayers" : "") +
+        "; use device \"cpu\" or install a Vulkan driver");
+    return in;
+  }
+  volkLoadInstanceOnly(in.instance);
+  if (in.validation && debug_utils) {
+    VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+    mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                     VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                     VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+    mi.pfnUserCallback = OnValidationMessage;
+    vkCreateDebugUtilsMessengerEXT(in.instance, &mi, nullptr, &in.messenger);
+  }
+  return in;
+}
+
+const Instance& TheInstance() {
+  static const Instance* const kInstance = new Instance(MakeInstance());
+  return *kInstance;
+}
+
+std::string TypeName(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+  }
+}
+
+Result<std::vector<VkPhysicalDevice>> PhysicalDevices() {
+  const Instance& in = TheInstance();
+  ARBITER_RETURN_IF_ERROR(in.status);
+  uint32_t n = 0;
+  if (VkResult r = vkEnumeratePhysicalDevices(in.instance, &n, nullptr); r != VK_SUCCESS) {
+    return UnavailableError("vkEnumeratePhysicalDevices failed: " + VkResultName(r));
+  }
+  std::vector<VkPhysicalDevice> devices(n);
+  vkEnumeratePhysicalDevices(in.instance, &n, devices.data());
+  devices.resize(n);
+  return devices;
+}
+
+VulkanDeviceInfo Describe(int index, VkPhysicalDevice pd) {
+  VulkanDeviceInfo info;
+  info.index = index;
+  uint32_t n = 0;
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr);
+  std::vector<VkExtensionProperties> exts(n);
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, exts.data());
+  info.memory_budget = HasExtension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  info.external_memory_host = HasExtension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  info.cooperative_matrix_nv = HasExtension(exts, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+
+  VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  subgroup.pNext = &driver;
+  VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  m3.pNext = &subgroup;
+  VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  props.pNext = &m3;
+  vkGetPhysicalDeviceProperties2(pd, &props);
+  const VkPhysicalDeviceProperties& p = props.properties;
+  info.name = p.deviceName;
+  info.type = TypeName(p.deviceType);
+  info.driver = driver.driverName;
+  info.driver_info = driver.driverInfo;
+  info.api_version = fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(p.apiVersion),
+                                 VK_API_VERSION_MINOR(p.apiVersion),
+                                 VK_API_VERSION_PATCH(p.apiVersion));
+  info.vendor_id = p.vendorID;
+  info.device_id = p.deviceID;
+  info.subgroup_size = subgroup.subgroupSize;
+  info.max_allocation_bytes = m3.maxMemoryAllocationSize;
+  info.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+  info.max_shared_memory_bytes = p.limits.maxComputeSharedMemorySize;
+
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  f11.pNext = &f12;
+  VkPhysicalDeviceFeatures2 f{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  f.pNext = &f11;
+  vkGetPhysicalDeviceFeatures2(pd, &f);
+  info.fp16 = f12.shaderFloat16;
+  info.storage16 = f11.storageBuffer16BitAccess;
+  info.int64 = f.features.shaderInt64;
+  info.buffer_device_address = f12.bufferDeviceAddress;
+
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 mem{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  if (info.memory_budget) mem.pNext = &budget;
+  vkGetPhysicalDeviceMemoryProperties2(pd, &mem);
+  const VkPhysicalDeviceMemoryProperties& mp = mem.memoryProperties;
+  uint64_t best = 0;
+  for (uint32_t h = 0; h < mp.memoryHeapCount; ++h) {
+    VulkanHeapInfo heap;
+    heap.size_bytes = mp.memoryHeaps[h].size;
+    heap.device_local = (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
+    if (info.memory_budget) {
+      heap.budget_bytes = budget.heapBudget[h];
+      heap.usage_bytes = budget.heapUsage[h];
+    }
+    if (heap.device_local && heap.size_bytes > best) {
+      best = heap.size_bytes;
+      info.weight_heap = static_cast<int>(h);
+    }
+    info.heaps.push_back(heap);
+  }
+  // Unified: every device-local type of the weight heap is host-visible.
+  bool any = false, all_visible = true;
+  for (uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    const VkMemoryType& type = mp.memoryTypes[t];
+    if (static_cast<int>(type.heapIndex) != info.weight_heap ||
+        (type.propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) == 0) {
+      continue;
+    }
+    any = true;
+    all_visible &= (type.propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) != 0;
+  }
+  info.unified_memory = (any && all_visible) || p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, nullptr);
+  std::vector<VkQueueFamilyProperties> families(n);
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, families.data());
+  bool compute = false;
+  for (const VkQueueFamilyProperties& q : families) {
+    compute |= (q.queueFlags & VK_QUEUE_COMPUTE_BIT) != 0;
+    if ((q.queueFlags & VK_QUEUE_TRANSFER_BIT) != 0 &&
+        (q.queueFlags & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) == 0) {
+      info.transfer_queue = true;
+    }
+  }
+  if (p.apiVersion < VK_API_VERSION_1_2) {
+    info.unusable_reason = "Vulkan " + info.api_version + " (1.2 needed)";
+  } else if (!compute) {
+    info.unusable_reason = "no compute queue";
+  } else if (!info.buffer_device_address) {
+    info.unusable_reason = "no bufferDeviceAddress";
+  } else if (!info.int64) {
+    info.unusable_reason = "no shaderInt64";
+  } else if (best == 0) {
+    info.unusable_reason = "no device-local memory heap";
+  }
+  info.usable = info.unusable_reason.empty();
+  return info;
+}
+
+// Opened devices by index: a weak reference, so a device closes when its
+// last user lets go and a later Open makes it again.
+Mutex g_open_mu;
+std::map<int, std::weak_ptr<VulkanDevice>>& OpenDevices() {
+  static auto* const kOpen = new std::map<int, std::weak_ptr<VulkanDevice>>();
+  return *kOpen;
+}
+
+}  // namespace
+
+bool IsVulkanDeviceName(std::string_view name) {
+  if (name == "vulkan") return true;
+  if (name.substr(0, 7) != "vulkan:" || name.size() == 7 || name.size() > 10) return false;
+  for (char c : name.substr(7)) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+Result<std::vector<VulkanDeviceInfo>> ListVulkanDevices() {
+  ARBITER_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> pds, PhysicalDevices());
+  std::vector<VulkanDeviceInfo> out;
+  for (size_t i = 0; i < pds.size(); ++i) out.push_back(Describe(static_cast<int>(i), pds[i]));
+  return out;
+}
+
+Result<int> ResolveVulkanDevice(std::string_view name,
+                                const std::vector<VulkanDeviceInfo>& devices) {
+  if (!IsVulkanDeviceName(name)) {
+    return InvalidArgumentError("device \"" + std::string(name.substr(0, 64)) +
+                                "\" is not \"vulkan\" or \"vulkan:N\"");
+  }
+  std::string listed;
+  for (const VulkanDeviceInfo& d : devices) {
+    listed += (listed.empty() ? "" : ", ") + d.domain() + " (" + d.name + ", " + d.type + ")";
+  }
+  if (listed.empty()) listed = "none";
+  if (name == "vulkan") {
+    for (const VulkanDeviceInfo& d : devices) {
+      if (d.type == "discrete-gpu" || d.type == "integrated-gpu" || d.type == "virtual-gpu") {
+        return d.index;
+      }
+    }
+    if (!devices.empty()) return 0;
+    return NotFoundError("device \"vulkan\": the Vulkan loader finds no device (devices: " +
+                         listed + "); install a driver or use device \"cpu\"");
+  }
+  const int index = std::stoi(std::string(name.substr(7)));
+  if (index >= static_cast<int>(devices.size())) {
+    return NotFoundError("device \"" + std::string(name) + "\" does not exist (devices: " +
+                         listed + "; `arbiter devices` lists them)");
+  }
+  return index;
+}
+
+uint64_t ValidationMessageCount() { return g_validation_messages.load(); }
+
+Result<std::shared_ptr<VulkanDevice>> VulkanDevice::Open(std::string_view name) {
+  ARBITER_ASSIGN_OR_RETURN(std::vector<VkPhysicalDevice> pds, PhysicalDevices());
+  std::vector<VulkanDeviceInfo> infos;
+  for (size_t i = 0; i < pds.size(); ++i) infos.push_back(Describe(static_cast<int>(i), pds[i]));
+  ARBITER_ASSIGN_OR_RETURN(int index, ResolveVulkanDevice(name, infos));
+  const VulkanDeviceInfo& info = infos[static_cast<size_t>(index)];
+  if (!info.usable) {
+    return FailedPreconditionError("device " + info.domain() + " (" + info.name +
+                                   ") cannot run arbiter's kernels: " + info.unusable_reason +
+                                   "; use another device or \"cpu\"");
+  }
+  MutexLock l(&g_open_mu);
+  if (std::shared_ptr<VulkanDevice> open = OpenDevices()[index].lock()) return open;
+  std::shared_ptr<VulkanDevice> d(new VulkanDevice());
+  ARBITER_RETURN_IF_ERROR(d->Init(info, pds[static_cast<size_t>(index)]));
+  OpenDevices()[index] = d;
+  return d;
+}
+
+Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physical) {
+  info_ = info;
+  physical_ = physical;
+  vkGetPhysicalDeviceMemoryProperties(physical, &memory_);
+  uint32_t n = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &n, nullptr);
+  std::vector<VkQueueFamilyProperties> families(n);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &n, families.data());
+  bool found = false;
+  for (uint32_t i = 0; i < n && !found; ++i) {
+    if ((families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) != 0) {
+      queue_family_ = i;
+      found = true;
+    }
+  }
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qi.queueFamilyIndex = queue_family_;
+  qi.queueCount = 1;
+  qi.pQueuePriorities = &priority;
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  f12.bufferDeviceAddress = VK_TRUE;
+  f12.shaderFloat16 = info.fp16;
+  f12.timelineSemaphore = VK_TRUE;
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  f11.storageBuffer16BitAccess = info.storage16;
+  f11.pNext = &f12;
+  VkPhysicalDeviceFeatures2 f{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  f.features.shaderInt64 = VK_TRUE;
+  f.pNext = &f11;
+  std::vector<const char*> exts;
+  if (info.memory_budget) exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  ci.pNext = &f;
+  ci.queueCreateInfoCount = 1;
+  ci.pQueueCreateInfos = &qi;
+  ci.enabledExtensionCount = static_cast<uint32_t>(exts.size());
+  ci.ppEnabledExtensionNames = exts.data();
+  if (VkResult r = vkCreateDevice(physical, &ci, nullptr, &device_); r != VK_SUCCESS) {
+    device_ = VK_NULL_HANDLE;
+    return UnavailableError("device " + info.domain() + " (" + info.name +
+                            ") could not be opened: " + VkResultName(r));
+  }
+  // Device-level entry points straight from the driver (volk's global
+  // table: every opened device of one process uses the same driver here).
+  volkLoadDevice(device_);
+  vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
+  VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  li.pushConstantRangeCount = 1;
+  li.pPushConstantRanges = &range;
+  if (VkResult r = vkCreatePipelineLayout(device_, &li, nullptr, &layout_); r != VK_SUCCESS) {
+    return InternalError("vkCreatePipelineLayout: " + VkResultName(r));
+  }
+  MutexLock l(&queue_mu_);
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pi.queueFamilyIndex = queue_family_;
+  if (VkResult r = vkCreateCommandPool(device_, &pi, nullptr, &oneshot_pool_); r != VK_SUCCESS) {
+    return InternalError("vkCreateCommandPool: " + VkResultName(r));
+  }
+  VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  if (VkResult r = vkCreateFence(device_, &fi, nullptr, &fence_); r != VK_SUCCESS) {
+    return InternalError("vkCreateFence: " + VkResultName(r));
+  }
+  return OkStatus();
+}
+
+VulkanDevice::~VulkanDevice() {
+  if (device_ == VK_NULL_HANDLE) return;
+  vkDeviceWaitIdle(device_);
+  {
+    MutexLock l(&mu_);
+    for (auto& [name, p] : pipelines_) vkDestroyPipeline(device_, p, nullptr);
+  }
+  {
+    MutexLock l(&queue_mu_);
+    if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
+    if (oneshot_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, oneshot_pool_, nullptr);
+  }
+  if (layout_ != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, layout_, nullptr);
+  vkDestroyDevice(device_, nullptr);
+}
+
+std::optional<VulkanHeapInfo> VulkanDevice::QueryWeightHeap() const {
+  if (!info_.memory_budget) return std::nullopt;
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 mem{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  mem.pNext = &budget;
+  vkGetPhysicalDeviceMemoryProperties2(physical_, &mem);
+  VulkanHeapInfo h;
+  const auto i = static_cast<uint32_t>(info_.weight_heap);
+  h.size_bytes = mem.memoryProperties.memoryHeaps[i].size;
+  h.device_local = true;
+  h.budget_bytes = budget.heapBudget[i];
+  h.usage_bytes = budget.heapUsage[i];
+  return h;
+}
+
+Result<uint32_t> VulkanDevice::MemoryTypeFor(uint32_t type_bits, BufferMemory memory) const {
+  // Preference lists, best first; the first type allowed by type_bits wins.
+  const VkMemoryPropertyFlags kLocal = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  const VkMemoryPropertyFlags kVisible =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const VkMemoryPropertyFlags kCached = kVisible | VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+  struct Want {
+    VkMemoryPropertyFlags required;
+    VkMemoryPropertyFlags avoided;
+  };
+  std::vector<Want> wants;
+  switch (memory) {
+    case BufferMemory::kDevice:
+      wants = {{kLocal, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT}, {kLocal, 0}};
+      break;
+    case BufferMemory::kUpload:
+      wants = {{kVisible, kLocal}, {kVisible, 0}};
+      break;
+    case BufferMemory::kReadback:
+      wants = {{kCached, 0}, {kVisible, 0}};
+      break;
+  }
+  for (const Want& w : wants) {
+    for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
+      const VkMemoryPropertyFlags f = memory_.memoryTypes[t].propertyFlags;
+      if ((type_bits & (1u << t)) == 0 || (f & w.required) != w.required ||
+          (f & w.avoided) != 0) {
+        continue;
+      }
+      if (memory == BufferMemory::kDevice &&
+          static_cast<int>(memory_.memoryTypes[t].heapIndex) != info_.weight_heap) {
+        continue;
+      }
+      return t;
+    }
+  }
+  return InternalError("device " + domain() + " has no memory type for this buffer");
+}
+
+Result<VulkanBuffer> VulkanDevice::CreateBuffer(uint64_t size_bytes, BufferMemory memory) {
+  if (size_bytes == 0 || size_bytes > info_.max_allocation_bytes) {
+    return InvalidArgumentError(fmt::format(
+        "device {}: a buffer of {} bytes (the largest is maxMemoryAllocationSize {})", domain(),
+        size_bytes, info_.max_allocation_bytes));
+  }
+  VulkanBuffer b;
+  b.size_bytes = size_bytes;
+  b.kind = memory;
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.size = size_bytes;
+  bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+             VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+  bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if (VkResult r = vkCreateBuffer(device_, &bi, nullptr, &b.buffer); r != VK_SUCCESS) {
+    return ResourceExhaustedError(
+        fmt::format("device {}: no buffer of {} bytes ({})", domain(), size_bytes, VkResultName(r)));
+  }
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(device_, b.buffer, &req);
+  Result<uint32_t> type = MemoryTypeFor(req.memoryTypeBits, memory);
+  if (!type.ok()) {
+    vkDestroyBuffer(device_, b.buffer, nullptr);
+    return type.status();
+  }
+  VkMemoryAllocateFlagsInfo flags{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  ai.pNext = &flags;
+  ai.allocationSize = req.size;
+  ai.memoryTypeIndex = *type;
+  if (VkResult r = vkAllocateMemory(device_, &ai, nullptr, &b.memory); r != VK_SUCCESS) {
+    vkDestroyBuffer(device_, b.buffer, nullptr);
+    return ResourceExhaustedError(fmt::format("device {}: out of memory allocating {} bytes ({})",
+                                              domain(), size_bytes, VkResultName(r)));
+  }
+  vkBindBufferMemory(device_, b.buffer, b.memory, 0);
+  live_bytes_[static_cast<int>(memory)] += size_bytes;
+  const VkMemoryPropertyFlags f = memory_.memoryTypes[*type].propertyFlags;
+  if ((f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) != 0) {
+    if (VkResult r = vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.host);
+        r != VK_SUCCESS) {
+      Destroy(b);
+      return InternalError("vkMapMemory: " + VkResultName(r));
+    }
+  }
+  VkBufferDeviceAddressInfo addr{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+  addr.buffer = b.buffer;
+  b.address = vkGetBufferDeviceAddress(device_, &addr);
+  return b;
+}
+
+void VulkanDevice::Destroy(VulkanBuffer& b) {
+  if (b.buffer == VK_NULL_HANDLE && b.memory == VK_NULL_HANDLE) return;
+  if (b.host != nullptr) vkUnmapMemory(device_, b.memory);
+  vkDestroyBuffer(device_, b.buffer, nullptr);
+  vkFreeMemory(device_, b.memory, nullptr);
+  live_bytes_[static_cast<int>(b.kind)] -= b.size_bytes;
+  b = VulkanBuffer{};
+}
+
+uint64_t VulkanDevice::live_bytes(BufferMemory memory) const {
+  return live_bytes_[static_cast<int>(memory)].load();
+}
+
+Result<VkPipeline> VulkanDevice::Pipeline(std::string_view name) {
+  MutexLock l(&mu_);
+  if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+  const ShaderBlob* blob = nullptr;
+  for (const ShaderBlob& s : Shaders()) {
+    if (s.name == name) blob = &s;
+  }
+  if (blob == nullptr) return NotFoundError("no compute shader \"" + std::string(name) + "\"");
+  VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  mi.codeSize = blob->spirv.size() * sizeof(uint32_t);
+  mi.pCode = blob->spirv.data();
+  VkShaderModule module;
+  if (VkResult r = vkCreateShaderModule(device_, &mi, nullptr, &module); r != VK_SUCCESS) {
+    return InternalError("shader " + std::string(name) + ": " + VkResultName(r));
+  }
+  VkComputePipelineCreateInfo pi{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  pi.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  pi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  pi.stage.module = module;
+  pi.stage.pName = "main";
+  pi.layout = layout_;
+  VkPipeline pipeline;
+  const VkResult r = vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &pi, nullptr, &pipeline);
+  vkDestroyShaderModule(device_, module, nullptr);
+  if (r != VK_SUCCESS) {
+    return InternalError("pipeline " + std::string(name) + ": " + VkResultName(r));
+  }
+  pipelines_.emplace(std::string(name), pipeline);
+  return pipeline;
+}
+
+Status VulkanDevice::SubmitAndWait(VkCommandBuffer cb) {
+  MutexLock l(&queue_mu_);
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cb;
+  if (VkResult r = vkQueueSubmit(queue_, 1, &si, fence_); r != VK_SUCCESS) {
+    return UnavailableError("device " + domain() + ": vkQueueSubmit failed: " + VkResultName(r));
+  }
+  const VkResult r = vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX);
+  vkResetFences(device_, 1, &fence_);
+  if (r != VK_SUCCESS) {
+    return UnavailableError("device " + domain() + ": waiting for the GPU failed: " +
+                            VkResultName(r));
+  }
+  return OkStatus();
+}
+
+Status VulkanDevice::RunOnce(const std::function<void(VkCommandBuffer)>& record) {
+  VkCommandBuffer cb;
+  {
+    MutexLock l(&queue_mu_);
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = oneshot_pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    if (VkResult r = vkAllocateCommandBuffers(device_, &ai, &cb); r != VK_SUCCESS) {
+      return UnavailableError("vkAllocateCommandBuffers: " + VkResultName(r));
+    }
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    vkBeginCommandBuffer(cb, &bi);
+    record(cb);
+    vkEndCommandBuffer(cb);
+  }
+  Status s = SubmitAndWait(cb);
+  MutexLock l(&queue_mu_);
+  vkFreeCommandBuffers(device_, oneshot_pool_, 1, &cb);
+  return s;
+}
+
+Result<VkCommandPool> VulkanDevice::CreateCommandPool() {
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pi.queueFamilyIndex = queue_family_;
+  VkCommandPool pool;
+  if (VkResult r = vkCreateCommandPool(device_, &pi, nullptr, &pool); r != VK_SUCCESS) {
+    return ResourceExhaustedError("vkCreateCommandPool: " + VkResultName(r));
+  }
+  return pool;
+}
+
+void VulkanDevice::DestroyCommandPool(VkCommandPool pool) {
+  if (pool != VK_NULL_HANDLE) vkDestroyCommandPool(device_, pool, nullptr);
+}
+
+namespace {
+// Staging chunk for Upload/Download through a host-visible buffer.
+constexpr uint64_t kStagingBytes = uint64_t{64} << 20;
+}  // namespace
+
+Status VulkanDevice::Upload(const VulkanBuffer& dst, uint64_t offset, const void* src,
+                            uint64_t size_bytes, bool allow_mapped) {
+  if (offset > dst.size_bytes || size_bytes > dst.size_bytes - offset) {
+    return OutOfRangeError(fmt::format("upload of {} bytes at {} into a buffer of {}",
+                                       size_bytes, offset, dst.size_bytes));
+  }
+  if (size_bytes == 0) return OkStatus();
+  if (allow_mapped && dst.host != nullptr) {
+    std::memcpy(static_cast<uint8_t*>(dst.host) + offset, src, size_bytes);
+    return OkStatus();
+  }
+  ARBITER_ASSIGN_OR_RETURN(VulkanBuffer staging,
+                           CreateBuffer(std::min(size_bytes, kStagingBytes), BufferMemory::kUpload));
+  Status s;
+  for (uint64_t done = 0; done < size_bytes && s.ok();) {
+    const uint64_t n = std::min(size_bytes - done, staging.size_bytes);
+    std::memcpy(staging.host, static_cast<const uint8_t*>(src) + done, n);
+    s = RunOnce([&](VkCommandBuffer cb) {
+      VkBufferCopy c{0, offset + done, n};
+      vkCmdCopyBuffer(cb, staging.buffer, dst.buffer, 1, &c);
+    });
+    done += n;
+  }
+  Destroy(staging);
+  return s;
+}
+
+Status VulkanDevice::Download(const VulkanBuffer& src, uint64_t offset, void* dst,
+                              uint64_t size_bytes, bool allow_mapped) {
+  if (offset > src.size_bytes || size_bytes > src.size_bytes - offset) {
+    return OutOfRangeError(fmt::format("download of {} bytes at {} from a buffer of {}",
+                                       size_bytes, offset, src.size_bytes));
+  }
+  if (size_bytes == 0) return OkStatus();
+  if (allow_mapped && src.host != nullptr) {
+    std::memcpy(dst, static_cast<const uint8_t*>(src.host) + offset, size_bytes);
+    return OkStatus();
+  }
+  ARBITER_ASSIGN_OR_RETURN(
+      VulkanBuffer staging,
+      CreateBuffer(std::min(size_bytes, kStagingBytes), BufferMemory::kReadback));
+  Status s;
+  for (uint64_t done = 0; done < size_bytes && s.ok();) {
+    const uint64_t n = std::min(size_bytes - done, staging.size_bytes);
+    s = RunOnce([&](VkCommandBuffer cb) {
+      VkBufferCopy c{offset + done, 0, n};
+      vkCmdCopyBuffer(cb, src.buffer, staging.buffer, 1, &c);
+    });
+    if (s.ok()) std::memcpy(static_cast<uint8_t*>(dst) + done, staging.host, n);
+    done += n;
+  }
+  Destroy(staging);
+  return s;
+}
+
+}  // namespace arbiter::vulkan
