@@ -75,6 +75,7 @@
 #include "engine/internal/model_files_internal.h"
 #include "engine/internal/model_weights.h"
 #include "engine/internal/text_stream.h"
+#include "engine/internal/vulkan_compute.h"
 
 namespace arbiter {
 
@@ -993,7 +994,8 @@ WeightModel MakeWeightModel(const ModelFiles& files, const std::string& key,
 // A private cache holding exactly `files`' layout: a cpu arena of the
 // laid-out buffers (each at a 64-byte boundary, as the cache places them)
 // plus one alignment unit, no ledger, the whole arena for weights.
-Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files) {
+Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files,
+                                                         std::string_view device) {
   const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
   constexpr uint64_t kAlign = 64;
   uint64_t arena = kAlign;
@@ -1001,7 +1003,13 @@ Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files
     arena += (layout.buffer_bytes(i) + kAlign - 1) / kAlign * kAlign;
   }
   engine_internal::WeightSource src;
-  ARBITER_ASSIGN_OR_RETURN(src.owned_device, CpuDeviceBackend::Create(arena));
+  if (engine_internal::IsVulkanComputeDevice(device)) {
+    // The device's arena: the block may start on its own alignment.
+    ARBITER_ASSIGN_OR_RETURN(src.owned_device,
+                             engine_internal::MakeVulkanWeightArena(device, arena + 4096));
+  } else {
+    ARBITER_ASSIGN_OR_RETURN(src.owned_device, CpuDeviceBackend::Create(arena));
+  }
   WeightCacheOptions cache_options;
   cache_options.device = src.owned_device.get();
   cache_options.ledger = nullptr;
@@ -1101,7 +1109,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> f
         engine_internal::ModelFilesAccess::layout(*files);
     engine_internal::WeightSource weights;
     if (options.weight_cache == nullptr) {
-      ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(*files));
+      ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(*files, options.device));
     } else {
       weights.cache = options.weight_cache;
       weights.key = options.weight_key;

@@ -218,6 +218,9 @@ class WeightLease {
   // is where a device kernel finds it.
   uint64_t device_offset(size_t i) const { return offsets_[i]; }
   size_t size() const { return offsets_.size(); }
+  // The device arena region() lies in (its cache's DeviceBackend).
+  // REQUIRES: valid().
+  DeviceBackend* device() const;
   // Idempotent.
   void Release();
 
@@ -366,5 +369,7 @@ class WeightCache {
   uint64_t max_scratch_ GUARDED_BY(mu_) = 0;
   bool compacting_ GUARDED_BY(mu_) = false;
 };
+
+inline DeviceBackend* WeightLease::device() const { return cache_->device(); }
 
 }  // namespace arbiter

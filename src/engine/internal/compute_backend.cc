@@ -26,22 +26,38 @@
 #include "engine/internal/compute_backend.h"
 
 #include "engine/internal/cpu_compute.h"
+#include "engine/internal/vulkan_compute.h"
 
 namespace arbiter::engine_internal {
 
+bool IsVulkanComputeDevice(std::string_view device) {
+  if (device == "vulkan") return true;
+  if (device.substr(0, 7) != "vulkan:" || device.size() == 7 || device.size() > 10) return false;
+  return device.substr(7).find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 Status CheckComputeDevice(std::string_view device) {
   if (device == "cpu") return OkStatus();
+  if (IsVulkanComputeDevice(device)) {
+    if (VulkanComputeBuilt()) return OkStatus();
+    return InvalidArgumentError("compute device \"" + std::string(device) +
+                                "\": this build has no Vulkan device (configure with "
+                                "ARBITER_VULKAN=ON after scripts/install-deps.sh); use \"cpu\"");
+  }
   return InvalidArgumentError("compute device \"" + std::string(device.substr(0, 256)) +
-                              "\" is not one this build has; use \"cpu\"");
+                              "\" is not one this build has; use \"cpu\", \"vulkan\" or "
+                              "\"vulkan:N\"");
 }
 
 Result<SlotFootprint> SlotFootprintFor(const ComputeSpec& spec) {
   ARBITER_RETURN_IF_ERROR(CheckComputeDevice(spec.device));
+  if (IsVulkanComputeDevice(spec.device)) return VulkanSlotFootprint(spec);
   return CpuDecoderCompute::FootprintFor(spec);
 }
 
 Result<std::unique_ptr<DecoderCompute>> MakeDecoderCompute(const ComputeSpec& spec) {
   ARBITER_RETURN_IF_ERROR(CheckComputeDevice(spec.device));
+  if (IsVulkanComputeDevice(spec.device)) return MakeVulkanDecoderCompute(spec);
   return std::unique_ptr<DecoderCompute>(std::make_unique<CpuDecoderCompute>(spec));
 }
 

@@ -155,6 +155,9 @@ class DecoderCompute {
                          const std::function<Status(const KvRowsView&)>& visit) = 0;
 };
 
+// Whether `device` is "vulkan" or "vulkan:N" (built or not).
+bool IsVulkanComputeDevice(std::string_view device);
+
 // kOk when `device` names a compute device this build has; else
 // kInvalidArgument naming it and the devices there are.
 Status CheckComputeDevice(std::string_view device);

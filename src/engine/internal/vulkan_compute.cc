@@ -1,0 +1,543 @@
+// engine/internal/vulkan_compute.cc — the "vulkan" compute device
+// (vulkan_compute.h; Note [The Vulkan forward pass] there).
+#include "engine/internal/vulkan_compute.h"
+
+#if ARBITER_HAS_VULKAN
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "arbiter/base/mutex.h"
+#include "arbiter/vulkan/vulkan_backend.h"
+#include "arbiter/vulkan/vulkan_device.h"
+#include "engine/internal/forward.h"
+
+namespace arbiter::engine_internal {
+namespace {
+
+using vulkan::BufferMemory;
+using vulkan::VulkanBuffer;
+using vulkan::VulkanDevice;
+
+// The kernel-name suffix of a weight type the shaders read, or empty.
+std::string_view TypeSuffix(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32: return "f32";
+    case GgmlType::kF16: return "f16";
+    case GgmlType::kBF16: return "bf16";
+    case GgmlType::kQ8_0: return "q8_0";
+    default: return "";
+  }
+}
+
+// Activation scratch of one slot, in floats, and where each part starts.
+struct ScratchLayout {
+  size_t x = 0, xn = 0, qkv = 0, att = 0, gu = 0, act = 0, scores = 0, total = 0;
+};
+ScratchLayout ScratchFor(const ModelDims& d, int n_ctx) {
+  ScratchLayout s;
+  size_t at = 0;
+  // Each part starts on a 64-float (256-byte) boundary.
+  auto take = [&](size_t n) {
+    const size_t here = at;
+    at += (n + 63) / 64 * 64;
+    return here;
+  };
+  s.x = take(d.hidden);
+  s.xn = take(d.hidden);
+  s.qkv = take(d.qkv_dim);
+  s.att = take(d.q_dim);
+  s.gu = take(2 * size_t{1} * d.inter);
+  s.act = take(d.inter);
+  s.scores = take(size_t{1} * d.n_heads * n_ctx);
+  s.total = at;
+  return s;
+}
+
+// The host-visible part of a slot: step (16 bytes), then logits [vocab],
+// then hidden [hidden].
+size_t OutputBytes(const ModelDims& d) {
+  return 256 + (size_t{1} * d.vocab + 64) * 4 + (size_t{1} * d.hidden + 64) * 4;
+}
+
+size_t KvRowBytesF16(const ModelDims& d) { return size_t{1} * d.kv_dim * 2; }
+
+class VulkanSlot final : public ComputeSlot {
+ public:
+  VulkanSlot(std::shared_ptr<VulkanDevice> dev, SlotFootprint f) : dev(std::move(dev)), fp(f) {}
+  ~VulkanSlot() override {
+    for (VkCommandBuffer& cb : cbs) {
+      if (cb != VK_NULL_HANDLE) vkFreeCommandBuffers(dev->device(), pool, 1, &cb);
+    }
+    dev->DestroyCommandPool(pool);
+    dev->Destroy(kv);
+    dev->Destroy(scratch);
+    dev->Destroy(out);
+  }
+  SlotFootprint footprint() const override { return fp; }
+
+  std::shared_ptr<VulkanDevice> dev;
+  SlotFootprint fp;
+  VulkanBuffer kv;       // device: [n_layers][2][n_ctx] rows of kv_dim f16
+  VulkanBuffer scratch;  // device: ScratchLayout floats
+  VulkanBuffer out;      // host-visible: step, logits, hidden
+  VkCommandPool pool = VK_NULL_HANDLE;
+  // [0]: without the lm_head, [1]: with it; recorded for `recorded_for`.
+  VkCommandBuffer cbs[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+  uint64_t recorded_for[2] = {0, 0};
+};
+
+class VulkanWeights final : public ComputeWeights {
+ public:
+  std::vector<uint64_t> addr;  // device address of each layout buffer
+  uint64_t id = 0;             // hash of the addresses: the placement
+};
+
+struct Dispatch {
+  VkPipeline pipeline;
+  std::vector<uint8_t> push;
+  uint32_t gx, gy;
+};
+
+template <typename T>
+std::vector<uint8_t> Bytes(const T& v) {
+  static_assert(sizeof(T) <= vulkan::kPushConstantBytes);
+  std::vector<uint8_t> b(sizeof(T));
+  std::memcpy(b.data(), &v, sizeof(T));
+  return b;
+}
+
+// Push-constant blocks, as the shaders declare them (std430-like: 8-byte
+// addresses first, then 4-byte fields).
+struct MatvecPush {
+  uint64_t w, x, y, bias;
+  uint32_t rows, cols, row_bytes, accumulate;
+};
+struct EmbedPush {
+  uint64_t w, out, step;
+  uint32_t rows, cols, row_bytes;
+};
+struct NormPush {
+  uint64_t x, weight, out;
+  uint32_t n;
+  float eps;
+};
+struct RopePush {
+  uint64_t qkv, q_norm, k_norm, rope, kcache, vcache, step;
+  uint32_t n_heads, n_kv_heads, head_dim, n_ctx;
+  float eps;
+};
+struct AttnPush {
+  uint64_t q, kcache, vcache, scores, out, step;
+  uint32_t n_heads, n_kv_heads, head_dim, n_ctx;
+  float scale;
+};
+struct SiluPush {
+  uint64_t gu, out;
+  uint32_t n;
+};
+
+class VulkanDecoderCompute final : public DecoderCompute {
+ public:
+  VulkanDecoderCompute(const ComputeSpec& spec, std::shared_ptr<VulkanDevice> dev)
+      : spec_(spec), layout_(spec.layout), dims_(spec.layout->dims), dev_(std::move(dev)),
+        domain_(dev_->domain()), footprint_(VulkanSlotFootprint(spec)),
+        scratch_(ScratchFor(dims_, spec.n_ctx)) {}
+  ~VulkanDecoderCompute() override { dev_->Destroy(rope_); }
+
+  Status Init() {
+    // RoPE tables in double, as the CPU's (forward.h), uploaded once.
+    const int half = dims_.head_dim / 2;
+    const std::vector<double> inv = RopeInverseFrequencies(layout_->config, dims_.head_dim);
+    std::vector<float> t(size_t{2} * spec_.n_ctx * half);
+    for (int p = 0; p < spec_.n_ctx; ++p) {
+      for (int i = 0; i < half; ++i) {
+        const double a = p * inv[static_cast<size_t>(i)];
+        t[size_t{1} * p * half + i] = static_cast<float>(std::cos(a));
+        t[size_t{1} * spec_.n_ctx * half + size_t{1} * p * half + i] =
+            static_cast<float>(std::sin(a));
+      }
+    }
+    ARBITER_ASSIGN_OR_RETURN(rope_, dev_->CreateBuffer(t.size() * 4, BufferMemory::kDevice));
+    ARBITER_RETURN_IF_ERROR(dev_->Upload(rope_, 0, t.data(), t.size() * 4));
+    for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "silu_mul"}) {
+      ARBITER_RETURN_IF_ERROR(dev_->Pipeline(k).status());
+    }
+    for (size_t i = 0; i < layout_->buffers.size(); ++i) {
+      const GgmlType t = layout_->buffer_type(i);
+      if (TypeSuffix(t).empty()) {
+        return InvalidArgumentError(fmt::format(
+            "device {}: tensor {} is {}, a type the Vulkan kernels do not read yet (f32, f16, "
+            "bf16, q8_0); use device \"cpu\" for this model",
+            domain_, layout_->buffers[i].name, GgmlTypeName(t)));
+      }
+    }
+    return OkStatus();
+  }
+
+  std::string_view device() const override { return domain_; }
+  std::string_view memory_domain() const override { return domain_; }
+  const ModelDims& dims() const override { return dims_; }
+  GgmlType kv_type() const override { return GgmlType::kF16; }
+  int n_ctx() const override { return spec_.n_ctx; }
+  SlotFootprint slot_footprint() const override { return footprint_; }
+
+  Result<std::unique_ptr<ComputeSlot>> CreateSlot() override {
+    auto slot = std::make_unique<VulkanSlot>(dev_, footprint_);
+    ARBITER_ASSIGN_OR_RETURN(slot->kv, dev_->CreateBuffer(footprint_.kv_bytes, BufferMemory::kDevice));
+    ARBITER_ASSIGN_OR_RETURN(slot->scratch,
+                             dev_->CreateBuffer(scratch_.total * 4, BufferMemory::kDevice));
+    ARBITER_ASSIGN_OR_RETURN(slot->out,
+                             dev_->CreateBuffer(OutputBytes(dims_), BufferMemory::kReadback));
+    ARBITER_ASSIGN_OR_RETURN(slot->pool, dev_->CreateCommandPool());
+    return std::unique_ptr<ComputeSlot>(std::move(slot));
+  }
+
+  Result<std::unique_ptr<ComputeWeights>> BindWeights(const WeightLease& lease,
+                                                      const std::string& key) const override {
+    if (lease.size() != layout_->buffers.size()) {
+      return FailedPreconditionError(fmt::format(
+          "weights '{}' have {} tensors but the model's compute layout has {}", key,
+          lease.size(), layout_->buffers.size()));
+    }
+    auto* backend = dynamic_cast<vulkan::VulkanDeviceBackend*>(lease.device());
+    if (backend == nullptr || backend->device().get() != dev_.get()) {
+      return FailedPreconditionError(fmt::format(
+          "weights '{}' are not in {}'s memory; load the model with device \"{}\" so its "
+          "weight cache is on that device",
+          key, domain_, domain_));
+    }
+    auto w = std::make_unique<VulkanWeights>();
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < lease.size(); ++i) {
+      ARBITER_ASSIGN_OR_RETURN(uint64_t a, backend->Address(lease.region(), lease.device_offset(i)));
+      w->addr.push_back(a);
+      h = (h ^ a) * 1099511628211ull;
+    }
+    w->id = h == 0 ? 1 : h;
+    return std::unique_ptr<ComputeWeights>(std::move(w));
+  }
+
+  Status Prefill(const ComputeWeights& w, ComputeSlot& slot, const int32_t* tokens, int n,
+                 int pos, const ForwardOutputs& out) override {
+    auto& s = static_cast<VulkanSlot&>(slot);
+    const auto& vw = static_cast<const VulkanWeights&>(w);
+    for (int t = 0; t < n; ++t) {
+      const bool last = t == n - 1;
+      const bool logits = layout_->has_lm_head &&
+                          (out.all_logits != nullptr || (last && out.last_logits != nullptr));
+      ARBITER_RETURN_IF_ERROR(Step(vw, s, tokens[t], pos + t, logits));
+      const float* host = OutFloats(s);
+      if (out.all_logits != nullptr && logits) {
+        std::memcpy(out.all_logits + size_t{1} * t * dims_.vocab, host + kLogitsAt,
+                    size_t{1} * dims_.vocab * 4);
+      }
+      if (last && out.last_logits != nullptr && logits) {
+        std::memcpy(out.last_logits, host + kLogitsAt, size_t{1} * dims_.vocab * 4);
+      }
+      if (out.hidden_sum != nullptr) {
+        const float* hid = host + HiddenAt();
+        for (int i = 0; i < dims_.hidden; ++i) out.hidden_sum[i] += hid[i];
+      }
+    }
+    return OkStatus();
+  }
+
+  Status Decode(const ComputeWeights& w, ComputeSlot& slot, int32_t token, int pos,
+                float* logits) override {
+    auto& s = static_cast<VulkanSlot&>(slot);
+    ARBITER_RETURN_IF_ERROR(Step(static_cast<const VulkanWeights&>(w), s, token, pos, true));
+    std::memcpy(logits, OutFloats(s) + kLogitsAt, size_t{1} * dims_.vocab * 4);
+    return OkStatus();
+  }
+
+  void CopyKv(const ComputeSlot& src, ComputeSlot& dst, int begin, int end) override {
+    if (end <= begin) return;
+    const auto& a = static_cast<const VulkanSlot&>(src);
+    auto& b = static_cast<VulkanSlot&>(dst);
+    const size_t row = KvRowBytesF16(dims_);
+    std::vector<VkBufferCopy> regions;
+    for (int l = 0; l < 2 * dims_.n_layers; ++l) {
+      const uint64_t off = (uint64_t{1} * l * spec_.n_ctx + begin) * row;
+      regions.push_back({off, off, uint64_t{1} * (end - begin) * row});
+    }
+    dev_->RunOnce([&](VkCommandBuffer cb) {
+      vkCmdCopyBuffer(cb, a.kv.buffer, b.kv.buffer, static_cast<uint32_t>(regions.size()),
+                      regions.data());
+    }).IgnoreError();
+  }
+
+  void ReadKv(const ComputeSlot& slot, int n, uint8_t* out) override {
+    MoveKv(const_cast<VulkanSlot&>(static_cast<const VulkanSlot&>(slot)), n, out, true)
+        .IgnoreError();
+  }
+  void WriteKv(ComputeSlot& slot, int n, const uint8_t* in) override {
+    MoveKv(static_cast<VulkanSlot&>(slot), n, const_cast<uint8_t*>(in), false).IgnoreError();
+  }
+  Status VisitKv(const ComputeSlot& slot, KvRowsView rows,
+                 const std::function<Status(const KvRowsView&)>& visit) override {
+    const size_t row = KvRowBytesF16(dims_);
+    const size_t n = rows.n_tokens;
+    std::vector<uint8_t> host(size_t{2} * dims_.n_layers * n * row);
+    ARBITER_RETURN_IF_ERROR(MoveKv(const_cast<VulkanSlot&>(static_cast<const VulkanSlot&>(slot)),
+                                   static_cast<int>(n), host.data(), true));
+    rows.k.assign(static_cast<size_t>(dims_.n_layers), nullptr);
+    rows.v.assign(static_cast<size_t>(dims_.n_layers), nullptr);
+    for (int l = 0; l < dims_.n_layers; ++l) {
+      rows.k[static_cast<size_t>(l)] = host.data() + (size_t{2} * l) * n * row;
+      rows.v[static_cast<size_t>(l)] = host.data() + (size_t{2} * l + 1) * n * row;
+    }
+    return visit(rows);
+  }
+
+ private:
+  static constexpr size_t kLogitsAt = 64;  // floats: after the step (256 bytes)
+  size_t HiddenAt() const { return kLogitsAt + (size_t{1} * dims_.vocab + 63) / 64 * 64; }
+  static const float* OutFloats(const VulkanSlot& s) {
+    return static_cast<const float*>(s.out.host);
+  }
+
+  // Rows [0, n) of every layer between the slot and host `data` (the
+  // kv_snapshot layout), through a staging buffer.
+  Status MoveKv(VulkanSlot& s, int n, uint8_t* data, bool to_host) {
+    if (n <= 0) return OkStatus();
+    const size_t row = KvRowBytesF16(dims_);
+    const uint64_t bytes = uint64_t{2} * dims_.n_layers * n * row;
+    ARBITER_ASSIGN_OR_RETURN(
+        VulkanBuffer staging,
+        dev_->CreateBuffer(bytes, to_host ? BufferMemory::kReadback : BufferMemory::kUpload));
+    std::vector<VkBufferCopy> regions;
+    for (int l = 0; l < 2 * dims_.n_layers; ++l) {
+      const uint64_t dev_off = uint64_t{1} * l * spec_.n_ctx * row;
+      const uint64_t host_off = uint64_t{1} * l * n * row;
+      regions.push_back(to_host ? VkBufferCopy{dev_off, host_off, uint64_t{1} * n * row}
+                                : VkBufferCopy{host_off, dev_off, uint64_t{1} * n * row});
+    }
+    if (!to_host) std::memcpy(staging.host, data, bytes);
+    Status st = dev_->RunOnce([&](VkCommandBuffer cb) {
+      vkCmdCopyBuffer(cb, to_host ? s.kv.buffer : staging.buffer,
+                      to_host ? staging.buffer : s.kv.buffer,
+                      static_cast<uint32_t>(regions.size()), regions.data());
+    });
+    if (st.ok() && to_host) std::memcpy(data, staging.host, bytes);
+    dev_->Destroy(staging);
+    return st;
+  }
+
+  // One token through the recorded command buffer.
+  Status Step(const VulkanWeights& w, VulkanSlot& s, int32_t token, int pos, bool logits) {
+    const int variant = logits ? 1 : 0;
+    if (s.recorded_for[variant] != w.id) {
+      ARBITER_RETURN_IF_ERROR(Record(w, s, variant));
+      s.recorded_for[variant] = w.id;
+    }
+    auto* step = static_cast<int32_t*>(s.out.host);
+    step[0] = token;
+    step[1] = pos;
+    return dev_->SubmitAndWait(s.cbs[variant]);
+  }
+
+  // The matrix `m`'s segments as matvec dispatches into y (+= when accumulate).
+  Status AddMatvec(std::vector<Dispatch>& out, const VulkanWeights& w, const MatrixBuffers& m,
+                   int cols, uint64_t x, uint64_t y, uint64_t bias, bool accumulate) {
+    uint32_t row0 = 0;
+    for (int k = 0; k < m.n; ++k) {
+      const auto b = static_cast<size_t>(m.buffer[static_cast<size_t>(k)]);
+      const GgmlType t = layout_->buffer_type(b);
+      const auto rows = static_cast<uint32_t>(layout_->buffers[b].shape.front());
+      ARBITER_ASSIGN_OR_RETURN(VkPipeline p,
+                               dev_->Pipeline("matvec_" + std::string(TypeSuffix(t))));
+      MatvecPush push{.w = w.addr[b], .x = x, .y = y + uint64_t{4} * row0,
+                      .bias = bias == 0 ? 0 : bias + uint64_t{4} * row0, .rows = rows,
+                      .cols = static_cast<uint32_t>(cols),
+                      .row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, cols).value_or(0)),
+                      .accumulate = accumulate ? 1u : 0u};
+      out.push_back({p, Bytes(push), std::min<uint32_t>(rows, 32768), (rows + 32767) / 32768});
+      row0 += rows;
+    }
+    return OkStatus();
+  }
+
+  Status Record(const VulkanWeights& w, VulkanSlot& s, int variant) {
+    const ModelDims& d = dims_;
+    const uint64_t base = s.scratch.address;
+    const uint64_t x = base + 4 * scratch_.x, xn = base + 4 * scratch_.xn,
+                   qkv = base + 4 * scratch_.qkv, att = base + 4 * scratch_.att,
+                   gu = base + 4 * scratch_.gu, act = base + 4 * scratch_.act,
+                   scores = base + 4 * scratch_.scores;
+    const uint64_t step = s.out.address;
+    const uint64_t logits = s.out.address + 4 * kLogitsAt;
+    const uint64_t hidden = s.out.address + 4 * HiddenAt();
+    const float eps = layout_->config.rms_norm_eps;
+    auto addr = [&](int b) -> uint64_t { return b < 0 ? 0 : w.addr[static_cast<size_t>(b)]; };
+    std::vector<Dispatch> ds;
+    ARBITER_ASSIGN_OR_RETURN(VkPipeline rms, dev_->Pipeline("rmsnorm"));
+    ARBITER_ASSIGN_OR_RETURN(VkPipeline rope, dev_->Pipeline("rope_kv"));
+    ARBITER_ASSIGN_OR_RETURN(VkPipeline attn, dev_->Pipeline("attention"));
+    ARBITER_ASSIGN_OR_RETURN(VkPipeline silu, dev_->Pipeline("silu_mul"));
+    {
+      const auto b = static_cast<size_t>(layout_->embed.buffer[0]);
+      const GgmlType t = layout_->buffer_type(b);
+      ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev_->Pipeline("embed_" + std::string(TypeSuffix(t))));
+      EmbedPush push{.w = w.addr[b], .out = x, .step = step,
+                     .rows = static_cast<uint32_t>(d.vocab),
+                     .cols = static_cast<uint32_t>(d.hidden),
+                     .row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, d.hidden).value_or(0))};
+      ds.push_back({p, Bytes(push), 1, 1});
+    }
+    const size_t row = KvRowBytesF16(d);
+    for (int l = 0; l < d.n_layers; ++l) {
+      const LayerBuffers& lb = layout_->layers[static_cast<size_t>(l)];
+      const uint64_t kc = s.kv.address + uint64_t{2} * l * spec_.n_ctx * row;
+      const uint64_t vc = kc + uint64_t{1} * spec_.n_ctx * row;
+      ds.push_back({rms, Bytes(NormPush{x, addr(lb.attn_norm), xn, uint32_t(d.hidden), eps}), 1, 1});
+      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.wqkv, d.hidden, xn, qkv, addr(lb.bqkv), false));
+      ds.push_back({rope,
+                    Bytes(RopePush{qkv, addr(lb.q_norm), addr(lb.k_norm), rope_.address, kc, vc,
+                                   step, uint32_t(d.n_heads), uint32_t(d.n_kv_heads),
+                                   uint32_t(d.head_dim), uint32_t(spec_.n_ctx), eps}),
+                    uint32_t(d.n_heads + 2 * d.n_kv_heads), 1});
+      ds.push_back({attn,
+                    Bytes(AttnPush{qkv, kc, vc, scores, att, step, uint32_t(d.n_heads),
+                                   uint32_t(d.n_kv_heads), uint32_t(d.head_dim),
+                                   uint32_t(spec_.n_ctx),
+                                   1.0f / std::sqrt(static_cast<float>(d.head_dim))}),
+                    uint32_t(d.n_heads), 1});
+      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.wo, d.q_dim, att, x, 0, true));
+      ds.push_back({rms, Bytes(NormPush{x, addr(lb.ffn_norm), xn, uint32_t(d.hidden), eps}), 1, 1});
+      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.w_gate_up, d.hidden, xn, gu, 0, false));
+      ds.push_back({silu, Bytes(SiluPush{gu, act, uint32_t(d.inter)}),
+                    uint32_t((d.inter + 255) / 256), 1});
+      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.w_down, d.inter, act, x, 0, true));
+    }
+    // The final norm into device memory (the lm_head reads it once per
+    // row), copied to the host-visible hidden row at the end.
+    ds.push_back({rms, Bytes(NormPush{x, addr(layout_->final_norm), xn, uint32_t(d.hidden), eps}),
+                  1, 1});
+    if (variant == 1) {
+      const MatrixBuffers& head = layout_->lm_head.n > 0 ? layout_->lm_head : layout_->embed;
+      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, head, d.hidden, xn, logits, 0, false));
+    }
+
+    VkCommandBuffer& cb = s.cbs[variant];
+    if (cb == VK_NULL_HANDLE) {
+      VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+      ai.commandPool = s.pool;
+      ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+      ai.commandBufferCount = 1;
+      if (vkAllocateCommandBuffers(dev_->device(), &ai, &cb) != VK_SUCCESS) {
+        cb = VK_NULL_HANDLE;
+        return ResourceExhaustedError("device " + domain_ + ": no command buffer");
+      }
+    } else {
+      vkResetCommandBuffer(cb, 0);
+    }
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    vkBeginCommandBuffer(cb, &bi);
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (const Dispatch& dsp : ds) {
+      if (dsp.pipeline != bound) {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, dsp.pipeline);
+        bound = dsp.pipeline;
+      }
+      vkCmdPushConstants(cb, dev_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                         static_cast<uint32_t>(dsp.push.size()), dsp.push.data());
+      vkCmdDispatch(cb, dsp.gx, dsp.gy, 1);
+      vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
+                           nullptr);
+    }
+    VkMemoryBarrier tb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    tb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    tb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         0, 1, &tb, 0, nullptr, 0, nullptr);
+    const VkBufferCopy hc{4 * scratch_.xn, hidden - s.out.address, uint64_t{4} * d.hidden};
+    vkCmdCopyBuffer(cb, s.scratch.buffer, s.out.buffer, 1, &hc);
+    VkMemoryBarrier hb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    hb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    hb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, nullptr, 0, nullptr);
+    if (vkEndCommandBuffer(cb) != VK_SUCCESS) {
+      return InternalError("device " + domain_ + ": recording the forward pass failed");
+    }
+    return OkStatus();
+  }
+
+  const ComputeSpec spec_;
+  const std::shared_ptr<const ComputeLayout> layout_;
+  const ModelDims dims_;
+  const std::shared_ptr<VulkanDevice> dev_;
+  const std::string domain_;
+  const SlotFootprint footprint_;
+  const ScratchLayout scratch_;
+  VulkanBuffer rope_;
+};
+
+}  // namespace
+
+bool VulkanComputeBuilt() { return true; }
+
+SlotFootprint VulkanSlotFootprint(const ComputeSpec& spec) {
+  const ModelDims& d = spec.layout->dims;
+  SlotFootprint f;
+  f.kv_bytes_per_token = size_t{2} * d.n_layers * KvRowBytesF16(d);
+  f.kv_bytes = f.kv_bytes_per_token * static_cast<size_t>(spec.n_ctx);
+  f.scratch_bytes = ScratchFor(d, spec.n_ctx).total * 4 + OutputBytes(d);
+  return f;
+}
+
+Result<std::unique_ptr<DeviceBackend>> MakeVulkanWeightArena(std::string_view device,
+                                                             uint64_t heap_bytes) {
+  ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<VulkanDevice> dev, VulkanDevice::Open(device));
+  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<vulkan::VulkanDeviceBackend> b,
+                           vulkan::VulkanDeviceBackend::Create(std::move(dev),
+                                                               {.heap_bytes = heap_bytes}));
+  return std::unique_ptr<DeviceBackend>(std::move(b));
+}
+
+Result<std::unique_ptr<DecoderCompute>> MakeVulkanDecoderCompute(const ComputeSpec& spec) {
+  if (spec.kv_type != GgmlType::kF16) {
+    return InvalidArgumentError(fmt::format(
+        "kv_type \"{}\" is not supported on device \"{}\": the Vulkan kernels keep the KV cache "
+        "in f16 (set kv_type = \"f16\")",
+        GgmlTypeName(spec.kv_type), spec.device));
+  }
+  if (spec.layout->dims.head_dim > 512 || spec.layout->dims.head_dim % 2 != 0) {
+    return InvalidArgumentError(fmt::format("device \"{}\": head_dim {} (the kernels take even "
+                                            "head_dim up to 512)",
+                                            spec.device, spec.layout->dims.head_dim));
+  }
+  ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<VulkanDevice> dev, VulkanDevice::Open(spec.device));
+  auto c = std::make_unique<VulkanDecoderCompute>(spec, std::move(dev));
+  ARBITER_RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<DecoderCompute>(std::move(c));
+}
+
+}  // namespace arbiter::engine_internal
+
+#else  // !ARBITER_HAS_VULKAN
+
+namespace arbiter::engine_internal {
+
+bool VulkanComputeBuilt() { return false; }
+Result<std::unique_ptr<DeviceBackend>> MakeVulkanWeightArena(std::string_view device, uint64_t) {
+  return UnavailableError("device \"" + std::string(device) + "\": this build has no Vulkan device");
+}
+SlotFootprint VulkanSlotFootprint(const ComputeSpec&) { return {}; }
+Result<std::unique_ptr<DecoderCompute>> MakeVulkanDecoderCompute(const ComputeSpec& spec) {
+  return UnavailableError("device \"" + spec.device +
+                          "\": this build has no Vulkan device (configure with ARBITER_VULKAN=ON "
+                          "after scripts/install-deps.sh); use device \"cpu\"");
+}
+
+}  // namespace arbiter::engine_internal
+
+#endif
