@@ -31,7 +31,8 @@ std::vector<int32_t> BenchPrompt(int n, int vocab, uint64_t seed) {
 
 Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_threads,
                                          int prompt_tokens, int gen_tokens, int repetitions,
-                                         bool compute_f32, GgmlType kv_type) {
+                                         bool compute_f32, GgmlType kv_type,
+                                         const std::string& device) {
   if (n_threads < 1 || prompt_tokens < 1 || gen_tokens < 1 || repetitions < 1) {
     return InvalidArgumentError(
         "bench: n_threads, prompt_tokens, gen_tokens and repetitions "
@@ -53,6 +54,8 @@ Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_thr
   opts.prefill_batch = 512;
   opts.n_threads = n_threads;
   opts.kv_type = kv_type;
+  opts.device = device;
+  r.device = device;
   const double t0 = NowSeconds();
   ARBITER_ASSIGN_OR_RETURN(
       std::shared_ptr<const ModelFiles> files,
@@ -152,6 +155,7 @@ std::string FormatDecodeBenchJson(const DecodeBenchResult& r) {
                             {"weight_bytes_per_token", r.weight_bytes_per_token},
                             {"kv_bytes_per_token", r.kv_bytes_per_token},
                             {"kv_type", r.kv_type},
+                            {"device", r.device},
                             {"memcpy_bytes_per_s", r.memcpy_bytes_per_s},
                             {"roofline_tok_s", r.roofline_tok_s},
                             {"roofline_fraction", r.roofline_fraction},

@@ -53,6 +53,7 @@ struct DecodeBenchResult {
   size_t weight_bytes_per_token = 0;  // weights streamed per decode step
   double kv_bytes_per_token = 0;      // K/V read per decode step, mean over the run
   std::string kv_type;                // KvTypeName of the KV cache
+  std::string device;                 // the compute device (EngineOptions::device)
   double memcpy_bytes_per_s = 0;      // bytes copied per second, n_threads (best of 5)
   double roofline_tok_s = 0;          // memcpy_bytes_per_s / weight_bytes_per_token
   double roofline_fraction = 0;       // decode_tok_s / roofline_tok_s
@@ -67,7 +68,8 @@ struct DecodeBenchResult {
 Result<DecodeBenchResult> RunDecodeBench(const std::string& model_dir, int n_threads,
                                          int prompt_tokens = 512, int gen_tokens = 128,
                                          int repetitions = 3, bool compute_f32 = false,
-                                         GgmlType kv_type = kDefaultKvType);
+                                         GgmlType kv_type = kDefaultKvType,
+                                         const std::string& device = "cpu");
 
 // Multi-line human-readable report. Scripts parse its lines
 //   prefill         N tokens: X ms, Y tok/s (best of R)

@@ -37,6 +37,7 @@ struct DecodeFlags {
   bool json = false;
   std::string compute_dtype = "auto";
   std::string kv_type = "f16";
+  std::string device = "cpu";
 };
 
 int RunDecode(const DecodeFlags& f) {
@@ -48,7 +49,7 @@ int RunDecode(const DecodeFlags& f) {
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Result<DecodeBenchResult> r =
       RunDecodeBench(f.model, threads, f.prompt_tokens, f.gen_tokens, f.repetitions,
-                     f.compute_dtype == "f32", *ParseKvType(f.kv_type));
+                     f.compute_dtype == "f32", *ParseKvType(f.kv_type), f.device);
   if (!r.ok()) return Fail("decode", r.status());
   std::cout << (f.json ? FormatDecodeBenchJson(*r) : FormatDecodeBench(*r));
   return 0;
@@ -164,6 +165,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       ->check(CLI::IsMember({"auto", "f32"}));
   c.decode->add_option("--kv-type", d.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
+  c.decode->add_option("--device", d.device,
+                       "Compute device: cpu (default), vulkan or vulkan:N (arbiter devices)");
 
   c.arbiter = bench->add_subcommand(
       "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");

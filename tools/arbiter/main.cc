@@ -59,6 +59,7 @@
 #include "arbiter/server/shutdown_deadline.h"
 #include "arbiter/weights/weight_budget.h"
 #include "tools/arbiter/bench_commands.h"
+#include "tools/arbiter/devices_command.h"
 #include "tools/model_maker/model_maker.h"
 
 namespace arbiter {
@@ -783,6 +784,13 @@ int main(int argc, char** argv) {
 
   BenchCommands bench(&app);
 
+  bool devices_json = false;
+  CLI::App* devices_cmd = app.add_subcommand(
+      "devices",
+      "List the compute devices: cpu and every Vulkan device (heaps, budget, features); "
+      "a model's `device` names one");
+  devices_cmd->add_flag("--json", devices_json, "Print one JSON object");
+
   BudgetFlags budget;
   CLI::App* budget_cmd = app.add_subcommand(
       "budget",
@@ -823,6 +831,7 @@ int main(int argc, char** argv) {
     return RunGenerate(gen);
   }
   if (bench.parsed()) return bench.Run();
+  if (devices_cmd->parsed()) return tools::RunDevices(devices_json);
   if (budget_cmd->parsed()) return RunBudget(budget);
   return 2;
 }

@@ -1,0 +1,185 @@
+// The engine on a Vulkan device (lavapipe here and in CI) against the same
+// weights on the CPU: logits within the bound of the CPU's own reference
+// tests, greedy ids identical wherever the CPU's top-2 margin exceeds that
+// bound, embeddings, and KV moving between the devices through the host
+// layout (Note [The Vulkan forward pass] in engine/internal/vulkan_compute.h).
+// The Khronos validation layer is on; any message fails the test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arbiter/engine/engine.h"
+#include "engine/internal/test_model.h"
+#include "tools/model_maker/model_maker.h"
+#include "vulkan/vulkan_test_util.h"
+
+namespace arbiter {
+namespace {
+
+using engine_internal::MakeTempDir;
+
+// Logits agree within this share of the CPU's logit range (the f64
+// reference tests' bound for f16 KV; both devices round K/V to f16).
+constexpr double kLogitBound = 2e-3;
+
+struct Case {
+  std::string preset;
+  std::string format;  // "safetensors" | "gguf"
+  std::string dtype;   // "" = the preset's
+  std::string Name() const {
+    std::string n = preset + "_" + format + (dtype.empty() ? "" : "_" + dtype);
+    std::replace(n.begin(), n.end(), '-', '_');
+    return n;
+  }
+};
+
+class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamInterface<Case> {
+ protected:
+  void SetUp() override {
+    VulkanTest::SetUp();
+    if (IsSkipped()) return;
+    const Case& c = GetParam();
+    dir_ = MakeTempDir("arbiter_vulkan_engine_test_");
+    path_ = c.format == "gguf" ? dir_ + "/model.gguf" : dir_ + "/model";
+    MakeModelOptions o;
+    o.format = *ParseModelFormat(c.format);
+    o.dtype = c.dtype;
+    o.seed = 7;
+    Status s = MakeModel(c.preset, path_, o);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  std::unique_ptr<Engine> Load(const std::string& device, int n_slots = 1) {
+    EngineOptions o;
+    o.n_ctx = 160;
+    o.n_slots = n_slots;
+    o.prefill_batch = 16;
+    o.n_threads = 2;
+    o.device = device;
+    Result<std::unique_ptr<Engine>> e = Engine::Load(path_, o);
+    EXPECT_TRUE(e.ok()) << device << ": " << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  std::vector<int32_t> Prompt(const Engine& e, int n) const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % e.config().vocab_size);
+    return ids;
+  }
+
+  std::string dir_, path_;
+};
+
+// max |a − b| over the row, divided by the range of `want`.
+double RangeError(const float* got, const float* want, size_t n) {
+  float lo = want[0], hi = want[0];
+  double err = 0;
+  for (size_t i = 0; i < n; ++i) {
+    lo = std::min(lo, want[i]);
+    hi = std::max(hi, want[i]);
+    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+  }
+  return err / std::max(1e-6, static_cast<double>(hi - lo));
+}
+
+TEST_P(VulkanEngineTest, LogitsOfEveryPositionMatchTheCpu) {
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  std::unique_ptr<Engine> gpu = Load("vulkan");
+  ASSERT_TRUE(cpu && gpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 40);
+  std::vector<float> want = *cpu->ComputeLogits(ids);
+  std::vector<float> got = *gpu->ComputeLogits(ids);
+  ASSERT_EQ(got.size(), want.size());
+  const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound)
+        << "position " << t;
+  }
+}
+
+TEST_P(VulkanEngineTest, GreedyIdsMatchTheCpuUpToNearTies) {
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  std::unique_ptr<Engine> gpu = Load("vulkan");
+  ASSERT_TRUE(cpu && gpu);
+  GenerationRequest req;
+  req.prompt_ids = Prompt(*cpu, 12);
+  req.sampling.temperature = 0;
+  req.max_tokens = 64;
+  req.ignore_eos = true;
+  GenerationResult a = *cpu->Generate(req, nullptr, {});
+  GenerationResult b = *gpu->Generate(req, nullptr, {});
+  ASSERT_EQ(a.output_ids.size(), 64u);
+  ASSERT_EQ(b.output_ids.size(), 64u);
+  for (size_t i = 0; i < a.output_ids.size(); ++i) {
+    if (a.output_ids[i] == b.output_ids[i]) continue;
+    // A difference is allowed only where the CPU's top two are within the bound.
+    std::vector<int32_t> prefix = req.prompt_ids;
+    prefix.insert(prefix.end(), a.output_ids.begin(), a.output_ids.begin() + i);
+    std::vector<float> l = *cpu->ComputeLogits(prefix);
+    const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+    std::vector<float> last(l.end() - vocab, l.end());
+    std::vector<float> sorted = last;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    const float range = sorted[0] - *std::min_element(last.begin(), last.end());
+    EXPECT_LT(sorted[0] - sorted[1], kLogitBound * range)
+        << "greedy ids differ at " << i << " where the CPU's top-2 margin is not a near-tie";
+    break;
+  }
+}
+
+TEST_P(VulkanEngineTest, EmbeddingsMatchTheCpu) {
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  std::unique_ptr<Engine> gpu = Load("vulkan");
+  ASSERT_TRUE(cpu && gpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 20);
+  std::vector<float> a = *cpu->Embed(ids, {});
+  std::vector<float> b = *gpu->Embed(ids, {});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-3) << i;
+}
+
+TEST_P(VulkanEngineTest, KvMovesBetweenTheDevicesThroughTheHostLayout) {
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  std::unique_ptr<Engine> gpu = Load("vulkan");
+  ASSERT_TRUE(cpu && gpu);
+  GenerationRequest req;
+  req.prompt_ids = Prompt(*cpu, 24);
+  req.sampling.temperature = 0;
+  req.max_tokens = 1;
+  req.slot = 0;
+  ASSERT_TRUE(gpu->Generate(req, nullptr, {}).ok());
+  KvSnapshot from_gpu = *gpu->SaveSlot(0, {});
+  ASSERT_EQ(from_gpu.n_tokens(), 24u);
+  // The GPU's rows restore into the CPU model and extend there as the
+  // CPU's own would.
+  ASSERT_EQ(*cpu->RestoreSlot(0, from_gpu, {}), 24);
+  KvSnapshot back = *cpu->SaveSlot(0, {});
+  ASSERT_EQ(back.kv.size(), from_gpu.kv.size());
+  ASSERT_TRUE(std::equal(back.kv.begin(), back.kv.end(), from_gpu.kv.begin()));
+  GenerationRequest more = req;
+  more.prompt_ids = Prompt(*cpu, 30);
+  more.max_tokens = 8;
+  more.ignore_eos = true;
+  GenerationResult on_cpu = *cpu->Generate(more, nullptr, {});
+  EXPECT_EQ(on_cpu.cached_tokens, 24);
+  // And back: the CPU's rows into a fresh GPU slot.
+  ASSERT_EQ(*gpu->RestoreSlot(0, back, {}), 24);
+  GenerationResult on_gpu = *gpu->Generate(more, nullptr, {});
+  EXPECT_EQ(on_gpu.cached_tokens, 24);
+  EXPECT_EQ(on_gpu.output_ids, on_cpu.output_ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, VulkanEngineTest,
+    ::testing::Values(Case{"tiny", "safetensors", ""}, Case{"tiny", "safetensors", "bf16"},
+                      Case{"tiny-qwen2", "safetensors", ""}, Case{"tiny-qwen3", "safetensors", ""},
+                      Case{"tiny-qwen3", "gguf", "f32"}, Case{"tiny-qwen3", "gguf", "f16"},
+                      Case{"tiny-qwen3", "gguf", "bf16"}, Case{"tiny-qwen3", "gguf", "q8_0"}),
+    [](const auto& info) { return info.param.Name(); });
+
+}  // namespace
+}  // namespace arbiter
