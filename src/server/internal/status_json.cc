@@ -8,7 +8,7 @@ namespace {
 
 using json = nlohmann::json;
 
-json WeightModelJson(const WeightModelStats& w) {
+json WeightModelJson(const WeightModelStatus& w) {
   return json{{"residency", ResidencyStateName(w.residency)},
               {"device_resident", w.device_resident},
               {"host_resident", w.host_resident},
@@ -23,16 +23,16 @@ json WeightModelJson(const WeightModelStats& w) {
               {"floor_region", w.floor_region.empty() ? json(nullptr) : json(w.floor_region)}};
 }
 
-json WeightCacheJson(const WeightCacheStats& w) {
+json WeightCacheJson(const WeightCacheStatus& w) {
   return json{{"mode", ResidencyModeName(w.mode)},
               {"max_bytes", w.max_bytes},
               {"resident_bytes", w.resident_bytes},
               {"pinned_bytes", w.pinned_bytes},
               {"host_bytes", w.host_bytes},
               {"max_scratch_bytes", w.max_scratch_bytes},
-              {"weight_pool_bytes", w.budget.weight_pool_bytes},
-              {"scratch_ceiling_bytes", w.budget.scratch_ceiling_bytes},
-              {"pinned_over_commit", w.budget.pinned_over_commit},
+              {"weight_pool_bytes", w.weight_pool_bytes},
+              {"scratch_ceiling_bytes", w.scratch_ceiling_bytes},
+              {"pinned_over_commit", w.pinned_over_commit},
               {"loads", w.loads},
               {"evicts", w.evicts},
               {"compactions", w.compactions},
@@ -225,7 +225,7 @@ json KvStatusJson(const KvStatus& kv) {
                            {"prefix_tokens", p.prefix_tokens},
                            {"idle_ms", p.idle_ms}});
     }
-    const KvPrecacheCounters& c = m.counters;
+    const KvCountersStatus& c = m.counters;
     models.push_back({{"name", m.name},
                       {"model_hash", m.model_hash},
                       {"slots", std::move(slots)},
