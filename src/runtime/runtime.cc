@@ -316,6 +316,7 @@ RuntimeStatus RuntimeImpl::Status() const {
                    });
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
   s.next_victim = policy_.Next();
+  s.domain_next_victims = policy_.NextByDomain();
   return s;
 }
 

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -187,6 +188,9 @@ struct RuntimeStatus {
   std::vector<ModelStatus> models;          // configuration order
   std::string pressure_source;              // "cgroup" | "psi" | "meminfo" | "none"
   std::optional<NextVictim> next_victim;    // the reclaim policy's next model
+  // The same per memory domain, by name ("host" included): a device's
+  // victims are the idle models charged there.
+  std::map<std::string, std::optional<NextVictim>> domain_next_victims;
   // The measured side of the ledger (docs/memory.md "The ledger is the
   // truth"): RssAnon + RssShmem of the process at the time of the status,
   // and that minus ledger.charged_bytes minus ledger.runtime_bytes, signed

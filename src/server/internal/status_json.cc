@@ -154,15 +154,21 @@ json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
             {"over_budget_bytes", st.ledger.over_budget_bytes},
             {"over_commits", st.ledger.over_commits},
             {"domains", DomainsJson(st.ledger)}};
-  if (st.next_victim) {
-    const NextVictim& v = *st.next_victim;
-    j["next_victim"] = {{"model", v.model},
-                        {"capability", CapabilityName(v.capability)},
-                        {"role", ResidentRoleName(v.role)},
-                        {"bytes", v.bytes},
-                        {"reason", v.reason}};
-  } else {
-    j["next_victim"] = nullptr;
+  auto victim = [](const std::optional<NextVictim>& v) -> json {
+    if (!v) return nullptr;
+    return {{"model", v->model},
+            {"capability", CapabilityName(v->capability)},
+            {"role", ResidentRoleName(v->role)},
+            {"bytes", v->bytes},
+            {"reason", v->reason}};
+  };
+  j["next_victim"] = victim(st.next_victim);
+  // Per domain (the host's equals the top-level one): null when no idle
+  // model there can be evicted.
+  json& domains = j["domains"];
+  for (auto d = domains.begin(); d != domains.end(); ++d) {
+    auto it = st.domain_next_victims.find(d.key());
+    (*d)["next_victim"] = it != st.domain_next_victims.end() ? victim(it->second) : json(nullptr);
   }
   if (st.weights) {
     j["weight_cache"] = WeightCacheJson(*st.weights);
