@@ -255,6 +255,36 @@ TEST_P(ReclaimDomainTest, LoadingADeviceModelMakesRoomOnTheDeviceOnly) {
   ExpectWithinBudgets();
 }
 
+TEST_P(ReclaimDomainTest, AWeightChargeWithPartRoomRunsThePolicyForExactlyTheShortfall) {
+  Fill();
+  // A 1.5 MiB prompt-cache entry instead of Fill's 1 MiB one: 7.5 MiB of
+  // 8 charged, so dw3's device copy (1 MiB) finds half of its room.
+  prompt_entries_.clear();
+  Result<MemoryCharge> pc =
+      ledger_->TryCharge(gpu_, "prompt_cache", ChargeKind::kPromptCache, 3 * kMiB / 2);
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  prompt_entries_.push_back(std::move(pc).value());
+  ASSERT_EQ(ledger_->charged_bytes(gpu_), 15 * kMiB / 2);
+  // The cache asks the policy for room for the whole charge (MakeRoom's
+  // "until a charge of `bytes` fits"); the policy frees only the 0.5 MiB
+  // shortfall, in its order: the device's prompt-cache entry goes first, no
+  // device weights are demoted and no model is evicted. (Asked for the
+  // shortfall alone, the policy would find that 0.5 MiB fits and run
+  // nothing, and the cache would demote its own dw1 instead.)
+  Result<WeightLease> lease = weights_->Acquire("dw3");
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(Stages(observed_), std::vector<ReclaimStage>{ReclaimStage::kDropDevicePromptCache});
+  EXPECT_TRUE(prompt_entries_.empty());
+  const WeightCacheStats ws = weights_->Stats();
+  for (const char* key : {"dw1", "dw2", "dw3"}) {
+    ASSERT_NE(W(ws, key), nullptr);
+    EXPECT_TRUE(W(ws, key)->device_resident) << key;
+  }
+  EXPECT_TRUE(unloaded_.empty());
+  EXPECT_EQ(ledger_->charged_bytes(gpu_), 7 * kMiB);  // 7.5 − 1.5 + 1
+  ExpectWithinBudgets();
+}
+
 TEST_P(ReclaimDomainTest, AHostChargeRunsTheHostsStages) {
   Fill();
   // 62 MiB more in the host: 64 − what is charged there; the LRU idle model
