@@ -4,6 +4,7 @@
 // the pressure mechanisms and the idle-TTL reaper's sweep.
 // "Fixed defect N" is item N of docs/memory-arbiter.md, "Defects of the
 // reference, fixed".
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <exception>
@@ -162,7 +163,47 @@ void MemoryArbiterImpl::EvictToFitLocked(size_t incoming, std::vector<Unloaded>*
   RelistLocked(&held);
 }
 
-size_t MemoryArbiterImpl::ReclaimIdle(size_t bytes, size_t* evicted) {
+bool MemoryArbiterImpl::FitsLocked(MemoryDomain domain, size_t bytes) const {
+  const uint64_t budget = ledger_->budget_bytes(domain);
+  return budget == 0 || ledger_->charged_bytes(domain) + bytes <= budget;
+}
+
+Entry* MemoryArbiterImpl::ClaimDomainVictimLocked(MemoryDomain domain, bool by_priority) {
+  using Key = std::tuple<int, int64_t, int, int64_t>;
+  std::vector<const Entry*> reopened;  // raced with an acquire: skip this round
+  for (;;) {
+    Entry* best = nullptr;
+    Key best_key{};
+    for (Entry* e : order_) {
+      if (e->state != ModelState::kLoaded || e->role == ResidentRole::kTextTarget ||
+          e->domain != domain || Count(e->pin.load(std::memory_order_acquire)) > 0 ||
+          std::find(reopened.begin(), reopened.end(), e) != reopened.end()) {
+        continue;
+      }
+      const int64_t used = e->last_used.load(std::memory_order_acquire);
+      const Key k = by_priority ? Key{e->priority, used, 0, e->loaded_at_ms}
+                                : Key{0, used, e->priority, e->loaded_at_ms};
+      if (best == nullptr || k < best_key) {
+        best = e;
+        best_key = k;
+      }
+    }
+    if (best == nullptr) return nullptr;
+    const int64_t stamp = best->last_used.load(std::memory_order_acquire);
+    if (!TryCloseLocked(best)) {  // pinned since the scan
+      reopened.push_back(best);
+      continue;
+    }
+    if (best->last_used.load(std::memory_order_acquire) != stamp) {  // see ClaimLruLocked
+      best->pin.store(kOpen, std::memory_order_release);
+      reopened.push_back(best);
+      continue;
+    }
+    return best;
+  }
+}
+
+size_t MemoryArbiterImpl::ReclaimIdle(MemoryDomain domain, size_t bytes, size_t* evicted) {
   // One victim at a time: its unload may free more than its own charge (the
   // weight cache releases its weights there), so the ledger is re-read after
   // each unload has run.
@@ -171,14 +212,18 @@ size_t MemoryArbiterImpl::ReclaimIdle(size_t bytes, size_t* evicted) {
     std::vector<Unloaded> unloaded;
     {
       MutexLock l(&mu_);
-      const uint64_t budget = ledger_->budget_bytes();
-      if (shutting_down_ || idle_listed_ == 0 || budget == 0 ||
-          ledger_->charged_bytes() + bytes <= budget) {
+      if (shutting_down_ || idle_listed_ == 0 || ledger_->budget_bytes(domain) == 0 ||
+          FitsLocked(domain, bytes)) {
         break;
       }
-      std::vector<Entry*> held;
-      Entry* victim = ClaimFitVictimLocked(&held);
-      RelistLocked(&held);
+      Entry* victim = nullptr;
+      if (domain.is_host()) {
+        std::vector<Entry*> held;
+        victim = ClaimFitVictimLocked(&held);
+        RelistLocked(&held);
+      } else {
+        victim = ClaimDomainVictimLocked(domain, /*by_priority=*/false);
+      }
       if (victim == nullptr) break;
       freed += victim->bytes;
       if (evicted != nullptr) ++*evicted;
@@ -227,9 +272,9 @@ void MemoryArbiterImpl::HandlePressure(const MemoryPressureEvent& event) {
   SetPressureLevel(event);
   size_t n_unloaded = 0;
   if (event.level == MemoryPressureLevel::kLow) {
-    n_unloaded = EvictIdleByPriority(1, UnloadReason::kPressure);
+    n_unloaded = EvictIdleByPriority(kHostDomain, 1, UnloadReason::kPressure);
   } else if (event.level == MemoryPressureLevel::kCritical) {
-    n_unloaded = EvictIdleByPriority(SIZE_MAX, UnloadReason::kPressure);
+    n_unloaded = EvictIdleByPriority(kHostDomain, SIZE_MAX, UnloadReason::kPressure);
   }
   if (event.level != MemoryPressureLevel::kNominal && vision_cache_ != nullptr) {
     vision_cache_->PurgeExpired();
@@ -259,15 +304,24 @@ void MemoryArbiterImpl::SetPressureLevel(const MemoryPressureEvent& event) {
   Emit(ev);
 }
 
-size_t MemoryArbiterImpl::EvictIdleByPriority(size_t max_entries, UnloadReason reason) {
+size_t MemoryArbiterImpl::EvictIdleByPriority(MemoryDomain domain, size_t max_entries,
+                                              UnloadReason reason) {
   std::vector<Unloaded> unloaded;
   {
     MutexLock l(&mu_);
     if (shutting_down_) return 0;
+    if (!domain.is_host()) {
+      while (unloaded.size() < max_entries) {
+        Entry* victim = ClaimDomainVictimLocked(domain, /*by_priority=*/true);
+        if (victim == nullptr) break;
+        EvictLocked(victim, reason, &unloaded);
+      }
+    }
     // Lowest-priority role first; text-target is never listed (docs/memory-arbiter.md,
     // fixed defect 1) and held entries are set aside (fixed defect 2).
     std::vector<Entry*> held;
     for (auto& by_role : idle_by_role_) {
+      if (!domain.is_host()) break;
       while (unloaded.size() < max_entries) {
         Entry* victim = ClaimLruLocked(&by_role, &held);
         if (victim == nullptr) break;
@@ -283,14 +337,14 @@ size_t MemoryArbiterImpl::EvictIdleByPriority(size_t max_entries, UnloadReason r
   return n;
 }
 
-std::optional<ResidentEntryInfo> MemoryArbiterImpl::NextFitVictim() const {
+std::optional<ResidentEntryInfo> MemoryArbiterImpl::NextFitVictim(MemoryDomain domain) const {
   MutexLock l(&mu_);
   // The order of LruKey (ClaimFitVictimLocked), read without closing.
   const Entry* best = nullptr;
   std::tuple<int64_t, int, int64_t> best_key{};
   for (const Entry* e : order_) {
     if (e->state != ModelState::kLoaded || e->role == ResidentRole::kTextTarget ||
-        Count(e->pin.load(std::memory_order_acquire)) > 0) {
+        !InDomain(*e, domain) || Count(e->pin.load(std::memory_order_acquire)) > 0) {
       continue;
     }
     const std::tuple<int64_t, int, int64_t> k{e->last_used.load(std::memory_order_acquire),

@@ -25,7 +25,14 @@ void MemoryArbiterImpl::ClaimLocked(Entry* e, size_t incoming) {
   loading_count_++;
   e->bytes = incoming;
   loading_bytes_ += incoming;
-  e->charge = ledger_->Charge(e->key, e->charge_kind, incoming);
+  e->charge = ledger_->Charge(e->domain, e->key, e->charge_kind, incoming);
+}
+
+void MemoryArbiterImpl::MakeRoomAfter(MemoryDomain domain) {
+  if (ledger_->OverBudgetHint()) options_.reclaimer->MakeRoom(kHostDomain, 0);
+  if (!domain.is_host() && ledger_->OverBudgetHint(domain)) {
+    options_.reclaimer->MakeRoom(domain, 0);
+  }
 }
 
 Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
@@ -71,7 +78,7 @@ Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
           if (options_.reclaimer == nullptr) {
             EvictToFitLocked(0, &unloaded);
           } else {
-            fit_after = ledger_->OverBudgetHint();
+            fit_after = ledger_->OverBudgetHint() || ledger_->OverBudgetHint(e->domain);
           }
           break;
         }
@@ -141,8 +148,11 @@ Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
         // With a reclaimer, room is made by the policy (outside the lock),
         // once; refuse_over_budget's check below still decides first, so a
         // refused acquire frees nothing.
-        const bool ask_reclaimer = options_.reclaimer != nullptr && !reclaimed && budget != 0 &&
-                                   ledger_->charged_bytes() + incoming > budget;
+        // The entry's domain decides (Note [Memory domains]): its own budget
+        // and, inside the host, the host's; for the host, budget != 0 and
+        // charged + incoming > budget.
+        const bool ask_reclaimer = options_.reclaimer != nullptr && !reclaimed &&
+                                   !ledger_->Shortfalls(e->domain, incoming).empty();
         bool fitted = false;
         if (options_.refuse_over_budget && budget != 0) {
           // Note [Refusing over budget]: close LRU idle victims until the load
@@ -207,11 +217,11 @@ Result<ArbiterHandle> MemoryArbiterImpl::AcquireSlow(Capability capability,
     }
     if (!unloaded.empty()) FinishUnloads(&unloaded);
     if (reclaim_bytes > 0) {
-      options_.reclaimer->MakeRoom(reclaim_bytes);
+      options_.reclaimer->MakeRoom(e->domain, reclaim_bytes);
       reclaimed = true;
       continue;  // the world changed: decide again
     }
-    if (fit_after) options_.reclaimer->MakeRoom(0);
+    if (fit_after) MakeRoomAfter(e->domain);
     if (reused) return std::move(*reused);
     if (!error.ok()) return error;
     return LoadClaimed(e, /*pin=*/true);
@@ -264,7 +274,7 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
         e->charge.ForceResize(main_bytes);
         if (split) {
           for (const auto& [kind, bytes] : b.charge_parts) {
-            if (kind != main_kind) e->part_charges.push_back(ledger_->Charge(e->key, kind, bytes));
+            if (kind != main_kind) e->part_charges.push_back(ledger_->Charge(e->domain, e->key, kind, bytes));
           }
         }
       }
@@ -298,7 +308,8 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
         // a preload (docs/memory-arbiter.md, fixed defect 7: preload never
         // evicts); the next acquire's evict-to-fit makes room.
         if (pin && options_.reclaimer == nullptr) EvictToFitLocked(0, &unloaded);
-        fit_after = pin && options_.reclaimer != nullptr && ledger_->OverBudgetHint();
+        fit_after = pin && options_.reclaimer != nullptr &&
+                    (ledger_->OverBudgetHint() || ledger_->OverBudgetHint(e->domain));
       }
     } else {
       RemoveRoleMemberLocked(e);
@@ -339,7 +350,7 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
     spdlog::error("arbiter: {}", out.status().message());
   }
   if (!unloaded.empty()) FinishUnloads(&unloaded);
-  if (fit_after) options_.reclaimer->MakeRoom(0);
+  if (fit_after) MakeRoomAfter(e->domain);
   return out;
 }
 

@@ -308,8 +308,8 @@ Result<bool> MemoryArbiter::Unload(Capability capability, std::string_view model
   return impl_->Unload(capability, model_key, deadline);
 }
 
-size_t MemoryArbiter::ReclaimIdle(size_t bytes, size_t* evicted) {
-  return impl_->ReclaimIdle(bytes, evicted);
+size_t MemoryArbiter::ReclaimIdle(MemoryDomain domain, size_t bytes, size_t* evicted) {
+  return impl_->ReclaimIdle(domain, bytes, evicted);
 }
 
 Result<bool> MemoryArbiter::UpdateResidentBytes(Capability capability,
@@ -340,12 +340,13 @@ void MemoryArbiter::SetPressureLevel(const MemoryPressureEvent& event) {
   impl_->SetPressureLevel(event);
 }
 
-size_t MemoryArbiter::EvictIdleByPriority(size_t max_entries, UnloadReason reason) {
-  return impl_->EvictIdleByPriority(max_entries, reason);
+size_t MemoryArbiter::EvictIdleByPriority(MemoryDomain domain, size_t max_entries,
+                                          UnloadReason reason) {
+  return impl_->EvictIdleByPriority(domain, max_entries, reason);
 }
 
-std::optional<ResidentEntryInfo> MemoryArbiter::NextFitVictim() const {
-  return impl_->NextFitVictim();
+std::optional<ResidentEntryInfo> MemoryArbiter::NextFitVictim(MemoryDomain domain) const {
+  return impl_->NextFitVictim(domain);
 }
 
 size_t MemoryArbiter::ReapIdle() { return impl_->ReapIdle(); }
@@ -461,6 +462,11 @@ Entry* MemoryArbiterImpl::FindOrCreateLocked(Registration* reg, std::string_view
   if (reg->reg.charge_kind_for) {
     if (std::optional<ChargeKind> kind = reg->reg.charge_kind_for(e->model_key)) {
       e->charge_kind = *kind;
+    }
+  }
+  if (reg->reg.domain_for) {
+    if (std::optional<MemoryDomain> domain = reg->reg.domain_for(e->model_key)) {
+      e->domain = *domain;
     }
   }
   if (reg->reg.swap_same_role_for) {
@@ -677,7 +683,7 @@ std::vector<ResidentEntryInfo> MemoryArbiterImpl::ResidentSnapshot() const {
 ResidentEntryInfo MemoryArbiterImpl::InfoLocked(const Entry& e) const {
   return ResidentEntryInfo{e.key,          e.capability,      e.model_key,
                            e.role,         e.bytes,           static_cast<int>(Count(e.pin.load())),
-                           e.loaded_at_ms, e.last_used.load()};
+                           e.loaded_at_ms, e.last_used.load(), e.domain};
 }
 
 MemoryPressureLevel MemoryArbiterImpl::CurrentPressureLevel() const {

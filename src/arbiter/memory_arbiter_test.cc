@@ -443,6 +443,65 @@ TEST_F(ArbiterTest, ChargeKindPerModelAndRemeasuredBytes) {
   EXPECT_FALSE(a.UpdateResidentBytes(Capability::kSpeak, "x", kMB).ok());
 }
 
+// domain_for puts every charge of a model in its memory domain; reclaim in a
+// device domain takes only that domain's idle entries, in LRU order, and
+// stops at that domain's budget; the host's victims are every entry.
+TEST_F(ArbiterTest, DomainForChargesTheDomainAndReclaimIsPerDomain) {
+  SimulatedClock clock(0);
+  MemoryLedger ledger(1000 * kMB);
+  Result<MemoryDomain> gpu = ledger.RegisterDomain("vulkan:0", {.budget_bytes = 500 * kMB});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  MemoryArbiter a({.ledger = &ledger, .clock = &clock});
+  CapabilityRegistration r = Reg(Capability::kEmbedding, 200);
+  r.swap_same_role = false;
+  r.domain_for = [&](const std::string& key) -> std::optional<MemoryDomain> {
+    if (key.rfind("g", 0) == 0) return *gpu;
+    return std::nullopt;
+  };
+  r.load = [](const std::string& key) -> Result<LoadedBackend> {
+    LoadedBackend b = LoadedBackend::Of(std::make_shared<Fake>(Fake{key}), 200 * kMB);
+    b.charge_parts = {{ChargeKind::kKvSlot, 150 * kMB}, {ChargeKind::kScratch, 50 * kMB}};
+    return b;
+  };
+  ASSERT_TRUE(a.RegisterCapability(std::move(r)).ok());
+  for (const char* key : {"h1", "g1", "h2", "g2"}) {
+    clock.AdvanceMs(1);
+    Get(a, Capability::kEmbedding, key).Release();
+  }
+  EXPECT_EQ(ledger.charged_bytes(*gpu), 400 * kMB);
+  EXPECT_EQ(ledger.charged_bytes(), 400 * kMB);  // the device is not inside the host
+  EXPECT_EQ(ledger.DomainSnapshot(*gpu).kind_bytes(ChargeKind::kScratch), 100 * kMB);
+  for (const ResidentEntryInfo& e : a.ResidentSnapshot()) {
+    EXPECT_EQ(e.domain, e.model_key[0] == 'g' ? *gpu : kHostDomain) << e.model_key;
+  }
+  ASSERT_TRUE(a.NextFitVictim().has_value());
+  EXPECT_EQ(a.NextFitVictim()->model_key, "h1");
+  ASSERT_TRUE(a.NextFitVictim(*gpu).has_value());
+  EXPECT_EQ(a.NextFitVictim(*gpu)->model_key, "g1");
+
+  // 100 MB free on the device; 200 MB more takes g1 only (LRU), never a host model.
+  size_t evicted = 0;
+  EXPECT_EQ(a.ReclaimIdle(*gpu, 200 * kMB, &evicted), 200 * kMB);
+  EXPECT_EQ(evicted, 1u);
+  EXPECT_EQ(Unloaded(), std::vector<std::string>{"g1"});
+  EXPECT_EQ(ledger.charged_bytes(*gpu), 200 * kMB);
+  EXPECT_EQ(a.ReclaimIdle(*gpu, 300 * kMB), 0u);  // fits already
+
+  // A held device entry is never a victim; pressure-style eviction in the
+  // device takes the rest of its idle entries only.
+  ArbiterHandle held = Get(a, Capability::kEmbedding, "g3");
+  EXPECT_EQ(a.EvictIdleByPriority(*gpu, 10, UnloadReason::kPressure), 1u);
+  EXPECT_EQ(Unloaded(), (std::vector<std::string>{"g1", "g2"}));
+  EXPECT_TRUE(Resident(a, "embedding::g3"));
+  EXPECT_TRUE(Resident(a, "embedding::h1"));
+  EXPECT_TRUE(Resident(a, "embedding::h2"));
+  EXPECT_FALSE(a.NextFitVictim(*gpu).has_value());
+  EXPECT_EQ(ledger.Snapshot().over_commits, 0u);
+  held.Release();
+  a.Shutdown();
+  EXPECT_EQ(ledger.charged_bytes(*gpu), 0u);
+}
+
 TEST_F(ArbiterTest, WithoutExternalFootprintBothStay) {
   MemoryArbiter a({.budget_bytes = 1000 * kMB});
   ASSERT_TRUE(a.RegisterCapability(Reg(Capability::kEmbedding, 400)).ok());

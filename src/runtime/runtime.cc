@@ -46,6 +46,7 @@
 #include "arbiter/base/clip.h"
 #include "arbiter/base/log_safe.h"
 #include "arbiter/base/size.h"
+#include "runtime/internal/snapshots.h"
 
 namespace arbiter {
 
@@ -246,11 +247,11 @@ namespace {
 // One model's status from the arbiter's and the weight cache's snapshots:
 // ready unless it failed or, externally managed, its weights are off the
 // device.
-ModelStatus ModelStatusFrom(ModelStats m, const std::optional<WeightCacheStats>& w) {
+ModelStatus ModelStatusFrom(ModelStats m, const std::optional<WeightCacheStatus>& w) {
   ModelStatus out;
   out.ready = m.state != ModelState::kFailed;
   if (w) {
-    for (const WeightModelStats& wm : w->models) {
+    for (const WeightModelStatus& wm : w->models) {
       if (wm.key != m.name) continue;
       out.weights = wm;
       if (w->mode == ResidencyMode::kExternallyManaged && !wm.device_resident) out.ready = false;
@@ -268,8 +269,8 @@ ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
   for (ModelStats& m : arbiter_->Stats().models) {
     if (m.name == name) found = std::move(m);
   }
-  std::optional<WeightCacheStats> w;
-  if (weights_ != nullptr) w = weights_->cache->Stats();
+  std::optional<WeightCacheStatus> w;
+  if (weights_ != nullptr) w = runtime_internal::WeightCacheStatusOf(weights_->cache->Stats());
   return ModelStatusFrom(std::move(found), w);
 }
 
@@ -285,7 +286,9 @@ RuntimeStatus RuntimeImpl::Status() const {
     s.unaccounted_bytes = static_cast<int64_t>(mem->resident_bytes() + s.outside_bytes) -
                           static_cast<int64_t>(s.ledger.charged_bytes + s.ledger.runtime_bytes);
   }
-  if (weights_ != nullptr) s.weights = weights_->cache->Stats();
+  if (weights_ != nullptr) {
+    s.weights = runtime_internal::WeightCacheStatusOf(weights_->cache->Stats());
+  }
   s.processes = ProcessStats();
   s.vision_cache = vision_cache_->Stats();
   for (const ModelStats& m : s.arbiter.models) {
@@ -313,6 +316,7 @@ RuntimeStatus RuntimeImpl::Status() const {
                    });
   s.pressure_source = pressure_ ? pressure_->os_source : "none";
   s.next_victim = policy_.Next();
+  s.domain_next_victims = policy_.NextByDomain();
   return s;
 }
 
@@ -341,7 +345,7 @@ Result<KvStatus> RuntimeImpl::Kv(bool with_files) const {
     m.high_water = pc->registry().HighWater();
     m.recommended_parallel =
         ConversationRegistry::RecommendedParallel(m.high_water, static_cast<int>(m.slots.size()));
-    m.counters = pc->counters();
+    m.counters = runtime_internal::KvCountersStatusOf(pc->counters());
     out.models.push_back(std::move(m));
   }
   if (with_files) {

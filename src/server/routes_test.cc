@@ -132,6 +132,7 @@ TEST_F(RoutesTest, PressureRefusesNonTextWithRetryAfterAndStatusShowsIt) {
   json st = Body(*Call("GET /admin/status"));
   EXPECT_EQ(st["pressure"], "critical");
   EXPECT_TRUE(st.contains("next_victim"));
+  EXPECT_EQ(st["domains"]["host"]["next_victim"], st["next_victim"]);
   for (const json& m : st["models"]) {
     if (m["name"] == "emb") {
       EXPECT_FALSE(m["resident"].get<bool>());

@@ -105,16 +105,16 @@ TEST(ServerMetrics, CountsEventsAndSnapshots) {
   s.models.push_back(a);
   MemoryLedgerSnapshot ledger;
   ledger.by_kind[static_cast<size_t>(ChargeKind::kHostFloor)] = 77;
-  WeightCacheStats w;
+  WeightCacheStatus w;
   w.resident_bytes = 300;
   w.max_bytes = 900;
-  w.budget.weight_pool_bytes = 950;
+  w.weight_pool_bytes = 950;
   w.loads = 3;
   w.evicts = 1;
   w.load_seconds = 0.5;
   w.pool.in_use_bytes = 320;
   w.pool.limit_bytes = 1000;
-  WeightModelStats wm;
+  WeightModelStatus wm;
   wm.key = "a";
   wm.residency = ResidencyState::kPinnedSystem;
   wm.device_resident = true;
@@ -202,7 +202,24 @@ TEST(ServerMetrics, DomainsCarryADomainLabel) {
   RuntimeStatus st;
   st.arbiter = s;
   st.ledger = ledger.Snapshot();
+  NextVictim host_victim;
+  host_victim.model = "emb";
+  host_victim.capability = Capability::kEmbedding;
+  host_victim.role = ResidentRole::kEmbedding;
+  host_victim.bytes = 100;
+  st.next_victim = host_victim;
+  NextVictim gpu_victim = host_victim;
+  gpu_victim.model = "gpu-emb";
+  gpu_victim.domain = "vulkan:0";
+  st.domain_next_victims = {{"host", host_victim}, {"vulkan:0", gpu_victim},
+                            {"vulkan:1", std::nullopt}};
   const json j = RuntimeStatusJson(st, 0);
+  // next_victim per domain; the host's equals the top-level one.
+  EXPECT_EQ(j["domains"]["host"]["next_victim"], j["next_victim"]);
+  EXPECT_EQ(j["domains"]["host"]["next_victim"]["model"], "emb");
+  EXPECT_EQ(j["domains"]["vulkan:0"]["next_victim"]["model"], "gpu-emb");
+  EXPECT_EQ(j["domains"]["vulkan:0"]["next_victim"]["role"], "embedding");
+  EXPECT_TRUE(j["domains"]["vulkan:1"]["next_victim"].is_null());
   ASSERT_EQ(j["domains"].size(), 3u) << j["domains"].dump();
   EXPECT_EQ(j["domains"]["host"]["charged_bytes"], j["charged_bytes"]);
   EXPECT_EQ(j["domains"]["host"]["budget_bytes"], j["budget_bytes"]);

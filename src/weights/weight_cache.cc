@@ -478,15 +478,26 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
   MemoryLedger* ledger = options_.ledger;
   if (ledger == nullptr) return MemoryCharge();
   const std::string owner = Owner(e->model.key);
+  // Device copies are charged to the device's domain, floors to the host
+  // (Note [Memory domains] in memory_ledger.h).
+  const MemoryDomain domain =
+      kind == ChargeKind::kDeviceWeights ? options_.domain : kHostDomain;
   for (int round = 0; round < 4; ++round) {
-    Result<MemoryCharge> c = ledger->TryCharge(owner, kind, bytes);
+    Result<MemoryCharge> c = ledger->TryCharge(domain, owner, kind, bytes);
     if (c.ok()) return c;
-    const uint64_t available = ledger->available_bytes();
+    const uint64_t available = ledger->available_bytes(domain);
     const uint64_t shortfall = bytes > available ? bytes - available : 1;
-    // Other owners first (the arbiter evicts idle models by role priority,
-    // never a text target), then the cache's own idle device copies.
-    if (options_.reclaimer != nullptr && options_.reclaimer->MakeRoom(shortfall) > 0) continue;
-    if (EvictIdle(shortfall) > 0) continue;
+    // Other owners first (the policy runs the domain's stages: caches, idle
+    // models, idle device copies), then the cache's own idle device copies
+    // where freeing them frees `domain`. The policy is asked for room for
+    // the whole charge: MakeRoom's contract is "until `bytes` fits".
+    if (options_.reclaimer != nullptr && options_.reclaimer->MakeRoom(domain, bytes) > 0) {
+      continue;
+    }
+    if (domain == options_.domain || options_.domain.is_host() ||
+        ledger->DomainSnapshot(options_.domain).inside_host) {
+      if (EvictIdle(shortfall) > 0) continue;
+    }
     break;
   }
   {
@@ -504,16 +515,17 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
           "cannot take {} for the {} of '{}': the memory budget is {} with {} charged, and the "
           "weights of {} are in use; retry when those requests finish, or raise [memory] budget",
           FormatSize(bytes), ChargeKindName(kind), e->model.key,
-          FormatSize(ledger->budget_bytes()), FormatSize(ledger->charged_bytes()), holders),
+          FormatSize(ledger->budget_bytes(domain)), FormatSize(ledger->charged_bytes(domain)),
+          holders),
           ErrorReason::kBudgetExceeded);
     }
   }
   spdlog::warn(
       "weight cache: the {} of '{}' ({}) does not fit the memory budget ({} of {} charged) even "
       "after evicting everything idle; charging it anyway (over budget)",
-      ChargeKindName(kind), e->model.key, FormatSize(bytes), FormatSize(ledger->charged_bytes()),
-      FormatSize(ledger->budget_bytes()));
-  return ledger->Charge(owner, kind, bytes);
+      ChargeKindName(kind), e->model.key, FormatSize(bytes),
+      FormatSize(ledger->charged_bytes(domain)), FormatSize(ledger->budget_bytes(domain)));
+  return ledger->Charge(domain, owner, kind, bytes);
 }
 
 Status WeightCache::MaterializeFloor(Entry* e) {

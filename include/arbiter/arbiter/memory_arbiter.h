@@ -171,6 +171,14 @@ struct CapabilityRegistration {
   // measured backends), same calling rules as role_for; an empty result
   // keeps charge_kind.
   std::function<std::optional<ChargeKind>(const std::string& model_key)> charge_kind_for;
+  // Optional per-model memory domain (Note [Memory domains] in
+  // memory_ledger.h): every charge of the entry — the estimate while it
+  // loads, the resident charge and its charge_parts — is made there, and
+  // the entry is a holder of that domain for the reclaim policy (ReclaimIdle
+  // / EvictIdleByPriority / NextFitVictim of a device domain pick only its
+  // holders). Same calling rules as role_for; empty (or no callable): the
+  // host. REQUIRES: a domain of the arbiter's ledger.
+  std::function<std::optional<MemoryDomain>(const std::string& model_key)> domain_for;
   // Optional per-model role (e.g. [[models]] role = "..."): called once per
   // model key, under the arbiter lock (must not call the arbiter); an empty
   // result keeps the capability's role.
@@ -274,6 +282,7 @@ struct ResidentEntryInfo {
   int refcount = 0;
   int64_t loaded_at_ms = 0;
   int64_t last_used_ms = 0;
+  MemoryDomain domain;  // where its charges are (CapabilityRegistration::domain_for)
 };
 
 enum class UnloadReason { kSwap, kPressure, kShutdown, kFit, kIdle, kManual };
@@ -465,7 +474,15 @@ class MemoryArbiter {
   // victims). Unload callables run before it returns. Returns the bytes of
   // the entries evicted (their own charges; whatever their unload frees
   // elsewhere comes on top); `evicted` (may be null) receives how many.
-  size_t ReclaimIdle(size_t bytes, size_t* evicted = nullptr);
+  size_t ReclaimIdle(size_t bytes, size_t* evicted = nullptr) {
+    return ReclaimIdle(kHostDomain, bytes, evicted);
+  }
+  // The same for room in `domain`: for the host, every idle entry is a
+  // victim (a device model's unload frees its host floor and host-side
+  // state too) and the host budget is the one checked; for a device domain,
+  // only the idle entries charged there (domain_for), until charged + `bytes`
+  // ≤ that domain's budget.
+  size_t ReclaimIdle(MemoryDomain domain, size_t bytes, size_t* evicted = nullptr);
 
   // Queues one run: acquire → run → capability_run event → release, on the
   // resident key's worker thread, FIFO, one at a time per key (keys run
@@ -522,10 +539,16 @@ class MemoryArbiter {
   // Evicts up to `max_entries` idle (refcount 0) entries that are not text
   // targets, lowest role priority first, least recently used within a role,
   // with `reason`. Returns how many were evicted.
-  size_t EvictIdleByPriority(size_t max_entries, UnloadReason reason);
+  size_t EvictIdleByPriority(size_t max_entries, UnloadReason reason) {
+    return EvictIdleByPriority(kHostDomain, max_entries, reason);
+  }
+  // The same among the victims of `domain` (as ReclaimIdle: the host's are
+  // every entry, a device's only those charged there).
+  size_t EvictIdleByPriority(MemoryDomain domain, size_t max_entries, UnloadReason reason);
   // The entry ReclaimIdle would evict next (least recently used idle entry
-  // that is not a text target), or nullopt.
-  std::optional<ResidentEntryInfo> NextFitVictim() const;
+  // that is not a text target), or nullopt; per domain as ReclaimIdle.
+  std::optional<ResidentEntryInfo> NextFitVictim() const { return NextFitVictim(kHostDomain); }
+  std::optional<ResidentEntryInfo> NextFitVictim(MemoryDomain domain) const;
   // Unloads idle entries whose registration has an idle TTL that expired.
   // Returns how many.
   size_t ReapIdle();

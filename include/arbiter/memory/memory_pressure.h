@@ -107,6 +107,10 @@ struct MemoryPressureEvent {
   std::optional<uint64_t> total_bytes;  // total (or limit) bytes, when known
   std::optional<double> free_fraction;  // free_bytes / total_bytes in [0, 1]
   std::string source;                   // id() of the source that produced it
+  // The memory domain it is about (Note [Memory domains] in
+  // memory_ledger.h): empty or "host" for the host's RAM, a device's domain
+  // name ("vulkan:0") for a device source.
+  std::string domain;
   int64_t at_ms = 0;                    // the source's Clock::NowMs()
 };
 

@@ -20,6 +20,16 @@
 // A charge-needs-room round stops as soon as the charge fits. Held models
 // are never evicted; text targets never by fit or pressure.
 //
+// The table above is the host's. Room is made per memory domain (Note
+// [Memory domains] in memory_ledger.h; Note [Reclaim order] in the .cc):
+// a charge into a device domain, or that device's pressure, runs the
+// device's stages on that domain's holders only:
+//
+//   device stage                 "a charge needs room"   low pressure   critical pressure
+//   6 drop device prompt cache   what is needed          all of it      all of it
+//   4 demote device weights      what is needed          all idle ones  all idle ones
+//   3 evict idle models          LRU, until it fits      —              every idle non-text one
+//
 // Thread safety: thread-safe. The policy holds no lock while a stage runs:
 // every mechanism takes its own component's lock and runs its slow work
 // (unloads, spill IO) outside it.
@@ -30,6 +40,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,10 +61,11 @@ enum class ReclaimStage {
   kEvictIdleModels,       // idle models (fit: LRU; pressure: lowest priority)
   kDemoteDeviceWeights,   // idle device weight copies back to their floors / files
   kRefuseNonText,         // critical pressure: non-text acquires refused
+  kDropDevicePromptCache, // a device's: prompt-cache entries resident on it
 };
-inline constexpr size_t kReclaimStageCount = 5;
+inline constexpr size_t kReclaimStageCount = 6;
 // "purge_expired" | "spill_prompt_cache" | "evict_idle_models" |
-// "demote_device_weights" | "refuse_non_text".
+// "demote_device_weights" | "refuse_non_text" | "drop_device_prompt_cache".
 std::string_view ReclaimStageName(ReclaimStage stage);
 
 // What each trigger asks of the policy.
@@ -66,9 +78,20 @@ std::string_view ReclaimTriggerName(ReclaimTrigger trigger);
 struct ReclaimTargets {
   MemoryLedger* ledger = nullptr;
   MemoryArbiter* arbiter = nullptr;
+  // Weight caches, each charging its device copies to its domain()
+  // (WeightCacheOptions::domain): `weights` (the cpu arena's, the host) and
+  // one per device domain. The demote stage of a domain runs the caches
+  // whose copies are charged there — for the host, those in the host or in
+  // a domain inside it.
   WeightCache* weights = nullptr;
+  std::vector<WeightCache*> device_weights;
   PromptCache* prompt_cache = nullptr;
   VisionEmbeddingCache* vision_cache = nullptr;
+  // Drops prompt-cache entries whose KV is resident in `domain` (a device)
+  // until `bytes` are freed there (UINT64_MAX: all); returns how many it
+  // dropped. Null: no prompt-cache entry lives on a device (today's
+  // PromptCache keeps its snapshots in host RAM, charged to the host).
+  std::function<uint64_t(MemoryDomain domain, uint64_t bytes)> drop_device_prompt_entries;
 };
 
 // One stage that ran: the ledger bytes it released (measured as the drop of
@@ -76,12 +99,18 @@ struct ReclaimTargets {
 // its weights too) and the items it handled (entries, models, copies).
 struct ReclaimStep {
   ReclaimStage stage = ReclaimStage::kPurgeExpired;
+  // The domain whose stage it was; freed_bytes is the drop of its charged
+  // bytes.
+  MemoryDomain domain;
   size_t freed_bytes = 0;
   size_t items = 0;
 };
 
 struct ReclaimReport {
   ReclaimTrigger trigger = ReclaimTrigger::kCharge;
+  // The domain the charge goes to, or the pressure is about. A charge into
+  // a domain inside the host may also run host steps (ReclaimStep::domain).
+  MemoryDomain domain;
   size_t wanted_bytes = 0;        // kCharge: the charge that needs room
   std::vector<ReclaimStep> steps; // in the order they ran
   size_t freed_bytes = 0;         // Σ steps
@@ -91,6 +120,7 @@ struct ReclaimReport {
 // charge-needs-room round would evict first.
 struct NextVictim {
   std::string model;
+  std::string domain{kHostDomainName};  // the domain asked about
   Capability capability = Capability::kText;
   ResidentRole role = ResidentRole::kTextTarget;
   size_t bytes = 0;
@@ -103,21 +133,34 @@ class ReclaimPolicy final : public Reclaimer {
   // first call and not changed while a call may run.
   explicit ReclaimPolicy(const ReclaimTargets* targets);
 
-  // Reclaimer: a charge of `bytes` needs room (bytes = 0: the ledger is over
-  // its budget). Runs stages 1–4 in order until charged + bytes ≤ budget.
-  // Returns the ledger bytes released.
-  size_t MakeRoom(size_t bytes) override;
+  // Reclaimer: a charge of `bytes` into `domain` needs room (bytes = 0: the
+  // domain is over its budget). Runs the domain's stages in order (host:
+  // 1–4; a device: 6, 4, 3 on its holders) until its budget holds the
+  // charge; then, for a domain inside the host whose charge the host's
+  // budget still refuses, the host's stages. Returns the ledger bytes
+  // released (Σ steps, each in its own domain).
+  using Reclaimer::MakeRoom;
+  size_t MakeRoom(MemoryDomain domain, size_t bytes) override;
   // The same, with the report of what ran.
-  ReclaimReport MakeRoomReport(size_t bytes);
+  ReclaimReport MakeRoomReport(size_t bytes) { return MakeRoomReport(kHostDomain, bytes); }
+  ReclaimReport MakeRoomReport(MemoryDomain domain, size_t bytes);
 
   // OS memory pressure (or POST /admin/pressure): records the level in the
   // arbiter (stage 5 is in force from that moment for critical, so nothing
   // non-text loads while the other stages run), then runs the trigger's
   // stages. Nominal only records the level.
+  // An event of a device domain (MemoryPressureEvent::domain, e.g. from a
+  // DevicePressureSource) runs that device's pressure stages on its holders
+  // and leaves the arbiter's level (the host's: stage 5) alone; an unknown
+  // domain name is logged and ignored.
   ReclaimReport OnPressure(const MemoryPressureEvent& event);
 
-  // See NextVictim; nullopt when no idle model can be evicted.
-  std::optional<NextVictim> Next() const;
+  // See NextVictim; nullopt when no idle model can be evicted. Per domain:
+  // the host's victims are every idle model, a device's those charged there.
+  std::optional<NextVictim> Next() const { return Next(kHostDomain); }
+  std::optional<NextVictim> Next(MemoryDomain domain) const;
+  // Next() of every domain of the ledger, by domain name ("host" included).
+  std::map<std::string, std::optional<NextVictim>> NextByDomain() const;
 
   // Called after each stage that ran (tests, logs); null = none. Set before
   // the first call.
@@ -126,10 +169,17 @@ class ReclaimPolicy final : public Reclaimer {
   }
 
  private:
-  // Runs `stage` for `trigger`; `need` is the charge that needs room
-  // (kCharge only). Appends the step to `report` when it did anything.
-  void RunStage(ReclaimStage stage, ReclaimTrigger trigger, size_t need, ReclaimReport* report);
-  bool Fits(size_t bytes) const;
+  // Runs `stage` of domain `target` for `trigger`; `need` is the charge that
+  // needs room (kCharge only; it counts in `target`'s budget). Appends the
+  // step to `report` when it did anything.
+  void RunStage(ReclaimStage stage, ReclaimTrigger trigger, MemoryDomain target, size_t need,
+                ReclaimReport* report);
+  // Whether a charge of `bytes` into `domain` is refused by `target`'s
+  // budget now (MemoryLedger::Shortfalls).
+  bool ShortIn(MemoryDomain domain, size_t bytes, MemoryDomain target) const;
+  // Whether `cache`'s device copies free room in `target`.
+  bool Frees(const WeightCache& cache, MemoryDomain target) const;
+  std::string Name(MemoryDomain domain) const;
 
   const ReclaimTargets* const targets_;
   std::function<void(ReclaimTrigger, const ReclaimStep&)> observer_;

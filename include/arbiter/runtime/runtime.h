@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -38,19 +39,14 @@
 #include "arbiter/arbiter/memory_arbiter.h"
 #include "arbiter/arbiter/vision_embedding_cache.h"
 #include "arbiter/base/status.h"
-#include "arbiter/engine/chat_template.h"
-#include "arbiter/engine/engine.h"
-#include "arbiter/kv/conversation_registry.h"
-#include "arbiter/kv/kv_store.h"
-#include "arbiter/kv/precache.h"
-#include "arbiter/kv/prompt_cache.h"
 #include "arbiter/memory/memory_ledger.h"
 #include "arbiter/memory/memory_pool.h"
 #include "arbiter/runtime/backend_models.h"
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/modalities.h"
 #include "arbiter/runtime/reclaim_policy.h"
-#include "arbiter/weights/weight_cache.h"
+#include "arbiter/runtime/snapshots.h"
+#include "arbiter/runtime/vocabulary.h"
 
 namespace arbiter {
 
@@ -173,7 +169,7 @@ struct PrewarmResult {
 // mode, weights not on the device.
 struct ModelStatus {
   ModelStats arbiter;
-  std::optional<WeightModelStats> weights;
+  std::optional<WeightModelStatus> weights;
   bool ready = true;
   std::optional<std::string> engine;       // ModelEngineName of its [[models]] engine
   // Everything the model costs now: the arbiter's bytes (its entry's
@@ -188,10 +184,13 @@ struct ModelStatus {
 struct RuntimeStatus {
   ArbiterStats arbiter;
   MemoryLedgerSnapshot ledger;
-  std::optional<WeightCacheStats> weights;  // its `pool` is the device arena
+  std::optional<WeightCacheStatus> weights;  // its `pool` is the device arena
   std::vector<ModelStatus> models;          // configuration order
   std::string pressure_source;              // "cgroup" | "psi" | "meminfo" | "none"
   std::optional<NextVictim> next_victim;    // the reclaim policy's next model
+  // The same per memory domain, by name ("host" included): a device's
+  // victims are the idle models charged there.
+  std::map<std::string, std::optional<NextVictim>> domain_next_victims;
   // The measured side of the ledger (docs/memory.md "The ledger is the
   // truth"): RssAnon + RssShmem of the process at the time of the status,
   // and that minus ledger.charged_bytes minus ledger.runtime_bytes, signed
@@ -217,7 +216,7 @@ struct KvModelStatus {
   std::vector<KvPrewarmView> prewarmed;
   int high_water = 0;
   int recommended_parallel = 0;
-  KvPrecacheCounters counters;
+  KvCountersStatus counters;
 };
 
 struct KvPromptCacheStatus {

@@ -28,9 +28,8 @@
 #include <vector>
 
 #include "arbiter/base/status.h"
-#include "arbiter/engine/chat_template.h"
-#include "arbiter/engine/engine.h"
 #include "arbiter/runtime/runtime.h"
+#include "arbiter/runtime/vocabulary.h"
 
 namespace arbiter {
 

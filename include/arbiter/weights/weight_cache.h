@@ -144,6 +144,10 @@ struct WeightCacheOptions {
   // Called outside the cache's lock; may call back into the cache (Evict,
   // EvictIdle). Must outlive the cache.
   Reclaimer* reclaimer = nullptr;
+  // The ledger domain of the device copies (kDeviceWeights): the device's
+  // (Note [Memory domains] in memory_ledger.h); host floors are always
+  // charged to the host. Default: the host (the cpu arena).
+  MemoryDomain domain;
 };
 
 // Where a load's bytes came from.
@@ -316,6 +320,8 @@ class WeightCache {
   WeightCacheStats Stats() const EXCLUDES(mu_);
   ResidencyMode mode() const { return options_.mode; }
   DeviceBackend* device() const { return options_.device; }
+  // The domain of its device copies (WeightCacheOptions::domain).
+  MemoryDomain domain() const { return options_.domain; }
 
  private:
   friend class WeightLease;

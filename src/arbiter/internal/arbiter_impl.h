@@ -108,6 +108,7 @@ struct Entry {
   std::optional<int64_t> idle_ttl_ms;
   bool swap_same_role = true;          // per model
   ChargeKind charge_kind = ChargeKind::kDeviceWeights;  // per model (charge_kind_for)
+  MemoryDomain domain;    // of every charge; per model (domain_for)
   uint64_t hash = 0;      // HashKey(model_key)
   ModelState state = ModelState::kReady;
   size_t bytes = 0;       // charge: estimate until measured
@@ -199,7 +200,7 @@ class MemoryArbiterImpl {
   bool Preload(Capability capability, std::string_view model_key) EXCLUDES(mu_);
   Result<bool> Unload(Capability capability, std::string_view model_key,
                       ArbiterDeadline deadline) EXCLUDES(mu_);
-  size_t ReclaimIdle(size_t bytes, size_t* evicted) EXCLUDES(mu_);
+  size_t ReclaimIdle(MemoryDomain domain, size_t bytes, size_t* evicted) EXCLUDES(mu_);
   std::future<Result<std::any>> Request(Capability capability, std::string model_key,
                                         std::any payload, std::stop_token stop)
       EXCLUDES(queue_mu_);
@@ -211,8 +212,9 @@ class MemoryArbiterImpl {
   void Shutdown() EXCLUDES(mu_, lifecycle_mu_, queue_mu_);
   void HandlePressure(const MemoryPressureEvent& event) EXCLUDES(mu_);
   void SetPressureLevel(const MemoryPressureEvent& event) EXCLUDES(mu_);
-  size_t EvictIdleByPriority(size_t max_entries, UnloadReason reason) EXCLUDES(mu_);
-  std::optional<ResidentEntryInfo> NextFitVictim() const EXCLUDES(mu_);
+  size_t EvictIdleByPriority(MemoryDomain domain, size_t max_entries, UnloadReason reason)
+      EXCLUDES(mu_);
+  std::optional<ResidentEntryInfo> NextFitVictim(MemoryDomain domain) const EXCLUDES(mu_);
   size_t ReapIdle() EXCLUDES(mu_);
   Status SetIdleTtl(Capability capability, std::string_view model_key,
                     std::optional<int64_t> ttl_ms) EXCLUDES(mu_);
@@ -266,6 +268,19 @@ class MemoryArbiterImpl {
   Entry* ClaimLruLocked(std::map<LruKey, Entry*>* lru, std::vector<Entry*>* held) REQUIRES(mu_);
   // The same over every role: the global LRU idle entry (fit victim).
   Entry* ClaimFitVictimLocked(std::vector<Entry*>* held) REQUIRES(mu_);
+  // Whether `e` is a victim for room in `domain`: for the host every entry,
+  // for a device domain those charged there.
+  static bool InDomain(const Entry& e, MemoryDomain domain) {
+    return domain.is_host() || e.domain == domain;
+  }
+  // A device domain's victim, closed (see ClaimLruLocked), or null: the
+  // least LruKey order (`by_priority`: role priority first, as
+  // EvictIdleByPriority) among the idle loaded non-text-target entries
+  // charged in `domain`. A scan of every entry: reclaim in a device domain
+  // is not a hot path.
+  Entry* ClaimDomainVictimLocked(MemoryDomain domain, bool by_priority) REQUIRES(mu_);
+  // charged(domain) + bytes ≤ budget(domain), or the domain is unlimited.
+  bool FitsLocked(MemoryDomain domain, size_t bytes) const REQUIRES(mu_);
   int HeldCountLocked() const REQUIRES(mu_);
   ResidentEntryInfo InfoLocked(const Entry& e) const REQUIRES(mu_);
   void AddRoleMemberLocked(Entry* e) REQUIRES(mu_);
@@ -287,6 +302,9 @@ class MemoryArbiterImpl {
   // Fills ModelStats' queue fields from queues_.
   void AddQueueStats(ArbiterStats* stats) const EXCLUDES(queue_mu_);
   ArbiterStats StatsWithoutQueues() const EXCLUDES(mu_);
+  // After a load or a reuse: asks the reclaimer to bring the host and
+  // `domain` back within their budgets, where their hints say they are over.
+  void MakeRoomAfter(MemoryDomain domain) EXCLUDES(mu_);
   // Marks `e` loading and charges `incoming` to the ledger.
   void ClaimLocked(Entry* e, size_t incoming) REQUIRES(mu_);
   // Runs the claimed load unlocked, publishes it, pins it when `pin`.

@@ -313,7 +313,7 @@ void ServerMetrics::Advance(prometheus::Family<prometheus::Counter>& family,
 }
 
 std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnapshot& ledger,
-                                  const WeightCacheStats* w, const KvMetricsSample* kv,
+                                  const WeightCacheStatus* w, const KvMetricsSample* kv,
                                   const ProcessMemorySample* process,
                                   const ModalityMetricsSample* m) {
   {
@@ -383,7 +383,7 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
       set("arbiter_weight_cache_max_bytes", w->max_bytes);
       set("arbiter_weight_cache_pinned_bytes", w->pinned_bytes);
       set("arbiter_weight_cache_max_scratch_bytes", w->max_scratch_bytes);
-      set("arbiter_weight_pool_bytes", w->budget.weight_pool_bytes);
+      set("arbiter_weight_pool_bytes", w->weight_pool_bytes);
       set("arbiter_host_floor_bytes", w->host_bytes);
       set("arbiter_device_memory_in_use_bytes", w->pool.in_use_bytes);
       set("arbiter_device_memory_limit_bytes", w->pool.limit_bytes);
@@ -399,7 +399,7 @@ std::string ServerMetrics::Scrape(const ArbiterStats& s, const MemoryLedgerSnaps
       advance(weight_evicts_.Add({}), w->evicts, &weight_evicts_seen_);
       advance(weight_compactions_.Add({}), w->compactions, &weight_compactions_seen_);
       advance(weight_load_seconds_.Add({}), w->load_seconds, &weight_load_seconds_seen_);
-      for (const WeightModelStats& m : w->models) {
+      for (const WeightModelStatus& m : w->models) {
         const prometheus::Labels labels{{"model", m.key}};
         model_weights_resident_.Add(labels).Set(m.device_resident ? 1 : 0);
         model_weights_pinned_.Add(labels).Set(static_cast<double>(static_cast<int>(m.residency)));

@@ -18,7 +18,7 @@
 //   arbiter_memory_charged_by_kind_bytes{kind}  ledger bytes per ChargeKind
 //   (the memory series above are the host's; every domain's, the host
 //   included, are in domain_metrics.h: arbiter_memory_domain_*{domain})
-// Weight runtime (WeightCacheStats at scrape time; the reference weight
+// Weight runtime (WeightCacheStatus at scrape time; the reference weight
 // runtime's metrics under the arbiter_ prefix, docs/http-api.md
 // "GET /metrics"):
 //   arbiter_weight_cache_resident_bytes, arbiter_weight_cache_max_bytes,
@@ -33,7 +33,7 @@
 //   arbiter_model_weight_bytes{model}       the model's compute layout
 //   arbiter_device_memory_in_use_bytes, _limit_bytes, _free_bytes,
 //   _peak_bytes, _largest_free_block_bytes   the device arena's pool
-// KV precache (KvPrecacheCounters and the tiers at scrape time; counters
+// KV precache (KvCountersStatus and the tiers at scrape time; counters
 // advanced by the delta since the previous scrape):
 //   arbiter_kv_prompt_tokens_total{model,kind}   kind computed|cached
 //   arbiter_kv_copied_tokens_total{model}        cached tokens copied from another slot
@@ -97,16 +97,15 @@
 #include "arbiter/arbiter/vision_embedding_cache.h"
 #include "arbiter/runtime/backend_models.h"
 #include "arbiter/base/mutex.h"
-#include "arbiter/kv/precache.h"
 #include "arbiter/memory/memory_ledger.h"
-#include "arbiter/weights/weight_cache.h"
+#include "arbiter/runtime/snapshots.h"
 #include "server/internal/domain_metrics.h"
 
 namespace arbiter::server_internal {
 
 // The KV precache's state at scrape time.
 struct KvMetricsSample {
-  std::vector<std::pair<std::string, KvPrecacheCounters>> models;  // by model name
+  std::vector<std::pair<std::string, KvCountersStatus>> models;  // by model name
   uint64_t files_swept = 0;
   uint64_t write_errors = 0;
   uint64_t prompt_cache_bytes = 0;
@@ -184,7 +183,7 @@ class ServerMetrics {
   // `process` may be null (no process series then): the measured side of
   // the ledger (RuntimeStatus::process_resident_bytes, unaccounted_bytes).
   std::string Scrape(const ArbiterStats& stats, const MemoryLedgerSnapshot& ledger,
-                     const WeightCacheStats* weights, const KvMetricsSample* kv = nullptr,
+                     const WeightCacheStatus* weights, const KvMetricsSample* kv = nullptr,
                      const ProcessMemorySample* process = nullptr,
                      const ModalityMetricsSample* modalities = nullptr) EXCLUDES(mu_);
 

@@ -8,7 +8,7 @@ namespace {
 
 using json = nlohmann::json;
 
-json WeightModelJson(const WeightModelStats& w) {
+json WeightModelJson(const WeightModelStatus& w) {
   return json{{"residency", ResidencyStateName(w.residency)},
               {"device_resident", w.device_resident},
               {"host_resident", w.host_resident},
@@ -23,16 +23,16 @@ json WeightModelJson(const WeightModelStats& w) {
               {"floor_region", w.floor_region.empty() ? json(nullptr) : json(w.floor_region)}};
 }
 
-json WeightCacheJson(const WeightCacheStats& w) {
+json WeightCacheJson(const WeightCacheStatus& w) {
   return json{{"mode", ResidencyModeName(w.mode)},
               {"max_bytes", w.max_bytes},
               {"resident_bytes", w.resident_bytes},
               {"pinned_bytes", w.pinned_bytes},
               {"host_bytes", w.host_bytes},
               {"max_scratch_bytes", w.max_scratch_bytes},
-              {"weight_pool_bytes", w.budget.weight_pool_bytes},
-              {"scratch_ceiling_bytes", w.budget.scratch_ceiling_bytes},
-              {"pinned_over_commit", w.budget.pinned_over_commit},
+              {"weight_pool_bytes", w.weight_pool_bytes},
+              {"scratch_ceiling_bytes", w.scratch_ceiling_bytes},
+              {"pinned_over_commit", w.pinned_over_commit},
               {"loads", w.loads},
               {"evicts", w.evicts},
               {"compactions", w.compactions},
@@ -154,15 +154,21 @@ json RuntimeStatusJson(const RuntimeStatus& st, size_t event_streams) {
             {"over_budget_bytes", st.ledger.over_budget_bytes},
             {"over_commits", st.ledger.over_commits},
             {"domains", DomainsJson(st.ledger)}};
-  if (st.next_victim) {
-    const NextVictim& v = *st.next_victim;
-    j["next_victim"] = {{"model", v.model},
-                        {"capability", CapabilityName(v.capability)},
-                        {"role", ResidentRoleName(v.role)},
-                        {"bytes", v.bytes},
-                        {"reason", v.reason}};
-  } else {
-    j["next_victim"] = nullptr;
+  auto victim = [](const std::optional<NextVictim>& v) -> json {
+    if (!v) return nullptr;
+    return {{"model", v->model},
+            {"capability", CapabilityName(v->capability)},
+            {"role", ResidentRoleName(v->role)},
+            {"bytes", v->bytes},
+            {"reason", v->reason}};
+  };
+  j["next_victim"] = victim(st.next_victim);
+  // Per domain (the host's equals the top-level one): null when no idle
+  // model there can be evicted.
+  json& domains = j["domains"];
+  for (auto d = domains.begin(); d != domains.end(); ++d) {
+    auto it = st.domain_next_victims.find(d.key());
+    (*d)["next_victim"] = it != st.domain_next_victims.end() ? victim(it->second) : json(nullptr);
   }
   if (st.weights) {
     j["weight_cache"] = WeightCacheJson(*st.weights);
@@ -225,7 +231,7 @@ json KvStatusJson(const KvStatus& kv) {
                            {"prefix_tokens", p.prefix_tokens},
                            {"idle_ms", p.idle_ms}});
     }
-    const KvPrecacheCounters& c = m.counters;
+    const KvCountersStatus& c = m.counters;
     models.push_back({{"name", m.name},
                       {"model_hash", m.model_hash},
                       {"slots", std::move(slots)},
