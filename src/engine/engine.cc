@@ -1015,6 +1015,7 @@ Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files
   cache_options.ledger = nullptr;
   cache_options.fraction = 1.0;
   cache_options.wiggle = 0.0;
+  if (engine_internal::IsVulkanComputeDevice(device)) cache_options.pool_region_bytes = 1;
   ARBITER_ASSIGN_OR_RETURN(src.owned_cache, WeightCache::Create(std::move(cache_options)));
   src.cache = src.owned_cache.get();
   src.key = kPrivateWeightKey;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "arbiter/base/clip.h"
 #include "arbiter/base/file.h"
 #include "arbiter/base/size.h"
 #include "arbiter/memory/memory_pressure.h"
@@ -760,6 +761,25 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
       }
       m.kv_type = *type;
     }
+    if (t->get("device") != nullptr) {
+      ARBITER_RETURN_IF_ERROR(ReadString(*t, "device", p, &m.device));
+      if (m.device != "cpu" && m.device != "vulkan" && !ValidateDeviceName(m.device).ok()) {
+        return KeyError(p + "device", fmt::format("\"cpu\" (default), \"vulkan\" or "
+                                                  "\"vulkan:N\" (`arbiter devices` lists them; "
+                                                  "got \"{}\")",
+                                                  ClipInput(m.device, 64)));
+      }
+      if (m.device != "cpu" && m.engine != ModelEngine::kBuiltin) {
+        return KeyError(p + "device", fmt::format("only the built-in engine computes on a "
+                                                  "device (engine is \"{}\")",
+                                                  ModelEngineName(m.engine)));
+      }
+      if (m.device != "cpu" && m.kv_type != GgmlType::kF16) {
+        return KeyError(p + "kv_type", fmt::format("\"f16\" on device \"{}\" (the Vulkan "
+                                                   "kernels keep the KV cache in f16)",
+                                                   m.device));
+      }
+    }
     if (t->get("chat_template") != nullptr) {
       std::string name;
       ARBITER_RETURN_IF_ERROR(ReadString(*t, "chat_template", p, &name));
@@ -778,7 +798,7 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
                  "residency", "system_prompt", "same_role", "compute_dtype", "kv_type",
-                 "chat_template", "engine", "language", "queue", "vision", "command", "health",
+                 "device", "chat_template", "engine", "language", "queue", "vision", "command", "health",
                  "ready_timeout_s", "estimated_size"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));

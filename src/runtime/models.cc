@@ -21,6 +21,10 @@
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/model_config.h"
 #include "arbiter/formats/safetensors.h"
+#if ARBITER_HAS_VULKAN
+#include "arbiter/vulkan/vulkan_backend.h"
+#include "arbiter/vulkan/vulkan_device.h"
+#endif
 
 namespace arbiter {
 namespace {
@@ -131,7 +135,35 @@ EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
   options.weight_cache = cache;
   options.weight_key = entry.name;
   options.kv_type = entry.kv_type;
+  options.device = entry.device;
   return options;
+}
+
+void WeightCaches::AddDevice(const std::string& device, WeightCache* cache, MemoryDomain domain) {
+  devices_[device] = Device{cache, domain, OkStatus()};
+}
+
+void WeightCaches::AddBrokenDevice(const std::string& device, Status error) {
+  devices_[device] = Device{nullptr, MemoryDomain(), std::move(error)};
+}
+
+Result<WeightCache*> WeightCaches::For(const ModelEntry& entry) const {
+  if (entry.device == "cpu") return host_;
+  auto it = devices_.find(entry.device);
+  if (it == devices_.end()) {
+    return FailedPreconditionError(fmt::format(
+        "model \"{}\": device \"{}\" was not opened", entry.name, entry.device));
+  }
+  if (!it->second.error.ok()) {
+    return it->second.error.WithPrefix(fmt::format("model \"{}\"", entry.name));
+  }
+  return it->second.cache;
+}
+
+MemoryDomain WeightCaches::DomainFor(const ModelEntry& entry) const {
+  if (entry.device == "cpu") return MemoryDomain();
+  auto it = devices_.find(entry.device);
+  return it == devices_.end() ? MemoryDomain() : it->second.domain;
 }
 
 Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry, const ModelFiles& files) {
@@ -288,7 +320,7 @@ void SetPerModelFields(CapabilityRegistration* r,
 
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
-    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
+    const std::map<std::string, size_t>& estimated_bytes, WeightCaches caches,
     const ServeKv* kv, SameRolePolicy same_role) {
   auto models = std::make_shared<std::map<std::string, ModelEntry>>();
   auto estimates = std::make_shared<std::map<std::string, size_t>>(estimated_bytes);
@@ -306,15 +338,27 @@ CapabilityRegistration EngineCapabilityRegistration(
   }
   // [[models]] role / idle_ttl / same_role.
   SetPerModelFields(&r, models, estimates, same_role);
-  r.load = [models, cache, kv](const std::string& key) -> Result<LoadedBackend> {
+  r.load = [models, caches, kv](const std::string& key) -> Result<LoadedBackend> {
     auto it = models->find(key);
     if (it == models->end()) {
       return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(key)));
     }
+    ARBITER_ASSIGN_OR_RETURN(WeightCache * cache, caches.For(it->second));
     return LoadEngineModel(it->second, cache, kv != nullptr ? kv->Find(key) : nullptr);
   };
-  r.unload = [cache, kv](const std::string& key, LoadedBackend backend) {
-    UnloadEngineModel(key, std::move(backend), cache, kv != nullptr ? kv->Find(key) : nullptr);
+  r.unload = [models, caches, kv](const std::string& key, LoadedBackend backend) {
+    auto it = models->find(key);
+    Result<WeightCache*> cache =
+        it == models->end() ? Result<WeightCache*>(caches.host()) : caches.For(it->second);
+    UnloadEngineModel(key, std::move(backend), cache.ok() ? *cache : nullptr,
+                      kv != nullptr ? kv->Find(key) : nullptr);
+  };
+  // A model on a device is charged there: its KV slots and scratch (this
+  // registration's charges) and its device weights (its cache's).
+  r.domain_for = [models, caches](const std::string& key) -> std::optional<MemoryDomain> {
+    auto it = models->find(key);
+    if (it == models->end()) return std::nullopt;
+    return caches.DomainFor(it->second);
   };
   return r;
 }
@@ -328,7 +372,7 @@ OpenedModels OpenConfiguredModels(const Config& config) {
 }
 
 Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
-                                WeightCache* cache, const ServeKv* kv,
+                                WeightCaches caches, const ServeKv* kv,
                                 const OpenedModels* opened,
                                 std::shared_ptr<BackendContext> backends) {
   std::vector<std::string> broken;
@@ -349,6 +393,9 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
         opened != nullptr && found != opened->end() ? found->second : OpenEntryFiles(m);
     Result<ModelFootprint> estimate =
         files.ok() ? EstimateModelFootprint(m, **files) : Result<ModelFootprint>(files.status());
+    Result<WeightCache*> entry_cache = caches.For(m);
+    if (estimate.ok() && !entry_cache.ok()) estimate = entry_cache.status();
+    WeightCache* cache = entry_cache.ok() ? *entry_cache : nullptr;
     if (estimate.ok() && cache != nullptr) {
       Result<WeightModel> weights = WeightModelForEntry(m, **files, cache);
       Status st = weights.ok() ? cache->Register(std::move(weights).value()) : weights.status();
@@ -376,7 +423,7 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
     }
     if (order.empty()) continue;
     CapabilityRegistration r = MergeRegistrations(
-        EngineCapabilityRegistration(cap, builtin, estimates, cache, kv, config.same_role),
+        EngineCapabilityRegistration(cap, builtin, estimates, caches, kv, config.same_role),
         BackendCapabilityRegistration(cap, config.models, backends), order);
     ARBITER_RETURN_IF_ERROR(arbiter->RegisterCapability(std::move(r)));
   }
@@ -390,11 +437,17 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
     auto h = arbiter->Acquire(m->capability, name, Deadline(std::chrono::seconds(60)));
     (void)h;
   }
-  if (cache != nullptr) {
+  {
     // Pinned models first, so device-pinned weights sit at the arena's base.
     // Failures are logged by the cache; those models load on demand.
-    cache->PreloadPinned().IgnoreError();
+    std::set<WeightCache*> all;
+    for (const ModelEntry& m : config.models) {
+      Result<WeightCache*> c = caches.For(m);
+      if (c.ok() && *c != nullptr) all.insert(*c);
+    }
+    for (WeightCache* c : all) c->PreloadPinned().IgnoreError();
   }
+  WeightCache* cache = caches.host();
   if (config.server.preload) {
     for (const ModelEntry& m : config.models) {
       if (std::find(broken.begin(), broken.end(), m.name) != broken.end()) continue;
@@ -415,6 +468,83 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
   }
   return OkStatus();
 }
+
+namespace {
+
+// Opens the compute device `device` names (as a model writes it) for
+// `out`: once per physical device, its domain, arena and cache; a second
+// spelling of the same device ("vulkan" and "vulkan:0") shares them.
+Status OpenServeDevice(const Config& config, const std::string& device, MemoryLedger* ledger,
+                       Reclaimer* reclaimer, ServeWeights* out) {
+#if ARBITER_HAS_VULKAN
+  ModelEntry probe;
+  probe.device = device;
+  if (out->caches.For(probe).ok()) return OkStatus();
+  ARBITER_ASSIGN_OR_RETURN(std::vector<vulkan::VulkanDeviceInfo> infos,
+                           vulkan::ListVulkanDevices());
+  ARBITER_ASSIGN_OR_RETURN(int index, vulkan::ResolveVulkanDevice(device, infos));
+  const vulkan::VulkanDeviceInfo& info = infos[static_cast<size_t>(index)];
+  const std::string name = info.domain();
+  auto found = out->devices.find(name);
+  if (found == out->devices.end()) {
+    const vulkan::VulkanHeapInfo& heap = info.heaps[static_cast<size_t>(info.weight_heap)];
+    const uint64_t usage_before = heap.usage_bytes.value_or(0);
+    ARBITER_ASSIGN_OR_RETURN(std::shared_ptr<vulkan::VulkanDevice> dev,
+                             vulkan::VulkanDevice::Open(name));
+    std::optional<std::string> budget_text;
+    std::string headroom_text{kDefaultDeviceHeadroom};
+    for (const DeviceSettings& d : config.devices) {
+      if (d.name == name) {
+        budget_text = d.budget_text;
+        headroom_text = d.headroom_text;
+      }
+    }
+    ARBITER_ASSIGN_OR_RETURN(uint64_t budget,
+                             ResolveDeviceBudget(name, budget_text, headroom_text,
+                                                 heap.size_bytes, heap.budget_bytes));
+    ARBITER_ASSIGN_OR_RETURN(
+        MemoryDomain domain,
+        ledger->RegisterDomain(name, {.budget_bytes = budget, .inside_host = info.unified_memory}));
+    // The device's fixed cost (its context, pools): what the driver's usage
+    // grew by when it was opened; 0 without a driver report (lavapipe's
+    // memory is host RAM, in the host's measured runtime bytes).
+    if (std::optional<vulkan::VulkanHeapInfo> now = dev->QueryWeightHeap()) {
+      const uint64_t after = now->usage_bytes.value_or(usage_before);
+      ledger->SetRuntimeBytes(domain, after > usage_before ? after - usage_before : 0);
+    }
+    ServeWeights::Device d;
+    d.name = name;
+    d.domain = domain;
+    ARBITER_ASSIGN_OR_RETURN(
+        std::unique_ptr<vulkan::VulkanDeviceBackend> backend,
+        vulkan::VulkanDeviceBackend::Create(std::move(dev), {.heap_bytes = budget}));
+    d.backend = std::move(backend);
+    WeightCacheOptions o;
+    o.device = d.backend.get();
+    o.ledger = ledger;
+    o.store = out->store.get();
+    o.mode = config.weights.mode;
+    o.fraction = 1.0;
+    o.wiggle = 0.0;
+    o.reclaimer = reclaimer;
+    o.domain = domain;
+    o.pool_region_bytes = 1;
+    ARBITER_ASSIGN_OR_RETURN(d.cache, WeightCache::Create(std::move(o)));
+    spdlog::info("device {}: {} ({}, {}), budget {} of a {} heap{}", name, info.name, info.type,
+                 info.driver, FormatSize(budget), FormatSize(heap.size_bytes),
+                 info.unified_memory ? ", inside the host's budget (unified memory)" : "");
+    found = out->devices.emplace(name, std::move(d)).first;
+  }
+  out->caches.AddDevice(device, found->second.cache.get(), found->second.domain);
+  return OkStatus();
+#else
+  return UnavailableError("device \"" + device +
+                          "\": this build has no Vulkan device (configure with ARBITER_VULKAN=ON "
+                          "after scripts/install-deps.sh); use device = \"cpu\"");
+#endif
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
     const Config& config, MemoryLedger* ledger, Reclaimer* reclaimer) {
@@ -487,6 +617,16 @@ Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
                                                    w.shared_host_weights_mode)
                                      : std::string(),
                ResidencyModeName(w.mode));
+  out->caches = WeightCaches(out->cache.get());
+  for (const ModelEntry& m : config.models) {
+    if (m.engine != ModelEngine::kBuiltin || m.device == "cpu") continue;
+    Status st = OpenServeDevice(config, m.device, ledger, reclaimer, out.get());
+    if (!st.ok()) {
+      spdlog::error("device \"{}\" (model \"{}\") cannot be used: {}", m.device, m.name,
+                    st.message());
+      out->caches.AddBrokenDevice(m.device, std::move(st));
+    }
+  }
   return out;
 }
 

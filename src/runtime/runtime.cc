@@ -116,9 +116,10 @@ arbiter::Status RuntimeImpl::Build() {
   targets_.ledger = ledger_.get();
   targets_.arbiter = arbiter_.get();
   targets_.weights = weights_->cache.get();
+  for (auto& [name, device] : weights_->devices) targets_.device_weights.push_back(device.cache.get());
   targets_.prompt_cache = kv_->prompt_cache.get();
   ARBITER_RETURN_IF_ERROR(
-      RegisterConfiguredModels(config_, arbiter_.get(), weights_->cache.get(), kv_.get(), &opened,
+      RegisterConfiguredModels(config_, arbiter_.get(), weights_->caches, kv_.get(), &opened,
                                backends_));
   if (arbiter::Status s = arbiter_->Start(); !s.ok()) {
     return s.WithPrefix("cannot start the memory arbiter");
@@ -201,7 +202,7 @@ Result<ArbiterHandle> RuntimeImpl::AcquireModel(const std::string& name, Capabil
   if (stopping()) {
     return UnavailableError("the server is shutting down", ErrorReason::kShuttingDown);
   }
-  WeightCache* cache = weights_->cache.get();
+  WeightCache* cache = CacheOf(name);
   Result<ModelEntry> entry = Model(name);
   const bool builtin = !entry.ok() || entry->engine == ModelEngine::kBuiltin;
   if (!builtin && !any_backend) {
@@ -270,8 +271,28 @@ ModelStatus RuntimeImpl::ModelStatusOf(const std::string& name) const {
     if (m.name == name) found = std::move(m);
   }
   std::optional<WeightCacheStatus> w;
-  if (weights_ != nullptr) w = runtime_internal::WeightCacheStatusOf(weights_->cache->Stats());
+  if (weights_ != nullptr) w = WeightsStatus();
   return ModelStatusFrom(std::move(found), w);
+}
+
+// The host cache's figures, with the models of every device cache too (each
+// model is in exactly one cache).
+WeightCacheStatus RuntimeImpl::WeightsStatus() const {
+  WeightCacheStatus w = runtime_internal::WeightCacheStatusOf(weights_->cache->Stats());
+  for (const auto& [name, device] : weights_->devices) {
+    WeightCacheStatus d = runtime_internal::WeightCacheStatusOf(device.cache->Stats());
+    for (WeightModelStatus& m : d.models) w.models.push_back(std::move(m));
+  }
+  return w;
+}
+
+WeightCache* RuntimeImpl::CacheOf(const std::string& name) const {
+  for (const ModelEntry& e : config_.models) {
+    if (e.name != name) continue;
+    Result<WeightCache*> c = weights_->caches.For(e);
+    if (c.ok() && *c != nullptr) return *c;
+  }
+  return weights_->cache.get();
 }
 
 RuntimeStatus RuntimeImpl::Status() const {
@@ -286,15 +307,16 @@ RuntimeStatus RuntimeImpl::Status() const {
     s.unaccounted_bytes = static_cast<int64_t>(mem->resident_bytes() + s.outside_bytes) -
                           static_cast<int64_t>(s.ledger.charged_bytes + s.ledger.runtime_bytes);
   }
-  if (weights_ != nullptr) {
-    s.weights = runtime_internal::WeightCacheStatusOf(weights_->cache->Stats());
-  }
+  if (weights_ != nullptr) s.weights = WeightsStatus();
   s.processes = ProcessStats();
   s.vision_cache = vision_cache_->Stats();
   for (const ModelStats& m : s.arbiter.models) {
     ModelStatus& ms = s.models.emplace_back(ModelStatusFrom(m, s.weights));
     for (const ModelEntry& e : config_.models) {
-      if (e.name == m.name) ms.engine = std::string(ModelEngineName(e.engine));
+      if (e.name == m.name) {
+        ms.engine = std::string(ModelEngineName(e.engine));
+        ms.device = e.device;
+      }
     }
     ms.total_bytes = m.bytes;
     for (const ProcessModelStats& p : s.processes) {
@@ -386,7 +408,7 @@ Result<UnloadResult> RuntimeImpl::UnloadModel(const std::string& name, int64_t t
 Result<std::pair<ResidencyState, ModelStatus>> RuntimeImpl::SetResidency(const std::string& name,
                                                                          ResidencyState target) {
   ARBITER_RETURN_IF_ERROR(FindModel(name).status());
-  WeightCache* cache = weights_->cache.get();
+  WeightCache* cache = CacheOf(name);
   if (!cache->Contains(name)) {
     return FailedPreconditionError(
         fmt::format("model \"{}\" has no weights registered (it failed its startup check; see "

@@ -226,7 +226,9 @@ Result<std::unique_ptr<WeightCache>> WeightCache::Create(WeightCacheOptions opti
       SolveWeightBudget(options.device->properties().heap_bytes, options.fraction, options.wiggle, 0, 0)
           .status()
           .WithPrefix("weight cache"));
-  ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<MemoryPool> pool, MemoryPool::Create(options.device));
+  ARBITER_ASSIGN_OR_RETURN(
+      std::unique_ptr<MemoryPool> pool,
+      MemoryPool::Create(options.device, {.region_bytes = options.pool_region_bytes}));
   std::unique_ptr<WeightStore> owned;
   if (options.store == nullptr) owned = std::make_unique<PrivateWeightStore>();
   return std::unique_ptr<WeightCache>(

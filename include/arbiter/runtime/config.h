@@ -272,6 +272,10 @@ struct ModelEntry {
   // kv_type: the element type of the model's KV cache, its prompt-cache
   // snapshots and its KV files (EngineOptions::kv_type).
   GgmlType kv_type = kDefaultKvType;
+  // device: where the built-in engine computes and keeps the weights, KV and
+  // scratch — "cpu" (the host domain), "vulkan" (the first GPU, else the
+  // first Vulkan device) or "vulkan:N" (its own memory domain, `[devices]`).
+  std::string device = "cpu";
   // chat_template = "<family>": render chats in that family instead of the
   // one the model's template or tokens give (ModelFilesOptions::chat_template).
   std::optional<ChatTemplateKind> chat_template;

@@ -110,9 +110,39 @@ void SetPerModelFields(CapabilityRegistration* r,
                        std::shared_ptr<const std::map<std::string, size_t>> estimates,
                        std::optional<SameRolePolicy> same_role);
 
+// Which weight cache a built-in model's engine computes from: the host's
+// (the cpu arena) for `device = "cpu"`, its device's for "vulkan[:N]"
+// (ServeWeights::devices). A device that could not be opened is kept with
+// its error, which every model on it then fails to load with. A plain
+// value of non-owning pointers: the caches must outlive it.
+class WeightCaches {
+ public:
+  // Only the host's (null: each engine makes private weights).
+  WeightCaches(WeightCache* host = nullptr) : host_(host) {}  // NOLINT: implicit
+  // `device` as a model writes it ("vulkan", "vulkan:0").
+  void AddDevice(const std::string& device, WeightCache* cache, MemoryDomain domain);
+  void AddBrokenDevice(const std::string& device, Status error);
+  // The cache `entry`'s engine uses (null with no host cache and a cpu
+  // entry). Errors: the device's error (it could not be opened), or
+  // kFailedPrecondition for a device no AddDevice named.
+  Result<WeightCache*> For(const ModelEntry& entry) const;
+  // The ledger domain of `entry`'s KV, scratch and device weights.
+  MemoryDomain DomainFor(const ModelEntry& entry) const;
+  WeightCache* host() const { return host_; }
+
+ private:
+  struct Device {
+    WeightCache* cache = nullptr;
+    MemoryDomain domain;
+    Status error;
+  };
+  WeightCache* host_ = nullptr;
+  std::map<std::string, Device> devices_;
+};
+
 CapabilityRegistration EngineCapabilityRegistration(
     Capability capability, const std::vector<ModelEntry>& entries,
-    const std::map<std::string, size_t>& estimated_bytes, WeightCache* cache,
+    const std::map<std::string, size_t>& estimated_bytes, WeightCaches caches,
     const ServeKv* kv = nullptr, SameRolePolicy same_role = SameRolePolicy::kCoexist);
 
 // Registers every model of `config` (see the policy above): its weights in
@@ -131,7 +161,7 @@ CapabilityRegistration EngineCapabilityRegistration(
 // `backends` (may be null: a context without a process supervisor) serves
 // the entries whose engine is not builtin (runtime/backend_models.h); each
 // capability gets one registration joining both kinds.
-Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCache* cache,
+Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter, WeightCaches caches,
                                 const ServeKv* kv = nullptr,
                                 const OpenedModels* opened = nullptr,
                                 std::shared_ptr<BackendContext> backends = nullptr);
@@ -144,7 +174,21 @@ struct ServeWeights {
   std::unique_ptr<DeviceBackend> device;
   std::unique_ptr<WeightStore> store;
   std::unique_ptr<WeightCache> cache;
+  // One per compute device a model names (`device = "vulkan[:N]"`), by its
+  // domain name ("vulkan:N"): the device's arena (a VulkanDeviceBackend of
+  // the domain's budget) and a WeightCache charging device copies to the
+  // domain; host floors go to `store`, charged to the host.
+  struct Device {
+    std::string name;  // "vulkan:N"
+    MemoryDomain domain;
+    std::unique_ptr<DeviceBackend> backend;
+    std::unique_ptr<WeightCache> cache;
+  };
+  std::map<std::string, Device> devices;
+  // Every model's cache (WeightCaches::For), devices that failed included.
+  WeightCaches caches;
   ~ServeWeights() {
+    for (auto& [name, d] : devices) d.cache.reset();
     cache.reset();
     store.reset();
   }
@@ -157,8 +201,15 @@ struct ServeWeights {
 // private store, and a WeightCache charging `ledger` that asks `reclaimer`
 // (may be null) for room. With a shared store, holder-free regions under the prefix of
 // models not in `config` are swept (logged).
+// Then, for each compute device a built-in model names: opens it, registers
+// its memory domain in `ledger` ([devices."vulkan:N"] budget, default the
+// heap minus its headroom, clamped by the driver's budget; inside the host
+// domain when the device's memory is host RAM) with the device's measured
+// fixed cost as the domain's runtime bytes, and makes its arena and cache.
+// A device that cannot be opened is logged and kept as broken
+// (WeightCaches::AddBrokenDevice): its models fail to load naming it.
 // Errors: kInvalidArgument / kResourceExhausted from the device, store or
-// cache, naming the [memory] key.
+// cache, naming the [memory] key; a device's budget error naming its key.
 Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
     const Config& config, MemoryLedger* ledger, Reclaimer* reclaimer);
 

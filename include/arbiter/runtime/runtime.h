@@ -172,6 +172,7 @@ struct ModelStatus {
   std::optional<WeightModelStatus> weights;
   bool ready = true;
   std::optional<std::string> engine;       // ModelEngineName of its [[models]] engine
+  std::optional<std::string> device;       // its [[models]] device ("cpu", "vulkan", "vulkan:N")
   // Everything the model costs now: the arbiter's bytes (its entry's
   // charges, or the estimate when not loaded) plus its weights' ledger
   // charges (device weights and host floors, owner "weights::<name>").

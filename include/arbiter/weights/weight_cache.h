@@ -148,6 +148,12 @@ struct WeightCacheOptions {
   // (Note [Memory domains] in memory_ledger.h); host floors are always
   // charged to the host. Default: the host (the cpu arena).
   MemoryDomain domain;
+  // The pool's region size (MemoryPoolOptions::region_bytes): 0 = one
+  // region as large as the device allows (the cpu arena: address space
+  // mapped lazily); 1 = a region of each model's own size (a GPU: the VRAM
+  // allocated is exactly what is charged, and it goes back to the driver
+  // when the model's weights leave).
+  uint64_t pool_region_bytes = 0;
 };
 
 // Where a load's bytes came from.

@@ -101,6 +101,10 @@ class RuntimeImpl final : public Runtime {
   // A handle on `name` when the arbiter reports it loaded; never loads it.
   std::optional<ArbiterHandle> ResidentHandle(const std::string& name);
   ModelStatus ModelStatusOf(const std::string& name) const;
+  WeightCacheStatus WeightsStatus() const;
+  // The weight cache model `name` computes from (its device's; the host's
+  // for a cpu or unknown model).
+  WeightCache* CacheOf(const std::string& name) const;
   KvPrecache* PrecacheFor(const std::string& name) const;
   bool stopping() const { return stopping_.load(); }
   // Constrained decoding for a text request (constrained.cc): the
