@@ -205,8 +205,8 @@ TEST_P(VulkanKernelsTest, MatvecMatchesTheReferenceDequantizer) {
           scale += std::fabs(y0[r]) + std::fabs(bias[r]);
         }
         if (!(std::fabs(y[r] - want) <= 1e-5 * scale)) {
-          ADD_FAILURE() << "row " << r << ": got " << y[r] << ", want " << want
-                        << " (Σ|w·x| " << scale << ")";
+          ADD_FAILURE() << "row " << r << ": got " << y[r] << ", want " << want << " (Σ|w·x| "
+                        << scale << ")";
           ++failures;
         }
       }
