@@ -1,7 +1,7 @@
 // The engine on a Vulkan device (lavapipe here and in CI) against the same
-// weights on the CPU: logits within the bound of the CPU's own reference
-// tests, greedy ids identical wherever the CPU's top-2 margin exceeds that
-// bound, embeddings, and KV moving between the devices through the host
+// weights on the CPU (block types: dequantized to f32 there, see Load):
+// logits within the bound of the CPU's own reference tests, greedy ids identical wherever the CPU's
+// top-2 margin exceeds that bound, embeddings, and KV moving between the devices through the host
 // layout (Note [The Vulkan forward pass] in engine/internal/vulkan_compute.h).
 // The Khronos validation layer is on; any message fails the test.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arbiter/engine/engine.h"
+#include "arbiter/formats/gguf.h"
 #include "engine/internal/test_model.h"
 #include "tools/model_maker/model_maker.h"
 #include "vulkan/vulkan_test_util.h"
@@ -30,12 +31,33 @@ struct Case {
   std::string preset;
   std::string format;  // "safetensors" | "gguf"
   std::string dtype;   // "" = the preset's
+  // The preset's architecture in WideShape's sizes (rows of 256, which the
+  // K-quants need; the tiny presets' rows are 64) instead of the preset's.
+  bool wide = false;
+  // With dtype q4_k: v_proj and down_proj in Q6_K (llama.cpp's Q4_K_M
+  // mix), so a layer's q/k/v matrix has segments of two types.
+  bool mixed = false;
   std::string Name() const {
-    std::string n = preset + "_" + format + (dtype.empty() ? "" : "_" + dtype);
+    std::string n = preset + (wide ? "_wide" : "") + (mixed ? "_mixed" : "") + "_" + format +
+                    (dtype.empty() ? "" : "_" + dtype);
     std::replace(n.begin(), n.end(), '-', '_');
     return n;
   }
 };
+
+// `preset`'s architecture at hidden 256, intermediate 512, head_dim 64,
+// 2 layers: every matrix row a whole number of K-quant super-blocks.
+ModelShape WideShape(const std::string& preset) {
+  ModelShape s = *PresetShape(preset);
+  s.name = preset + "-wide";
+  s.hidden = 256;
+  s.intermediate = 512;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 64;
+  s.layers = 2;
+  return s;
+}
 
 class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamInterface<Case> {
  protected:
@@ -45,6 +67,22 @@ class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamI
     const Case& c = GetParam();
     dir_ = MakeTempDir("arbiter_vulkan_engine_test_");
     path_ = c.format == "gguf" ? dir_ + "/model.gguf" : dir_ + "/model";
+    if (c.wide) {
+      Result<GeneratedModel> m = GenerateModel(WideShape(c.preset), /*seed=*/7);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      GgufModelOptions g;
+      g.type = *ParseModelDtype(c.dtype, ModelFormat::kGguf);
+      if (c.mixed) g.matrix_types = {{"v_proj", GgmlType::kQ6_K}, {"down_proj", GgmlType::kQ6_K}};
+      Status s = WriteModelGguf(*m, path_, g);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      if (c.mixed) {
+        Result<GgufFile> f = OpenGguf(path_);
+        ASSERT_TRUE(f.ok()) << f.status().ToString();
+        EXPECT_EQ(f->FindTensor("blk.0.attn_q.weight")->type, GgmlType::kQ4_K);
+        EXPECT_EQ(f->FindTensor("blk.0.attn_v.weight")->type, GgmlType::kQ6_K);
+      }
+      return;
+    }
     MakeModelOptions o;
     o.format = *ParseModelFormat(c.format);
     o.dtype = c.dtype;
@@ -53,6 +91,12 @@ class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamI
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+  // The engine on `device`. On "cpu", a model of a block type computes in
+  // f32 (compute_dtype "f32": the weights dequantized by the reference
+  // dequantizer): the CPU's own decode quantizes the activations for block
+  // weights (quant.h ActivationType, errors of ~1e-2 of the logit range),
+  // the Vulkan kernels keep them f32, so the f32 CPU is the reference that
+  // isolates how the kernels read the blocks.
   std::unique_ptr<Engine> Load(const std::string& device, int n_slots = 1) {
     EngineOptions o;
     o.n_ctx = 160;
@@ -60,7 +104,12 @@ class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamI
     o.prefill_batch = 16;
     o.n_threads = 2;
     o.device = device;
-    Result<std::unique_ptr<Engine>> e = Engine::Load(path_, o);
+    ModelFilesOptions fo;
+    fo.compute_f32 = device == "cpu" && GetParam().dtype.rfind('q', 0) == 0;
+    Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(path_, fo);
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    if (!files.ok()) return nullptr;
+    Result<std::unique_ptr<Engine>> e = Engine::Load(*files, o);
     EXPECT_TRUE(e.ok()) << device << ": " << e.status().ToString();
     return e.ok() ? std::move(e).value() : nullptr;
   }
@@ -178,7 +227,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"tiny", "safetensors", ""}, Case{"tiny", "safetensors", "bf16"},
                       Case{"tiny-qwen2", "safetensors", ""}, Case{"tiny-qwen3", "safetensors", ""},
                       Case{"tiny-qwen3", "gguf", "f32"}, Case{"tiny-qwen3", "gguf", "f16"},
-                      Case{"tiny-qwen3", "gguf", "bf16"}, Case{"tiny-qwen3", "gguf", "q8_0"}),
+                      Case{"tiny-qwen3", "gguf", "bf16"}, Case{"tiny-qwen3", "gguf", "q8_0"},
+                      Case{"tiny-qwen3", "gguf", "q4_0"}, Case{"tiny", "gguf", "q5_1"},
+                      Case{"tiny-qwen3", "gguf", "q4_k", true},
+                      Case{"tiny-qwen2", "gguf", "q5_k", true}, Case{"tiny", "gguf", "q6_k", true},
+                      Case{"tiny-qwen2", "gguf", "q4_k", true, true}),
     [](const auto& info) { return info.param.Name(); });
 
 }  // namespace

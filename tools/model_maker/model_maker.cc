@@ -514,17 +514,32 @@ Status WriteModelDirectory(const GeneratedModel& m, const std::string& out_dir, 
 
 Status WriteModelGguf(const GeneratedModel& m, const std::string& path,
                       const GgufModelOptions& options, const MakeModelProgress& progress) {
+  // The type tensor `t` is stored in.
+  auto type_of = [&](const ModelTensorSpec& t) {
+    if (t.shape.size() != 2) return GgmlType::kF32;
+    for (const auto& [key, key_type] : options.matrix_types) {
+      if (t.name.find(key) != std::string::npos) return key_type;
+    }
+    return options.type;
+  };
   const GgmlType type = options.type;
+  for (const auto& [key, t] : options.matrix_types) {
+    if (!engine_internal::IsComputeType(t)) {
+      return InvalidArgumentError("make-model: arbiter does not compute " +
+                                  std::string(GgmlTypeName(t)) + " weights");
+    }
+  }
   if (!engine_internal::IsComputeType(type)) {
     return InvalidArgumentError("make-model: arbiter does not compute " +
                                 std::string(GgmlTypeName(type)) + " weights");
   }
   const ModelShape& p = m.shape;
-  const int64_t block = GgmlTypeTraitsOf(type)->block_elems;
   for (const ModelTensorSpec& t : m.tensors) {
+    const GgmlType t_type = type_of(t);
+    const int64_t block = GgmlTypeTraitsOf(t_type)->block_elems;
     if (t.shape.size() == 2 && t.shape[1] % block != 0) {
       return InvalidArgumentError(
-          "make-model: " + std::string(GgmlTypeName(type)) + " stores rows in blocks of " +
+          "make-model: " + std::string(GgmlTypeName(t_type)) + " stores rows in blocks of " +
           std::to_string(block) + " elements, but tensor " + t.name + " of \"" + p.name +
           "\" has rows of " + std::to_string(t.shape[1]) +
           "; choose a model whose sizes are multiples of " + std::to_string(block) +
@@ -621,7 +636,7 @@ Status WriteModelGguf(const GeneratedModel& m, const std::string& path,
       }
     }
     std::string& blob = blobs[i];
-    const GgmlType t_type = t.shape.size() == 2 ? type : GgmlType::kF32;
+    const GgmlType t_type = type_of(t);
     if (IsFloatType(t_type)) {
       blob = EncodeFloats(v, t_type);
     } else {

@@ -47,6 +47,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -158,6 +159,10 @@ Status WriteModelDirectory(const GeneratedModel& model, const std::string& dir, 
 
 struct GgufModelOptions {
   GgmlType type = GgmlType::kF32;  // the matrices' type (1-D tensors are F32)
+  // Mixed files (as llama.cpp's Q4_K_M): a matrix whose Hugging Face name
+  // contains a key (e.g. "v_proj") is stored in that key's type instead of
+  // `type` (the first key in the map's order that matches).
+  std::map<std::string, GgmlType> matrix_types;
   // Note [GGUF q/k row order] (arbiter/formats/llama_tensors.h): "llama" files
   // store q/k rows permuted. false writes them unpermuted — a wrong file, for
   // tests that show the permutation matters.

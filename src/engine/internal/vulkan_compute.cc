@@ -29,6 +29,13 @@ std::string_view TypeSuffix(GgmlType t) {
     case GgmlType::kF16: return "f16";
     case GgmlType::kBF16: return "bf16";
     case GgmlType::kQ8_0: return "q8_0";
+    case GgmlType::kQ4_0: return "q4_0";
+    case GgmlType::kQ4_1: return "q4_1";
+    case GgmlType::kQ5_0: return "q5_0";
+    case GgmlType::kQ5_1: return "q5_1";
+    case GgmlType::kQ4_K: return "q4_k";
+    case GgmlType::kQ5_K: return "q5_k";
+    case GgmlType::kQ6_K: return "q6_k";
     default: return "";
   }
 }
@@ -171,7 +178,8 @@ class VulkanDecoderCompute final : public DecoderCompute {
       if (TypeSuffix(t).empty()) {
         return InvalidArgumentError(fmt::format(
             "device {}: tensor {} is {}, a type the Vulkan kernels do not read yet (f32, f16, "
-            "bf16, q8_0); use device \"cpu\" for this model",
+            "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k); use device \"cpu\" for this "
+            "model",
             domain_, layout_->buffers[i].name, GgmlTypeName(t)));
       }
     }
