@@ -359,9 +359,14 @@ std::vector<DomainShortfall> MemoryLedger::Shortfalls(MemoryDomain domain, size_
   auto check = [&](uint32_t d) {
     mu_.AssertHeld();
     const Books& b = domains_[d];
-    if (Fits(b.charged_bytes, b.budget_bytes, bytes)) return;
+    // charged + bytes ≤ budget: unlike Fits(), a charge of 0 does not fit a
+    // domain that is over its budget (the reclaimer's "bytes = 0").
+    if (b.budget_bytes == 0 ||
+        (b.charged_bytes <= b.budget_bytes && bytes <= b.budget_bytes - b.charged_bytes)) {
+      return;
+    }
     // charged + bytes − budget, saturating (budget ≠ 0 here).
-    size_t short_by = bytes - Room(b.charged_bytes, b.budget_bytes);  // ≥ 1: it does not fit
+    size_t short_by = bytes - Room(b.charged_bytes, b.budget_bytes);  // room is 0 when over
     if (b.charged_bytes > b.budget_bytes) {
       const size_t over = b.charged_bytes - b.budget_bytes;
       short_by = over > std::numeric_limits<size_t>::max() - short_by

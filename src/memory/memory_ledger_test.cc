@@ -632,6 +632,16 @@ TEST(MemoryDomainTest, ShortfallsNameTheDomainsThatNeedRoom) {
   ledger.SetBudget(*gpu, 400);
   ASSERT_EQ(ledger.Shortfalls(*gpu, 10).size(), 1u);
   EXPECT_EQ(ledger.Shortfalls(*gpu, 10)[0].bytes, 60u);
+  // A charge of nothing fits a domain within its budget, and not one over
+  // it: the overshoot is what must be freed (the reclaimer's bytes = 0).
+  EXPECT_TRUE(ledger.Shortfalls(*lvp, 0).empty());
+  ASSERT_EQ(ledger.Shortfalls(*gpu, 0).size(), 1u);
+  EXPECT_EQ(ledger.Shortfalls(*gpu, 0)[0].bytes, 50u);
+  ledger.SetBudget(900);
+  std::vector<DomainShortfall> h = ledger.Shortfalls(*lvp, 0);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].domain, kHostDomain);
+  EXPECT_EQ(h[0].bytes, 50u);
 }
 
 TEST(MemoryDomainTest, RuntimeBytesAndBudgetsArePerDomain) {

@@ -285,6 +285,28 @@ TEST_P(ReclaimDomainTest, AWeightChargeWithPartRoomRunsThePolicyForExactlyTheSho
   ExpectWithinBudgets();
 }
 
+TEST_P(ReclaimDomainTest, RoomForNoChargeBringsAnOverBudgetDomainBackWithin) {
+  Fill();
+  // A re-measured footprint (or a lowered budget) leaves a domain over its
+  // budget; MakeRoom(domain, 0) frees until it holds its charges again.
+  ledger_->SetBudget(gpu_, 5 * kMiB);  // 7 MiB charged there
+  const ReclaimReport r = policy_.MakeRoomReport(gpu_, 0);
+  EXPECT_EQ(Stages(r.steps), (std::vector<ReclaimStage>{ReclaimStage::kDropDevicePromptCache,
+                                                        ReclaimStage::kDemoteDeviceWeights}));
+  EXPECT_EQ(ledger_->charged_bytes(gpu_), 5 * kMiB);
+  EXPECT_TRUE(unloaded_.empty());
+  // The host: its LRU idle model (h1) goes, and no more.
+  ledger_->SetBudget(ledger_->charged_bytes() - 1 * kMiB);
+  const ReclaimReport h = policy_.MakeRoomReport(kHostDomain, 0);
+  EXPECT_EQ(Stages(h.steps), std::vector<ReclaimStage>{ReclaimStage::kEvictIdleModels});
+  EXPECT_EQ(unloaded_, std::vector<std::string>{"h1"});
+  EXPECT_LE(ledger_->charged_bytes(), ledger_->budget_bytes());
+  // Within every budget: nothing runs.
+  observed_.clear();
+  EXPECT_TRUE(policy_.MakeRoomReport(gpu_, 0).steps.empty());
+  EXPECT_TRUE(policy_.MakeRoomReport(kHostDomain, 0).steps.empty());
+}
+
 TEST_P(ReclaimDomainTest, AHostChargeRunsTheHostsStages) {
   Fill();
   // 62 MiB more in the host: 64 − what is charged there; the LRU idle model

@@ -333,7 +333,9 @@ class MemoryLedger {
 
   // The budgets a charge of `bytes` in `domain` would break now, each with
   // the bytes to free there first: `domain` first, then (inside the host)
-  // the host. Empty when the charge fits. For the reclaim policy.
+  // the host. Empty when the charge fits: charged + bytes ≤ budget in each
+  // (so bytes = 0 names every one of them that is over its budget). For the
+  // reclaim policy.
   std::vector<DomainShortfall> Shortfalls(MemoryDomain domain, size_t bytes) const
       EXCLUDES(mu_);
 
