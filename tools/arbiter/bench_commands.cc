@@ -13,6 +13,9 @@
 #include "arbiter/base/status.h"
 #include "bench/arbiter_bench.h"
 #include "bench/decode_bench.h"
+#if ARBITER_HAS_VULKAN
+#include "bench/vram_bench.h"
+#endif
 #include "bench/grammar_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/kv_bench.h"
@@ -112,6 +115,18 @@ int RunMemory(const MemoryBenchOptions& options, bool json) {
   return r->all_within() ? 0 : 1;
 }
 
+int RunVram(const std::string& model, const std::string& device, int cycles, bool json) {
+#if ARBITER_HAS_VULKAN
+  spdlog::set_level(spdlog::level::warn);
+  Result<VramBenchResult> r = RunVramBench(model, device, cycles);
+  if (!r.ok()) return Fail("vram", r.status());
+  std::cout << (json ? FormatVramBenchJson(*r) : FormatVramBench(*r));
+  return r->all_within ? 0 : 1;
+#else
+  return Fail("vram", UnavailableError("this build has no Vulkan device (ARBITER_VULKAN=OFF)"));
+#endif
+}
+
 }  // namespace
 
 struct BenchCommands::Commands {
@@ -123,6 +138,11 @@ struct BenchCommands::Commands {
   CLI::App* kernels = nullptr;
   CLI::App* modalities = nullptr;
   CLI::App* grammar = nullptr;
+  CLI::App* vram = nullptr;
+  std::string vram_model;
+  std::string vram_device = "vulkan";
+  int vram_cycles = 3;
+  bool vram_json = false;
   GrammarBenchOptions grammar_options;
   bool grammar_json = false;
   ModalitiesBenchOptions modalities_options;
@@ -167,6 +187,15 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
       ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
   c.decode->add_option("--device", d.device,
                        "Compute device: cpu (default), vulkan or vulkan:N (arbiter devices)");
+
+  c.vram = bench->add_subcommand(
+      "vram", "A device model's VRAM against the ledger in every state (load, chat, 8 "
+              "conversations, unload) and its wake from the host floor");
+  c.vram->add_option("--model", c.vram_model, "Model directory or .gguf file")->required();
+  c.vram->add_option("--device", c.vram_device, "vulkan (default) or vulkan:N");
+  c.vram->add_option("--cycles", c.vram_cycles, "Load/unload cycles (default 3)")
+      ->check(CLI::PositiveNumber);
+  c.vram->add_flag("--json", c.vram_json, "Print the result as JSON");
 
   c.arbiter = bench->add_subcommand(
       "arbiter", "MemoryArbiter latencies (acquire/release, fit eviction, pressure) vs targets");
@@ -330,6 +359,7 @@ bool BenchCommands::parsed() const {
 int BenchCommands::Run() {
   Commands& c = *commands_;
   if (c.decode->parsed()) return RunDecode(c.decode_flags);
+  if (c.vram->parsed()) return RunVram(c.vram_model, c.vram_device, c.vram_cycles, c.vram_json);
   if (c.arbiter->parsed()) return RunArbiter(c.arbiter_iterations, c.arbiter_json);
   if (c.weights->parsed()) return RunWeights(c.weights_options, c.weights_json);
   if (c.kv->parsed()) {

@@ -176,6 +176,7 @@ struct GenerateFlags {
   bool json = false;
   std::string compute_dtype = "auto";
   std::string kv_type = "f16";
+  std::string device = "cpu";
 };
 
 Result<std::vector<int32_t>> ParseIdList(const std::string& text) {
@@ -227,6 +228,7 @@ int RunGenerate(const GenerateFlags& f) {
   m.parallel = 1;
   m.compute_f32 = f.compute_dtype == "f32";
   m.kv_type = *ParseKvType(f.kv_type);
+  m.device = f.device;
   config.models.push_back(m);
   Result<std::unique_ptr<Runtime>> runtime = Runtime::Create(config);
   if (!runtime.ok()) return Fail(fmt::format("cannot load {}: {}", f.model, runtime.status().message()));
@@ -779,6 +781,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "f32"}));
   gen_cmd->add_option("--kv-type", gen.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
+  gen_cmd->add_option("--device", gen.device,
+                      "Compute device: cpu (default), vulkan or vulkan:N (arbiter devices)");
   gen_cmd->add_flag("--json", gen.json,
                     "Print {prompt_ids, output_ids, text, finish_reason, timings} as JSON");
 
