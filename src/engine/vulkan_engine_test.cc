@@ -53,11 +53,11 @@ class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamI
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
-  std::unique_ptr<Engine> Load(const std::string& device, int n_slots = 1) {
+  std::unique_ptr<Engine> Load(const std::string& device, int n_slots = 1, int batch = 16) {
     EngineOptions o;
     o.n_ctx = 160;
     o.n_slots = n_slots;
-    o.prefill_batch = 16;
+    o.prefill_batch = batch;
     o.n_threads = 2;
     o.device = device;
     Result<std::unique_ptr<Engine>> e = Engine::Load(path_, o);
@@ -98,6 +98,39 @@ TEST_P(VulkanEngineTest, LogitsOfEveryPositionMatchTheCpu) {
   for (size_t t = 0; t < ids.size(); ++t) {
     EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound)
         << "position " << t;
+  }
+}
+
+// A prompt longer than the batch runs as several chunks (the last one
+// partial), and a batch of 1 runs every token as its own chunk: both give
+// the CPU's logits at every position.
+TEST_P(VulkanEngineTest, PrefillChunksOfAnyBatchMatchTheCpu) {
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  ASSERT_TRUE(cpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 40);
+  std::vector<float> want = *cpu->ComputeLogits(ids);
+  const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+  for (int batch : {7, 1}) {
+    std::unique_ptr<Engine> gpu = Load("vulkan", 1, batch);
+    ASSERT_TRUE(gpu);
+    std::vector<float> got = *gpu->ComputeLogits(ids);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound)
+          << "batch " << batch << ", position " << t;
+    }
+    // The last chunk's logits alone (no all-logits output): the greedy
+    // first token is the CPU's argmax up to a near-tie.
+    GenerationRequest req;
+    req.prompt_ids = ids;
+    req.sampling.temperature = 0;
+    req.max_tokens = 1;
+    GenerationResult b = *gpu->Generate(req, nullptr, {});
+    ASSERT_EQ(b.output_ids.size(), 1u);
+    const float* last = want.data() + (ids.size() - 1) * vocab;
+    const float hi = *std::max_element(last, last + vocab);
+    const float lo = *std::min_element(last, last + vocab);
+    EXPECT_LE(hi - last[b.output_ids[0]], kLogitBound * (hi - lo)) << "batch " << batch;
   }
 }
 

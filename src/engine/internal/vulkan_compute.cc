@@ -33,34 +33,54 @@ std::string_view TypeSuffix(GgmlType t) {
   }
 }
 
-// Activation scratch of one slot, in floats, and where each part starts.
+// Query-row splits of a decode step's attention (attention.comp): enough
+// workgroups per step for a few heads to fill a large device, and no more
+// splits than the context has 64-position parts.
+uint32_t DecodeSplits(const ModelDims& d, int n_ctx) {
+  const int want = (512 + d.n_heads - 1) / d.n_heads;
+  return static_cast<uint32_t>(std::max(1, std::min(want, n_ctx / 64)));
+}
+
+// Activation scratch of one slot, in floats, and where each part starts:
+// rows for a prefill chunk of `batch` tokens (decode uses row 0) and the
+// decode attention's split partials.
 struct ScratchLayout {
-  size_t x = 0, xn = 0, qkv = 0, att = 0, gu = 0, act = 0, scores = 0, total = 0;
+  size_t x = 0, xn = 0, qkv = 0, att = 0, gu = 0, act = 0, part = 0, total = 0;
 };
-ScratchLayout ScratchFor(const ModelDims& d, int n_ctx) {
+ScratchLayout ScratchFor(const ModelDims& d, int batch, int n_ctx) {
   ScratchLayout s;
   size_t at = 0;
+  const auto b = static_cast<size_t>(batch);
   // Each part starts on a 64-float (256-byte) boundary.
   auto take = [&](size_t n) {
     const size_t here = at;
     at += (n + 63) / 64 * 64;
     return here;
   };
-  s.x = take(d.hidden);
-  s.xn = take(d.hidden);
-  s.qkv = take(d.qkv_dim);
-  s.att = take(d.q_dim);
-  s.gu = take(2 * size_t{1} * d.inter);
-  s.act = take(d.inter);
-  s.scores = take(size_t{1} * d.n_heads * n_ctx);
+  s.x = take(b * d.hidden);
+  s.xn = take(b * d.hidden);
+  s.qkv = take(b * d.qkv_dim);
+  s.att = take(b * d.q_dim);
+  s.gu = take(b * 2 * d.inter);
+  s.act = take(b * d.inter);
+  s.part = take(size_t{1} * d.n_heads * DecodeSplits(d, n_ctx) * (d.head_dim + 2));
   s.total = at;
   return s;
 }
 
-// The host-visible part of a slot: step (16 bytes), then logits [vocab],
-// then hidden [hidden].
-size_t OutputBytes(const ModelDims& d) {
-  return 256 + (size_t{1} * d.vocab + 64) * 4 + (size_t{1} * d.hidden + 64) * 4;
+// The host-visible part of a slot, in bytes: the step (pos at 0, then the
+// token ids [batch] at 16), logits [vocab] (one row: decode, a prefill's
+// last token), the final-normed hidden rows [batch, hidden].
+struct OutLayout {
+  size_t tokens = 16, logits = 0, hidden = 0, total = 0;
+};
+OutLayout OutFor(const ModelDims& d, int batch) {
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  OutLayout o;
+  o.logits = up(o.tokens + size_t{4} * batch);
+  o.hidden = up(o.logits + size_t{4} * d.vocab);
+  o.total = up(o.hidden + size_t{4} * batch * d.hidden);
+  return o;
 }
 
 size_t KvRowBytesF16(const ModelDims& d) { return size_t{1} * d.kv_dim * 2; }
@@ -83,11 +103,12 @@ class VulkanSlot final : public ComputeSlot {
   SlotFootprint fp;
   VulkanBuffer kv;       // device: [n_layers][2][n_ctx] rows of kv_dim f16
   VulkanBuffer scratch;  // device: ScratchLayout floats
-  VulkanBuffer out;      // host-visible: step, logits, hidden
+  VulkanBuffer out;      // host-visible: OutLayout
   VkCommandPool pool = VK_NULL_HANDLE;
-  // [0]: without the lm_head, [1]: with it; recorded for `recorded_for`.
+  // [0]: one decode step, recorded for the weights placement
+  // `decode_for`; [1]: a prefill chunk, recorded per chunk.
   VkCommandBuffer cbs[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
-  uint64_t recorded_for[2] = {0, 0};
+  uint64_t decode_for = 0;
 };
 
 class VulkanWeights final : public ComputeWeights {
@@ -99,7 +120,7 @@ class VulkanWeights final : public ComputeWeights {
 struct Dispatch {
   VkPipeline pipeline;
   std::vector<uint8_t> push;
-  uint32_t gx, gy;
+  uint32_t gx, gy, gz = 1;
 };
 
 template <typename T>
@@ -116,8 +137,12 @@ struct MatvecPush {
   uint64_t w, x, y, bias;
   uint32_t rows, cols, row_bytes, accumulate;
 };
+struct GemmPush {
+  uint64_t w, x, y, bias;
+  uint32_t rows, cols, row_bytes, accumulate, m, ldx, ldy;
+};
 struct EmbedPush {
-  uint64_t w, out, step;
+  uint64_t w, out, tokens;
   uint32_t rows, cols, row_bytes;
 };
 struct NormPush {
@@ -131,9 +156,13 @@ struct RopePush {
   float eps;
 };
 struct AttnPush {
-  uint64_t q, kcache, vcache, scores, out, step;
-  uint32_t n_heads, n_kv_heads, head_dim, n_ctx;
+  uint64_t q, kcache, vcache, part, out, step;
+  uint32_t n_heads, n_kv_heads, head_dim, n_split;
   float scale;
+};
+struct AttnReducePush {
+  uint64_t part, out;
+  uint32_t n_heads, head_dim, n_split;
 };
 struct SiluPush {
   uint64_t gu, out;
@@ -145,7 +174,8 @@ class VulkanDecoderCompute final : public DecoderCompute {
   VulkanDecoderCompute(const ComputeSpec& spec, std::shared_ptr<VulkanDevice> dev)
       : spec_(spec), layout_(spec.layout), dims_(spec.layout->dims), dev_(std::move(dev)),
         domain_(dev_->domain()), footprint_(VulkanSlotFootprint(spec)),
-        scratch_(ScratchFor(dims_, spec.n_ctx)) {}
+        scratch_(ScratchFor(dims_, spec.batch, spec.n_ctx)), outl_(OutFor(dims_, spec.batch)),
+        decode_splits_(DecodeSplits(dims_, spec.n_ctx)) {}
   ~VulkanDecoderCompute() override { dev_->Destroy(rope_); }
 
   Status Init() {
@@ -163,7 +193,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     }
     ARBITER_ASSIGN_OR_RETURN(rope_, dev_->CreateBuffer(t.size() * 4, BufferMemory::kDevice));
     ARBITER_RETURN_IF_ERROR(dev_->Upload(rope_, 0, t.data(), t.size() * 4));
-    for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "silu_mul"}) {
+    for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "attn_reduce", "silu_mul"}) {
       ARBITER_RETURN_IF_ERROR(dev_->Pipeline(k).status());
     }
     for (size_t i = 0; i < layout_->buffers.size(); ++i) {
@@ -191,7 +221,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     ARBITER_ASSIGN_OR_RETURN(slot->scratch,
                              dev_->CreateBuffer(scratch_.total * 4, BufferMemory::kDevice));
     ARBITER_ASSIGN_OR_RETURN(slot->out,
-                             dev_->CreateBuffer(OutputBytes(dims_), BufferMemory::kReadback));
+                             dev_->CreateBuffer(outl_.total, BufferMemory::kReadback));
     ARBITER_ASSIGN_OR_RETURN(slot->pool, dev_->CreateCommandPool());
     return std::unique_ptr<ComputeSlot>(std::move(slot));
   }
@@ -225,32 +255,64 @@ class VulkanDecoderCompute final : public DecoderCompute {
                  int pos, const ForwardOutputs& out) override {
     auto& s = static_cast<VulkanSlot&>(slot);
     const auto& vw = static_cast<const VulkanWeights&>(w);
-    for (int t = 0; t < n; ++t) {
-      const bool last = t == n - 1;
-      const bool logits = layout_->has_lm_head &&
-                          (out.all_logits != nullptr || (last && out.last_logits != nullptr));
-      ARBITER_RETURN_IF_ERROR(Step(vw, s, tokens[t], pos + t, logits));
-      const float* host = OutFloats(s);
-      if (out.all_logits != nullptr && logits) {
-        std::memcpy(out.all_logits + size_t{1} * t * dims_.vocab, host + kLogitsAt,
-                    size_t{1} * dims_.vocab * 4);
-      }
-      if (last && out.last_logits != nullptr && logits) {
-        std::memcpy(out.last_logits, host + kLogitsAt, size_t{1} * dims_.vocab * 4);
+    const size_t vocab = static_cast<size_t>(dims_.vocab);
+    // All logits go to a readback buffer of one chunk's rows for this call.
+    VulkanBuffer all;
+    if (out.all_logits != nullptr && layout_->has_lm_head) {
+      ARBITER_ASSIGN_OR_RETURN(
+          all, dev_->CreateBuffer(size_t{4} * vocab * std::min(n, spec_.batch),
+                                  BufferMemory::kReadback));
+    }
+    Status st = OkStatus();
+    for (int c0 = 0; c0 < n && st.ok(); c0 += spec_.batch) {
+      const int m = std::min(spec_.batch, n - c0);
+      const bool last = c0 + m == n;
+      Logits lg = Logits::kNone;
+      if (all.buffer != VK_NULL_HANDLE) lg = Logits::kAll;
+      else if (last && out.last_logits != nullptr && layout_->has_lm_head) lg = Logits::kLast;
+      auto* host = static_cast<uint8_t*>(s.out.host);
+      const auto p = static_cast<uint32_t>(pos + c0);
+      std::memcpy(host, &p, 4);
+      std::memcpy(host + outl_.tokens, tokens + c0, size_t{4} * m);
+      st = Record(vw, s, 1, m, lg, all.address);
+      if (st.ok()) st = dev_->SubmitAndWait(s.cbs[1]);
+      if (!st.ok()) break;
+      if (lg == Logits::kAll) {
+        std::memcpy(out.all_logits + size_t{1} * c0 * vocab, all.host, size_t{4} * m * vocab);
+        if (last && out.last_logits != nullptr) {
+          std::memcpy(out.last_logits, static_cast<const float*>(all.host) + (m - 1) * vocab,
+                      4 * vocab);
+        }
+      } else if (lg == Logits::kLast) {
+        std::memcpy(out.last_logits, host + outl_.logits, 4 * vocab);
       }
       if (out.hidden_sum != nullptr) {
-        const float* hid = host + HiddenAt();
-        for (int i = 0; i < dims_.hidden; ++i) out.hidden_sum[i] += hid[i];
+        const auto* hid = reinterpret_cast<const float*>(host + outl_.hidden);
+        for (int r = 0; r < m; ++r) {
+          for (int i = 0; i < dims_.hidden; ++i) {
+            out.hidden_sum[i] += hid[size_t{1} * r * dims_.hidden + i];
+          }
+        }
       }
     }
-    return OkStatus();
+    if (all.buffer != VK_NULL_HANDLE) dev_->Destroy(all);
+    return st;
   }
 
   Status Decode(const ComputeWeights& w, ComputeSlot& slot, int32_t token, int pos,
                 float* logits) override {
     auto& s = static_cast<VulkanSlot&>(slot);
-    ARBITER_RETURN_IF_ERROR(Step(static_cast<const VulkanWeights&>(w), s, token, pos, true));
-    std::memcpy(logits, OutFloats(s) + kLogitsAt, size_t{1} * dims_.vocab * 4);
+    const auto& vw = static_cast<const VulkanWeights&>(w);
+    if (s.decode_for != vw.id) {
+      ARBITER_RETURN_IF_ERROR(Record(vw, s, 0, 1, Logits::kLast, 0));
+      s.decode_for = vw.id;
+    }
+    auto* host = static_cast<uint8_t*>(s.out.host);
+    const auto p = static_cast<uint32_t>(pos);
+    std::memcpy(host, &p, 4);
+    std::memcpy(host + outl_.tokens, &token, 4);
+    ARBITER_RETURN_IF_ERROR(dev_->SubmitAndWait(s.cbs[0]));
+    std::memcpy(logits, host + outl_.logits, size_t{4} * dims_.vocab);
     return OkStatus();
   }
 
@@ -294,11 +356,8 @@ class VulkanDecoderCompute final : public DecoderCompute {
   }
 
  private:
-  static constexpr size_t kLogitsAt = 64;  // floats: after the step (256 bytes)
-  size_t HiddenAt() const { return kLogitsAt + (size_t{1} * dims_.vocab + 63) / 64 * 64; }
-  static const float* OutFloats(const VulkanSlot& s) {
-    return static_cast<const float*>(s.out.host);
-  }
+  // Which logits a recorded pass computes.
+  enum class Logits { kNone, kLast, kAll };
 
   // Rows [0, n) of every layer between the slot and host `data` (the
   // kv_snapshot layout), through a staging buffer.
@@ -327,101 +386,127 @@ class VulkanDecoderCompute final : public DecoderCompute {
     return st;
   }
 
-  // One token through the recorded command buffer.
-  Status Step(const VulkanWeights& w, VulkanSlot& s, int32_t token, int pos, bool logits) {
-    const int variant = logits ? 1 : 0;
-    if (s.recorded_for[variant] != w.id) {
-      ARBITER_RETURN_IF_ERROR(Record(w, s, variant));
-      s.recorded_for[variant] = w.id;
-    }
-    auto* step = static_cast<int32_t*>(s.out.host);
-    step[0] = token;
-    step[1] = pos;
-    return dev_->SubmitAndWait(s.cbs[variant]);
-  }
-
-  // The matrix `m`'s segments as matvec dispatches into y (+= when accumulate).
-  Status AddMatvec(std::vector<Dispatch>& out, const VulkanWeights& w, const MatrixBuffers& m,
-                   int cols, uint64_t x, uint64_t y, uint64_t bias, bool accumulate) {
+  // The matrix `mat`'s segments applied to m rows of activations x (ldx
+  // floats apart) into y (ldy floats apart; += when accumulate): matvec
+  // dispatches for one row (decode), GEMM dispatches for a prefill chunk.
+  Status AddProjection(std::vector<Dispatch>& out, const VulkanWeights& w,
+                       const MatrixBuffers& mat, int cols, uint64_t x, uint64_t y, uint64_t bias,
+                       bool accumulate, bool gemm, int m, int ldx, int ldy) {
     uint32_t row0 = 0;
-    for (int k = 0; k < m.n; ++k) {
-      const auto b = static_cast<size_t>(m.buffer[static_cast<size_t>(k)]);
+    for (int k = 0; k < mat.n; ++k) {
+      const auto b = static_cast<size_t>(mat.buffer[static_cast<size_t>(k)]);
       const GgmlType t = layout_->buffer_type(b);
       const auto rows = static_cast<uint32_t>(layout_->buffers[b].shape.front());
-      ARBITER_ASSIGN_OR_RETURN(VkPipeline p,
-                               dev_->Pipeline("matvec_" + std::string(TypeSuffix(t))));
-      MatvecPush push{.w = w.addr[b], .x = x, .y = y + uint64_t{4} * row0,
-                      .bias = bias == 0 ? 0 : bias + uint64_t{4} * row0, .rows = rows,
-                      .cols = static_cast<uint32_t>(cols),
-                      .row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, cols).value_or(0)),
-                      .accumulate = accumulate ? 1u : 0u};
-      out.push_back({p, Bytes(push), std::min<uint32_t>(rows, 32768), (rows + 32767) / 32768});
+      const auto row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, cols).value_or(0));
+      const uint64_t yk = y + uint64_t{4} * row0;
+      const uint64_t bk = bias == 0 ? 0 : bias + uint64_t{4} * row0;
+      if (gemm) {
+        ARBITER_ASSIGN_OR_RETURN(VkPipeline p,
+                                 dev_->Pipeline("gemm_" + std::string(TypeSuffix(t))));
+        GemmPush push{.w = w.addr[b], .x = x, .y = yk, .bias = bk, .rows = rows,
+                      .cols = static_cast<uint32_t>(cols), .row_bytes = row_bytes,
+                      .accumulate = accumulate ? 1u : 0u, .m = static_cast<uint32_t>(m),
+                      .ldx = static_cast<uint32_t>(ldx), .ldy = static_cast<uint32_t>(ldy)};
+        out.push_back({p, Bytes(push), (rows + 63) / 64, static_cast<uint32_t>(m + 31) / 32});
+      } else {
+        ARBITER_ASSIGN_OR_RETURN(VkPipeline p,
+                                 dev_->Pipeline("matvec_" + std::string(TypeSuffix(t))));
+        MatvecPush push{.w = w.addr[b], .x = x, .y = yk, .bias = bk, .rows = rows,
+                        .cols = static_cast<uint32_t>(cols), .row_bytes = row_bytes,
+                        .accumulate = accumulate ? 1u : 0u};
+        out.push_back({p, Bytes(push), std::min<uint32_t>(rows, 32768), (rows + 32767) / 32768});
+      }
       row0 += rows;
     }
     return OkStatus();
   }
 
-  Status Record(const VulkanWeights& w, VulkanSlot& s, int variant) {
+  // Records s.cbs[which]: m tokens (ids at the step's token area, the first
+  // at the step's pos) through every layer; decode (which 0, m = 1) with
+  // matvecs and split attention, a prefill chunk (which 1) with GEMMs.
+  // Logits: kLast → the last row's into the slot's logits; kAll → every
+  // row's into `all_logits` [m, vocab]. The final-normed rows always go to
+  // the slot's hidden rows.
+  Status Record(const VulkanWeights& w, VulkanSlot& s, int which, int m, Logits lg,
+                uint64_t all_logits) {
     const ModelDims& d = dims_;
+    const bool gemm = which == 1;
     const uint64_t base = s.scratch.address;
     const uint64_t x = base + 4 * scratch_.x, xn = base + 4 * scratch_.xn,
                    qkv = base + 4 * scratch_.qkv, att = base + 4 * scratch_.att,
                    gu = base + 4 * scratch_.gu, act = base + 4 * scratch_.act,
-                   scores = base + 4 * scratch_.scores;
+                   part = base + 4 * scratch_.part;
     const uint64_t step = s.out.address;
-    const uint64_t logits = s.out.address + 4 * kLogitsAt;
-    const uint64_t hidden = s.out.address + 4 * HiddenAt();
+    const uint64_t tokens = s.out.address + outl_.tokens;
+    const uint64_t logits = s.out.address + outl_.logits;
     const float eps = layout_->config.rms_norm_eps;
+    const auto um = static_cast<uint32_t>(m);
+    const uint32_t splits = gemm ? 1 : decode_splits_;
     auto addr = [&](int b) -> uint64_t { return b < 0 ? 0 : w.addr[static_cast<size_t>(b)]; };
     std::vector<Dispatch> ds;
     ARBITER_ASSIGN_OR_RETURN(VkPipeline rms, dev_->Pipeline("rmsnorm"));
     ARBITER_ASSIGN_OR_RETURN(VkPipeline rope, dev_->Pipeline("rope_kv"));
     ARBITER_ASSIGN_OR_RETURN(VkPipeline attn, dev_->Pipeline("attention"));
+    ARBITER_ASSIGN_OR_RETURN(VkPipeline attn_reduce, dev_->Pipeline("attn_reduce"));
     ARBITER_ASSIGN_OR_RETURN(VkPipeline silu, dev_->Pipeline("silu_mul"));
     {
       const auto b = static_cast<size_t>(layout_->embed.buffer[0]);
       const GgmlType t = layout_->buffer_type(b);
       ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev_->Pipeline("embed_" + std::string(TypeSuffix(t))));
-      EmbedPush push{.w = w.addr[b], .out = x, .step = step,
+      EmbedPush push{.w = w.addr[b], .out = x, .tokens = tokens,
                      .rows = static_cast<uint32_t>(d.vocab),
                      .cols = static_cast<uint32_t>(d.hidden),
                      .row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, d.hidden).value_or(0))};
-      ds.push_back({p, Bytes(push), 1, 1});
+      ds.push_back({p, Bytes(push), 1, um});
     }
     const size_t row = KvRowBytesF16(d);
     for (int l = 0; l < d.n_layers; ++l) {
       const LayerBuffers& lb = layout_->layers[static_cast<size_t>(l)];
       const uint64_t kc = s.kv.address + uint64_t{2} * l * spec_.n_ctx * row;
       const uint64_t vc = kc + uint64_t{1} * spec_.n_ctx * row;
-      ds.push_back({rms, Bytes(NormPush{x, addr(lb.attn_norm), xn, uint32_t(d.hidden), eps}), 1, 1});
-      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.wqkv, d.hidden, xn, qkv, addr(lb.bqkv), false));
+      ds.push_back({rms, Bytes(NormPush{x, addr(lb.attn_norm), xn, uint32_t(d.hidden), eps}), um, 1});
+      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, lb.wqkv, d.hidden, xn, qkv, addr(lb.bqkv),
+                                            false, gemm, m, d.hidden, d.qkv_dim));
       ds.push_back({rope,
                     Bytes(RopePush{qkv, addr(lb.q_norm), addr(lb.k_norm), rope_.address, kc, vc,
                                    step, uint32_t(d.n_heads), uint32_t(d.n_kv_heads),
                                    uint32_t(d.head_dim), uint32_t(spec_.n_ctx), eps}),
-                    uint32_t(d.n_heads + 2 * d.n_kv_heads), 1});
+                    uint32_t(d.n_heads + 2 * d.n_kv_heads), um});
       ds.push_back({attn,
-                    Bytes(AttnPush{qkv, kc, vc, scores, att, step, uint32_t(d.n_heads),
-                                   uint32_t(d.n_kv_heads), uint32_t(d.head_dim),
-                                   uint32_t(spec_.n_ctx),
+                    Bytes(AttnPush{qkv, kc, vc, part, att, step, uint32_t(d.n_heads),
+                                   uint32_t(d.n_kv_heads), uint32_t(d.head_dim), splits,
                                    1.0f / std::sqrt(static_cast<float>(d.head_dim))}),
-                    uint32_t(d.n_heads), 1});
-      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.wo, d.q_dim, att, x, 0, true));
-      ds.push_back({rms, Bytes(NormPush{x, addr(lb.ffn_norm), xn, uint32_t(d.hidden), eps}), 1, 1});
-      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.w_gate_up, d.hidden, xn, gu, 0, false));
+                    splits, uint32_t(d.n_heads), um});
+      if (splits > 1) {
+        ds.push_back({attn_reduce,
+                      Bytes(AttnReducePush{part, att, uint32_t(d.n_heads), uint32_t(d.head_dim),
+                                           splits}),
+                      uint32_t(d.n_heads), um});
+      }
+      ARBITER_RETURN_IF_ERROR(
+          AddProjection(ds, w, lb.wo, d.q_dim, att, x, 0, true, gemm, m, d.q_dim, d.hidden));
+      ds.push_back({rms, Bytes(NormPush{x, addr(lb.ffn_norm), xn, uint32_t(d.hidden), eps}), um, 1});
+      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, lb.w_gate_up, d.hidden, xn, gu, 0, false, gemm,
+                                            m, d.hidden, 2 * d.inter));
       ds.push_back({silu, Bytes(SiluPush{gu, act, uint32_t(d.inter)}),
-                    uint32_t((d.inter + 255) / 256), 1});
-      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, lb.w_down, d.inter, act, x, 0, true));
+                    uint32_t((d.inter + 255) / 256), um});
+      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, lb.w_down, d.inter, act, x, 0, true, gemm, m,
+                                            d.inter, d.hidden));
     }
     // The final norm into device memory (the lm_head reads it once per
-    // row), copied to the host-visible hidden row at the end.
+    // row), copied to the host-visible hidden rows at the end.
     ds.push_back({rms, Bytes(NormPush{x, addr(layout_->final_norm), xn, uint32_t(d.hidden), eps}),
-                  1, 1});
-    if (variant == 1) {
-      const MatrixBuffers& head = layout_->lm_head.n > 0 ? layout_->lm_head : layout_->embed;
-      ARBITER_RETURN_IF_ERROR(AddMatvec(ds, w, head, d.hidden, xn, logits, 0, false));
+                  um, 1});
+    const MatrixBuffers& head = layout_->lm_head.n > 0 ? layout_->lm_head : layout_->embed;
+    if (lg == Logits::kLast) {
+      const uint64_t last = xn + uint64_t{4} * (m - 1) * d.hidden;
+      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, head, d.hidden, last, logits, 0, false, false,
+                                            1, d.hidden, d.vocab));
+    } else if (lg == Logits::kAll) {
+      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, head, d.hidden, xn, all_logits, 0, false, true,
+                                            m, d.hidden, d.vocab));
     }
-
+    const size_t variant = static_cast<size_t>(which);
     VkCommandBuffer& cb = s.cbs[variant];
     if (cb == VK_NULL_HANDLE) {
       VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
@@ -448,7 +533,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
       }
       vkCmdPushConstants(cb, dev_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                          static_cast<uint32_t>(dsp.push.size()), dsp.push.data());
-      vkCmdDispatch(cb, dsp.gx, dsp.gy, 1);
+      vkCmdDispatch(cb, dsp.gx, dsp.gy, dsp.gz);
       vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
                            nullptr);
@@ -458,7 +543,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     tb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
     vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
                          0, 1, &tb, 0, nullptr, 0, nullptr);
-    const VkBufferCopy hc{4 * scratch_.xn, hidden - s.out.address, uint64_t{4} * d.hidden};
+    const VkBufferCopy hc{4 * scratch_.xn, outl_.hidden, uint64_t{4} * m * d.hidden};
     vkCmdCopyBuffer(cb, s.scratch.buffer, s.out.buffer, 1, &hc);
     VkMemoryBarrier hb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     hb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -478,6 +563,8 @@ class VulkanDecoderCompute final : public DecoderCompute {
   const std::string domain_;
   const SlotFootprint footprint_;
   const ScratchLayout scratch_;
+  const OutLayout outl_;
+  const uint32_t decode_splits_;
   VulkanBuffer rope_;
 };
 
@@ -490,7 +577,8 @@ SlotFootprint VulkanSlotFootprint(const ComputeSpec& spec) {
   SlotFootprint f;
   f.kv_bytes_per_token = size_t{2} * d.n_layers * KvRowBytesF16(d);
   f.kv_bytes = f.kv_bytes_per_token * static_cast<size_t>(spec.n_ctx);
-  f.scratch_bytes = ScratchFor(d, spec.n_ctx).total * 4 + OutputBytes(d);
+  f.scratch_bytes =
+      ScratchFor(d, spec.batch, spec.n_ctx).total * 4 + OutFor(d, spec.batch).total;
   return f;
 }
 
