@@ -6,9 +6,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "arbiter/base/mutex.h"
 #include "arbiter/vulkan/vulkan_backend.h"
@@ -93,6 +98,7 @@ class VulkanSlot final : public ComputeSlot {
       if (cb != VK_NULL_HANDLE) vkFreeCommandBuffers(dev->device(), pool, 1, &cb);
     }
     dev->DestroyCommandPool(pool);
+    if (queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev->device(), queries, nullptr);
     dev->Destroy(kv);
     dev->Destroy(scratch);
     dev->Destroy(out);
@@ -109,6 +115,12 @@ class VulkanSlot final : public ComputeSlot {
   // `decode_for`; [1]: a prefill chunk, recorded per chunk.
   VkCommandBuffer cbs[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
   uint64_t decode_for = 0;
+  // Profiling (Note [Vulkan profiling]): timestamps of cbs[k] at
+  // [k · query_half, k · query_half + names[k].size() + 1), and the kernel
+  // name of each dispatch.
+  VkQueryPool queries = VK_NULL_HANDLE;
+  uint32_t query_half = 0;
+  std::vector<std::string> names[2];
 };
 
 class VulkanWeights final : public ComputeWeights {
@@ -117,8 +129,14 @@ class VulkanWeights final : public ComputeWeights {
   uint64_t id = 0;             // hash of the addresses: the placement
 };
 
+// A pipeline and its shader's name (the profile's key).
+struct Kernel {
+  std::string name;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+};
+
 struct Dispatch {
-  VkPipeline pipeline;
+  Kernel kernel;
   std::vector<uint8_t> push;
   uint32_t gx, gy, gz = 1;
 };
@@ -135,8 +153,9 @@ std::vector<uint8_t> Bytes(const T& v) {
 // addresses first, then 4-byte fields).
 struct MatvecPush {
   uint64_t w, x, y, bias;
-  uint32_t rows, cols, row_bytes, accumulate;
+  uint32_t rows, cols, row_bytes, accumulate, vec4;
 };
+constexpr uint32_t kMatvecRows = 4;  // rows per matvec workgroup (matvec.comp's NR)
 struct GemmPush {
   uint64_t w, x, y, bias;
   uint32_t rows, cols, row_bytes, accumulate, m, ldx, ldy;
@@ -356,6 +375,12 @@ class VulkanDecoderCompute final : public DecoderCompute {
   }
 
  private:
+  // The kernel of shader `name`.
+  Result<Kernel> K(std::string name) {
+    ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev_->Pipeline(name));
+    return Kernel{std::move(name), p};
+  }
+
   // Which logits a recorded pass computes.
   enum class Logits { kNone, kLast, kAll };
 
@@ -401,20 +426,22 @@ class VulkanDecoderCompute final : public DecoderCompute {
       const uint64_t yk = y + uint64_t{4} * row0;
       const uint64_t bk = bias == 0 ? 0 : bias + uint64_t{4} * row0;
       if (gemm) {
-        ARBITER_ASSIGN_OR_RETURN(VkPipeline p,
-                                 dev_->Pipeline("gemm_" + std::string(TypeSuffix(t))));
+        ARBITER_ASSIGN_OR_RETURN(Kernel p, K("gemm_" + std::string(TypeSuffix(t))));
         GemmPush push{.w = w.addr[b], .x = x, .y = yk, .bias = bk, .rows = rows,
                       .cols = static_cast<uint32_t>(cols), .row_bytes = row_bytes,
                       .accumulate = accumulate ? 1u : 0u, .m = static_cast<uint32_t>(m),
                       .ldx = static_cast<uint32_t>(ldx), .ldy = static_cast<uint32_t>(ldy)};
         out.push_back({p, Bytes(push), (rows + 63) / 64, static_cast<uint32_t>(m + 31) / 32});
       } else {
-        ARBITER_ASSIGN_OR_RETURN(VkPipeline p,
-                                 dev_->Pipeline("matvec_" + std::string(TypeSuffix(t))));
+        ARBITER_ASSIGN_OR_RETURN(Kernel p, K("matvec_" + std::string(TypeSuffix(t))));
+        const bool plain = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
+        const bool vec4 = plain && w.addr[b] % 16 == 0 && row_bytes % 16 == 0 && x % 16 == 0;
         MatvecPush push{.w = w.addr[b], .x = x, .y = yk, .bias = bk, .rows = rows,
                         .cols = static_cast<uint32_t>(cols), .row_bytes = row_bytes,
-                        .accumulate = accumulate ? 1u : 0u};
-        out.push_back({p, Bytes(push), std::min<uint32_t>(rows, 32768), (rows + 32767) / 32768});
+                        .accumulate = accumulate ? 1u : 0u, .vec4 = vec4 ? 1u : 0u};
+        const uint32_t groups = (rows + kMatvecRows - 1) / kMatvecRows;
+        out.push_back(
+            {p, Bytes(push), std::min<uint32_t>(groups, 32768), (groups + 32767) / 32768});
       }
       row0 += rows;
     }
@@ -444,15 +471,15 @@ class VulkanDecoderCompute final : public DecoderCompute {
     const uint32_t splits = gemm ? 1 : decode_splits_;
     auto addr = [&](int b) -> uint64_t { return b < 0 ? 0 : w.addr[static_cast<size_t>(b)]; };
     std::vector<Dispatch> ds;
-    ARBITER_ASSIGN_OR_RETURN(VkPipeline rms, dev_->Pipeline("rmsnorm"));
-    ARBITER_ASSIGN_OR_RETURN(VkPipeline rope, dev_->Pipeline("rope_kv"));
-    ARBITER_ASSIGN_OR_RETURN(VkPipeline attn, dev_->Pipeline("attention"));
-    ARBITER_ASSIGN_OR_RETURN(VkPipeline attn_reduce, dev_->Pipeline("attn_reduce"));
-    ARBITER_ASSIGN_OR_RETURN(VkPipeline silu, dev_->Pipeline("silu_mul"));
+    ARBITER_ASSIGN_OR_RETURN(Kernel rms, K("rmsnorm"));
+    ARBITER_ASSIGN_OR_RETURN(Kernel rope, K("rope_kv"));
+    ARBITER_ASSIGN_OR_RETURN(Kernel attn, K("attention"));
+    ARBITER_ASSIGN_OR_RETURN(Kernel attn_reduce, K("attn_reduce"));
+    ARBITER_ASSIGN_OR_RETURN(Kernel silu, K("silu_mul"));
     {
       const auto b = static_cast<size_t>(layout_->embed.buffer[0]);
       const GgmlType t = layout_->buffer_type(b);
-      ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev_->Pipeline("embed_" + std::string(TypeSuffix(t))));
+      ARBITER_ASSIGN_OR_RETURN(Kernel p, K("embed_" + std::string(TypeSuffix(t))));
       EmbedPush push{.w = w.addr[b], .out = x, .tokens = tokens,
                      .rows = static_cast<uint32_t>(d.vocab),
                      .cols = static_cast<uint32_t>(d.hidden),
@@ -527,9 +554,9 @@ class VulkanDecoderCompute final : public DecoderCompute {
     mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
     VkPipeline bound = VK_NULL_HANDLE;
     for (const Dispatch& dsp : ds) {
-      if (dsp.pipeline != bound) {
-        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, dsp.pipeline);
-        bound = dsp.pipeline;
+      if (dsp.kernel.pipeline != bound) {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, dsp.kernel.pipeline);
+        bound = dsp.kernel.pipeline;
       }
       vkCmdPushConstants(cb, dev_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                          static_cast<uint32_t>(dsp.push.size()), dsp.push.data());
