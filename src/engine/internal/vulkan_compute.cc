@@ -195,9 +195,24 @@ class VulkanDecoderCompute final : public DecoderCompute {
         domain_(dev_->domain()), footprint_(VulkanSlotFootprint(spec)),
         scratch_(ScratchFor(dims_, spec.batch, spec.n_ctx)), outl_(OutFor(dims_, spec.batch)),
         decode_splits_(DecodeSplits(dims_, spec.n_ctx)) {}
-  ~VulkanDecoderCompute() override { dev_->Destroy(rope_); }
+  ~VulkanDecoderCompute() override {
+    if (profile_) LogProfile();
+    dev_->Destroy(rope_);
+  }
 
   Status Init() {
+    if (const char* v = std::getenv("ARBITER_VULKAN_PROFILE");
+        v != nullptr && *v != '\0' && std::string_view(v) != "0") {
+      if (dev_->timestamp_valid_bits() == 0 || dev_->timestamp_period_ns() <= 0) {
+        spdlog::warn("ARBITER_VULKAN_PROFILE: device {} has no timestamps on its compute queue; "
+                     "not profiling",
+                     domain_);
+      } else {
+        profile_ = true;
+        const long every = std::strtol(v, nullptr, 10);
+        profile_every_ = every > 1 ? static_cast<uint64_t>(every) : 0;
+      }
+    }
     // RoPE tables in double, as the CPU's (forward.h), uploaded once.
     const int half = dims_.head_dim / 2;
     const std::vector<double> inv = RopeInverseFrequencies(layout_->config, dims_.head_dim);
@@ -296,6 +311,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
       st = Record(vw, s, 1, m, lg, all.address);
       if (st.ok()) st = dev_->SubmitAndWait(s.cbs[1]);
       if (!st.ok()) break;
+      if (profile_) Collect(s, 1, m);
       if (lg == Logits::kAll) {
         std::memcpy(out.all_logits + size_t{1} * c0 * vocab, all.host, size_t{4} * m * vocab);
         if (last && out.last_logits != nullptr) {
@@ -331,6 +347,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     std::memcpy(host, &p, 4);
     std::memcpy(host + outl_.tokens, &token, 4);
     ARBITER_RETURN_IF_ERROR(dev_->SubmitAndWait(s.cbs[0]));
+    if (profile_) Collect(s, 0, 1);
     std::memcpy(logits, host + outl_.logits, size_t{4} * dims_.vocab);
     return OkStatus();
   }
@@ -375,6 +392,82 @@ class VulkanDecoderCompute final : public DecoderCompute {
   }
 
  private:
+  // Profiling (Note [Vulkan profiling]).
+  // A query pool in `s` for two command buffers of up to `n` timestamps.
+  Status EnsureQueries(VulkanSlot& s, uint32_t n) {
+    if (s.query_half >= n) return OkStatus();
+    // The pool is remade: both recordings must be remade with it.
+    if (s.queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev_->device(), s.queries, nullptr);
+    s.queries = VK_NULL_HANDLE;
+    s.query_half = 0;
+    s.decode_for = 0;
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = 2 * (n + 64);
+    if (VkResult r = vkCreateQueryPool(dev_->device(), &qi, nullptr, &s.queries); r != VK_SUCCESS) {
+      s.queries = VK_NULL_HANDLE;
+      return ResourceExhaustedError("device " + domain_ + ": no timestamp query pool");
+    }
+    s.query_half = n + 64;
+    return OkStatus();
+  }
+
+  // Adds the timestamps of cbs[which]'s last run (m tokens) to the totals.
+  void Collect(VulkanSlot& s, int which, int m) {
+    const auto w = static_cast<size_t>(which);
+    const auto n = static_cast<uint32_t>(s.names[w].size()) + 1;
+    std::vector<uint64_t> ts(n);
+    if (vkGetQueryPoolResults(dev_->device(), s.queries, static_cast<uint32_t>(w) * s.query_half,
+                              n, n * sizeof(uint64_t), ts.data(), sizeof(uint64_t),
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS) {
+      return;
+    }
+    const uint32_t bits = dev_->timestamp_valid_bits();
+    const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    const double ns_per_tick = dev_->timestamp_period_ns();
+    bool report = false;
+    {
+      MutexLock l(&profile_mu_);
+      ProfileTotals& t = profile_totals_[w];
+      t.runs += 1;
+      t.tokens += static_cast<uint64_t>(m);
+      for (uint32_t i = 1; i < n; ++i) {
+        const double ns = static_cast<double>((ts[i] - ts[i - 1]) & mask) * ns_per_tick;
+        ProfileTotals::PerKernel& k = t.kernels[s.names[w][i - 1]];
+        k.calls += 1;
+        k.ns += ns;
+        t.ns += ns;
+      }
+      report = which == 0 && profile_every_ > 0 && t.runs % profile_every_ == 0;
+    }
+    if (report) LogProfile();
+  }
+
+  // Logs the totals at warn level (what `arbiter bench` shows).
+  void LogProfile() {
+    MutexLock l(&profile_mu_);
+    static constexpr const char* kWhat[2] = {"decode", "prefill"};
+    for (size_t w = 0; w < 2; ++w) {
+      const ProfileTotals& t = profile_totals_[w];
+      if (t.runs == 0) continue;
+      std::string msg = fmt::format(
+          "vulkan profile ({}): {} — {} submissions, {} tokens, {:.3f} ms GPU in all, {:.1f} us "
+          "per submission, {:.1f} us per token",
+          domain_, kWhat[w], t.runs, t.tokens, t.ns / 1e6, t.ns / 1e3 / static_cast<double>(t.runs),
+          t.ns / 1e3 / static_cast<double>(t.tokens));
+      std::vector<std::pair<std::string, ProfileTotals::PerKernel>> ks(t.kernels.begin(),
+                                                                      t.kernels.end());
+      std::sort(ks.begin(), ks.end(),
+                [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+      for (const auto& [name, k] : ks) {
+        msg += fmt::format("\n  {:<14} {:>5.1f}%  {:>10.1f} us per submission  {:>8} dispatches",
+                           name, t.ns > 0 ? 100.0 * k.ns / t.ns : 0.0,
+                           k.ns / 1e3 / static_cast<double>(t.runs), k.calls);
+      }
+      spdlog::warn("{}", msg);
+    }
+  }
+
   // The kernel of shader `name`.
   Result<Kernel> K(std::string name) {
     ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev_->Pipeline(name));
@@ -549,10 +642,20 @@ class VulkanDecoderCompute final : public DecoderCompute {
     }
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     vkBeginCommandBuffer(cb, &bi);
+    uint32_t q0 = 0;
+    if (profile_) {
+      ARBITER_RETURN_IF_ERROR(EnsureQueries(s, static_cast<uint32_t>(ds.size()) + 1));
+      q0 = static_cast<uint32_t>(variant) * s.query_half;
+      s.names[variant].clear();
+      for (const Dispatch& dsp : ds) s.names[variant].push_back(dsp.kernel.name);
+      vkCmdResetQueryPool(cb, s.queries, q0, static_cast<uint32_t>(ds.size()) + 1);
+      vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, s.queries, q0);
+    }
     VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
     mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
     VkPipeline bound = VK_NULL_HANDLE;
+    uint32_t q = q0;
     for (const Dispatch& dsp : ds) {
       if (dsp.kernel.pipeline != bound) {
         vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, dsp.kernel.pipeline);
@@ -564,6 +667,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
       vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
                            nullptr);
+      if (profile_) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, s.queries, ++q);
     }
     VkMemoryBarrier tb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     tb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -593,6 +697,23 @@ class VulkanDecoderCompute final : public DecoderCompute {
   const OutLayout outl_;
   const uint32_t decode_splits_;
   VulkanBuffer rope_;
+
+  // Profiling: on when ARBITER_VULKAN_PROFILE is set (not "0") and the
+  // queue has timestamps; every profile_every_ decode steps (and at the
+  // end) the totals are logged.
+  bool profile_ = false;
+  uint64_t profile_every_ = 0;
+  struct ProfileTotals {
+    struct PerKernel {
+      uint64_t calls = 0;
+      double ns = 0;
+    };
+    uint64_t runs = 0, tokens = 0;
+    double ns = 0;
+    std::map<std::string, PerKernel> kernels;
+  };
+  Mutex profile_mu_;
+  ProfileTotals profile_totals_[2] GUARDED_BY(profile_mu_);  // [0] decode, [1] prefill
 };
 
 }  // namespace

@@ -31,6 +31,18 @@
 // rows in kv_snapshot.h's host layout through staging buffers, so a KV
 // file written by a Vulkan model restores into a CPU model and back.
 //
+// Note [Vulkan profiling]
+// ARBITER_VULKAN_PROFILE=1 in the environment (any value but "0"; a number
+// N > 1 also logs every N decode steps) makes every recorded pass write a
+// timestamp before its first dispatch and after each dispatch's barrier
+// (a query pool per slot, two halves: decode, prefill). After each
+// submission the deltas (masked to the queue's timestampValidBits, scaled
+// by timestampPeriod) are added per kernel (shader) name; the totals per
+// kernel, per submission and per token are logged with spdlog at warn level
+// when the compute is destroyed (so `arbiter bench decode` prints them).
+// A device whose compute queue has no timestamps is not profiled (a
+// warning says so). Off, nothing is recorded.
+//
 // Thread safety: as DecoderCompute.
 #pragma once
 
