@@ -139,6 +139,9 @@ struct Dispatch {
   Kernel kernel;
   std::vector<uint8_t> push;
   uint32_t gx, gy, gz = 1;
+  // A barrier after it (none between the independent segments of one
+  // projection).
+  bool barrier = true;
 };
 
 template <typename T>
@@ -152,8 +155,15 @@ std::vector<uint8_t> Bytes(const T& v) {
 // Push-constant blocks, as the shaders declare them (std430-like: 8-byte
 // addresses first, then 4-byte fields).
 struct MatvecPush {
-  uint64_t w, x, y, bias;
-  uint32_t rows, cols, row_bytes, accumulate, vec4;
+  uint64_t w, x, y, bias, norm;
+  uint32_t rows, cols, row_bytes, accumulate, vec4, mode;
+  float eps;
+};
+// What a decode matvec folds into its x loads (matvec.comp's mode).
+struct MatvecFusion {
+  uint32_t mode = 0;  // 0: none; 1: RMSNorm of x with `norm`; 2: silu(gate) · up
+  uint64_t norm = 0;
+  float eps = 0;
 };
 constexpr uint32_t kMatvecRows = 4;  // rows per matvec workgroup (matvec.comp's NR)
 struct GemmPush {
@@ -460,7 +470,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
       std::sort(ks.begin(), ks.end(),
                 [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
       for (const auto& [name, k] : ks) {
-        msg += fmt::format("\n  {:<14} {:>5.1f}%  {:>10.1f} us per submission  {:>8} dispatches",
+        msg += fmt::format("\n  {:<26} {:>5.1f}%  {:>10.1f} us per submission  {:>8} dispatches",
                            name, t.ns > 0 ? 100.0 * k.ns / t.ns : 0.0,
                            k.ns / 1e3 / static_cast<double>(t.runs), k.calls);
       }
@@ -507,9 +517,10 @@ class VulkanDecoderCompute final : public DecoderCompute {
   // The matrix `mat`'s segments applied to m rows of activations x (ldx
   // floats apart) into y (ldy floats apart; += when accumulate): matvec
   // dispatches for one row (decode), GEMM dispatches for a prefill chunk.
-  Status AddProjection(std::vector<Dispatch>& out, const VulkanWeights& w,
+  Status AddProjection(std::string_view role, std::vector<Dispatch>& out, const VulkanWeights& w,
                        const MatrixBuffers& mat, int cols, uint64_t x, uint64_t y, uint64_t bias,
-                       bool accumulate, bool gemm, int m, int ldx, int ldy) {
+                       bool accumulate, bool gemm, int m, int ldx, int ldy,
+                       const MatvecFusion& fuse = {}) {
     uint32_t row0 = 0;
     for (int k = 0; k < mat.n; ++k) {
       const auto b = static_cast<size_t>(mat.buffer[static_cast<size_t>(k)]);
@@ -520,25 +531,61 @@ class VulkanDecoderCompute final : public DecoderCompute {
       const uint64_t bk = bias == 0 ? 0 : bias + uint64_t{4} * row0;
       if (gemm) {
         ARBITER_ASSIGN_OR_RETURN(Kernel p, K("gemm_" + std::string(TypeSuffix(t))));
-        GemmPush push{.w = w.addr[b], .x = x, .y = yk, .bias = bk, .rows = rows,
-                      .cols = static_cast<uint32_t>(cols), .row_bytes = row_bytes,
-                      .accumulate = accumulate ? 1u : 0u, .m = static_cast<uint32_t>(m),
-                      .ldx = static_cast<uint32_t>(ldx), .ldy = static_cast<uint32_t>(ldy)};
+        GemmPush push{.w = w.addr[b],
+                      .x = x,
+                      .y = yk,
+                      .bias = bk,
+                      .rows = rows,
+                      .cols = static_cast<uint32_t>(cols),
+                      .row_bytes = row_bytes,
+                      .accumulate = accumulate ? 1u : 0u,
+                      .m = static_cast<uint32_t>(m),
+                      .ldx = static_cast<uint32_t>(ldx),
+                      .ldy = static_cast<uint32_t>(ldy)};
         out.push_back({p, Bytes(push), (rows + 63) / 64, static_cast<uint32_t>(m + 31) / 32});
       } else {
         ARBITER_ASSIGN_OR_RETURN(Kernel p, K("matvec_" + std::string(TypeSuffix(t))));
         const bool plain = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
         const bool vec4 = plain && w.addr[b] % 16 == 0 && row_bytes % 16 == 0 && x % 16 == 0;
-        MatvecPush push{.w = w.addr[b], .x = x, .y = yk, .bias = bk, .rows = rows,
-                        .cols = static_cast<uint32_t>(cols), .row_bytes = row_bytes,
-                        .accumulate = accumulate ? 1u : 0u, .vec4 = vec4 ? 1u : 0u};
+        if (fuse.mode != 0 && !vec4) return InternalError("a fused matvec needs 16-byte rows");
+        MatvecPush push{.w = w.addr[b],
+                        .x = x,
+                        .y = yk,
+                        .bias = bk,
+                        .norm = fuse.norm,
+                        .rows = rows,
+                        .cols = static_cast<uint32_t>(cols),
+                        .row_bytes = row_bytes,
+                        .accumulate = accumulate ? 1u : 0u,
+                        .vec4 = vec4 ? 1u : 0u,
+                        .mode = fuse.mode,
+                        .eps = fuse.eps};
         const uint32_t groups = (rows + kMatvecRows - 1) / kMatvecRows;
         out.push_back(
             {p, Bytes(push), std::min<uint32_t>(groups, 32768), (groups + 32767) / 32768});
       }
+      out.back().barrier = k + 1 == mat.n;
+      // The profile's key: the shader and what it computes here.
+      out.back().kernel.name += fmt::format(" {}{}", role,
+                                            fuse.mode == 1   ? "+norm"
+                                            : fuse.mode == 2 ? "+silu"
+                                                             : "");
       row0 += rows;
     }
     return OkStatus();
+  }
+
+  // Whether every segment of `mat` takes matvec.comp's 16-byte path (and so
+  // its fusions) with x at `x`.
+  bool Vec4Rows(const VulkanWeights& w, const MatrixBuffers& mat, int cols, uint64_t x) const {
+    if (x % 16 != 0) return false;
+    for (int k = 0; k < mat.n; ++k) {
+      const auto b = static_cast<size_t>(mat.buffer[static_cast<size_t>(k)]);
+      const GgmlType t = layout_->buffer_type(b);
+      if (t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16) return false;
+      if (w.addr[b] % 16 != 0 || GgmlRowBytes(t, cols).value_or(1) % 16 != 0) return false;
+    }
+    return true;
   }
 
   // Records s.cbs[which]: m tokens (ids at the step's token area, the first
@@ -573,7 +620,9 @@ class VulkanDecoderCompute final : public DecoderCompute {
       const auto b = static_cast<size_t>(layout_->embed.buffer[0]);
       const GgmlType t = layout_->buffer_type(b);
       ARBITER_ASSIGN_OR_RETURN(Kernel p, K("embed_" + std::string(TypeSuffix(t))));
-      EmbedPush push{.w = w.addr[b], .out = x, .tokens = tokens,
+      EmbedPush push{.w = w.addr[b],
+                     .out = x,
+                     .tokens = tokens,
                      .rows = static_cast<uint32_t>(d.vocab),
                      .cols = static_cast<uint32_t>(d.hidden),
                      .row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, d.hidden).value_or(0))};
@@ -584,9 +633,18 @@ class VulkanDecoderCompute final : public DecoderCompute {
       const LayerBuffers& lb = layout_->layers[static_cast<size_t>(l)];
       const uint64_t kc = s.kv.address + uint64_t{2} * l * spec_.n_ctx * row;
       const uint64_t vc = kc + uint64_t{1} * spec_.n_ctx * row;
-      ds.push_back({rms, Bytes(NormPush{x, addr(lb.attn_norm), xn, uint32_t(d.hidden), eps}), um, 1});
-      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, lb.wqkv, d.hidden, xn, qkv, addr(lb.bqkv),
-                                            false, gemm, m, d.hidden, d.qkv_dim));
+      // Decode folds each RMSNorm into the projection after it, and
+      // silu·up into the down projection, where the rows allow.
+      if (!gemm && Vec4Rows(w, lb.wqkv, d.hidden, x)) {
+        ARBITER_RETURN_IF_ERROR(AddProjection("qkv", ds, w, lb.wqkv, d.hidden, x, qkv,
+                                              addr(lb.bqkv), false, false, 1, d.hidden, d.qkv_dim,
+                                              {1, addr(lb.attn_norm), eps}));
+      } else {
+        ds.push_back(
+            {rms, Bytes(NormPush{x, addr(lb.attn_norm), xn, uint32_t(d.hidden), eps}), um, 1});
+        ARBITER_RETURN_IF_ERROR(AddProjection("qkv", ds, w, lb.wqkv, d.hidden, xn, qkv,
+                                              addr(lb.bqkv), false, gemm, m, d.hidden, d.qkv_dim));
+      }
       ds.push_back({rope,
                     Bytes(RopePush{qkv, addr(lb.q_norm), addr(lb.k_norm), rope_.address, kc, vc,
                                    step, uint32_t(d.n_heads), uint32_t(d.n_kv_heads),
@@ -598,33 +656,45 @@ class VulkanDecoderCompute final : public DecoderCompute {
                                    1.0f / std::sqrt(static_cast<float>(d.head_dim))}),
                     splits, uint32_t(d.n_heads), um});
       if (splits > 1) {
-        ds.push_back({attn_reduce,
-                      Bytes(AttnReducePush{part, att, uint32_t(d.n_heads), uint32_t(d.head_dim),
-                                           splits}),
-                      uint32_t(d.n_heads), um});
+        ds.push_back(
+            {attn_reduce,
+             Bytes(AttnReducePush{part, att, uint32_t(d.n_heads), uint32_t(d.head_dim), splits}),
+             uint32_t(d.n_heads), um});
       }
       ARBITER_RETURN_IF_ERROR(
-          AddProjection(ds, w, lb.wo, d.q_dim, att, x, 0, true, gemm, m, d.q_dim, d.hidden));
-      ds.push_back({rms, Bytes(NormPush{x, addr(lb.ffn_norm), xn, uint32_t(d.hidden), eps}), um, 1});
-      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, lb.w_gate_up, d.hidden, xn, gu, 0, false, gemm,
-                                            m, d.hidden, 2 * d.inter));
-      ds.push_back({silu, Bytes(SiluPush{gu, act, uint32_t(d.inter)}),
-                    uint32_t((d.inter + 255) / 256), um});
-      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, lb.w_down, d.inter, act, x, 0, true, gemm, m,
-                                            d.inter, d.hidden));
+          AddProjection("wo", ds, w, lb.wo, d.q_dim, att, x, 0, true, gemm, m, d.q_dim, d.hidden));
+      if (!gemm && Vec4Rows(w, lb.w_gate_up, d.hidden, x)) {
+        ARBITER_RETURN_IF_ERROR(AddProjection("gate_up", ds, w, lb.w_gate_up, d.hidden, x, gu, 0,
+                                              false, false, 1, d.hidden, 2 * d.inter,
+                                              {1, addr(lb.ffn_norm), eps}));
+      } else {
+        ds.push_back(
+            {rms, Bytes(NormPush{x, addr(lb.ffn_norm), xn, uint32_t(d.hidden), eps}), um, 1});
+        ARBITER_RETURN_IF_ERROR(AddProjection("gate_up", ds, w, lb.w_gate_up, d.hidden, xn, gu, 0,
+                                              false, gemm, m, d.hidden, 2 * d.inter));
+      }
+      if (!gemm && d.inter % 4 == 0 && Vec4Rows(w, lb.w_down, d.inter, gu)) {
+        ARBITER_RETURN_IF_ERROR(AddProjection("down", ds, w, lb.w_down, d.inter, gu, x, 0, true,
+                                              false, 1, d.inter, d.hidden, {2, 0, 0}));
+      } else {
+        ds.push_back({silu, Bytes(SiluPush{gu, act, uint32_t(d.inter)}),
+                      uint32_t((d.inter + 255) / 256), um});
+        ARBITER_RETURN_IF_ERROR(AddProjection("down", ds, w, lb.w_down, d.inter, act, x, 0, true,
+                                              gemm, m, d.inter, d.hidden));
+      }
     }
     // The final norm into device memory (the lm_head reads it once per
     // row), copied to the host-visible hidden rows at the end.
-    ds.push_back({rms, Bytes(NormPush{x, addr(layout_->final_norm), xn, uint32_t(d.hidden), eps}),
-                  um, 1});
+    ds.push_back(
+        {rms, Bytes(NormPush{x, addr(layout_->final_norm), xn, uint32_t(d.hidden), eps}), um, 1});
     const MatrixBuffers& head = layout_->lm_head.n > 0 ? layout_->lm_head : layout_->embed;
     if (lg == Logits::kLast) {
       const uint64_t last = xn + uint64_t{4} * (m - 1) * d.hidden;
-      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, head, d.hidden, last, logits, 0, false, false,
-                                            1, d.hidden, d.vocab));
+      ARBITER_RETURN_IF_ERROR(AddProjection("lm_head", ds, w, head, d.hidden, last, logits, 0,
+                                            false, false, 1, d.hidden, d.vocab));
     } else if (lg == Logits::kAll) {
-      ARBITER_RETURN_IF_ERROR(AddProjection(ds, w, head, d.hidden, xn, all_logits, 0, false, true,
-                                            m, d.hidden, d.vocab));
+      ARBITER_RETURN_IF_ERROR(AddProjection("lm_head", ds, w, head, d.hidden, xn, all_logits, 0,
+                                            false, true, m, d.hidden, d.vocab));
     }
     const size_t variant = static_cast<size_t>(which);
     VkCommandBuffer& cb = s.cbs[variant];
@@ -664,9 +734,11 @@ class VulkanDecoderCompute final : public DecoderCompute {
       vkCmdPushConstants(cb, dev_->pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                          static_cast<uint32_t>(dsp.push.size()), dsp.push.data());
       vkCmdDispatch(cb, dsp.gx, dsp.gy, dsp.gz);
-      vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
-                           nullptr);
+      if (dsp.barrier) {
+        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
+                             nullptr);
+      }
       if (profile_) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, s.queries, ++q);
     }
     VkMemoryBarrier tb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};

@@ -27,7 +27,9 @@ void main() {
   Floats o = Floats(p.out_ + (uint64_t(row) * p.n_heads * hd + h * hd) * 4u);
   for (uint d = gl_LocalInvocationID.x; d < hd; d += 64u) {
     float a = 0.0;
-    for (uint s = 0; s < p.n_split; ++s) a += exp(part.v[s * stride] - mx) * part.v[s * stride + 2u + d];
+    for (uint s = 0; s < p.n_split; ++s) {
+      a += exp(part.v[s * stride] - mx) * part.v[s * stride + 2u + d];
+    }
     o.v[d] = a * inv;
   }
 }

@@ -2,8 +2,8 @@
 // rope_kv.comp — q/k/v of m tokens after the qkv projection: per token i
 // (workgroup y, position step.pos + i) and head (workgroup x = h), q heads
 // [0, n_heads) and k heads [n_heads, n_heads + n_kv_heads) get the
-// optional per-head RMSNorm (Qwen3's q_norm / k_norm) and RoPE in HF's rotate_half layout (dimension i pairs with i + half,
-// cos/sin from the host's double-precision tables); k heads and v heads
+// optional per-head RMSNorm (Qwen3's q_norm / k_norm) and RoPE in HF's
+// rotate_half layout (dimension i pairs with i + half, cos/sin from the host's double-precision tables); k heads and v heads
 // [n_heads + n_kv_heads, n_heads + 2 n_kv_heads) are then written as f16 to
 // that position's row of the layer's K and V caches. q is rotated in place.
 #include "common.glsl"
