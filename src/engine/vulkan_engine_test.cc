@@ -5,10 +5,14 @@
 // layout (Note [The Vulkan forward pass] in engine/internal/vulkan_compute.h).
 // The Khronos validation layer is on; any message fails the test.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -204,6 +208,44 @@ TEST_P(VulkanEngineTest, KvMovesBetweenTheDevicesThroughTheHostLayout) {
   GenerationResult on_gpu = *gpu->Generate(more, nullptr, {});
   EXPECT_EQ(on_gpu.cached_tokens, 24);
   EXPECT_EQ(on_gpu.output_ids, on_cpu.output_ids);
+}
+
+// ARBITER_VULKAN_PROFILE=1: the validation layer stays silent with the
+// timestamp queries (the fixture checks), results are unchanged, and the
+// GPU time per kernel is logged when the engine goes away.
+TEST_P(VulkanEngineTest, ProfileLogsGpuTimePerKernel) {
+  if (GetParam().Name() != "tiny_qwen3_gguf_f16") GTEST_SKIP() << "one model is enough";
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  ASSERT_TRUE(cpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 20);
+  std::vector<float> want = *cpu->ComputeLogits(ids);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  ::setenv("ARBITER_VULKAN_PROFILE", "1", 1);
+  {
+    std::unique_ptr<Engine> gpu = Load("vulkan");
+    ::unsetenv("ARBITER_VULKAN_PROFILE");
+    ASSERT_TRUE(gpu);
+    std::vector<float> got = *gpu->ComputeLogits(ids);
+    const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound);
+    }
+    GenerationRequest req;
+    req.prompt_ids = ids;
+    req.max_tokens = 4;
+    req.ignore_eos = true;
+    ASSERT_TRUE(gpu->Generate(req, nullptr, {}).ok());
+  }
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  const std::string text = log.str();
+  EXPECT_NE(text.find("vulkan profile (vulkan:0): decode"), std::string::npos) << text;
+  EXPECT_NE(text.find("vulkan profile (vulkan:0): prefill"), std::string::npos) << text;
+  EXPECT_NE(text.find("gemm_f16 qkv"), std::string::npos) << text;
+  EXPECT_NE(text.find("matvec_f16 lm_head"), std::string::npos) << text;
+  EXPECT_NE(text.find("attention"), std::string::npos) << text;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -48,9 +48,9 @@ uint32_t DecodeSplits(const ModelDims& d, int n_ctx) {
 
 // Activation scratch of one slot, in floats, and where each part starts:
 // rows for a prefill chunk of `batch` tokens (decode uses row 0) and the
-// decode attention's split partials.
+// decode attention's split partials and per-head counts.
 struct ScratchLayout {
-  size_t x = 0, xn = 0, qkv = 0, att = 0, gu = 0, act = 0, part = 0, total = 0;
+  size_t x = 0, xn = 0, qkv = 0, att = 0, gu = 0, act = 0, part = 0, count = 0, total = 0;
 };
 ScratchLayout ScratchFor(const ModelDims& d, int batch, int n_ctx) {
   ScratchLayout s;
@@ -69,6 +69,7 @@ ScratchLayout ScratchFor(const ModelDims& d, int batch, int n_ctx) {
   s.gu = take(b * 2 * d.inter);
   s.act = take(b * d.inter);
   s.part = take(size_t{1} * d.n_heads * DecodeSplits(d, n_ctx) * (d.head_dim + 2));
+  s.count = take(static_cast<size_t>(d.n_heads));  // uints, zero between passes
   s.total = at;
   return s;
 }
@@ -168,7 +169,7 @@ struct MatvecFusion {
 constexpr uint32_t kMatvecRows = 4;  // rows per matvec workgroup (matvec.comp's NR)
 struct GemmPush {
   uint64_t w, x, y, bias;
-  uint32_t rows, cols, row_bytes, accumulate, m, ldx, ldy;
+  uint32_t rows, cols, row_bytes, accumulate, m, ldx, ldy, wvec, xvec;
 };
 struct EmbedPush {
   uint64_t w, out, tokens;
@@ -185,13 +186,9 @@ struct RopePush {
   float eps;
 };
 struct AttnPush {
-  uint64_t q, kcache, vcache, part, out, step;
+  uint64_t q, kcache, vcache, part, count, out, step;
   uint32_t n_heads, n_kv_heads, head_dim, n_split;
   float scale;
-};
-struct AttnReducePush {
-  uint64_t part, out;
-  uint32_t n_heads, head_dim, n_split;
 };
 struct SiluPush {
   uint64_t gu, out;
@@ -237,7 +234,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     }
     ARBITER_ASSIGN_OR_RETURN(rope_, dev_->CreateBuffer(t.size() * 4, BufferMemory::kDevice));
     ARBITER_RETURN_IF_ERROR(dev_->Upload(rope_, 0, t.data(), t.size() * 4));
-    for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "attn_reduce", "silu_mul"}) {
+    for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "silu_mul"}) {
       ARBITER_RETURN_IF_ERROR(dev_->Pipeline(k).status());
     }
     for (size_t i = 0; i < layout_->buffers.size(); ++i) {
@@ -267,6 +264,12 @@ class VulkanDecoderCompute final : public DecoderCompute {
     ARBITER_ASSIGN_OR_RETURN(slot->out,
                              dev_->CreateBuffer(outl_.total, BufferMemory::kReadback));
     ARBITER_ASSIGN_OR_RETURN(slot->pool, dev_->CreateCommandPool());
+    // The decode attention's counts start at zero (its last workgroup per
+    // head puts them back).
+    const VkBuffer scratch = slot->scratch.buffer;
+    ARBITER_RETURN_IF_ERROR(dev_->RunOnce([&](VkCommandBuffer cb) {
+      vkCmdFillBuffer(cb, scratch, 4 * scratch_.count, 4 * static_cast<uint64_t>(dims_.n_heads), 0);
+    }));
     return std::unique_ptr<ComputeSlot>(std::move(slot));
   }
 
@@ -529,6 +532,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
       const auto row_bytes = static_cast<uint32_t>(GgmlRowBytes(t, cols).value_or(0));
       const uint64_t yk = y + uint64_t{4} * row0;
       const uint64_t bk = bias == 0 ? 0 : bias + uint64_t{4} * row0;
+      const bool plain = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
       if (gemm) {
         ARBITER_ASSIGN_OR_RETURN(Kernel p, K("gemm_" + std::string(TypeSuffix(t))));
         GemmPush push{.w = w.addr[b],
@@ -541,11 +545,12 @@ class VulkanDecoderCompute final : public DecoderCompute {
                       .accumulate = accumulate ? 1u : 0u,
                       .m = static_cast<uint32_t>(m),
                       .ldx = static_cast<uint32_t>(ldx),
-                      .ldy = static_cast<uint32_t>(ldy)};
+                      .ldy = static_cast<uint32_t>(ldy),
+                      .wvec = plain && w.addr[b] % 16 == 0 && row_bytes % 16 == 0 ? 1u : 0u,
+                      .xvec = x % 16 == 0 && ldx % 4 == 0 ? 1u : 0u};
         out.push_back({p, Bytes(push), (rows + 63) / 64, static_cast<uint32_t>(m + 31) / 32});
       } else {
         ARBITER_ASSIGN_OR_RETURN(Kernel p, K("matvec_" + std::string(TypeSuffix(t))));
-        const bool plain = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
         const bool vec4 = plain && w.addr[b] % 16 == 0 && row_bytes % 16 == 0 && x % 16 == 0;
         if (fuse.mode != 0 && !vec4) return InternalError("a fused matvec needs 16-byte rows");
         MatvecPush push{.w = w.addr[b],
@@ -602,7 +607,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     const uint64_t x = base + 4 * scratch_.x, xn = base + 4 * scratch_.xn,
                    qkv = base + 4 * scratch_.qkv, att = base + 4 * scratch_.att,
                    gu = base + 4 * scratch_.gu, act = base + 4 * scratch_.act,
-                   part = base + 4 * scratch_.part;
+                   part = base + 4 * scratch_.part, count = base + 4 * scratch_.count;
     const uint64_t step = s.out.address;
     const uint64_t tokens = s.out.address + outl_.tokens;
     const uint64_t logits = s.out.address + outl_.logits;
@@ -614,7 +619,6 @@ class VulkanDecoderCompute final : public DecoderCompute {
     ARBITER_ASSIGN_OR_RETURN(Kernel rms, K("rmsnorm"));
     ARBITER_ASSIGN_OR_RETURN(Kernel rope, K("rope_kv"));
     ARBITER_ASSIGN_OR_RETURN(Kernel attn, K("attention"));
-    ARBITER_ASSIGN_OR_RETURN(Kernel attn_reduce, K("attn_reduce"));
     ARBITER_ASSIGN_OR_RETURN(Kernel silu, K("silu_mul"));
     {
       const auto b = static_cast<size_t>(layout_->embed.buffer[0]);
@@ -651,16 +655,10 @@ class VulkanDecoderCompute final : public DecoderCompute {
                                    uint32_t(d.head_dim), uint32_t(spec_.n_ctx), eps}),
                     uint32_t(d.n_heads + 2 * d.n_kv_heads), um});
       ds.push_back({attn,
-                    Bytes(AttnPush{qkv, kc, vc, part, att, step, uint32_t(d.n_heads),
+                    Bytes(AttnPush{qkv, kc, vc, part, count, att, step, uint32_t(d.n_heads),
                                    uint32_t(d.n_kv_heads), uint32_t(d.head_dim), splits,
                                    1.0f / std::sqrt(static_cast<float>(d.head_dim))}),
                     splits, uint32_t(d.n_heads), um});
-      if (splits > 1) {
-        ds.push_back(
-            {attn_reduce,
-             Bytes(AttnReducePush{part, att, uint32_t(d.n_heads), uint32_t(d.head_dim), splits}),
-             uint32_t(d.n_heads), um});
-      }
       ARBITER_RETURN_IF_ERROR(
           AddProjection("wo", ds, w, lb.wo, d.q_dim, att, x, 0, true, gemm, m, d.q_dim, d.hidden));
       if (!gemm && Vec4Rows(w, lb.w_gate_up, d.hidden, x)) {

@@ -16,9 +16,11 @@
 // once per slot and weights placement and replayed for every step: what
 // changes per token (token id, position) is read from the step area by the
 // kernels, so a decode step is one submission and one wait. Its projections
-// are matvecs (matvec.comp) and its attention splits the context over
-// several workgroups per head (attention.comp + attn_reduce.comp) so that
-// few heads still fill the device.
+// are matvecs (matvec.comp) with each RMSNorm folded into the projection
+// after it and silu·up into the down projection's loads; its attention
+// splits the context over several workgroups per head, the last of them
+// combining the splits (attention.comp), so that few heads still fill the
+// device.
 // Prefill: a chunk of up to spec.batch tokens is one submission, recorded
 // for the chunk (a few hundred dispatches: cheap next to the chunk's work):
 // the same kernels over m rows, the projections as GEMMs (gemm.comp), RoPE

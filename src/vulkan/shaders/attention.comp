@@ -6,9 +6,20 @@
 // h / (n_heads / n_kv_heads)), restricted to split s of n_split equal parts
 // of those positions. With n_split = 1 it writes out[i, h] directly;
 // otherwise its partial (running max, sum of exponentials, unnormalized
-// output) goes to `part` and attn_reduce.comp combines the splits — decode
-// splits the context so that a few heads still fill the device.
+// output) goes to `part`, and the last of the n_split workgroups of (h, i)
+// to finish (an atomic count per (i, h) in `count`, which it resets to 0)
+// combines them: out = Σ_s e^(m_s − M) o_s / Σ_s e^(m_s − M) l_s, M =
+// max_s m_s (an empty split has l_s = 0) — decode splits the context so
+// that a few heads still fill the device, without a reduce dispatch.
 #include "common.glsl"
+
+// The partials and counts as the workgroups of one (i, h) share them.
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Shared {
+  float v[];
+};
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Counts {
+  uint v[];
+};
 
 layout(local_size_x = 128) in;
 layout(push_constant) uniform P {
@@ -16,6 +27,7 @@ layout(push_constant) uniform P {
   uint64_t kcache;   // this layer's K rows, f16 [n_ctx, kv_dim]
   uint64_t vcache;
   uint64_t part;     // [m, n_heads, n_split, head_dim + 2] f32 (n_split > 1)
+  uint64_t count;    // [m, n_heads] uint, zero between passes (n_split > 1)
   uint64_t out_;     // [m, q_dim] f32
   uint64_t step;     // Step: pos of row 0
   uint n_heads;
@@ -28,6 +40,7 @@ layout(push_constant) uniform P {
 shared float red[128];
 shared float qs[512];
 shared float ps[128];
+shared bool last;
 
 void main() {
   const uint s = gl_WorkGroupID.x;
@@ -93,7 +106,9 @@ void main() {
     }
     return;
   }
-  Floats part = Floats(p.part + ((uint64_t(row) * p.n_heads + h) * p.n_split + s) * (hd + 2u) * 4u);
+  const uint stride = hd + 2u;
+  const uint64_t head_part = p.part + (uint64_t(row) * p.n_heads + h) * p.n_split * stride * 4u;
+  Shared part = Shared(head_part + uint64_t(s) * stride * 4u);
   if (tid == 0u) {
     part.v[0] = m;
     part.v[1] = l;
@@ -101,5 +116,30 @@ void main() {
   for (uint k = 0; k < 4u; ++k) {
     const uint d = tid + 128u * k;
     if (d < hd) part.v[2u + d] = acc[k];
+  }
+  // Publish the partial, then count it; the last to count combines.
+  memoryBarrierBuffer();
+  barrier();
+  if (tid == 0u) {
+    Counts count = Counts(p.count);
+    last = atomicAdd(count.v[row * p.n_heads + h], 1u) == p.n_split - 1u;
+    if (last) count.v[row * p.n_heads + h] = 0u;
+  }
+  barrier();
+  if (!last) return;
+  memoryBarrierBuffer();
+  Shared all = Shared(head_part);
+  float mx = -1.0e30;
+  for (uint j = 0; j < p.n_split; ++j) mx = max(mx, all.v[j * stride]);
+  float total = 0.0;
+  for (uint j = 0; j < p.n_split; ++j) total += exp(all.v[j * stride] - mx) * all.v[j * stride + 1u];
+  const float inv = 1.0 / total;
+  Floats o = Floats(p.out_ + (uint64_t(row) * q_dim + h * hd) * 4u);
+  for (uint d = tid; d < hd; d += 128u) {
+    float a = 0.0;
+    for (uint j = 0; j < p.n_split; ++j) {
+      a += exp(all.v[j * stride] - mx) * all.v[j * stride + 2u + d];
+    }
+    o.v[d] = a * inv;
   }
 }
