@@ -303,16 +303,19 @@ class VulkanDecoderCompute final : public DecoderCompute {
     auto& s = static_cast<VulkanSlot&>(slot);
     const auto& vw = static_cast<const VulkanWeights&>(w);
     const size_t vocab = static_cast<size_t>(dims_.vocab);
-    // All logits go to a readback buffer of one chunk's rows for this call.
+    // All logits go to a readback buffer of one chunk's rows made for this
+    // call; chunks shrink so that it stays within kAllLogitsBytes.
+    int chunk = spec_.batch;
     VulkanBuffer all;
     if (out.all_logits != nullptr && layout_->has_lm_head) {
-      ARBITER_ASSIGN_OR_RETURN(
-          all, dev_->CreateBuffer(size_t{4} * vocab * std::min(n, spec_.batch),
-                                  BufferMemory::kReadback));
+      chunk = static_cast<int>(std::clamp<size_t>(kAllLogitsBytes / (4 * vocab), 1,
+                                                  static_cast<size_t>(spec_.batch)));
+      ARBITER_ASSIGN_OR_RETURN(all, dev_->CreateBuffer(size_t{4} * vocab * std::min(n, chunk),
+                                                       BufferMemory::kReadback));
     }
     Status st = OkStatus();
-    for (int c0 = 0; c0 < n && st.ok(); c0 += spec_.batch) {
-      const int m = std::min(spec_.batch, n - c0);
+    for (int c0 = 0; c0 < n && st.ok(); c0 += chunk) {
+      const int m = std::min(chunk, n - c0);
       const bool last = c0 + m == n;
       Logits lg = Logits::kNone;
       if (all.buffer != VK_NULL_HANDLE) lg = Logits::kAll;
@@ -486,6 +489,9 @@ class VulkanDecoderCompute final : public DecoderCompute {
     ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev_->Pipeline(name));
     return Kernel{std::move(name), p};
   }
+
+  // The most bytes of the all-logits readback buffer of one Prefill call.
+  static constexpr size_t kAllLogitsBytes = size_t{64} << 20;
 
   // Which logits a recorded pass computes.
   enum class Logits { kNone, kLast, kAll };

@@ -28,7 +28,8 @@
 // rows (row i sees positions [0, pos + i], online softmax, no score
 // matrix). Logits: only the last row's (matvec) unless every row's are
 // asked for, then a GEMM into a readback buffer of one chunk's rows made
-// for that call. hidden_sum adds every row's final-normed state on the host.
+// for that call (chunks then shrink to keep it within 64 MiB). hidden_sum
+// adds every row's final-normed state on the host.
 // KV is f16 on the device (kv_type f16 only); ReadKv/WriteKv/VisitKv move
 // rows in kv_snapshot.h's host layout through staging buffers, so a KV
 // file written by a Vulkan model restores into a CPU model and back.
@@ -39,11 +40,14 @@
 // timestamp before its first dispatch and after each dispatch's barrier
 // (a query pool per slot, two halves: decode, prefill). After each
 // submission the deltas (masked to the queue's timestampValidBits, scaled
-// by timestampPeriod) are added per kernel (shader) name; the totals per
+// by timestampPeriod) are added per kernel name (the shader, and for
+// projections what it computes: "matvec_f16 qkv+norm"); the totals per
 // kernel, per submission and per token are logged with spdlog at warn level
 // when the compute is destroyed (so `arbiter bench decode` prints them).
-// A device whose compute queue has no timestamps is not profiled (a
-// warning says so). Off, nothing is recorded.
+// The segments of one projection (q, k, v) run without barriers between
+// them, so their time falls to whichever ends later; everything else is
+// separated by barriers. A device whose compute queue has no timestamps is
+// not profiled (a warning says so). Off, nothing is recorded.
 //
 // Thread safety: as DecoderCompute.
 #pragma once

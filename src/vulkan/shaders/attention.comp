@@ -20,6 +20,7 @@ layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Sha
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer Counts {
   uint v[];
 };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer K4 { uvec4 v[]; };
 
 layout(local_size_x = 128) in;
 layout(push_constant) uniform P {
@@ -61,6 +62,9 @@ void main() {
   barrier();
   Uints kc = Uints(p.kcache);
   const uint head_word = (kvh * hd) / 2u;
+  // K rows and heads start on 16 bytes when head_dim is a multiple of 8
+  // (the cache itself is 256-byte aligned per layer: n_ctx rows of kv_dim).
+  const bool vec_k = (hd & 7u) == 0u && (p.kcache & 15ul) == 0ul;
   float m = -1.0e30;
   float l = 0.0;
   float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
@@ -70,9 +74,20 @@ void main() {
     if (t < t1) {
       const uint w0 = (t * kv_dim) / 2u + head_word;
       sc = 0.0;
-      for (uint d = 0; d < hd; d += 2u) {
-        const vec2 k = unpackHalf2x16(kc.v[w0 + d / 2u]);
-        sc += qs[d] * k.x + qs[d + 1u] * k.y;
+      if (vec_k) {  // 16-byte loads: 8 halves each
+        K4 k4 = K4(p.kcache);
+        for (uint d = 0; d < hd; d += 8u) {
+          const uvec4 q = k4.v[(w0 + d / 2u) / 4u];
+          const vec2 a = unpackHalf2x16(q.x), b = unpackHalf2x16(q.y);
+          const vec2 c = unpackHalf2x16(q.z), e = unpackHalf2x16(q.w);
+          sc += qs[d] * a.x + qs[d + 1u] * a.y + qs[d + 2u] * b.x + qs[d + 3u] * b.y +
+                qs[d + 4u] * c.x + qs[d + 5u] * c.y + qs[d + 6u] * e.x + qs[d + 7u] * e.y;
+        }
+      } else {
+        for (uint d = 0; d < hd; d += 2u) {
+          const vec2 k = unpackHalf2x16(kc.v[w0 + d / 2u]);
+          sc += qs[d] * k.x + qs[d + 1u] * k.y;
+        }
       }
     }
     float mt;
