@@ -5,10 +5,14 @@
 // layout (Note [The Vulkan forward pass] in engine/internal/vulkan_compute.h).
 // The Khronos validation layer is on; any message fails the test.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -97,11 +101,11 @@ class VulkanEngineTest : public vulkan::VulkanTest, public ::testing::WithParamI
   // weights (quant.h ActivationType, errors of ~1e-2 of the logit range),
   // the Vulkan kernels keep them f32, so the f32 CPU is the reference that
   // isolates how the kernels read the blocks.
-  std::unique_ptr<Engine> Load(const std::string& device, int n_slots = 1) {
+  std::unique_ptr<Engine> Load(const std::string& device, int n_slots = 1, int batch = 16) {
     EngineOptions o;
     o.n_ctx = 160;
     o.n_slots = n_slots;
-    o.prefill_batch = 16;
+    o.prefill_batch = batch;
     o.n_threads = 2;
     o.device = device;
     ModelFilesOptions fo;
@@ -147,6 +151,39 @@ TEST_P(VulkanEngineTest, LogitsOfEveryPositionMatchTheCpu) {
   for (size_t t = 0; t < ids.size(); ++t) {
     EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound)
         << "position " << t;
+  }
+}
+
+// A prompt longer than the batch runs as several chunks (the last one
+// partial), and a batch of 1 runs every token as its own chunk: both give
+// the CPU's logits at every position.
+TEST_P(VulkanEngineTest, PrefillChunksOfAnyBatchMatchTheCpu) {
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  ASSERT_TRUE(cpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 40);
+  std::vector<float> want = *cpu->ComputeLogits(ids);
+  const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+  for (int batch : {7, 1}) {
+    std::unique_ptr<Engine> gpu = Load("vulkan", 1, batch);
+    ASSERT_TRUE(gpu);
+    std::vector<float> got = *gpu->ComputeLogits(ids);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound)
+          << "batch " << batch << ", position " << t;
+    }
+    // The last chunk's logits alone (no all-logits output): the greedy
+    // first token is the CPU's argmax up to a near-tie.
+    GenerationRequest req;
+    req.prompt_ids = ids;
+    req.sampling.temperature = 0;
+    req.max_tokens = 1;
+    GenerationResult b = *gpu->Generate(req, nullptr, {});
+    ASSERT_EQ(b.output_ids.size(), 1u);
+    const float* last = want.data() + (ids.size() - 1) * vocab;
+    const float hi = *std::max_element(last, last + vocab);
+    const float lo = *std::min_element(last, last + vocab);
+    EXPECT_LE(hi - last[b.output_ids[0]], kLogitBound * (hi - lo)) << "batch " << batch;
   }
 }
 
@@ -220,6 +257,44 @@ TEST_P(VulkanEngineTest, KvMovesBetweenTheDevicesThroughTheHostLayout) {
   GenerationResult on_gpu = *gpu->Generate(more, nullptr, {});
   EXPECT_EQ(on_gpu.cached_tokens, 24);
   EXPECT_EQ(on_gpu.output_ids, on_cpu.output_ids);
+}
+
+// ARBITER_VULKAN_PROFILE=1: the validation layer stays silent with the
+// timestamp queries (the fixture checks), results are unchanged, and the
+// GPU time per kernel is logged when the engine goes away.
+TEST_P(VulkanEngineTest, ProfileLogsGpuTimePerKernel) {
+  if (GetParam().Name() != "tiny_qwen3_gguf_f16") GTEST_SKIP() << "one model is enough";
+  std::unique_ptr<Engine> cpu = Load("cpu");
+  ASSERT_TRUE(cpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 20);
+  std::vector<float> want = *cpu->ComputeLogits(ids);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  ::setenv("ARBITER_VULKAN_PROFILE", "1", 1);
+  {
+    std::unique_ptr<Engine> gpu = Load("vulkan");
+    ::unsetenv("ARBITER_VULKAN_PROFILE");
+    ASSERT_TRUE(gpu);
+    std::vector<float> got = *gpu->ComputeLogits(ids);
+    const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound);
+    }
+    GenerationRequest req;
+    req.prompt_ids = ids;
+    req.max_tokens = 4;
+    req.ignore_eos = true;
+    ASSERT_TRUE(gpu->Generate(req, nullptr, {}).ok());
+  }
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  const std::string text = log.str();
+  EXPECT_NE(text.find("vulkan profile (vulkan:0): decode"), std::string::npos) << text;
+  EXPECT_NE(text.find("vulkan profile (vulkan:0): prefill"), std::string::npos) << text;
+  EXPECT_NE(text.find("gemm_f16 qkv"), std::string::npos) << text;
+  EXPECT_NE(text.find("matvec_f16 lm_head"), std::string::npos) << text;
+  EXPECT_NE(text.find("attention"), std::string::npos) << text;
 }
 
 INSTANTIATE_TEST_SUITE_P(

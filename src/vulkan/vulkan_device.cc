@@ -327,8 +327,14 @@ Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physica
   for (uint32_t i = 0; i < n && !found; ++i) {
     if ((families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) != 0) {
       queue_family_ = i;
+      timestamp_valid_bits_ = families[i].timestampValidBits;
       found = true;
     }
+  }
+  {
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical, &props);
+    timestamp_period_ns_ = props.limits.timestampPeriod;
   }
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

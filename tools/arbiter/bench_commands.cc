@@ -186,7 +186,8 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   c.decode->add_option("--kv-type", d.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
   c.decode->add_option("--device", d.device,
-                       "Compute device: cpu (default), vulkan or vulkan:N (arbiter devices)");
+                       "Compute device: cpu (default), vulkan or vulkan:N (arbiter devices); "
+                       "ARBITER_VULKAN_PROFILE=1 logs GPU time per kernel");
 
   c.vram = bench->add_subcommand(
       "vram", "A device model's VRAM against the ledger in every state (load, chat, 8 "

@@ -154,6 +154,10 @@ class VulkanDevice {
   VkDevice device() const { return device_; }
   VkPipelineLayout pipeline_layout() const { return layout_; }
   uint32_t queue_family() const { return queue_family_; }
+  // Timestamp queries on the compute queue: the bits a timestamp holds (0:
+  // the queue has no timestamps) and the nanoseconds per tick.
+  uint32_t timestamp_valid_bits() const { return timestamp_valid_bits_; }
+  float timestamp_period_ns() const { return timestamp_period_ns_; }
 
   // The driver's current usage and budget of the weight heap
   // (VK_EXT_memory_budget); nullopt without the extension.
@@ -204,6 +208,8 @@ class VulkanDevice {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
+  uint32_t timestamp_valid_bits_ = 0;
+  float timestamp_period_ns_ = 0;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties memory_{};
 

@@ -6,22 +6,48 @@
 // Weights: a lease of a WeightCache whose arena is a VulkanDeviceBackend on
 // the same device; kernels read the buffers where the lease's block lies, by
 // device address. A slot holds, in device memory, the f16 KV cache
-// ([n_layers][K, V][n_ctx][kv_dim]) and the activations of one token
-// (x, xn, qkv, attention out, gate/up, scores [n_heads, n_ctx]); in
-// host-visible memory the step buffer (token, pos: written by the host
-// before each submission) and the outputs (logits [vocab], the final-normed
-// hidden state [hidden]).
-// One token's whole forward pass is one command buffer, recorded once per
-// slot and weights placement and replayed for every step: what changes per
-// token (token id, position) is read from the step buffer by the kernels, so
-// a decode step is one submission and one wait. Two variants are recorded:
-// with the lm_head (decode, a prefill's last token) and without (earlier
-// prefill tokens, embeddings).
-// Prefill runs its tokens one by one through the same command buffer (no
-// GEMM yet), which is correct for any length and slow for long prompts.
+// ([n_layers][K, V][n_ctx][kv_dim]) and the activations of one prefill chunk
+// of spec.batch rows (x, xn, qkv, attention out, gate/up, silu·up; decode
+// uses row 0) plus the decode attention's split partials; in host-visible
+// memory the step area (the first position, then the chunk's token ids:
+// written by the host before each submission) and the outputs (logits
+// [vocab] of one row, the final-normed hidden rows [batch, hidden]).
+// Decode: one token's whole forward pass is one command buffer, recorded
+// once per slot and weights placement and replayed for every step: what
+// changes per token (token id, position) is read from the step area by the
+// kernels, so a decode step is one submission and one wait. Its projections
+// are matvecs (matvec.comp) with each RMSNorm folded into the projection
+// after it and silu·up into the down projection's loads; its attention
+// splits the context over several workgroups per head, the last of them
+// combining the splits (attention.comp), so that few heads still fill the
+// device.
+// Prefill: a chunk of up to spec.batch tokens is one submission, recorded
+// for the chunk (a few hundred dispatches: cheap next to the chunk's work):
+// the same kernels over m rows, the projections as GEMMs (gemm.comp), RoPE
+// and the KV write for m positions before a causal attention of m query
+// rows (row i sees positions [0, pos + i], online softmax, no score
+// matrix). Logits: only the last row's (matvec) unless every row's are
+// asked for, then a GEMM into a readback buffer of one chunk's rows made
+// for that call (chunks then shrink to keep it within 64 MiB). hidden_sum
+// adds every row's final-normed state on the host.
 // KV is f16 on the device (kv_type f16 only); ReadKv/WriteKv/VisitKv move
 // rows in kv_snapshot.h's host layout through staging buffers, so a KV
 // file written by a Vulkan model restores into a CPU model and back.
+//
+// Note [Vulkan profiling]
+// ARBITER_VULKAN_PROFILE=1 in the environment (any value but "0"; a number
+// N > 1 also logs every N decode steps) makes every recorded pass write a
+// timestamp before its first dispatch and after each dispatch's barrier
+// (a query pool per slot, two halves: decode, prefill). After each
+// submission the deltas (masked to the queue's timestampValidBits, scaled
+// by timestampPeriod) are added per kernel name (the shader, and for
+// projections what it computes: "matvec_f16 qkv+norm"); the totals per
+// kernel, per submission and per token are logged with spdlog at warn level
+// when the compute is destroyed (so `arbiter bench decode` prints them).
+// The segments of one projection (q, k, v) run without barriers between
+// them, so their time falls to whichever ends later; everything else is
+// separated by barriers. A device whose compute queue has no timestamps is
+// not profiled (a warning says so). Off, nothing is recorded.
 //
 // Thread safety: as DecoderCompute.
 #pragma once

@@ -8,10 +8,10 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { flo
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Uints { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Ints { int v[]; };
 
-// The per-step values the host writes before each submission (one slot's
-// step buffer): the token and its position.
+// The per-submission values the host writes before each submission (one
+// slot's step buffer): the position of the first token; the token ids
+// follow at byte 16 (Ints, one per row of the pass).
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Step {
-  int token;
   uint pos;
 };
 

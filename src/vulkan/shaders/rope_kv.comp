@@ -1,22 +1,22 @@
 #version 450
-// rope_kv.comp — one decode step's q/k/v after the qkv projection: per head
-// (workgroup h), q heads [0, n_heads) and k heads [n_heads, n_heads +
-// n_kv_heads) get the optional per-head RMSNorm (Qwen3's q_norm / k_norm)
-// and RoPE in HF's rotate_half layout (dimension i pairs with i + half,
-// cos/sin from the host's double-precision tables); k heads and v heads
+// rope_kv.comp — q/k/v of m tokens after the qkv projection: per token i
+// (workgroup y, position step.pos + i) and head (workgroup x = h), q heads
+// [0, n_heads) and k heads [n_heads, n_heads + n_kv_heads) get the
+// optional per-head RMSNorm (Qwen3's q_norm / k_norm) and RoPE in HF's
+// rotate_half layout (dimension i pairs with i + half, cos/sin from the host's double-precision tables); k heads and v heads
 // [n_heads + n_kv_heads, n_heads + 2 n_kv_heads) are then written as f16 to
-// row `pos` of the layer's K and V caches. q is rotated in place.
+// that position's row of the layer's K and V caches. q is rotated in place.
 #include "common.glsl"
 
 layout(local_size_x = 128) in;
 layout(push_constant) uniform P {
-  uint64_t qkv;      // [q_dim + 2 kv_dim] f32
+  uint64_t qkv;      // [m, q_dim + 2 kv_dim] f32
   uint64_t q_norm;   // [head_dim] f32, or 0
   uint64_t k_norm;   // [head_dim] f32, or 0
   uint64_t rope;     // [n_ctx, half] cos, then [n_ctx, half] sin
   uint64_t kcache;   // this layer's K rows, f16 [n_ctx, kv_dim]
   uint64_t vcache;   // this layer's V rows
-  uint64_t step;     // Step: pos
+  uint64_t step;     // Step: pos of row 0
   uint n_heads;
   uint n_kv_heads;
   uint head_dim;
@@ -32,10 +32,10 @@ void main() {
   const uint tid = gl_LocalInvocationID.x;
   const uint hd = p.head_dim;
   const uint half_ = hd / 2u;
-  const uint pos = Step(p.step).pos;
+  const uint pos = Step(p.step).pos + gl_WorkGroupID.y;
   const uint kv_dim = p.n_kv_heads * hd;
   const uint q_dim = p.n_heads * hd;
-  Floats qkv = Floats(p.qkv);
+  Floats qkv = Floats(p.qkv + uint64_t(gl_WorkGroupID.y) * (q_dim + 2u * kv_dim) * 4u);
   const bool is_q = h < p.n_heads;
   const bool is_k = !is_q && h < p.n_heads + p.n_kv_heads;
   uint base;

@@ -1,7 +1,9 @@
 // weights.glsl — reading one weight type, chosen by the WTYPE_* define
 // (ggml layouts, quant.h): a row is split into units of UNIT elements, and
 // unit_dot(w, row, row_bytes, cols, u, x) is Σ over unit u of row `row` of
-// w·x; unit_values writes the unit's values (embedding lookup).
+// w·x; unit_values writes the unit's values (embedding lookup). Types with
+// single-element access also define WELEM and welem(w, row, row_bytes, cols,
+// c), the value at column c of row `row` (the tiled GEMM's loads).
 // REQUIRES: w 4-byte aligned; for block types cols % UNIT == 0.
 
 #if defined(WTYPE_F32)
@@ -21,6 +23,10 @@ float wval(uint64_t w, uint64_t e) { return uintBitsToFloat(u16_at(w, e * 2u) <<
 #endif
 
 #if defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
+#define WELEM 1
+float welem(uint64_t w, uint row, uint row_bytes, uint cols, uint c) {
+  return wval(w, uint64_t(row) * cols + c);
+}
 // Plain types: element e = row · cols + col of the tensor.
 float unit_dot(uint64_t w, uint row, uint row_bytes, uint cols, uint u, Floats x) {
   float acc = 0.0;
@@ -41,6 +47,11 @@ void unit_values(uint64_t w, uint row, uint row_bytes, uint cols, uint u, Floats
   }
 }
 #elif defined(WTYPE_Q8_0)
+#define WELEM 1
+float welem(uint64_t w, uint row, uint row_bytes, uint cols, uint c) {
+  const uint64_t b = uint64_t(row) * row_bytes + uint64_t(c >> 5) * BLOCK_BYTES;
+  return half_at(w, b) * float(i8_of(byte_at(w, b + 2u + (c & 31u))));
+}
 // block: f16 d, int8 qs[32]; value = d · q.
 float unit_dot(uint64_t w, uint row, uint row_bytes, uint cols, uint u, Floats x) {
   const uint64_t b = uint64_t(row) * row_bytes + uint64_t(u) * BLOCK_BYTES;
