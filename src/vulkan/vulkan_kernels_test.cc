@@ -26,15 +26,17 @@ using engine_internal::QuantizeRow;
 
 // Push-constant blocks as matvec.comp and embed.comp declare them.
 struct MatvecPush {
-  uint64_t w, x, y, bias;
-  uint32_t rows, cols, row_bytes, accumulate;
+  uint64_t w, x, y, bias, norm;
+  uint32_t rows, cols, row_bytes, accumulate, vec4, mode;
+  float eps;
 };
 struct EmbedPush {
   uint64_t w, out, step;
   uint32_t rows, cols, row_bytes;
 };
 
-constexpr uint32_t kRowsPerY = 32768;  // matvec.comp: row = y · 32768 + x
+constexpr uint32_t kRowsPerY = 32768;  // matvec.comp: group = y · 32768 + x
+constexpr uint32_t kMatvecRows = 4;     // matvec.comp's NR: rows per group
 
 // A weight matrix [rows, cols] of `type`: its bytes (rows × row_bytes,
 // padded to whole words) and each row's reference values. Only `distinct`
@@ -177,6 +179,8 @@ TEST_P(VulkanKernelsTest, MatvecMatchesTheReferenceDequantizer) {
     for (float& v : y0) v = u(rng);
     for (float& v : bias) v = u(rng);
     const VulkanBuffer wb = Buffer(m.bytes), xb = Buffer(x), biasb = Buffer(bias);
+    // The 16-byte path where the rows allow it (plain types), else scalar.
+    const bool plain = type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16;
     for (const bool accumulate : {false, true}) {
       SCOPED_TRACE(accumulate ? "accumulate, bias" : "overwrite");
       const VulkanBuffer yb = Buffer(y0);
@@ -187,8 +191,10 @@ TEST_P(VulkanKernelsTest, MatvecMatchesTheReferenceDequantizer) {
                             .rows = shape.rows,
                             .cols = shape.cols,
                             .row_bytes = m.row_bytes,
-                            .accumulate = accumulate ? 1u : 0u};
-      Run(kernel, push, std::min(shape.rows, kRowsPerY), (shape.rows + kRowsPerY - 1) / kRowsPerY);
+                            .accumulate = accumulate ? 1u : 0u,
+                            .vec4 = plain && m.row_bytes % 16 == 0 ? 1u : 0u};
+      const uint32_t groups = (shape.rows + kMatvecRows - 1) / kMatvecRows;
+      Run(kernel, push, std::min(groups, kRowsPerY), (groups + kRowsPerY - 1) / kRowsPerY);
       if (HasFatalFailure()) return;
       const std::vector<float> y = Read(yb, shape.rows);
       int failures = 0;
