@@ -522,6 +522,18 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
           ErrorReason::kBudgetExceeded);
     }
   }
+  if (!domain.is_host()) {
+    // A device's budget is its memory: a charge past it is an allocation
+    // the driver may fail (or an OOM of the process), never over-committed.
+    return ResourceExhaustedError(
+        fmt::format("cannot take {} for the {} of '{}' on device {}: its budget is {} with {} "
+                    "charged even after the reclaim stages ran; raise [devices.\"{}\"] budget, "
+                    "unload a model there, or use device = \"cpu\"",
+                    FormatSize(bytes), ChargeKindName(kind), e->model.key,
+                    ledger->DomainSnapshot(domain).name, FormatSize(ledger->budget_bytes(domain)),
+                    FormatSize(ledger->charged_bytes(domain)), ledger->DomainSnapshot(domain).name),
+        ErrorReason::kBudgetExceeded);
+  }
   spdlog::warn(
       "weight cache: the {} of '{}' ({}) does not fit the memory budget ({} of {} charged) even "
       "after evicting everything idle; charging it anyway (over budget)",
