@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -398,6 +399,14 @@ VulkanDevice::~VulkanDevice() {
     for (auto& [name, p] : pipelines_) vkDestroyPipeline(device_, p, nullptr);
   }
   {
+    MutexLock l(&upload_mu_);
+    for (int h = 0; h < 2; ++h) {
+      if (ring_.fence[h] != VK_NULL_HANDLE) vkDestroyFence(device_, ring_.fence[h], nullptr);
+      Destroy(ring_.staging[h]);
+    }
+    if (ring_.pool != VK_NULL_HANDLE) vkDestroyCommandPool(device_, ring_.pool, nullptr);
+  }
+  {
     MutexLock l(&queue_mu_);
     if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_, fence_, nullptr);
     if (oneshot_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, oneshot_pool_, nullptr);
@@ -613,9 +622,81 @@ void VulkanDevice::DestroyCommandPool(VkCommandPool pool) {
 }
 
 namespace {
-// Staging chunk for Upload/Download through a host-visible buffer.
+// Staging chunk for Download through a host-visible buffer.
 constexpr uint64_t kStagingBytes = uint64_t{64} << 20;
 }  // namespace
+
+// Note [Staged uploads]
+// A device whose memory the host cannot map (a discrete GPU) gets its
+// weights through host-visible staging memory. Each device keeps two
+// staging halves of kStagingHalfBytes for its lifetime (made at the first
+// staged upload; pinned host memory the host's RSS measures), each with its
+// own command buffer and fence. An upload walks its bytes in chunks of a
+// half: wait until the half's previous copy finished, fill it (a memcpy
+// split over several threads when the chunk is large: one thread copies
+// ~10 GB/s, the PCIe link carries far more), submit its copy, and go on to
+// the other half — so the host's copy into one half overlaps the GPU's copy
+// out of the other. The upload returns once both halves are idle. Uploads
+// are serialized per device (upload_mu_, taken before queue_mu_).
+namespace {
+constexpr uint64_t kStagingHalfBytes = uint64_t{32} << 20;
+
+// memcpy over up to 8 threads for large copies.
+void ParallelCopy(void* dst, const void* src, uint64_t n) {
+  constexpr uint64_t kPerThread = uint64_t{4} << 20;
+  const unsigned threads = static_cast<unsigned>(
+      std::min<uint64_t>({8, std::max(1u, std::thread::hardware_concurrency()), n / kPerThread}));
+  if (threads <= 1) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const uint64_t per = (n + threads - 1) / threads;
+  for (unsigned t = 1; t < threads; ++t) {
+    const uint64_t b = t * per, e = std::min(n, b + per);
+    if (b < e) {
+      pool.emplace_back([=] {
+        std::memcpy(static_cast<uint8_t*>(dst) + b, static_cast<const uint8_t*>(src) + b, e - b);
+      });
+    }
+  }
+  std::memcpy(dst, src, std::min(n, per));
+  for (std::thread& t : pool) t.join();
+}
+}  // namespace
+
+Status VulkanDevice::EnsureUploadRingLocked() {
+  if (ring_.pool != VK_NULL_HANDLE) return OkStatus();
+  ARBITER_ASSIGN_OR_RETURN(VkCommandPool pool, CreateCommandPool());
+  ring_.pool = pool;
+  for (int h = 0; h < 2; ++h) {
+    ARBITER_ASSIGN_OR_RETURN(ring_.staging[h],
+                             CreateBuffer(kStagingHalfBytes, BufferMemory::kUpload));
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = ring_.pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    if (vkAllocateCommandBuffers(device_, &ai, &ring_.cb[h]) != VK_SUCCESS) {
+      return ResourceExhaustedError("device " + domain() + ": no upload command buffer");
+    }
+    VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if (vkCreateFence(device_, &fi, nullptr, &ring_.fence[h]) != VK_SUCCESS) {
+      return ResourceExhaustedError("device " + domain() + ": no upload fence");
+    }
+  }
+  return OkStatus();
+}
+
+Status VulkanDevice::WaitUploadLocked(int half) {
+  if (!ring_.pending[half]) return OkStatus();
+  const VkResult r = vkWaitForFences(device_, 1, &ring_.fence[half], VK_TRUE, UINT64_MAX);
+  vkResetFences(device_, 1, &ring_.fence[half]);
+  ring_.pending[half] = false;
+  if (r != VK_SUCCESS) {
+    return UnavailableError("device " + domain() + ": an upload failed: " + VkResultName(r));
+  }
+  return OkStatus();
+}
 
 Status VulkanDevice::Upload(const VulkanBuffer& dst, uint64_t offset, const void* src,
                             uint64_t size_bytes, bool allow_mapped) {
@@ -625,22 +706,43 @@ Status VulkanDevice::Upload(const VulkanBuffer& dst, uint64_t offset, const void
   }
   if (size_bytes == 0) return OkStatus();
   if (allow_mapped && dst.host != nullptr) {
-    std::memcpy(static_cast<uint8_t*>(dst.host) + offset, src, size_bytes);
+    ParallelCopy(static_cast<uint8_t*>(dst.host) + offset, src, size_bytes);
     return OkStatus();
   }
-  ARBITER_ASSIGN_OR_RETURN(VulkanBuffer staging,
-                           CreateBuffer(std::min(size_bytes, kStagingBytes), BufferMemory::kUpload));
+  MutexLock l(&upload_mu_);
+  ARBITER_RETURN_IF_ERROR(EnsureUploadRingLocked());
   Status s;
   for (uint64_t done = 0; done < size_bytes && s.ok();) {
-    const uint64_t n = std::min(size_bytes - done, staging.size_bytes);
-    std::memcpy(staging.host, static_cast<const uint8_t*>(src) + done, n);
-    s = RunOnce([&](VkCommandBuffer cb) {
-      VkBufferCopy c{0, offset + done, n};
-      vkCmdCopyBuffer(cb, staging.buffer, dst.buffer, 1, &c);
-    });
+    const int h = ring_.next;
+    ring_.next = 1 - h;
+    s = WaitUploadLocked(h);
+    if (!s.ok()) break;
+    const uint64_t n = std::min(size_bytes - done, kStagingHalfBytes);
+    ParallelCopy(ring_.staging[h].host, static_cast<const uint8_t*>(src) + done, n);
+    VkCommandBuffer cb = ring_.cb[h];
+    vkResetCommandBuffer(cb, 0);
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    vkBeginCommandBuffer(cb, &bi);
+    VkBufferCopy c{0, offset + done, n};
+    vkCmdCopyBuffer(cb, ring_.staging[h].buffer, dst.buffer, 1, &c);
+    vkEndCommandBuffer(cb);
+    {
+      MutexLock q(&queue_mu_);
+      VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+      si.commandBufferCount = 1;
+      si.pCommandBuffers = &cb;
+      if (VkResult r = vkQueueSubmit(queue_, 1, &si, ring_.fence[h]); r != VK_SUCCESS) {
+        s = UnavailableError("device " + domain() + ": vkQueueSubmit failed: " + VkResultName(r));
+        break;
+      }
+    }
+    ring_.pending[h] = true;
     done += n;
   }
-  Destroy(staging);
+  // Both halves idle again before returning (the source may go away).
+  Status w0 = WaitUploadLocked(0), w1 = WaitUploadLocked(1);
+  if (s.ok()) s = !w0.ok() ? w0 : w1;
   return s;
 }
 

@@ -83,7 +83,9 @@ TEST_F(VulkanDeviceTest, RunsAKernelOnDeviceBuffersAndFreesThem) {
   dev->Destroy(x);
   dev->Destroy(out);
   EXPECT_EQ(dev->live_bytes(BufferMemory::kDevice), before);
-  EXPECT_EQ(dev->live_bytes(BufferMemory::kUpload), 0u);
+  // Only the device's persistent upload staging stays (two 32 MiB halves,
+  // Note [Staged uploads]).
+  EXPECT_LE(dev->live_bytes(BufferMemory::kUpload), uint64_t{64} << 20);
   EXPECT_EQ(dev->live_bytes(BufferMemory::kReadback), 0u);
 }
 

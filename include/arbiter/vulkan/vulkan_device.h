@@ -192,7 +192,10 @@ class VulkanDevice {
   void DestroyCommandPool(VkCommandPool pool);
 
   // Copies host ↔ buffer through a staging buffer (or directly where the
-  // buffer is host-visible and `allow_mapped`). Synchronous.
+  // buffer is host-visible and `allow_mapped`). Synchronous. Note [Staged
+  // uploads]: uploads go through the device's two persistent staging halves
+  // in turn — the host fills one (several threads for large chunks) while
+  // the GPU copies the other — serialized per device.
   Status Upload(const VulkanBuffer& dst, uint64_t offset, const void* src, uint64_t size_bytes,
                 bool allow_mapped = true);
   Status Download(const VulkanBuffer& src, uint64_t offset, void* dst, uint64_t size_bytes,
@@ -216,6 +219,20 @@ class VulkanDevice {
   mutable Mutex queue_mu_;  // vkQueueSubmit and the one-shot pool
   VkCommandPool oneshot_pool_ GUARDED_BY(queue_mu_) = VK_NULL_HANDLE;
   VkFence fence_ GUARDED_BY(queue_mu_) = VK_NULL_HANDLE;
+
+  // Note [Staged uploads] (vulkan_device.cc).
+  struct UploadRing {
+    VulkanBuffer staging[2];
+    VkCommandBuffer cb[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+    VkFence fence[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+    bool pending[2] = {false, false};
+    VkCommandPool pool = VK_NULL_HANDLE;
+    int next = 0;
+  };
+  Status EnsureUploadRingLocked() REQUIRES(upload_mu_);
+  Status WaitUploadLocked(int half) REQUIRES(upload_mu_);
+  Mutex upload_mu_;  // taken before queue_mu_
+  UploadRing ring_ GUARDED_BY(upload_mu_);
 
   mutable Mutex mu_;  // pipelines
   std::map<std::string, VkPipeline, std::less<>> pipelines_ GUARDED_BY(mu_);
