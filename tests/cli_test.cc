@@ -358,3 +358,40 @@ TEST_F(CliTest, BenchWeightsRunsEveryScenario) {
 
 }  // namespace
 }  // namespace arbiter
+
+namespace arbiter {
+namespace {
+
+// A machine with a Vulkan loader but no device (no ICD found): the CLI
+// starts, lists the cpu and says why there is no Vulkan device; a model on
+// "vulkan" fails naming the device, and the same model on the cpu works.
+TEST_F(CliTest, WithoutAVulkanDeviceTheCpuPathStillWorks) {
+  const std::string env = "VK_DRIVER_FILES=/nonexistent VK_ICD_FILENAMES=/nonexistent ";
+  auto run = [&](const std::string& args) {
+    RunResult r;
+    const std::string cmd = env + ARBITER_BINARY + " " + args + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+    const int status = ::pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  };
+  RunResult none = run("devices --json");
+  EXPECT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("\"cpu\""), std::string::npos) << none.output;
+  EXPECT_EQ(none.output.find("\"vulkan:0\""), std::string::npos) << none.output;
+  EXPECT_NE(none.output.find("\"available\": false"), std::string::npos) << none.output;
+  const std::string gen =
+      "generate --model " + (*dir_ / "tiny").string() + " --prompt-ids 1,2,3 --max-tokens 2 ";
+  RunResult gpu = run(gen + "--device vulkan");
+  EXPECT_NE(gpu.exit_code, 0) << gpu.output;
+  EXPECT_NE(gpu.output.find("vulkan"), std::string::npos) << gpu.output;
+  RunResult cpu = run(gen + "--device cpu");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+}
+
+}  // namespace
+}  // namespace arbiter

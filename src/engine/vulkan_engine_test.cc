@@ -297,6 +297,25 @@ TEST_P(VulkanEngineTest, ProfileLogsGpuTimePerKernel) {
   EXPECT_NE(text.find("attention"), std::string::npos) << text;
 }
 
+using VulkanDeviceNamesTest = vulkan::VulkanTest;
+
+TEST_F(VulkanDeviceNamesTest, AMissingDeviceFailsTheLoadNamingIt) {
+  const std::string dir = MakeTempDir("arbiter_vulkan_names_test_");
+  ASSERT_TRUE(MakeModel("tiny", dir + "/tiny", 3).ok());
+  EngineOptions o;
+  o.n_ctx = 64;
+  o.device = "vulkan:99";
+  Result<std::unique_ptr<Engine>> e = Engine::Load(dir + "/tiny", o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("vulkan:99"), std::string::npos) << e.status().message();
+  o.device = "vulkan";
+  o.kv_type = GgmlType::kQ8_0;
+  e = Engine::Load(dir + "/tiny", o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("kv_type"), std::string::npos) << e.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, VulkanEngineTest,
     ::testing::Values(Case{"tiny", "safetensors", ""}, Case{"tiny", "safetensors", "bf16"},

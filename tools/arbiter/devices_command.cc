@@ -32,6 +32,10 @@ int RunDevices(bool json) {
   Result<std::vector<vulkan::VulkanDeviceInfo>> list = vulkan::ListVulkanDevices();
   if (!list.ok()) {
     vulkan_error = list.status().message();
+  } else if (list->empty()) {
+    vulkan_error =
+        "the Vulkan loader finds no device: install a driver (mesa-vulkan-drivers, or the GPU "
+        "vendor's) or check VK_DRIVER_FILES";
   } else {
     Result<int> chosen = vulkan::ResolveVulkanDevice("vulkan", *list);
     for (const vulkan::VulkanDeviceInfo& d : *list) {
