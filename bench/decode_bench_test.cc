@@ -82,6 +82,7 @@ TEST(DecodeBenchTest, JsonHasTheTextReportsFigures) {
   r.weight_bytes_per_token = 213400000;
   r.kv_bytes_per_token = 1.5e6;
   r.kv_type = "f16";
+  r.device = "vulkan:0";
   r.memcpy_bytes_per_s = 10e9;
   r.roofline_tok_s = 46.9;
   r.roofline_fraction = 0.28;
@@ -113,7 +114,8 @@ TEST(DecodeBenchTest, JsonHasTheTextReportsFigures) {
   EXPECT_EQ(j.at("read_bytes_per_s"), 20e9);
   EXPECT_EQ(j.at("read_roofline_tok_s"), 93.7);
   EXPECT_EQ(j.at("read_roofline_fraction"), 0.14);
-  EXPECT_EQ(j.size(), 21u);
+  EXPECT_EQ(j.at("device"), "vulkan:0");
+  EXPECT_EQ(j.size(), 22u);
 }
 
 TEST(DecodeBenchTest, DemoChat) {

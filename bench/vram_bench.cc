@@ -109,7 +109,8 @@ Result<VramBenchResult> RunVramBench(const std::string& model_path, const std::s
   r.wake_seconds = 0;
   for (int c = 1; c <= cycles; ++c) {
     ARBITER_RETURN_IF_ERROR(rt->LoadModel("model").status());
-    for (const WeightModelStatus& w : rt->Status().weights->models) {
+    const RuntimeStatus status = rt->Status();
+    for (const WeightModelStatus& w : status.weights->models) {
       if (w.key != "model") continue;
       r.weight_bytes = w.weight_bytes;
       if (c == 1) {

@@ -48,6 +48,8 @@ struct Case {
     return n;
   }
 };
+// gtest prints a parameter by this (the test names use Name() too).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.Name(); }
 
 // `preset`'s architecture at hidden 256, intermediate 512, head_dim 64,
 // 2 layers: every matrix row a whole number of K-quant super-blocks.

@@ -354,7 +354,7 @@ bool BenchCommands::parsed() const {
   const Commands& c = *commands_;
   return c.decode->parsed() || c.arbiter->parsed() || c.weights->parsed() || c.kv->parsed() ||
          c.memory->parsed() || c.kernels->parsed() || c.modalities->parsed() ||
-         c.grammar->parsed();
+         c.grammar->parsed() || c.vram->parsed();
 }
 
 int BenchCommands::Run() {
