@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/clock.h"
+#include "bench/bench_stats.h"
 #include "arbiter/runtime/config.h"
 #include "arbiter/runtime/runtime.h"
 #include "arbiter/vulkan/vulkan_device.h"
@@ -20,11 +21,6 @@ namespace arbiter {
 namespace {
 
 namespace fs = std::filesystem;
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -103,7 +99,7 @@ Result<VramBenchResult> RunVramBench(const std::string& model_path, const std::s
     const double t0 = NowSeconds();
     ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<TextGeneration> g, rt->StartText(std::move(tr)));
     ARBITER_RETURN_IF_ERROR(g->Run([](std::string_view) { return true; }, nullptr).status());
-    return (NowSeconds() - t0) * 1e3;
+    return MsSince(t0);
   };
   record(0, "started");
   r.wake_seconds = 0;

@@ -26,9 +26,10 @@ struct RunResult {
   std::string output;  // stdout and stderr
 };
 
-RunResult RunArbiter(const std::string& args) {
+// `env` (e.g. "VAR=value ") is put before the command.
+RunResult RunArbiter(const std::string& args, const std::string& env = "") {
   RunResult r;
-  const std::string cmd = std::string(ARBITER_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = env + std::string(ARBITER_BINARY) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -367,18 +368,7 @@ namespace {
 // "vulkan" fails naming the device, and the same model on the cpu works.
 TEST_F(CliTest, WithoutAVulkanDeviceTheCpuPathStillWorks) {
   const std::string env = "VK_DRIVER_FILES=/nonexistent VK_ICD_FILENAMES=/nonexistent ";
-  auto run = [&](const std::string& args) {
-    RunResult r;
-    const std::string cmd = env + ARBITER_BINARY + " " + args + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-    const int status = ::pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-  };
+  auto run = [&](const std::string& args) { return RunArbiter(args, env); };
   RunResult none = run("devices --json");
   EXPECT_EQ(none.exit_code, 0) << none.output;
   EXPECT_NE(none.output.find("\"cpu\""), std::string::npos) << none.output;

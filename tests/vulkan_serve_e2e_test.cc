@@ -24,16 +24,16 @@
 #include "server_process.h"
 #include "server_suite.h"
 #include "tools/model_maker/model_maker.h"
+#include "vulkan/vulkan_test_util.h"
 
 namespace arbiter {
 namespace {
 
 using json = nlohmann::json;
 
-const bool kValidation = [] {
-  ::setenv("ARBITER_VULKAN_VALIDATION", "1", 0);
-  return true;
-}();
+// The server inherits ARBITER_VULKAN_VALIDATION=1 (set by the Vulkan tests'
+// shared helper at static initialization).
+[[maybe_unused]] const bool kValidation = vulkan::kValidationRequested;
 
 class VulkanServeE2E : public ::arbiter::testing::ServerSuite {
  protected:
