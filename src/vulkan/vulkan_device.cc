@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "vulkan/coopmat_gemm_internal.h"
 #include "vulkan/shaders.h"
 
 namespace arbiter::vulkan {
@@ -179,6 +180,8 @@ VulkanDeviceInfo Describe(int index, VkPhysicalDevice pd) {
   info.storage16 = f11.storageBuffer16BitAccess;
   info.int64 = f.features.shaderInt64;
   info.buffer_device_address = f12.bufferDeviceAddress;
+  info.vulkan_memory_model = f12.vulkanMemoryModel;
+  DescribeCooperativeMatrix(pd, info);
 
   VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
@@ -354,6 +357,16 @@ Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physica
   f.pNext = &f11;
   std::vector<const char*> exts;
   if (info.memory_budget) exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  // Note [Cooperative-matrix GEMM]: enabled only where it may run.
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  if (info.cooperative_matrix_gemm_possible) {
+    coopmat.cooperativeMatrix = VK_TRUE;
+    f12.vulkanMemoryModel = VK_TRUE;
+    coopmat.pNext = f.pNext;
+    f.pNext = &coopmat;
+    exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  }
   VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   ci.pNext = &f;
   ci.queueCreateInfoCount = 1;

@@ -2,6 +2,7 @@
 #include "tools/arbiter/devices_command.h"
 
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -10,11 +11,26 @@
 
 #include "arbiter/base/size.h"
 #if ARBITER_HAS_VULKAN
+#include "arbiter/vulkan/coopmat_gemm.h"
 #include "arbiter/vulkan/vulkan_device.h"
 #endif
 
 namespace arbiter::tools {
 namespace {
+
+#if ARBITER_HAS_VULKAN
+// The prefill GEMM's cooperative-matrix path on `d` (Note
+// [Cooperative-matrix GEMM]): a device that may run it is opened and the
+// path self-checked, as a model's first load on it would.
+std::string CoopmatGemmReport(const vulkan::VulkanDeviceInfo& d) {
+  if (!d.usable || !d.cooperative_matrix_gemm_possible) {
+    return std::string(CoopmatGemmStateName(vulkan::CoopmatGemmState::kUnavailable));
+  }
+  Result<std::shared_ptr<vulkan::VulkanDevice>> dev = vulkan::VulkanDevice::Open(d.domain());
+  if (!dev.ok()) return std::string(CoopmatGemmStateName(vulkan::CoopmatGemmState::kUnavailable));
+  return std::string(CoopmatGemmStateName(vulkan::CoopmatGemmStateOf(**dev)));
+}
+#endif
 
 nlohmann::ordered_json CpuJson() {
   return {{"name", "cpu"}, {"type", "cpu"},
@@ -70,12 +86,17 @@ int RunDevices(bool json) {
           {"buffer_device_address", d.buffer_device_address},
           {"subgroup_size", d.subgroup_size},
           {"cooperative_matrix", d.cooperative_matrix_nv},
+          {"cooperative_matrix_shape", d.cooperative_matrix_shape},
+          {"cooperative_matrix_gemm", CoopmatGemmReport(d)},
           {"transfer_queue", d.transfer_queue},
           {"external_memory_host", d.external_memory_host},
           {"max_allocation_bytes", d.max_allocation_bytes},
           {"max_storage_buffer_range", d.max_storage_buffer_range},
           {"usable", d.usable}};
       if (!d.usable) j["unusable_reason"] = d.unusable_reason;
+      if (!d.cooperative_matrix_gemm_possible) {
+        j["cooperative_matrix_gemm_reason"] = d.cooperative_matrix_gemm_reason;
+      }
       out["devices"].push_back(j);
     }
   }
@@ -99,12 +120,14 @@ int RunDevices(bool json) {
                              ? "no budget report"
                              : "budget " + FormatSize(d["budget_bytes"].get<uint64_t>());
     std::cout << fmt::format(
-        "{:<10} {:<15} {}{} — {} {}; heap {}, {}; fp16 {}, subgroup {}, cooperative matrix {}{}\n",
+        "{:<10} {:<15} {}{} — {} {}; heap {}, {}; fp16 {}, subgroup {}, cooperative matrix {} "
+        "(GEMM {}){}\n",
         d["name"].get<std::string>(), d["type"].get<std::string>(),
         d["device_name"].get<std::string>(), d["default"].get<bool>() ? " (default)" : "",
         d["driver"].get<std::string>(), d["api_version"].get<std::string>(),
         FormatSize(d["heap_bytes"].get<uint64_t>()), budget, d["fp16"].get<bool>() ? "yes" : "no",
         d["subgroup_size"].get<unsigned>(), d["cooperative_matrix"].get<bool>() ? "yes" : "no",
+        d["cooperative_matrix_gemm"].get<std::string>(),
         d["usable"].get<bool>() ? "" : " — not usable: " + d["unusable_reason"].get<std::string>());
   }
   if (!vulkan_error.empty()) std::cout << "vulkan     none            " << vulkan_error << "\n";

@@ -81,6 +81,18 @@ struct VulkanDeviceInfo {
   bool int64 = false;              // shaderInt64
   bool buffer_device_address = false;
   bool cooperative_matrix_nv = false;  // VK_NV_cooperative_matrix
+  // Its cooperativeMatrix feature, for compute shaders.
+  bool cooperative_matrix_feature = false;
+  // The multiply shape the cooperative-matrix GEMM would use, among those the
+  // device lists (f16 × f16 + f32, subgroup scope): "16x16x16" | "16x8x16";
+  // empty when it lists neither.
+  std::string cooperative_matrix_shape;
+  bool vulkan_memory_model = false;  // vulkanMemoryModel
+  // The cooperative-matrix GEMM may run here (Note [Cooperative-matrix GEMM]
+  // in arbiter/vulkan/coopmat_gemm.h): it is then enabled at device open and
+  // self-checked; cooperative_matrix_gemm_reason says why not otherwise.
+  bool cooperative_matrix_gemm_possible = false;
+  std::string cooperative_matrix_gemm_reason;
   uint32_t subgroup_size = 0;
   uint64_t max_allocation_bytes = 0;       // maxMemoryAllocationSize
   uint64_t max_storage_buffer_range = 0;   // maxStorageBufferRange (unused: Note [Buffer device addresses])

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "arbiter/base/mutex.h"
+#include "arbiter/vulkan/coopmat_gemm.h"
 #include "arbiter/vulkan/vulkan_backend.h"
 #include "arbiter/vulkan/vulkan_device.h"
 #include "engine/internal/forward.h"
@@ -24,6 +25,7 @@ namespace arbiter::engine_internal {
 namespace {
 
 using vulkan::BufferMemory;
+using vulkan::GemmPush;
 using vulkan::VulkanBuffer;
 using vulkan::VulkanDevice;
 
@@ -174,10 +176,6 @@ struct MatvecFusion {
   float eps = 0;
 };
 constexpr uint32_t kMatvecRows = 4;  // rows per matvec workgroup (matvec.comp's NR)
-struct GemmPush {
-  uint64_t w, x, y, bias;
-  uint32_t rows, cols, row_bytes, accumulate, m, ldx, ldy, wvec, xvec;
-};
 struct EmbedPush {
   uint64_t w, out, tokens;
   uint32_t rows, cols, row_bytes;
@@ -241,6 +239,9 @@ class VulkanDecoderCompute final : public DecoderCompute {
     }
     ARBITER_ASSIGN_OR_RETURN(rope_, dev_->CreateBuffer(t.size() * 4, BufferMemory::kDevice));
     ARBITER_RETURN_IF_ERROR(dev_->Upload(rope_, 0, t.data(), t.size() * 4));
+    // The prefill GEMM: cooperative-matrix where the device has it and it
+    // passes its self-check (Note [Cooperative-matrix GEMM]).
+    gemm_ = vulkan::SelectGemm(*dev_);
     for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "silu_mul"}) {
       ARBITER_RETURN_IF_ERROR(dev_->Pipeline(k).status());
     }
@@ -548,7 +549,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
       const uint64_t bk = bias == 0 ? 0 : bias + uint64_t{4} * row0;
       const bool plain = t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
       if (gemm) {
-        ARBITER_ASSIGN_OR_RETURN(Kernel p, K("gemm_" + std::string(TypeSuffix(t))));
+        ARBITER_ASSIGN_OR_RETURN(Kernel p, K(gemm_.prefix + std::string(TypeSuffix(t))));
         GemmPush push{.w = w.addr[b],
                       .x = x,
                       .y = yk,
@@ -562,7 +563,8 @@ class VulkanDecoderCompute final : public DecoderCompute {
                       .ldy = static_cast<uint32_t>(ldy),
                       .wvec = plain && w.addr[b] % 16 == 0 && row_bytes % 16 == 0 ? 1u : 0u,
                       .xvec = x % 16 == 0 && ldx % 4 == 0 ? 1u : 0u};
-        out.push_back({p, Bytes(push), (rows + 63) / 64, static_cast<uint32_t>(m + 31) / 32});
+        out.push_back({p, Bytes(push), (rows + gemm_.tile_rows - 1) / gemm_.tile_rows,
+                       (static_cast<uint32_t>(m) + gemm_.tile_m - 1) / gemm_.tile_m});
       } else {
         ARBITER_ASSIGN_OR_RETURN(Kernel p, K("matvec_" + std::string(TypeSuffix(t))));
         const bool vec4 = plain && w.addr[b] % 16 == 0 && row_bytes % 16 == 0 && x % 16 == 0;
@@ -780,6 +782,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
   const ScratchLayout scratch_;
   const OutLayout outl_;
   const uint32_t decode_splits_;
+  vulkan::GemmKernels gemm_ = vulkan::Fp32Gemm();  // the prefill GEMM (Init)
   VulkanBuffer rope_;
 
   // Profiling: on when ARBITER_VULKAN_PROFILE is set (not "0") and the

@@ -10,12 +10,18 @@
 // the sum of dequantized products only by float rounding.
 // unit_values writes the dequantized values, computed as
 // DequantizeRowReference does (same operations in the same order, `precise`
-// so the compiler does not fuse them).
+// so the compiler does not fuse them), through WSTORE(dst, c, v): by
+// default dst.v[c] = v; a shader that stages values elsewhere (the
+// cooperative-matrix GEMM's shared-memory tiles) defines WSTORE before
+// including weights.glsl.
 //
 // Bytes are read as 32-bit words (u32_at): rows and blocks start at any even
 // byte (Q4_0's blocks are 18 bytes, Q6_K's 210).
 
 #define UNIT 32u
+#if !defined(WSTORE)
+#define WSTORE(dst_, c_, v_) dst_.v[c_] = (v_)
+#endif
 
 // The 32-bit little-endian value at byte `off` (any alignment): one or two
 // word loads, never past the word holding byte off + 3.
@@ -125,8 +131,8 @@ void unit_values(uint64_t w, uint row, uint row_bytes, uint cols, uint u, Floats
       precise float vl = float(lo) * d + m;
       precise float vh = float(hi) * d + m;
 #endif
-      dst.v[x0 + 4u * k + i] = vl;
-      dst.v[x0 + 16u + 4u * k + i] = vh;
+      WSTORE(dst, x0 + 4u * k + i, vl);
+      WSTORE(dst, x0 + 16u + 4u * k + i, vh);
     }
   }
 }
@@ -210,7 +216,7 @@ void unit_values(uint64_t w, uint row, uint row_bytes, uint cols, uint u, Floats
 #endif
     for (uint i = 0; i < 4u; ++i) {
       precise float v = d * float(k4_quant(qs, qh, j, i)) - dm;
-      dst.v[x0 + 4u * k + i] = v;
+      WSTORE(dst, x0 + 4u * k + i, v);
     }
   }
 }
@@ -259,7 +265,7 @@ void unit_values(uint64_t w, uint row, uint row_bytes, uint cols, uint u, Floats
       const int q = int(((lw >> (8u * i + nshift)) & 0xFu) |
                         (((hw >> (8u * i + hshift)) & 3u) << 4)) - 32;
       precise float v = ds[c >> 2] * float(q);
-      dst.v[x0 + 4u * c + i] = v;
+      WSTORE(dst, x0 + 4u * c + i, v);
     }
   }
 }
