@@ -197,6 +197,12 @@ Result<GemmCheckReport> CompareGemms(VulkanDevice& dev, const GemmKernels& candi
   std::vector<int32_t> tokens(kRows);
   for (uint32_t r = 0; r < kRows; ++r) tokens[r] = static_cast<int32_t>(r);
 
+  // Every type's pipeline is made now, so that a driver refusing one
+  // variant fails the check rather than a prefill.
+  for (std::string_view t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                             "q5_k", "q6_k"}) {
+    ARBITER_RETURN_IF_ERROR(dev.Pipeline(candidate.prefix + std::string(t)).status());
+  }
   GemmCheckReport report;
   for (std::string_view suffix : {"f16", "q8_0", "q4_k"}) {
     const Problem prob = MakeWeights(suffix, kRows, kCols, rng);

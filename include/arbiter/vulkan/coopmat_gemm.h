@@ -21,7 +21,8 @@
 // overflow; the self-check does not cover that, the fp32 GEMM does.
 // Self-check: the first time a device's GEMM is chosen in a process
 // (SelectGemm: at the engine's compute creation and in `arbiter devices`),
-// the candidate runs on small random problems — m = 61, 96 weight rows, 256
+// the pipelines of every weight type's variant are made (a driver refusing
+// one fails the check), and the candidate runs on small random problems — m = 61, 96 weight rows, 256
 // columns, with bias and accumulate, for f16, q8_0 and q4_k weights (the
 // three ways a tile is filled: 16-byte loads, welem, unit_values) — and its
 // output is compared element by element with the fp32 GEMM's on the same
@@ -97,10 +98,10 @@ struct GemmCheckReport {
 // Called with the candidate's output [m, rows] and each element's bound
 // before the comparison (tests perturb the candidate through it).
 using GemmCheckTamper = std::function<void(std::span<float> candidate, std::span<const double> bound)>;
-// Runs `candidate` and `reference` on the self-check's problems (Note
-// [Cooperative-matrix GEMM]; fixed seed) and compares them. Errors: the
-// device's when a buffer, a pipeline or a submission fails (kNotFound for a
-// prefix without shaders).
+// Makes the pipeline of every weight type of `candidate`, runs `candidate`
+// and `reference` on the self-check's problems (Note [Cooperative-matrix
+// GEMM]; fixed seed) and compares them. Errors: the device's when a buffer,
+// a pipeline or a submission fails (kNotFound for a prefix without shaders).
 Result<GemmCheckReport> CompareGemms(VulkanDevice& dev, const GemmKernels& candidate,
                                      const GemmKernels& reference,
                                      const GemmCheckTamper& tamper = nullptr);
