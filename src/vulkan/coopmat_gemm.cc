@@ -3,6 +3,9 @@
 // arbiter/vulkan/coopmat_gemm.h).
 #include "arbiter/vulkan/coopmat_gemm.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,9 +13,6 @@
 #include <random>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "arbiter/base/mutex.h"
 #include "vulkan/coopmat_gemm_internal.h"
@@ -57,8 +57,7 @@ Status Run(VulkanDevice& dev, const std::string& shader, const void* push, uint3
   ARBITER_ASSIGN_OR_RETURN(VkPipeline p, dev.Pipeline(shader));
   return dev.RunOnce([&](VkCommandBuffer cb) {
     vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
-    vkCmdPushConstants(cb, dev.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes,
-                       push);
+    vkCmdPushConstants(cb, dev.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
     vkCmdDispatch(cb, gx, gy, 1);
   });
 }
@@ -85,7 +84,8 @@ Problem MakeWeights(std::string_view suffix, uint32_t rows, uint32_t cols, std::
     p.w.resize(size_t{1} * rows * p.row_bytes);
     std::uniform_int_distribution<int> exponent(8, 14), mantissa(0, 1023), sign(0, 1);
     for (size_t e = 0; e < size_t{1} * rows * cols; ++e) {
-      put16(2 * e, static_cast<uint16_t>((sign(rng) << 15) | (exponent(rng) << 10) | mantissa(rng)));
+      put16(2 * e,
+            static_cast<uint16_t>((sign(rng) << 15) | (exponent(rng) << 10) | mantissa(rng)));
     }
   } else if (suffix == "q8_0") {
     p.row_bytes = cols / 32 * 34;
@@ -177,16 +177,18 @@ GemmKernels CoopmatGemm(const VulkanDeviceInfo& info) {
 
 std::string_view CoopmatGemmStateName(CoopmatGemmState state) {
   switch (state) {
-    case CoopmatGemmState::kUsed: return "used";
-    case CoopmatGemmState::kFailedSelfCheck: return "failed self-check";
-    case CoopmatGemmState::kUnavailable: break;
+    case CoopmatGemmState::kUsed:
+      return "used";
+    case CoopmatGemmState::kFailedSelfCheck:
+      return "failed self-check";
+    case CoopmatGemmState::kUnavailable:
+      break;
   }
   return "unavailable";
 }
 
 Result<GemmCheckReport> CompareGemms(VulkanDevice& dev, const GemmKernels& candidate,
-                                     const GemmKernels& reference,
-                                     const GemmCheckTamper& tamper) {
+                                     const GemmKernels& reference, const GemmCheckTamper& tamper) {
   constexpr uint32_t kM = 61, kRows = 96, kCols = 256;
   std::mt19937 rng(20261128);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -199,8 +201,8 @@ Result<GemmCheckReport> CompareGemms(VulkanDevice& dev, const GemmKernels& candi
 
   // Every type's pipeline is made now, so that a driver refusing one
   // variant fails the check rather than a prefill.
-  for (std::string_view t : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-                             "q5_k", "q6_k"}) {
+  for (std::string_view t :
+       {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}) {
     ARBITER_RETURN_IF_ERROR(dev.Pipeline(candidate.prefix + std::string(t)).status());
   }
   GemmCheckReport report;
@@ -269,9 +271,9 @@ Result<GemmCheckReport> CompareGemms(VulkanDevice& dev, const GemmKernels& candi
           std::isfinite(out[0][e]) && std::isfinite(out[1][e]) ? diff / bound[e] : INFINITY;
       if (ratio > report.worst_ratio) {
         report.worst_ratio = ratio;
-        report.worst = fmt::format("{} [{}, {}]: candidate {}, reference {}, bound {:.3g}",
-                                   prob.suffix, e / kRows, e % kRows, out[0][e], out[1][e],
-                                   bound[e]);
+        report.worst =
+            fmt::format("{} [{}, {}]: candidate {}, reference {}, bound {:.3g}", prob.suffix,
+                        e / kRows, e % kRows, out[0][e], out[1][e], bound[e]);
       }
     }
   }
@@ -303,17 +305,17 @@ CoopmatGemmState CoopmatGemmStateOf(VulkanDevice& dev) {
     spdlog::info("device {} ({}): prefill GEMM {} (cooperative matrix), self-check passed: {}",
                  info.domain(), info.name, cm.prefix, detail);
   } else {
-    spdlog::warn("device {} ({}): the cooperative-matrix GEMM {} failed its self-check: {}; "
-                 "prefill uses the fp32 GEMM for this process",
-                 info.domain(), info.name, cm.prefix, detail);
+    spdlog::warn(
+        "device {} ({}): the cooperative-matrix GEMM {} failed its self-check: {}; "
+        "prefill uses the fp32 GEMM for this process",
+        info.domain(), info.name, cm.prefix, detail);
   }
   MutexLock l(&g_state_mu);
   return States().try_emplace(info.index, state, detail).first->second.first;
 }
 
 GemmKernels SelectGemm(VulkanDevice& dev) {
-  return CoopmatGemmStateOf(dev) == CoopmatGemmState::kUsed ? CoopmatGemm(dev.info())
-                                                            : Fp32Gemm();
+  return CoopmatGemmStateOf(dev) == CoopmatGemmState::kUsed ? CoopmatGemm(dev.info()) : Fp32Gemm();
 }
 
 }  // namespace arbiter::vulkan

@@ -5,11 +5,11 @@
 // dispatched wrongly, it must fail.
 #include "arbiter/vulkan/coopmat_gemm.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "vulkan/shaders.h"
 #include "vulkan/vulkan_test_util.h"
@@ -58,16 +58,15 @@ TEST_F(CoopmatGemmTest, TheFp32GemmAgainstItselfPasses) {
 TEST_F(CoopmatGemmTest, AnErrorWithinTheBoundPassesAndBeyondItFails) {
   std::shared_ptr<VulkanDevice> dev = *VulkanDevice::Open("vulkan");
   for (const double scale : {0.5, 2.0}) {
-    Result<GemmCheckReport> r =
-        CompareGemms(*dev, Fp32Gemm(), Fp32Gemm(),
-                     [scale](std::span<float> out, std::span<const double> bound) {
-                       ASSERT_EQ(out.size(), bound.size());
-                       // Element [7, 90]: a row in the second token tile and
-                       // the weight rows' tail tile (96 rows).
-                       const size_t e = size_t{7} * 96 + 90;
-                       for (size_t i = 0; i < bound.size(); ++i) ASSERT_GT(bound[i], 0.0);
-                       out[e] = static_cast<float>(out[e] + scale * bound[e]);
-                     });
+    Result<GemmCheckReport> r = CompareGemms(
+        *dev, Fp32Gemm(), Fp32Gemm(), [scale](std::span<float> out, std::span<const double> bound) {
+          ASSERT_EQ(out.size(), bound.size());
+          // Element [7, 90]: a row in the second token tile and
+          // the weight rows' tail tile (96 rows).
+          const size_t e = size_t{7} * 96 + 90;
+          for (size_t i = 0; i < bound.size(); ++i) ASSERT_GT(bound[i], 0.0);
+          out[e] = static_cast<float>(out[e] + scale * bound[e]);
+        });
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->passed, scale < 1.0) << scale << ": " << r->worst;
     EXPECT_NEAR(r->worst_ratio, scale, 1e-3);

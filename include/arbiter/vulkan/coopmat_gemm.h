@@ -22,22 +22,18 @@
 // Self-check: the first time a device's GEMM is chosen in a process
 // (SelectGemm: at the engine's compute creation and in `arbiter devices`),
 // the pipelines of every weight type's variant are made (a driver refusing
-// one fails the check), and the candidate runs on small random problems — m = 61, 96 weight rows, 256
-// columns, with bias and accumulate, for f16, q8_0 and q4_k weights (the
-// three ways a tile is filled: 16-byte loads, welem, unit_values) — and its
-// output is compared element by element with the fp32 GEMM's on the same
-// inputs. Bound, with S = Σ_c |x_c · w_c| over the element's products (the
-// weights as embed_<type> dequantizes them) and K the columns: rounding x
-// and w to f16 (unit roundoff 2^-11) moves each product by at most
-// (2^-10 + 2^-22)|x·w|, and fp32 accumulation in any order moves each side
-// by at most K·2^-24·S; so |candidate − reference| ≤ 2^-9·S +
-// 2^-22·(|y0| + |bias| + |reference|) + K·2^-24 (twice the product term,
-// plus the bias/accumulate roundings and f16 subnormals' absolute error on
-// inputs ≤ 1). Any element beyond it, or not finite, fails the check: a
-// warning names the device and the worst element, and the device runs the
-// fp32 GEMM for the rest of the process. A kernel that passes computes the
-// right products for those shapes; one that is wrong (layout, a missed
-// slice, a bad shape) is harmless.
+// one fails the check), and the candidate runs on small random problems — m = 61, 96 weight rows,
+// 256 columns, with bias and accumulate, for f16, q8_0 and q4_k weights (the three ways a tile is
+// filled: 16-byte loads, welem, unit_values) — and its output is compared element by element with
+// the fp32 GEMM's on the same inputs. Bound, with S = Σ_c |x_c · w_c| over the element's products
+// (the weights as embed_<type> dequantizes them) and K the columns: rounding x and w to f16 (unit
+// roundoff 2^-11) moves each product by at most (2^-10 + 2^-22)|x·w|, and fp32 accumulation in any
+// order moves each side by at most K·2^-24·S; so |candidate − reference| ≤ 2^-9·S + 2^-22·(|y0| +
+// |bias| + |reference|) + K·2^-24 (twice the product term, plus the bias/accumulate roundings and
+// f16 subnormals' absolute error on inputs ≤ 1). Any element beyond it, or not finite, fails the
+// check: a warning names the device and the worst element, and the device runs the fp32 GEMM for
+// the rest of the process. A kernel that passes computes the right products for those shapes; one
+// that is wrong (layout, a missed slice, a bad shape) is harmless.
 //
 // Thread safety: thread-safe. SelectGemm's result per device is computed
 // once per process (two threads asking first may both run the check; the
@@ -92,12 +88,13 @@ GemmKernels SelectGemm(VulkanDevice& dev);
 // The self-check's comparison, for SelectGemm and tests.
 struct GemmCheckReport {
   bool passed = false;
-  double worst_ratio = 0;   // max over elements of |candidate − reference| / bound
-  std::string worst;        // "f16 [i, r]: candidate …, reference …, bound …"
+  double worst_ratio = 0;  // max over elements of |candidate − reference| / bound
+  std::string worst;       // "f16 [i, r]: candidate …, reference …, bound …"
 };
 // Called with the candidate's output [m, rows] and each element's bound
 // before the comparison (tests perturb the candidate through it).
-using GemmCheckTamper = std::function<void(std::span<float> candidate, std::span<const double> bound)>;
+using GemmCheckTamper =
+    std::function<void(std::span<float> candidate, std::span<const double> bound)>;
 // Makes the pipeline of every weight type of `candidate`, runs `candidate`
 // and `reference` on the self-check's problems (Note [Cooperative-matrix
 // GEMM]; fixed seed) and compares them. Errors: the device's when a buffer,
