@@ -47,6 +47,21 @@ TEST_F(CoopmatGemmTest, ADeviceWithoutCooperativeMatricesRunsTheFp32Gemm) {
   EXPECT_FALSE(g.cooperative);
 }
 
+// Runs only on a device with cooperative matrices (a lent GPU): the real
+// kernel against the fp32 GEMM.
+TEST_F(CoopmatGemmTest, OnADeviceWithCooperativeMatricesTheKernelPassesItsSelfCheck) {
+  std::shared_ptr<VulkanDevice> dev = *VulkanDevice::Open("vulkan");
+  if (!dev->info().cooperative_matrix_gemm_possible) {
+    GTEST_SKIP() << "no cooperative-matrix GEMM here: "
+                 << dev->info().cooperative_matrix_gemm_reason;
+  }
+  Result<GemmCheckReport> r = CompareGemms(*dev, CoopmatGemm(dev->info()), Fp32Gemm());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->passed) << r->worst << " (" << r->worst_ratio << "x the bound)";
+  EXPECT_EQ(CoopmatGemmStateOf(*dev), CoopmatGemmState::kUsed);
+  EXPECT_TRUE(SelectGemm(*dev).cooperative);
+}
+
 TEST_F(CoopmatGemmTest, TheFp32GemmAgainstItselfPasses) {
   std::shared_ptr<VulkanDevice> dev = *VulkanDevice::Open("vulkan");
   Result<GemmCheckReport> r = CompareGemms(*dev, Fp32Gemm(), Fp32Gemm());
