@@ -771,8 +771,8 @@ void ParallelCopy(void* dst, const void* src, uint64_t n) {
 // Ownership: with two families, every buffer is made
 // VK_SHARING_MODE_CONCURRENT across both (CreateBuffer), so no queue-family
 // ownership transfer (a release/acquire barrier pair on both queues per
-// copy) is needed; for buffers written once and then read by kernels the
-// cost of concurrent sharing is nil on the drivers we target. With one
+// copy) is needed; concurrent sharing is what costs with images (layouts,
+// compression), not with buffers. With one
 // family the buffers stay exclusive (concurrent needs two distinct
 // families), and the copy and compute submissions share one queue.
 //
@@ -948,9 +948,8 @@ void VulkanDevice::UploadAsync(const VulkanBuffer& dst, uint64_t offset, const v
   }
   // Failed before the last chunk went: nothing may still read `src` or
   // write `dst` once `done` runs.
-  Status w0 = WaitCopyValue(ring_.value[0]), w1 = WaitCopyValue(ring_.value[1]);
-  (void)w0;
-  (void)w1;
+  WaitCopyValue(ring_.value[0]).IgnoreError();  // `s` already says what failed
+  WaitCopyValue(ring_.value[1]).IgnoreError();
   done(s);
 }
 
