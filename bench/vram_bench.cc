@@ -103,8 +103,22 @@ Result<VramBenchResult> RunVramBench(const std::string& model_path, const std::s
   };
   record(0, "started");
   r.wake_seconds = 0;
+  const vulkan::UploadPath kPaths[] = {vulkan::UploadPath::kMapped, vulkan::UploadPath::kImported,
+                                       vulkan::UploadPath::kStaged};
   for (int c = 1; c <= cycles; ++c) {
+    uint64_t before[3];
+    for (vulkan::UploadPath p : kPaths) before[static_cast<int>(p)] = dev->upload_bytes(p);
     ARBITER_RETURN_IF_ERROR(rt->LoadModel("model").status());
+    // The path that carried most of this load's bytes.
+    std::string path;
+    uint64_t most = 0;
+    for (vulkan::UploadPath p : kPaths) {
+      const uint64_t n = dev->upload_bytes(p) - before[static_cast<int>(p)];
+      if (n > most) {
+        most = n;
+        path = std::string(vulkan::UploadPathName(p));
+      }
+    }
     const RuntimeStatus status = rt->Status();
     for (const WeightModelStatus& w : status.weights->models) {
       if (w.key != "model") continue;
@@ -114,6 +128,7 @@ Result<VramBenchResult> RunVramBench(const std::string& model_path, const std::s
       } else if (w.last_load_source == WeightLoadSource::kFloor &&
                  (r.wake_seconds == 0 || w.last_load_seconds < r.wake_seconds)) {
         r.wake_seconds = w.last_load_seconds;
+        r.wake_path = path;
         ARBITER_ASSIGN_OR_RETURN(r.wake_first_token_ms, chat("wake", 1));
       }
     }
@@ -152,9 +167,10 @@ std::string FormatVramBench(const VramBenchResult& r) {
   }
   out += fmt::format("first load      {:.1f} ms (from the file)\n", r.first_load_seconds * 1e3);
   if (r.wake_seconds > 0) {
-    out += fmt::format("wake            {:.1f} ms from the host floor, {:.2f} GB/s; first token "
-                       "after {:.1f} ms\n",
-                       r.wake_seconds * 1e3, r.wake_bytes_per_s / 1e9, r.wake_first_token_ms);
+    out += fmt::format("wake            {:.1f} ms from the host floor, {:.2f} GB/s ({} path); "
+                       "first token after {:.1f} ms\n",
+                       r.wake_seconds * 1e3, r.wake_bytes_per_s / 1e9, r.wake_path,
+                       r.wake_first_token_ms);
   }
   out += fmt::format("truth           {}\n", r.all_within ? "every state within 2 % or 16 MiB"
                                                            : "SOME STATE OUT OF BOUND");
@@ -185,6 +201,7 @@ std::string FormatVramBenchJson(const VramBenchResult& r) {
       {"wake_seconds", r.wake_seconds},
       {"wake_bytes_per_s", r.wake_bytes_per_s},
       {"wake_first_token_ms", r.wake_first_token_ms},
+      {"wake_path", r.wake_path},
       {"final_difference_bytes",
        r.final_difference_bytes ? nlohmann::ordered_json(*r.final_difference_bytes) : nullptr},
       {"all_within", r.all_within},

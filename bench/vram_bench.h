@@ -51,6 +51,10 @@ struct VramBenchResult {
   double wake_seconds = 0;            // best floor → device load
   double wake_bytes_per_s = 0;
   double wake_first_token_ms = 0;     // a one-token generation right after the best wake
+  // How the best wake's bytes reached the device: "import" (GPU copies from
+  // the imported floor), "staging" or "mapped" (vulkan::UploadPathName), the
+  // path that carried most of them; empty without a wake.
+  std::string wake_path;
   std::optional<int64_t> final_difference_bytes;  // after the last unload: driver − baseline − runtime
   bool all_within = true;
 };

@@ -18,6 +18,8 @@
 
 #include "arbiter/engine/engine.h"
 #include "arbiter/formats/gguf.h"
+#include "arbiter/vulkan/vulkan_backend.h"
+#include "arbiter/weights/weight_cache.h"
 #include "engine/internal/test_model.h"
 #include "tools/model_maker/model_maker.h"
 #include "vulkan/vulkan_test_util.h"
@@ -297,6 +299,56 @@ TEST_P(VulkanEngineTest, ProfileLogsGpuTimePerKernel) {
   EXPECT_NE(text.find("gemm_f16 qkv"), std::string::npos) << text;
   EXPECT_NE(text.find("matvec_f16 lm_head"), std::string::npos) << text;
   EXPECT_NE(text.find("attention"), std::string::npos) << text;
+}
+
+// A pinned_system model woken from its host floor: on a backend that treats
+// lavapipe's memory as VRAM (force_staging), the weight cache imports the
+// floor and the wake is GPU copies out of its pages (Note [Imported floors]
+// in weights/weight_cache.cc). The logits after the wake are the logits
+// before it, bit for bit.
+TEST_P(VulkanEngineTest, AWakeFromTheImportedHostFloorGivesIdenticalLogits) {
+  Result<std::unique_ptr<vulkan::VulkanDeviceBackend>> backend =
+      vulkan::VulkanDeviceBackend::Create(*vulkan::VulkanDevice::Open("vulkan"),
+                                          {.force_staging = true});
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  if (!(*backend)->device()->info().external_memory_host) {
+    GTEST_SKIP() << "no VK_EXT_external_memory_host";
+  }
+  WeightCacheOptions wo;
+  wo.device = backend->get();
+  wo.wiggle = 0;
+  Result<std::unique_ptr<WeightCache>> cache = WeightCache::Create(std::move(wo));
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  EngineOptions o;
+  o.n_ctx = 160;
+  o.prefill_batch = 16;
+  o.n_threads = 2;
+  o.device = "vulkan";
+  o.weight_cache = cache->get();
+  o.weight_key = "m";
+  Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(path_, {});
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  Result<WeightModel> m =
+      Engine::WeightModelFor(**files, "m", o, ResidencyState::kPinnedSystem);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_TRUE((*cache)->Register(std::move(m).value()).ok());
+  Result<std::unique_ptr<Engine>> e = Engine::Load(*files, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const std::vector<int32_t> ids = Prompt(**e, 24);
+  Result<std::vector<float>> before = (*e)->ComputeLogits(ids);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  const vulkan::CopyPathStats loaded = (*backend)->copy_stats();
+  EXPECT_GT(loaded.imported_copies, 0u);  // the first load came from the floor too
+  ASSERT_TRUE(*(*cache)->Evict("m"));
+  Result<std::vector<float>> after = (*e)->ComputeLogits(ids);  // wakes the weights
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  const vulkan::CopyPathStats woken = (*backend)->copy_stats();
+  EXPECT_GT(woken.imported_copies, loaded.imported_copies);
+  EXPECT_EQ(woken.imported_bytes - loaded.imported_bytes, loaded.imported_bytes);
+  EXPECT_EQ(woken.imports, 1u);  // once per floor
+  EXPECT_EQ(*before, *after);
+  e->reset();
+  cache->reset();
 }
 
 using VulkanDeviceNamesTest = vulkan::VulkanTest;

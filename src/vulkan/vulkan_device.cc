@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "arbiter/memory/device_backend.h"
 #include "vulkan/coopmat_gemm_internal.h"
 #include "vulkan/shaders.h"
 
@@ -298,6 +299,15 @@ Result<int> ResolveVulkanDevice(std::string_view name,
   return index;
 }
 
+std::string_view UploadPathName(UploadPath path) {
+  switch (path) {
+    case UploadPath::kMapped: return "mapped";
+    case UploadPath::kImported: return "import";
+    case UploadPath::kStaged: return "staging";
+  }
+  return "unknown";
+}
+
 uint64_t ValidationMessageCount() { return g_validation_messages.load(); }
 
 Result<std::shared_ptr<VulkanDevice>> VulkanDevice::Open(std::string_view name) {
@@ -340,11 +350,25 @@ Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physica
     vkGetPhysicalDeviceProperties(physical, &props);
     timestamp_period_ns_ = props.limits.timestampPeriod;
   }
+  // Note [Copy queue]: a transfer-only family takes the copies.
+  copy_family_ = queue_family_;
+  for (uint32_t i = 0; i < n; ++i) {
+    const VkQueueFlags fl = families[i].queueFlags;
+    if ((fl & VK_QUEUE_TRANSFER_BIT) != 0 &&
+        (fl & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)) == 0 && families[i].queueCount > 0) {
+      copy_family_ = i;
+      break;
+    }
+  }
   const float priority = 1.0f;
-  VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-  qi.queueFamilyIndex = queue_family_;
-  qi.queueCount = 1;
-  qi.pQueuePriorities = &priority;
+  VkDeviceQueueCreateInfo qis[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
+                                    {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
+  qis[0].queueFamilyIndex = queue_family_;
+  qis[0].queueCount = 1;
+  qis[0].pQueuePriorities = &priority;
+  qis[1].queueFamilyIndex = copy_family_;
+  qis[1].queueCount = 1;
+  qis[1].pQueuePriorities = &priority;
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   f12.bufferDeviceAddress = VK_TRUE;
   f12.shaderFloat16 = info.fp16;
@@ -367,10 +391,19 @@ Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physica
     f.pNext = &coopmat;
     exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   }
+  if (info.external_memory_host) {
+    exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT host{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &host;
+    vkGetPhysicalDeviceProperties2(physical, &props);
+    import_alignment_ = host.minImportedHostPointerAlignment;
+  }
   VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   ci.pNext = &f;
-  ci.queueCreateInfoCount = 1;
-  ci.pQueueCreateInfos = &qi;
+  ci.queueCreateInfoCount = copy_family_ != queue_family_ ? 2 : 1;
+  ci.pQueueCreateInfos = qis;
   ci.enabledExtensionCount = static_cast<uint32_t>(exts.size());
   ci.ppEnabledExtensionNames = exts.data();
   if (VkResult r = vkCreateDevice(physical, &ci, nullptr, &device_); r != VK_SUCCESS) {
@@ -382,6 +415,26 @@ Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physica
   // table: every opened device of one process uses the same driver here).
   volkLoadDevice(device_);
   vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+  copy_queue_ = queue_;
+  if (copy_family_ != queue_family_) vkGetDeviceQueue(device_, copy_family_, 0, &copy_queue_);
+  {
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    type.initialValue = 0;
+    VkSemaphoreCreateInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    si.pNext = &type;
+    if (VkResult r = vkCreateSemaphore(device_, &si, nullptr, &copy_timeline_); r != VK_SUCCESS) {
+      return InternalError("vkCreateSemaphore (copy timeline): " + VkResultName(r));
+    }
+    VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pi.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+    pi.queueFamilyIndex = copy_family_;
+    MutexLock l(&copy_pool_mu_);
+    if (VkResult r = vkCreateCommandPool(device_, &pi, nullptr, &copy_pool_); r != VK_SUCCESS) {
+      return InternalError("vkCreateCommandPool (copies): " + VkResultName(r));
+    }
+  }
+  completion_thread_ = std::thread([this] { CompletionLoop(); });
 
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
   VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
@@ -407,17 +460,26 @@ Status VulkanDevice::Init(const VulkanDeviceInfo& info, VkPhysicalDevice physica
 VulkanDevice::~VulkanDevice() {
   if (device_ == VK_NULL_HANDLE) return;
   vkDeviceWaitIdle(device_);
+  if (completion_thread_.joinable()) {
+    {
+      MutexLock l(&pending_mu_);
+      stop_ = true;
+      pending_cv_.SignalAll();
+    }
+    completion_thread_.join();  // completes what is left: the device is idle
+  }
+  {
+    MutexLock l(&copy_pool_mu_);
+    if (copy_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, copy_pool_, nullptr);
+  }
+  if (copy_timeline_ != VK_NULL_HANDLE) vkDestroySemaphore(device_, copy_timeline_, nullptr);
   {
     MutexLock l(&mu_);
     for (auto& [name, p] : pipelines_) vkDestroyPipeline(device_, p, nullptr);
   }
   {
     MutexLock l(&upload_mu_);
-    for (int h = 0; h < 2; ++h) {
-      if (ring_.fence[h] != VK_NULL_HANDLE) vkDestroyFence(device_, ring_.fence[h], nullptr);
-      Destroy(ring_.staging[h]);
-    }
-    if (ring_.pool != VK_NULL_HANDLE) vkDestroyCommandPool(device_, ring_.pool, nullptr);
+    for (int h = 0; h < 2; ++h) Destroy(ring_.staging[h]);
   }
   {
     MutexLock l(&queue_mu_);
@@ -465,6 +527,8 @@ Result<uint32_t> VulkanDevice::MemoryTypeFor(uint32_t type_bits, BufferMemory me
     case BufferMemory::kReadback:
       wants = {{kCached, 0}, {kVisible, 0}};
       break;
+    case BufferMemory::kImported:  // ImportHost picks its own type
+      break;
   }
   for (const Want& w : wants) {
     for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
@@ -496,7 +560,14 @@ Result<VulkanBuffer> VulkanDevice::CreateBuffer(uint64_t size_bytes, BufferMemor
   bi.size = size_bytes;
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
              VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+  // Note [Copy queue]: shared by the compute and the copy family.
+  const uint32_t families[2] = {queue_family_, copy_family_};
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if (copy_family_ != queue_family_) {
+    bi.sharingMode = VK_SHARING_MODE_CONCURRENT;
+    bi.queueFamilyIndexCount = 2;
+    bi.pQueueFamilyIndices = families;
+  }
   if (VkResult r = vkCreateBuffer(device_, &bi, nullptr, &b.buffer); r != VK_SUCCESS) {
     return ResourceExhaustedError(
         fmt::format("device {}: no buffer of {} bytes ({})", domain(), size_bytes, VkResultName(r)));
@@ -584,6 +655,19 @@ Status VulkanDevice::SubmitAndWait(VkCommandBuffer cb) {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cb;
+  // Note [Copy queue]: the kernels see every copy whose completion was
+  // observed (its ticket may have been waited for) through this wait.
+  const uint64_t copied = copy_completed_.load();
+  const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+  VkTimelineSemaphoreSubmitInfo ts{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  ts.waitSemaphoreValueCount = 1;
+  ts.pWaitSemaphoreValues = &copied;
+  if (copied > 0) {
+    si.pNext = &ts;
+    si.waitSemaphoreCount = 1;
+    si.pWaitSemaphores = &copy_timeline_;
+    si.pWaitDstStageMask = &stage;
+  }
   if (VkResult r = vkQueueSubmit(queue_, 1, &si, fence_); r != VK_SUCCESS) {
     return UnavailableError("device " + domain() + ": vkQueueSubmit failed: " + VkResultName(r));
   }
@@ -643,14 +727,18 @@ constexpr uint64_t kStagingBytes = uint64_t{64} << 20;
 // A device whose memory the host cannot map (a discrete GPU) gets its
 // weights through host-visible staging memory. Each device keeps two
 // staging halves of kStagingHalfBytes for its lifetime (made at the first
-// staged upload; pinned host memory the host's RSS measures), each with its
-// own command buffer and fence. An upload walks its bytes in chunks of a
-// half: wait until the half's previous copy finished, fill it (a memcpy
+// staged upload; pinned host memory the host's RSS measures), each with the
+// copy-timeline value of its last copy (Note [Copy queue]). An upload walks
+// its bytes in chunks of a half: wait until the half's previous copy
+// finished, fill it (a memcpy
 // split over several threads when the chunk is large: one thread copies
 // ~10 GB/s, the PCIe link carries far more), submit its copy, and go on to
 // the other half — so the host's copy into one half overlaps the GPU's copy
-// out of the other. The upload returns once both halves are idle. Uploads
-// are serialized per device (upload_mu_, taken before queue_mu_).
+// out of the other. The call returns once the last chunk is submitted; its
+// completion runs when the GPU copied it. Staged uploads are serialized per
+// device (upload_mu_, taken before the queue mutexes). Host floors the
+// device imported (ImportHost) skip all of this: the GPU copies straight
+// from their pages.
 namespace {
 constexpr uint64_t kStagingHalfBytes = uint64_t{32} << 20;
 
@@ -678,113 +766,373 @@ void ParallelCopy(void* dst, const void* src, uint64_t n) {
 }
 }  // namespace
 
-Status VulkanDevice::EnsureUploadRingLocked() {
-  if (ring_.pool != VK_NULL_HANDLE) return OkStatus();
-  ARBITER_ASSIGN_OR_RETURN(VkCommandPool pool, CreateCommandPool());
-  ring_.pool = pool;
-  for (int h = 0; h < 2; ++h) {
-    ARBITER_ASSIGN_OR_RETURN(ring_.staging[h],
-                             CreateBuffer(kStagingHalfBytes, BufferMemory::kUpload));
+
+// Note [Copy queue]
+// Every GPU copy (staged upload, readback, a copy out of imported host
+// pages) is one command buffer submitted to the copy queue — a queue of a
+// transfer-only family where the device has one (discrete NVIDIA/AMD GPUs:
+// their DMA engines), else the compute queue itself (lavapipe) — and
+// signals the next value of one timeline semaphore, copy_timeline_. Values
+// are handed out under the submitting queue's mutex, so they rise in
+// submission order. A completion thread waits (vkWaitSemaphores) for the
+// lowest pending value, then runs the `done` of every copy the timeline has
+// reached — this is what completes a DeviceBackend CopyTicket — and frees
+// their command buffers. So a copy's caller only blocks on the host-side
+// memcpy it needs (staging), never on the GPU, and Wait on many tickets
+// overlaps all their copies.
+//
+// Ownership: with two families, every buffer is made
+// VK_SHARING_MODE_CONCURRENT across both (CreateBuffer), so no queue-family
+// ownership transfer (a release/acquire barrier pair on both queues per
+// copy) is needed; concurrent sharing is what costs with images (layouts,
+// compression), not with buffers. With one
+// family the buffers stay exclusive (concurrent needs two distinct
+// families), and the copy and compute submissions share one queue.
+//
+// Visibility: compute work that reads copied bytes starts only after the
+// host saw the copy's ticket complete (the weight cache waits on every
+// ticket before a model is resident). Each compute submission also waits on
+// copy_timeline_ for copy_completed_, the highest value the completion
+// thread saw reached: a wait that is already satisfied costs nothing, but
+// it is the semaphore dependency the memory model asks for, so the
+// kernels see the copied bytes whichever queue wrote them. The path is the
+// same whether or not the device has a separate copy queue, so lavapipe
+// (one queue) runs all of it — the timeline, the completion thread, the
+// compute-side wait — and only the choice of VkQueue differs on the H100.
+
+Status VulkanDevice::SubmitCopy(const std::function<void(VkCommandBuffer)>& record, CopyDone done,
+                                uint64_t* value) {
+  VkCommandBuffer cb;
+  {
+    MutexLock l(&copy_pool_mu_);
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = ring_.pool;
+    ai.commandPool = copy_pool_;
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
-    if (vkAllocateCommandBuffers(device_, &ai, &ring_.cb[h]) != VK_SUCCESS) {
-      return ResourceExhaustedError("device " + domain() + ": no upload command buffer");
+    if (VkResult r = vkAllocateCommandBuffers(device_, &ai, &cb); r != VK_SUCCESS) {
+      return UnavailableError("device " + domain() + ": no copy command buffer (" +
+                              VkResultName(r) + ")");
     }
-    VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if (vkCreateFence(device_, &fi, nullptr, &ring_.fence[h]) != VK_SUCCESS) {
-      return ResourceExhaustedError("device " + domain() + ": no upload fence");
-    }
-  }
-  return OkStatus();
-}
-
-Status VulkanDevice::WaitUploadLocked(int half) {
-  if (!ring_.pending[half]) return OkStatus();
-  const VkResult r = vkWaitForFences(device_, 1, &ring_.fence[half], VK_TRUE, UINT64_MAX);
-  vkResetFences(device_, 1, &ring_.fence[half]);
-  ring_.pending[half] = false;
-  if (r != VK_SUCCESS) {
-    return UnavailableError("device " + domain() + ": an upload failed: " + VkResultName(r));
-  }
-  return OkStatus();
-}
-
-Status VulkanDevice::Upload(const VulkanBuffer& dst, uint64_t offset, const void* src,
-                            uint64_t size_bytes, bool allow_mapped) {
-  if (offset > dst.size_bytes || size_bytes > dst.size_bytes - offset) {
-    return OutOfRangeError(fmt::format("upload of {} bytes at {} into a buffer of {}",
-                                       size_bytes, offset, dst.size_bytes));
-  }
-  if (size_bytes == 0) return OkStatus();
-  if (allow_mapped && dst.host != nullptr) {
-    ParallelCopy(static_cast<uint8_t*>(dst.host) + offset, src, size_bytes);
-    return OkStatus();
-  }
-  MutexLock l(&upload_mu_);
-  ARBITER_RETURN_IF_ERROR(EnsureUploadRingLocked());
-  Status s;
-  for (uint64_t done = 0; done < size_bytes && s.ok();) {
-    const int h = ring_.next;
-    ring_.next = 1 - h;
-    s = WaitUploadLocked(h);
-    if (!s.ok()) break;
-    const uint64_t n = std::min(size_bytes - done, kStagingHalfBytes);
-    ParallelCopy(ring_.staging[h].host, static_cast<const uint8_t*>(src) + done, n);
-    VkCommandBuffer cb = ring_.cb[h];
-    vkResetCommandBuffer(cb, 0);
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     vkBeginCommandBuffer(cb, &bi);
-    VkBufferCopy c{0, offset + done, n};
-    vkCmdCopyBuffer(cb, ring_.staging[h].buffer, dst.buffer, 1, &c);
+    record(cb);
     vkEndCommandBuffer(cb);
+  }
+  auto submit = [&]() -> VkResult {
+    const uint64_t v = copy_next_ + 1;
+    VkTimelineSemaphoreSubmitInfo ts{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    ts.signalSemaphoreValueCount = 1;
+    ts.pSignalSemaphoreValues = &v;
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.pNext = &ts;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    si.signalSemaphoreCount = 1;
+    si.pSignalSemaphores = &copy_timeline_;
+    const VkResult r = vkQueueSubmit(copy_queue_, 1, &si, VK_NULL_HANDLE);
+    if (r == VK_SUCCESS) {
+      copy_next_ = v;
+      *value = v;
+      MutexLock p(&pending_mu_);
+      pending_.push_back(PendingCopy{v, cb, std::move(done)});
+      pending_cv_.SignalAll();
+    }
+    return r;
+  };
+  VkResult r;
+  if (copy_queue_ == queue_) {
+    MutexLock q(&queue_mu_);
+    r = submit();
+  } else {
+    MutexLock q(&copy_queue_mu_);
+    r = submit();
+  }
+  if (r != VK_SUCCESS) {
+    MutexLock l(&copy_pool_mu_);
+    vkFreeCommandBuffers(device_, copy_pool_, 1, &cb);
+    return UnavailableError("device " + domain() + ": vkQueueSubmit of a copy failed: " +
+                            VkResultName(r));
+  }
+  return OkStatus();
+}
+
+Status VulkanDevice::WaitCopyValue(uint64_t value) {
+  if (value == 0) return OkStatus();
+  VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &copy_timeline_;
+  wi.pValues = &value;
+  if (VkResult r = vkWaitSemaphores(device_, &wi, UINT64_MAX); r != VK_SUCCESS) {
+    return UnavailableError("device " + domain() + ": a copy failed: " + VkResultName(r));
+  }
+  return OkStatus();
+}
+
+void VulkanDevice::CompletionLoop() {
+  for (;;) {
+    uint64_t target = UINT64_MAX;
     {
-      MutexLock q(&queue_mu_);
-      VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-      si.commandBufferCount = 1;
-      si.pCommandBuffers = &cb;
-      if (VkResult r = vkQueueSubmit(queue_, 1, &si, ring_.fence[h]); r != VK_SUCCESS) {
-        s = UnavailableError("device " + domain() + ": vkQueueSubmit failed: " + VkResultName(r));
-        break;
+      MutexLock l(&pending_mu_);
+      while (pending_.empty() && !stop_) pending_cv_.Wait();
+      if (pending_.empty()) return;
+      for (const PendingCopy& p : pending_) target = std::min(target, p.value);
+    }
+    Status st = WaitCopyValue(target);
+    uint64_t reached = 0;
+    if (st.ok()) {
+      vkGetSemaphoreCounterValue(device_, copy_timeline_, &reached);
+    } else {
+      reached = UINT64_MAX;  // the device is lost: fail everything pending
+    }
+    std::vector<PendingCopy> finished;
+    {
+      MutexLock l(&pending_mu_);
+      for (size_t i = 0; i < pending_.size();) {
+        if (pending_[i].value <= reached) {
+          finished.push_back(std::move(pending_[i]));
+          pending_[i] = std::move(pending_.back());
+          pending_.pop_back();
+        } else {
+          ++i;
+        }
       }
     }
-    ring_.pending[h] = true;
-    done += n;
+    if (st.ok()) {
+      uint64_t seen = copy_completed_.load();
+      while (reached > seen && !copy_completed_.compare_exchange_weak(seen, reached)) {
+      }
+    }
+    {
+      MutexLock l(&copy_pool_mu_);
+      for (const PendingCopy& p : finished) vkFreeCommandBuffers(device_, copy_pool_, 1, &p.cb);
+    }
+    for (PendingCopy& p : finished) {
+      if (p.done) p.done(st);
+    }
   }
-  // Both halves idle again before returning (the source may go away).
-  Status w0 = WaitUploadLocked(0), w1 = WaitUploadLocked(1);
-  if (s.ok()) s = !w0.ok() ? w0 : w1;
-  return s;
+}
+
+Status VulkanDevice::EnsureUploadRingLocked() {
+  for (int h = 0; h < 2; ++h) {
+    if (ring_.staging[h].buffer != VK_NULL_HANDLE) continue;
+    ARBITER_ASSIGN_OR_RETURN(ring_.staging[h],
+                             CreateBuffer(kStagingHalfBytes, BufferMemory::kUpload));
+  }
+  return OkStatus();
+}
+
+void VulkanDevice::UploadAsync(const VulkanBuffer& dst, uint64_t offset, const void* src,
+                               uint64_t size_bytes, bool allow_mapped, CopyDone done) {
+  if (offset > dst.size_bytes || size_bytes > dst.size_bytes - offset) {
+    done(OutOfRangeError(fmt::format("upload of {} bytes at {} into a buffer of {}", size_bytes,
+                                     offset, dst.size_bytes)));
+    return;
+  }
+  if (size_bytes == 0) {
+    done(OkStatus());
+    return;
+  }
+  if (allow_mapped && dst.host != nullptr) {
+    ParallelCopy(static_cast<uint8_t*>(dst.host) + offset, src, size_bytes);
+    done(OkStatus());
+    return;
+  }
+  MutexLock l(&upload_mu_);
+  Status s = EnsureUploadRingLocked();
+  for (uint64_t copied = 0; s.ok() && copied < size_bytes;) {
+    const int h = ring_.next;
+    ring_.next = 1 - h;
+    s = WaitCopyValue(ring_.value[h]);  // the half's previous copy read it
+    if (!s.ok()) break;
+    const uint64_t n = std::min(size_bytes - copied, kStagingHalfBytes);
+    ParallelCopy(ring_.staging[h].host, static_cast<const uint8_t*>(src) + copied, n);
+    const bool last = copied + n == size_bytes;
+    const VkBuffer from = ring_.staging[h].buffer;
+    const uint64_t to = offset + copied;
+    s = SubmitCopy(
+        [&](VkCommandBuffer cb) {
+          VkBufferCopy c{0, to, n};
+          vkCmdCopyBuffer(cb, from, dst.buffer, 1, &c);
+        },
+        last ? done : CopyDone(), &ring_.value[h]);
+    if (s.ok() && last) return;  // `done` runs when the GPU copied it
+    copied += n;
+  }
+  // Failed before the last chunk went: nothing may still read `src` or
+  // write `dst` once `done` runs.
+  WaitCopyValue(ring_.value[0]).IgnoreError();  // `s` already says what failed
+  WaitCopyValue(ring_.value[1]).IgnoreError();
+  done(s);
+}
+
+void VulkanDevice::DownloadAsync(const VulkanBuffer& src, uint64_t offset, void* dst,
+                                 uint64_t size_bytes, bool allow_mapped, CopyDone done) {
+  if (offset > src.size_bytes || size_bytes > src.size_bytes - offset) {
+    done(OutOfRangeError(fmt::format("download of {} bytes at {} from a buffer of {}",
+                                     size_bytes, offset, src.size_bytes)));
+    return;
+  }
+  if (size_bytes == 0) {
+    done(OkStatus());
+    return;
+  }
+  if (allow_mapped && src.host != nullptr) {
+    std::memcpy(dst, static_cast<const uint8_t*>(src.host) + offset, size_bytes);
+    done(OkStatus());
+    return;
+  }
+  Result<VulkanBuffer> made =
+      CreateBuffer(std::min(size_bytes, kStagingBytes), BufferMemory::kReadback);
+  if (!made.ok()) {
+    done(made.status());
+    return;
+  }
+  VulkanBuffer staging = *made;
+  if (size_bytes <= staging.size_bytes) {
+    // One chunk: the completion thread copies it out and frees the staging.
+    uint64_t value;
+    auto finish = [this, staging, dst, size_bytes, done](Status st) mutable {
+      if (st.ok()) std::memcpy(dst, staging.host, size_bytes);
+      Destroy(staging);
+      done(std::move(st));
+    };
+    Status s = SubmitCopy(
+        [&](VkCommandBuffer cb) {
+          VkBufferCopy c{offset, 0, size_bytes};
+          vkCmdCopyBuffer(cb, src.buffer, staging.buffer, 1, &c);
+        },
+        finish, &value);
+    if (!s.ok()) {
+      Destroy(staging);
+      done(s);
+    }
+    return;
+  }
+  // Larger than one staging buffer: chunk by chunk, done before returning.
+  Status s;
+  for (uint64_t copied = 0; copied < size_bytes && s.ok();) {
+    const uint64_t n = std::min(size_bytes - copied, staging.size_bytes);
+    uint64_t value = 0;
+    s = SubmitCopy(
+        [&](VkCommandBuffer cb) {
+          VkBufferCopy c{offset + copied, 0, n};
+          vkCmdCopyBuffer(cb, src.buffer, staging.buffer, 1, &c);
+        },
+        CopyDone(), &value);
+    if (s.ok()) s = WaitCopyValue(value);
+    if (s.ok()) std::memcpy(static_cast<uint8_t*>(dst) + copied, staging.host, n);
+    copied += n;
+  }
+  Destroy(staging);
+  done(s);
+}
+
+void VulkanDevice::CopyAsync(const VulkanBuffer& src, uint64_t src_offset, const VulkanBuffer& dst,
+                             uint64_t dst_offset, uint64_t size_bytes, CopyDone done) {
+  if (size_bytes == 0) {
+    done(OkStatus());
+    return;
+  }
+  uint64_t value;
+  Status s = SubmitCopy(
+      [&](VkCommandBuffer cb) {
+        VkBufferCopy c{src_offset, dst_offset, size_bytes};
+        vkCmdCopyBuffer(cb, src.buffer, dst.buffer, 1, &c);
+      },
+      done, &value);
+  if (!s.ok()) done(s);
+}
+
+namespace {
+// Runs a copy and waits for it.
+Status Synchronously(const std::function<void(VulkanDevice::CopyDone)>& start) {
+  auto c = std::make_shared<CopyCompletion>();
+  start([c](Status s) { c->Complete(std::move(s)); });
+  return c->Wait();
+}
+}  // namespace
+
+Status VulkanDevice::Upload(const VulkanBuffer& dst, uint64_t offset, const void* src,
+                            uint64_t size_bytes, bool allow_mapped) {
+  return Synchronously([&](CopyDone done) {
+    UploadAsync(dst, offset, src, size_bytes, allow_mapped, std::move(done));
+  });
 }
 
 Status VulkanDevice::Download(const VulkanBuffer& src, uint64_t offset, void* dst,
                               uint64_t size_bytes, bool allow_mapped) {
-  if (offset > src.size_bytes || size_bytes > src.size_bytes - offset) {
-    return OutOfRangeError(fmt::format("download of {} bytes at {} from a buffer of {}",
-                                       size_bytes, offset, src.size_bytes));
+  return Synchronously([&](CopyDone done) {
+    DownloadAsync(src, offset, dst, size_bytes, allow_mapped, std::move(done));
+  });
+}
+
+Result<VulkanBuffer> VulkanDevice::ImportHost(const void* p, uint64_t size_bytes,
+                                              const uint8_t** base) {
+  if (import_alignment_ == 0) {
+    return UnimplementedError("device " + domain() + " has no VK_EXT_external_memory_host");
   }
-  if (size_bytes == 0) return OkStatus();
-  if (allow_mapped && src.host != nullptr) {
-    std::memcpy(dst, static_cast<const uint8_t*>(src.host) + offset, size_bytes);
-    return OkStatus();
+  const uint64_t a = import_alignment_;
+  const auto begin = reinterpret_cast<uintptr_t>(p) / a * a;
+  const uint64_t end = (reinterpret_cast<uintptr_t>(p) + size_bytes + a - 1) / a * a;
+  const uint64_t n = end - begin;
+  if (size_bytes == 0 || n > info_.max_allocation_bytes) {
+    return InvalidArgumentError(fmt::format(
+        "device {}: cannot import {} host bytes (the largest allocation is {})", domain(), n,
+        info_.max_allocation_bytes));
   }
-  ARBITER_ASSIGN_OR_RETURN(
-      VulkanBuffer staging,
-      CreateBuffer(std::min(size_bytes, kStagingBytes), BufferMemory::kReadback));
-  Status s;
-  for (uint64_t done = 0; done < size_bytes && s.ok();) {
-    const uint64_t n = std::min(size_bytes - done, staging.size_bytes);
-    s = RunOnce([&](VkCommandBuffer cb) {
-      VkBufferCopy c{offset + done, 0, n};
-      vkCmdCopyBuffer(cb, src.buffer, staging.buffer, 1, &c);
-    });
-    if (s.ok()) std::memcpy(static_cast<uint8_t*>(dst) + done, staging.host, n);
-    done += n;
+  void* host = reinterpret_cast<void*>(begin);
+  VkMemoryHostPointerPropertiesEXT hp{VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+  if (VkResult r = vkGetMemoryHostPointerPropertiesEXT(
+          device_, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, host, &hp);
+      r != VK_SUCCESS) {
+    return UnavailableError(fmt::format("device {}: host pages at {} not importable ({})",
+                                        domain(), host, VkResultName(r)));
   }
-  Destroy(staging);
-  return s;
+  VulkanBuffer b;
+  b.size_bytes = n;
+  b.kind = BufferMemory::kImported;
+  VkExternalMemoryBufferCreateInfo eb{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+  eb.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.pNext = &eb;
+  bi.size = n;
+  bi.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+  const uint32_t families[2] = {queue_family_, copy_family_};
+  bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  if (copy_family_ != queue_family_) {
+    bi.sharingMode = VK_SHARING_MODE_CONCURRENT;
+    bi.queueFamilyIndexCount = 2;
+    bi.pQueueFamilyIndices = families;
+  }
+  if (VkResult r = vkCreateBuffer(device_, &bi, nullptr, &b.buffer); r != VK_SUCCESS) {
+    return UnavailableError("device " + domain() + ": no import buffer: " + VkResultName(r));
+  }
+  VkMemoryRequirements req;
+  vkGetBufferMemoryRequirements(device_, b.buffer, &req);
+  const uint32_t bits = req.memoryTypeBits & hp.memoryTypeBits;
+  if (bits == 0 || req.size > n) {
+    vkDestroyBuffer(device_, b.buffer, nullptr);
+    return UnavailableError("device " + domain() + ": no memory type can import host pages");
+  }
+  uint32_t type = 0;
+  while ((bits & (1u << type)) == 0) ++type;
+  VkImportMemoryHostPointerInfoEXT imp{VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT};
+  imp.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+  imp.pHostPointer = host;
+  VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  ai.pNext = &imp;
+  ai.allocationSize = n;
+  ai.memoryTypeIndex = type;
+  if (VkResult r = vkAllocateMemory(device_, &ai, nullptr, &b.memory); r != VK_SUCCESS) {
+    vkDestroyBuffer(device_, b.buffer, nullptr);
+    return UnavailableError(fmt::format("device {}: importing {} host bytes failed ({})",
+                                        domain(), n, VkResultName(r)));
+  }
+  vkBindBufferMemory(device_, b.buffer, b.memory, 0);
+  live_bytes_[static_cast<int>(BufferMemory::kImported)] += n;
+  *base = reinterpret_cast<const uint8_t*>(begin);
+  return b;
 }
 
 }  // namespace arbiter::vulkan

@@ -53,6 +53,22 @@
 // re-reading and re-converting the file; the entry is busy meanwhile, so the
 // copy cannot be evicted under it.
 //
+// Note [Imported floors]
+// A floor's first load to the device offers its pages to the device
+// (DeviceBackend::ImportHost over the span of its arrays; the floor is one
+// page-aligned mapping, so rounding the span outward to the device's import
+// alignment stays inside it). Where the device takes them (Vulkan with
+// VK_EXT_external_memory_host), every later CopyToDevice from the floor is
+// a GPU copy straight out of its pages: a wake of a pinned_system model does
+// no host memcpy. The import is made once per floor and kept with it —
+// importing pins the pages, which costs time proportional to their size on
+// a GPU driver, so doing it per wake would spend what it saves — by
+// replacing the entry's floor with an ImportedFloor that owns both and
+// destroys the import first; every path that drops a floor drops both. A
+// device that refuses (the cpu device, no extension, import_host off, a
+// driver error) leaves an ImportedFloor without an import, so it is asked
+// once per floor, and copies are staged as before.
+//
 // Note [Compaction]
 // Compact frees every resident, idle, non-device-pinned block in one step;
 // MemoryPool merges free neighbours, so the on-demand space above the
@@ -103,6 +119,52 @@ Status Guarded(const std::function<Status()>& work) {
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A floor plus its import by the device (Note [Imported floors]). Members
+// are destroyed in reverse order: the import ends before the floor unmaps.
+class ImportedFloor final : public HostFloor {
+ public:
+  ImportedFloor(std::unique_ptr<HostFloor> floor, std::unique_ptr<HostImport> import)
+      : floor_(std::move(floor)), import_(std::move(import)) {
+    arrays_ = floor_->arrays();
+    tensor_bytes_ = floor_->tensor_bytes();
+    payload_bytes_ = floor_->payload_bytes();
+    mapped_bytes_ = floor_->mapped_bytes();
+    filled_here_ = floor_->filled_here();
+    region_name_ = floor_->region_name();
+  }
+  bool imported() const { return import_ != nullptr; }
+
+ private:
+  std::unique_ptr<HostFloor> floor_;
+  std::unique_ptr<HostImport> import_;
+};
+
+// Offers `floor`'s pages to `device`; the ImportedFloor that holds both.
+std::unique_ptr<HostFloor> ImportFloor(DeviceBackend* device, std::unique_ptr<HostFloor> floor,
+                                       std::string_view key) {
+  const uint8_t* begin = nullptr;
+  const uint8_t* end = nullptr;
+  for (size_t i = 0; i < floor->arrays().size(); ++i) {
+    if (floor->tensor_bytes()[i] == 0) continue;  // its pointer may lie outside
+    const auto* a = static_cast<const uint8_t*>(floor->arrays()[i]);
+    if (begin == nullptr || a < begin) begin = a;
+    if (end == nullptr || a + floor->tensor_bytes()[i] > end) end = a + floor->tensor_bytes()[i];
+  }
+  std::unique_ptr<HostImport> import;
+  if (begin != nullptr) {
+    Result<std::unique_ptr<HostImport>> made =
+        device->ImportHost(begin, static_cast<size_t>(end - begin));
+    if (made.ok()) {
+      import = std::move(made).value();
+    } else if (made.status().code() != StatusCode::kUnimplemented) {
+      spdlog::warn("weight cache: the host floor of '{}' could not be imported by {} ({}); "
+                   "its loads are staged",
+                   key, device->name(), made.status().message());
+    }
+  }
+  return std::make_unique<ImportedFloor>(std::move(floor), std::move(import));
 }
 
 }  // namespace
@@ -613,6 +675,19 @@ Status WeightCache::LoadDevice(Entry* e) {
   Status st;
   const std::vector<const void*>* floor_arrays = nullptr;
   if (has_floor) {
+    // Note [Imported floors]. The entry is busy: nothing else touches its
+    // floor while it is swapped for its ImportedFloor.
+    std::unique_ptr<HostFloor> plain;
+    {
+      MutexLock l(&mu_);
+      if (dynamic_cast<ImportedFloor*>(e->floor.get()) == nullptr) plain = std::move(e->floor);
+    }
+    if (plain != nullptr) {
+      std::unique_ptr<HostFloor> imported =
+          ImportFloor(options_.device, std::move(plain), e->model.key);
+      MutexLock l(&mu_);
+      e->floor = std::move(imported);
+    }
     MutexLock l(&mu_);
     floor_arrays = &e->floor->arrays();
   }

@@ -17,7 +17,9 @@
 //     each returns a CopyTicket, and Wait() on it says whether the copy
 //     worked (Note [Device copies]);
 //   - Discard (the bytes of a freed block hold nothing any more) and
-//     HostPointer (where host-visible).
+//     HostPointer (where host-visible);
+//   - optionally ImportHost: long-lived host memory (a model's host floor)
+//     registered so that copies from it need no staging memcpy.
 //
 // Implementations:
 //   "cpu"   CpuDeviceBackend: each region is anonymous private memory in RAM
@@ -154,6 +156,15 @@ class CopyTicket {
   std::shared_ptr<CopyCompletion> completion_;
 };
 
+// A host range registered with a device by DeviceBackend::ImportHost.
+// Destroying the handle ends the import. REQUIRES: every copy that read
+// from the range was waited for, and the range is still mapped, when the
+// handle is destroyed (destroy it before the memory it covers).
+class HostImport {
+ public:
+  virtual ~HostImport() = default;
+};
+
 // Waits for every ticket (all of them, also after a failure: the memory they
 // touch is safe to release afterwards); returns the first error in order.
 Status WaitAll(const std::vector<CopyTicket>& tickets);
@@ -194,6 +205,20 @@ class DeviceBackend {
   // Errors as CopyToDevice.
   virtual CopyTicket CopyFromDevice(DeviceRegionId region, uint64_t offset, void* dst,
                                     size_t size_bytes) = 0;
+
+  // Registers [p, p + size_bytes) — long-lived host memory such as a
+  // model's host floor — with the device, so that later CopyToDevice calls
+  // whose source lies inside it read it directly (Vulkan: the pages are
+  // imported with VK_EXT_external_memory_host and the GPU copies from them;
+  // no memcpy into staging memory). The range must stay mapped and
+  // unchanged while the handle lives. Optional: the default refuses with
+  // kUnimplemented, and every error means "copy as usual" — CopyToDevice
+  // works on any source whether or not it was imported.
+  // Errors: kUnimplemented (no such capability), kUnavailable (the driver
+  // refused the pages), kInvalidArgument (size 0).
+  virtual Result<std::unique_ptr<HostImport>> ImportHost(const void* p, size_t size_bytes) {
+    return UnimplementedError(std::string(name()) + ": no host-memory import");
+  }
 
   // A host pointer to byte `offset` of `region`, or nullptr when the device
   // is not host-visible, the region is unknown or the offset is not inside

@@ -7,10 +7,17 @@
 // not host-visible where the device has such memory, at most the device's
 // maxMemoryAllocationSize; FreeRegion calls vkFreeMemory, so VRAM comes back
 // to the driver when a model's block goes (as RSS does on the cpu device).
-// Copies go through host-visible staging buffers (or straight into mapped
-// memory where the region is host-visible and the options allow it) and
-// complete before the call returns: every ticket is a completed one (Note
-// [Device copies] allows that).
+// Copies take one of three paths (CopyPathStats counts them):
+//   mapped    a memcpy into the region where it is host-visible (lavapipe)
+//             and the options allow it; done when the call returns;
+//   imported  the source lies inside a host range registered by ImportHost
+//             (a model's host floor): the GPU copies straight from those
+//             pages (VK_EXT_external_memory_host), no host memcpy;
+//   staged    the host copies into the device's staging halves and the GPU
+//             copies on from there (Note [Staged uploads]).
+// GPU copies run on the device's copy queue and complete asynchronously:
+// the ticket completes when the copy timeline semaphore passes the copy's
+// value (Note [Copy queue] in vulkan_device.cc).
 //
 // Thread safety: as DeviceBackend (all methods thread-safe).
 #pragma once
@@ -34,6 +41,22 @@ struct VulkanBackendOptions {
   // Never copy through a mapped pointer, even where the region is
   // host-visible (lavapipe): tests the staging path a discrete GPU takes.
   bool force_staging = false;
+  // Honour ImportHost (where the device has VK_EXT_external_memory_host);
+  // false: ImportHost answers kUnimplemented, so floors are staged.
+  bool import_host = true;
+};
+
+// How many copies took each path (see the class comment), and their bytes.
+struct CopyPathStats {
+  uint64_t mapped_copies = 0;
+  uint64_t mapped_bytes = 0;
+  uint64_t imported_copies = 0;
+  uint64_t imported_bytes = 0;
+  uint64_t staged_copies = 0;   // to the device and back
+  uint64_t staged_bytes = 0;
+  uint64_t imports = 0;         // successful ImportHost calls
+  uint64_t live_imports = 0;
+  uint64_t live_import_bytes = 0;  // host bytes imported now (rounded ranges)
 };
 
 class VulkanDeviceBackend final : public DeviceBackend {
@@ -57,6 +80,15 @@ class VulkanDeviceBackend final : public DeviceBackend {
                           size_t size_bytes) override EXCLUDES(mu_);
   CopyTicket CopyFromDevice(DeviceRegionId region, uint64_t offset, void* dst,
                             size_t size_bytes) override EXCLUDES(mu_);
+  // Imports the pages of [p, p + size_bytes) (rounded outward to the
+  // device's minImportedHostPointerAlignment: the whole pages must be
+  // mapped, as a host floor's mmap is) for copies to read directly.
+  // The handle must be destroyed before the backend.
+  // Errors: kUnimplemented where the device lacks VK_EXT_external_memory_host,
+  // options.import_host is false, or copies are mapped anyway (unified
+  // memory without force_staging); VulkanDevice::ImportHost's.
+  Result<std::unique_ptr<HostImport>> ImportHost(const void* p, size_t size_bytes) override
+      EXCLUDES(mu_);
   // Null: kernels address regions by device address (Address) instead.
   void* HostPointer(DeviceRegionId region, uint64_t offset) override { return nullptr; }
   // Range-checked; nothing to do (the bytes stay allocated until FreeRegion).
@@ -67,6 +99,7 @@ class VulkanDeviceBackend final : public DeviceBackend {
   // The device address of byte `offset` of `region` (Note [Buffer device
   // addresses]). Errors: kNotFound, kOutOfRange.
   Result<uint64_t> Address(DeviceRegionId region, uint64_t offset) const EXCLUDES(mu_);
+  CopyPathStats copy_stats() const EXCLUDES(mu_);
   // Σ live region bytes, and how many.
   uint64_t allocated_bytes() const EXCLUDES(mu_);
   size_t live_regions() const EXCLUDES(mu_);
@@ -75,17 +108,27 @@ class VulkanDeviceBackend final : public DeviceBackend {
   void SetMemoryReportForTesting(std::optional<DeviceMemoryReport> report) EXCLUDES(mu_);
 
  private:
+  class Import;
+  struct ImportedRange {
+    const uint8_t* begin = nullptr;  // host address of buffer byte 0
+    VulkanBuffer buffer;
+  };
   VulkanDeviceBackend(std::shared_ptr<VulkanDevice> device, DeviceProperties properties,
-                      bool force_staging)
+                      VulkanBackendOptions options)
       : device_(std::move(device)), properties_(std::move(properties)),
-        force_staging_(force_staging) {}
+        force_staging_(options.force_staging), import_host_(options.import_host) {}
+  void EndImport(uint64_t id) EXCLUDES(mu_);
   Result<VulkanBuffer> Locate(DeviceRegionId region, uint64_t offset, uint64_t size) const
       EXCLUDES(mu_);
 
   const std::shared_ptr<VulkanDevice> device_;
   const DeviceProperties properties_;
   const bool force_staging_;
+  const bool import_host_;
   mutable Mutex mu_;
+  std::map<uint64_t, ImportedRange> imports_ GUARDED_BY(mu_);  // by import id
+  uint64_t next_import_ GUARDED_BY(mu_) = 1;
+  CopyPathStats stats_ GUARDED_BY(mu_);
   std::map<DeviceRegionId, VulkanBuffer> regions_ GUARDED_BY(mu_);
   uint64_t allocated_bytes_ GUARDED_BY(mu_) = 0;
   DeviceRegionId next_id_ GUARDED_BY(mu_) = 1;

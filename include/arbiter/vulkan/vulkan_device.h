@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <volk.h>
@@ -130,7 +131,15 @@ enum class BufferMemory {
   kDevice,    // device-local (not host-visible where the device has such memory)
   kUpload,    // host-visible, coherent: the host writes, the device reads
   kReadback,  // host-visible, cached where possible: the device writes, the host reads
+  kImported,  // host pages imported with VK_EXT_external_memory_host (ImportHost)
 };
+
+// How bytes reached a device buffer from the host (VulkanDeviceBackend's
+// class comment): a memcpy into mapped memory, a GPU copy out of imported
+// host pages, or a memcpy into staging and a GPU copy from there.
+enum class UploadPath { kMapped = 0, kImported = 1, kStaged = 2 };
+// "mapped" | "import" | "staging".
+std::string_view UploadPathName(UploadPath path);
 
 // One VkBuffer with its own VkDeviceMemory. Move-only; destroyed by
 // VulkanDevice::Destroy (not by its destructor: it does not know its device).
@@ -166,6 +175,11 @@ class VulkanDevice {
   VkDevice device() const { return device_; }
   VkPipelineLayout pipeline_layout() const { return layout_; }
   uint32_t queue_family() const { return queue_family_; }
+  // The queue family copies are submitted to (Note [Copy queue]): a
+  // transfer-only family where the device has one, else queue_family().
+  uint32_t copy_queue_family() const { return copy_family_; }
+  // Whether copies run on a queue of their own (a transfer-only family).
+  bool separate_copy_queue() const { return copy_queue_ != queue_; }
   // Timestamp queries on the compute queue: the bits a timestamp holds (0:
   // the queue has no timestamps) and the nanoseconds per tick.
   uint32_t timestamp_valid_bits() const { return timestamp_valid_bits_; }
@@ -203,15 +217,52 @@ class VulkanDevice {
   Result<VkCommandPool> CreateCommandPool();
   void DestroyCommandPool(VkCommandPool pool);
 
-  // Copies host ↔ buffer through a staging buffer (or directly where the
-  // buffer is host-visible and `allow_mapped`). Synchronous. Note [Staged
-  // uploads]: uploads go through the device's two persistent staging halves
-  // in turn — the host fills one (several threads for large chunks) while
-  // the GPU copies the other — serialized per device.
+  // --- copies (Note [Copy queue], Note [Staged uploads] in vulkan_device.cc)
+  // Runs once when a copy finished, with its result: on the device's
+  // completion thread, or on the calling thread before the call returns
+  // (a mapped copy, an error found before submission). Must not block on
+  // other copies.
+  using CopyDone = std::function<void(Status)>;
+  // Copies `size_bytes` from host `src` to [offset, offset + size_bytes) of
+  // `dst`: a memcpy where `dst` is host-visible and `allow_mapped`, else
+  // through the staging halves (the host's memcpy into staging happens
+  // before the call returns; the GPU's copy of the last chunk may not).
+  // `src` must stay valid until `done` ran. Errors (to `done`):
+  // kOutOfRange for a range outside `dst`; kUnavailable on device failure.
+  void UploadAsync(const VulkanBuffer& dst, uint64_t offset, const void* src,
+                   uint64_t size_bytes, bool allow_mapped, CopyDone done);
+  // Copies [offset, offset + size_bytes) of `src` to host `dst` (through a
+  // readback buffer unless mapped; the memcpy out of it runs on the
+  // completion thread). Errors as UploadAsync.
+  void DownloadAsync(const VulkanBuffer& src, uint64_t offset, void* dst, uint64_t size_bytes,
+                     bool allow_mapped, CopyDone done);
+  // A GPU copy buffer → buffer on the copy queue. REQUIRES: both ranges
+  // inside their buffers. Errors (to `done`): kUnavailable.
+  void CopyAsync(const VulkanBuffer& src, uint64_t src_offset, const VulkanBuffer& dst,
+                 uint64_t dst_offset, uint64_t size_bytes, CopyDone done);
+  // Bytes uploaded to the device by `path` since it was opened, by every
+  // backend on it (VulkanDeviceBackend counts them): `bench vram` reports
+  // which path a wake took.
+  uint64_t upload_bytes(UploadPath path) const {
+    return upload_bytes_[static_cast<int>(path)].load();
+  }
+  void CountUpload(UploadPath path, uint64_t bytes) {
+    upload_bytes_[static_cast<int>(path)] += bytes;
+  }
+  // The synchronous forms: the copy is done when they return.
   Status Upload(const VulkanBuffer& dst, uint64_t offset, const void* src, uint64_t size_bytes,
                 bool allow_mapped = true);
   Status Download(const VulkanBuffer& src, uint64_t offset, void* dst, uint64_t size_bytes,
                   bool allow_mapped = true);
+
+  // Imports the host pages holding [p, p + size_bytes), rounded outward to
+  // minImportedHostPointerAlignment, as a transfer-source buffer
+  // (VK_EXT_external_memory_host). *base is the host address of the
+  // buffer's byte 0. The pages must stay mapped until Destroy(buffer).
+  // Errors: kUnimplemented without the extension; kInvalidArgument for size
+  // 0 or a rounded range above maxMemoryAllocationSize; kUnavailable when
+  // the driver refuses the pages.
+  Result<VulkanBuffer> ImportHost(const void* p, uint64_t size_bytes, const uint8_t** base);
 
  private:
   VulkanDevice() = default;
@@ -235,21 +286,51 @@ class VulkanDevice {
   // Note [Staged uploads] (vulkan_device.cc).
   struct UploadRing {
     VulkanBuffer staging[2];
-    VkCommandBuffer cb[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
-    VkFence fence[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
-    bool pending[2] = {false, false};
-    VkCommandPool pool = VK_NULL_HANDLE;
+    uint64_t value[2] = {0, 0};  // the copy timeline value its last copy signals
     int next = 0;
   };
   Status EnsureUploadRingLocked() REQUIRES(upload_mu_);
-  Status WaitUploadLocked(int half) REQUIRES(upload_mu_);
   Mutex upload_mu_;  // taken before queue_mu_
   UploadRing ring_ GUARDED_BY(upload_mu_);
+
+  // Note [Copy queue].
+  struct PendingCopy {
+    uint64_t value = 0;  // the timeline value its submission signals
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    CopyDone done;       // may be empty
+  };
+  // Records `record` into a command buffer of the copy pool, submits it to
+  // the copy queue signalling the next timeline value (*value), and hands
+  // `done` to the completion thread. On an error nothing was submitted and
+  // `done` was not called.
+  Status SubmitCopy(const std::function<void(VkCommandBuffer)>& record, CopyDone done,
+                    uint64_t* value);
+  // Blocks until the copy timeline reached `value` (0: at once).
+  Status WaitCopyValue(uint64_t value);
+  void CompletionLoop();
+
+  VkQueue copy_queue_ = VK_NULL_HANDLE;
+  uint32_t copy_family_ = 0;
+  uint64_t import_alignment_ = 0;  // minImportedHostPointerAlignment; 0: no import
+  VkSemaphore copy_timeline_ = VK_NULL_HANDLE;
+  Mutex copy_queue_mu_;  // vkQueueSubmit on copy_queue_ when it is not queue_
+  uint64_t copy_next_ = 0;  // last value handed out; under the submitting queue's mutex
+  Mutex copy_pool_mu_;
+  VkCommandPool copy_pool_ GUARDED_BY(copy_pool_mu_) = VK_NULL_HANDLE;
+  Mutex pending_mu_;  // taken after the queue mutexes
+  CondVar pending_cv_{&pending_mu_};
+  std::vector<PendingCopy> pending_ GUARDED_BY(pending_mu_);
+  bool stop_ GUARDED_BY(pending_mu_) = false;
+  // The highest timeline value the completion thread saw reached: compute
+  // submissions wait on it (Note [Copy queue]).
+  std::atomic<uint64_t> copy_completed_{0};
+  std::thread completion_thread_;
 
   mutable Mutex mu_;  // pipelines
   std::map<std::string, VkPipeline, std::less<>> pipelines_ GUARDED_BY(mu_);
 
-  std::atomic<uint64_t> live_bytes_[3] = {0, 0, 0};
+  std::atomic<uint64_t> live_bytes_[4] = {0, 0, 0, 0};
+  std::atomic<uint64_t> upload_bytes_[3] = {0, 0, 0};
 };
 
 }  // namespace arbiter::vulkan
