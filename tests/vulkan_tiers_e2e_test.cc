@@ -9,7 +9,10 @@
 //   - a conversation closed on the device model (its KV written to disk)
 //     restores into the cpu model of the same weights and back: the KV file
 //     does not depend on the device;
-//   - completions and embeddings on the device agree with the cpu model.
+//   - completions and embeddings on the device agree with the cpu model;
+//   - a device budget for one model's weights: waking the second demotes the
+//     first's device weights to a host floor (charged to the host), and the
+//     first's next wake copies from that floor.
 // The Khronos validation layer is on in the server (inherited
 // ARBITER_VULKAN_VALIDATION); a validation message fails the suite.
 #include <cmath>
@@ -287,6 +290,63 @@ TEST_F(VulkanTiersE2E, CompletionsAndEmbeddingsOnTheDeviceAgreeWithTheCpu) {
   }
   // The embedding model computed on the device: it is charged there.
   EXPECT_GT(Get("/admin/status")["domains"]["vulkan:0"]["charged_bytes"].get<int64_t>(), 0);
+}
+
+// Two device text models (never evicted, only demoted) under a device budget
+// that holds both KV caches and scratch but one model's weights.
+class VulkanDemotionE2E : public DeviceSuite {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(MakeDir("vulkan-demote"));
+    ASSERT_TRUE(MakeModel("tiny-qwen3", dir_ + "/tiny", 5).ok());
+    // 771 KiB of weights and 1.07 MiB of KV and scratch per model (ctx
+    // 256): 2 × 1.07 MiB + 771 KiB fits 3300 KiB, two weight copies do not.
+    std::ostringstream config;
+    config << "[memory]\nbudget = \"1GiB\"\n"
+           << "[pressure]\nsource = \"none\"\n"
+           << "[devices.\"vulkan:0\"]\nbudget = \"3300KiB\"\n"
+           << "[[models]]\nname = \"gpu-a\"\npath = \"tiny\"\nctx = 256\ndevice = \"vulkan\"\n"
+           << "[[models]]\nname = \"gpu-b\"\npath = \"tiny\"\nctx = 256\ndevice = \"vulkan\"\n";
+    std::string error;
+    ASSERT_TRUE(StartServe(config.str(), &error)) << error;
+  }
+};
+
+TEST_F(VulkanDemotionE2E, ADemotedModelKeepsAHostFloorAndWakesFromIt) {
+  const json hi = json::array({User("hi")});
+  ASSERT_EQ(Chat("gpu-a", "", hi, 2).status, 200);
+  json a = Model("gpu-a");
+  EXPECT_TRUE(a["device_resident"].get<bool>()) << a.dump();
+  EXPECT_EQ(a["weight_last_load_source"], "file");
+  // gpu-b's weights do not fit beside gpu-a's: the device's demote stage
+  // moves gpu-a's idle weights to a host floor.
+  ASSERT_EQ(Chat("gpu-b", "", hi, 2).status, 200);
+  a = Model("gpu-a");
+  EXPECT_EQ(a["state"], "loaded") << a.dump();
+  EXPECT_FALSE(a["device_resident"].get<bool>()) << a.dump();
+  EXPECT_TRUE(a["host_resident"].get<bool>()) << a.dump();
+  EXPECT_GT(a["host_bytes"].get<int64_t>(), 0) << a.dump();
+  json st = Get("/admin/status");
+  const json& host = st["domains"]["host"];
+  EXPECT_GE(host["by_kind"]["host_floor"].get<int64_t>(), a["host_bytes"].get<int64_t>())
+      << host.dump();
+  const json& gpu = st["domains"]["vulkan:0"];
+  EXPECT_LE(gpu["peak_bytes"].get<int64_t>(), gpu["budget_bytes"].get<int64_t>()) << gpu.dump();
+  // The next wake of gpu-a copies from its floor (and demotes gpu-b's).
+  ASSERT_EQ(Chat("gpu-a", "", hi, 2).status, 200);
+  a = Model("gpu-a");
+  EXPECT_TRUE(a["device_resident"].get<bool>()) << a.dump();
+  EXPECT_EQ(a["weight_last_load_source"], "floor") << a.dump();
+  EXPECT_TRUE(Model("gpu-b")["host_resident"].get<bool>());
+  // Unloading drops the floors with everything else.
+  for (const char* m : {"gpu-a", "gpu-b"}) {
+    auto r = Client().Post(std::string("/admin/models/") + m + "/unload");
+    ASSERT_TRUE(r && r->status == 200);
+  }
+  st = Get("/admin/status");
+  EXPECT_EQ(st["domains"]["vulkan:0"]["charged_bytes"].get<int64_t>(), 0);
+  EXPECT_FALSE(Model("gpu-a")["host_resident"].get<bool>());
+  EXPECT_FALSE(Model("gpu-b")["host_resident"].get<bool>());
 }
 
 }  // namespace
