@@ -198,6 +198,8 @@ Status KvBench::Setup(KvBenchResult* r) {
   eo.n_ctx = need + kCtxSlack;
   eo.n_threads = o_.threads;
   eo.kv_type = o_.kv_type;
+  eo.device = o_.device;
+  r->device = o_.device;
   ARBITER_ASSIGN_OR_RETURN(engine_, Engine::Load(o_.model_dir, eo));
   if (engine_->n_ctx() < need) {
     return InvalidArgumentError(fmt::format(
@@ -827,9 +829,9 @@ std::string FormatKvBench(const KvBenchResult& r) {
   const double prefix_mb = r.kv_bytes_per_token * r.prefix_tokens / 1e6;
   line(fmt::format("model           {} (KV model hash {})", r.model_dir, r.model_hash));
   line(
-      fmt::format("engine          {} slots, n_ctx {}, {} threads; KV {} {} layers × 2 × {} = "
-                  "{:.0f} B/token",
-                  r.n_slots, r.n_ctx, r.threads, r.kv_type, r.n_layers, r.kv_dim,
+      fmt::format("engine          {} slots, n_ctx {}, {} threads, device {}; KV {} {} layers "
+                  "× 2 × {} = {:.0f} B/token",
+                  r.n_slots, r.n_ctx, r.threads, r.device, r.kv_type, r.n_layers, r.kv_dim,
                   r.kv_bytes_per_token));
   line(
       fmt::format("shape           prefix {} tokens ({:.2f} MB of K/V), turn {} tokens; {} "
@@ -1004,6 +1006,7 @@ std::string FormatKvBenchJson(const KvBenchResult& r) {
   j["n_layers"] = r.n_layers;
   j["kv_dim"] = r.kv_dim;
   j["kv_type"] = r.kv_type;
+  j["device"] = r.device;
   j["kv_bytes_per_token"] = r.kv_bytes_per_token;
   j["loadavg_start"] = r.loadavg_start;
   j["loadavg_end"] = r.loadavg_end;

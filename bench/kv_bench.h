@@ -122,6 +122,10 @@ struct KvBenchOptions {
   int threads = 0;
   int n_slots = 2;
   GgmlType kv_type = kDefaultKvType;  // EngineOptions::kv_type
+  // The compute device (EngineOptions::device): "cpu", "vulkan" or
+  // "vulkan:N". Every scenario runs on it; snapshots, the prompt cache and
+  // KV files stay in host memory and the host layout whatever the device.
+  std::string device = "cpu";
   // Shared prefix.
   std::vector<int> shared_prefix_tokens = {512, 1024, 2048};
   int shared_requests = 20;  // per prefix length
@@ -256,6 +260,7 @@ struct KvBenchResult {
   int kv_dim = 0;
   double kv_bytes_per_token = 0;  // n_layers · 2 · KvRowBytes(kv_type, kv_dim)
   std::string kv_type;            // KvTypeName
+  std::string device;             // KvBenchOptions::device
   double loadavg_start = 0;
   double loadavg_end = 0;
   double seconds = 0;            // the whole run

@@ -179,11 +179,12 @@ TEST_F(KvBenchTest, EveryScenarioRunsAndItsCountsAreConsistent) {
   const nlohmann::json j = nlohmann::json::parse(FormatKvBenchJson(*r));
   for (const char* key :
        {"model_dir", "model_hash", "n_slots", "n_ctx", "threads", "prefix_tokens", "turn_tokens",
-        "repetitions", "n_layers", "kv_dim", "kv_type", "kv_bytes_per_token", "loadavg_start",
-        "loadavg_end", "seconds", "ttft", "save_restore", "shared_prefix", "qa"}) {
+        "repetitions", "n_layers", "kv_dim", "kv_type", "device", "kv_bytes_per_token",
+        "loadavg_start", "loadavg_end", "seconds", "ttft", "save_restore", "shared_prefix", "qa"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 19u);
+  EXPECT_EQ(j.size(), 20u);
+  EXPECT_EQ(j.at("device"), "cpu");  // the default
   const nlohmann::json& ttft = j.at("ttft").at(1).at("ttft_ms");
   EXPECT_EQ(ttft.size(), 6u);
   EXPECT_EQ(ttft.at("samples"), r->ttft[1].ttft_ms.samples);

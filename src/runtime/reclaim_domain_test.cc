@@ -394,6 +394,40 @@ TEST_P(ReclaimDomainTest, DevicePressureDrivesTheDevicesStages) {
   EXPECT_TRUE(policy_.OnPressure(unknown).steps.empty());
 }
 
+// Note [Demotion floors] in weight_cache.cc: an unpinned device model
+// demoted for room on the device gets a host floor (the host has room), so
+// its re-wake is one copy; the host's demote stage drops that floor when the
+// host needs the room.
+TEST_P(ReclaimDomainTest, ADeviceDemotionKeepsAFloorThatTheHostsDemoteStageDrops) {
+  WeightModel du = DeviceWeights("du");
+  du.residency = ResidencyState::kUnpinned;
+  ASSERT_TRUE(weights_->Register(std::move(du)).ok());
+  ASSERT_TRUE(weights_->Acquire("du").ok());
+  EXPECT_FALSE(W(weights_->Stats(), "du")->host_resident);
+  const ReclaimReport r = policy_.MakeRoomReport(gpu_, 7 * kMiB + kMiB / 2);
+  EXPECT_EQ(Stages(r.steps), std::vector<ReclaimStage>{ReclaimStage::kDemoteDeviceWeights});
+  EXPECT_EQ(ledger_->charged_bytes(gpu_), 0u);
+  const WeightModelStats* s = W(weights_->Stats(), "du");
+  EXPECT_FALSE(s->device_resident);
+  EXPECT_TRUE(s->host_resident);
+  const size_t floor_bytes = s->host_bytes;
+  EXPECT_GE(floor_bytes, kMiB);
+  EXPECT_EQ(ledger_->DomainSnapshot(kHostDomain).kind_bytes(ChargeKind::kHostFloor), floor_bytes);
+  // The wake copies from the floor.
+  ASSERT_TRUE(weights_->Acquire("du").ok());
+  EXPECT_EQ(W(weights_->Stats(), "du")->last_load_source, WeightLoadSource::kFloor);
+  ASSERT_EQ(weights_->EvictIdle(kMiB), kMiB);  // the device copy goes; the floor stays
+  // The host needs the room: its demote stage drops the floor.
+  observed_.clear();
+  const ReclaimReport h =
+      policy_.MakeRoomReport(kHostDomain, 64 * kMiB - ledger_->charged_bytes() + 1);
+  EXPECT_EQ(Stages(h.steps), std::vector<ReclaimStage>{ReclaimStage::kDemoteDeviceWeights});
+  EXPECT_GE(h.freed_bytes, floor_bytes);
+  EXPECT_FALSE(W(weights_->Stats(), "du")->host_resident);
+  EXPECT_EQ(ledger_->DomainSnapshot(kHostDomain).kind_bytes(ChargeKind::kHostFloor), 0u);
+  ExpectWithinBudgets();
+}
+
 INSTANTIATE_TEST_SUITE_P(InsideHostOrNot, ReclaimDomainTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? std::string("InsideHost") : std::string("Discrete");

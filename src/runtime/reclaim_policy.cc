@@ -14,7 +14,9 @@
 //      asr 40 < tts 50; text 100 never). An evicted engine's unload also
 //      evicts its device weights (and saves its slots' conversations).
 //   4. Demote idle device weights to their host floors (or their files):
-//      loaded engines stay, their next request reloads the weights.
+//      loaded engines stay, their next request reloads the weights; and
+//      drop the host floors that demotions on a device kept (unpinned
+//      models' floors, LRU first: their next wake reads the file).
 //   5. Critical pressure refuses new non-text acquires until the level drops
 //      (held handles are never yanked).
 // Those are the host's stages. Every charge names a memory domain (Note
@@ -28,8 +30,9 @@
 //   6. drop the prompt-cache entries resident on the device (their KV is
 //      recomputed or restored from the host/disk tiers);
 //   4. demote idle device weights to their host floors (WeightCache::
-//      EvictIdle: the floor a model holds stays, so its re-wake is one
-//      host → device copy);
+//      DemoteIdle: the floor a model holds stays, and one without a floor
+//      gets one copied from the device when the host budget takes it as it
+//      stands, so its re-wake is one host → device copy);
 //   3. evict idle models charged there (LRU; never a text target).
 // Freeing device memory never helps the host, so a device's shortfall never
 // runs host stages; freeing a nested domain's charges frees host room too,
@@ -174,10 +177,21 @@ void ReclaimPolicy::RunStage(ReclaimStage stage, ReclaimTrigger trigger, MemoryD
       if (t.weights != nullptr) caches.push_back(t.weights);
       caches.insert(caches.end(), t.device_weights.begin(), t.device_weights.end());
       for (WeightCache* cache : caches) {
-        if (cache == nullptr || !Frees(*cache, target)) continue;
-        const uint64_t wanted = shortfall();
-        if (wanted == 0) break;
-        if (cache->EvictIdle(wanted) > 0) ++items;
+        if (cache == nullptr) continue;
+        if (Frees(*cache, target)) {
+          const uint64_t wanted = shortfall();
+          if (wanted == 0) break;
+          // Room on the cache's own device keeps host floors where the host
+          // can take them; room on the host frees without (Note [Demotion
+          // floors] in weight_cache.cc).
+          const bool keep_floors = !target.is_host() && cache->domain() == target;
+          if ((keep_floors ? cache->DemoteIdle(wanted) : cache->EvictIdle(wanted)) > 0) ++items;
+        }
+        if (target.is_host()) {
+          const uint64_t wanted = shortfall();
+          if (wanted == 0) break;
+          if (cache->DropDemotionFloors(wanted) > 0) ++items;
+        }
       }
       break;
     }

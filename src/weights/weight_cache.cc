@@ -69,6 +69,20 @@
 // driver error) leaves an ImportedFloor without an import, so it is asked
 // once per floor, and copies are staged as before.
 //
+// Note [Demotion floors]
+// Demoting an unpinned device model for room on its device (DemoteIdle, the
+// device domain's demote stage) keeps its weights one copy away: a demoted
+// entry with no floor gets one, copied from the device copy before that copy
+// is freed (the entry is busy meanwhile, so a wake waits and then copies
+// from the floor: WeightLoadSource kFloor). The floor is taken only when the
+// host domain can charge it as it stands — TryCharge, never the reclaimer:
+// a convenience floor is worth less than anything the host would drop for
+// it. It is then an ordinary kHostFloor charge of an unpinned entry: the
+// host's demote stage drops such floors (DropDemotionFloors, LRU first),
+// the model's unload drops it with its device copy (Evict), and a residency
+// change to unpinned drops it as before. Floors of pinned_system and
+// pinned_device entries are their residency, never dropped by reclaim.
+//
 // Note [Compaction]
 // Compact frees every resident, idle, non-device-pinned block in one step;
 // MemoryPool merges free neighbours, so the on-demand space above the
@@ -538,6 +552,95 @@ size_t WeightCache::EvictIdle(size_t bytes) {
   return freed;
 }
 
+size_t WeightCache::DemoteIdle(size_t bytes) {
+  std::vector<Victim> victims;
+  std::vector<Entry*> floorless;  // marked busy until their floors are made
+  uint64_t freed = 0;
+  {
+    MutexLock l(&mu_);
+    while (freed < bytes) {
+      Entry* victim = LruVictimLocked(nullptr);
+      if (victim == nullptr) break;
+      freed += victim->block_bytes;
+      TakeDeviceLocked(victim, &victims);
+      if (victim->floor == nullptr) {
+        victim->busy = true;
+        floorless.push_back(victim);
+      }
+    }
+  }
+  for (const Victim& v : victims) {  // Note [Demotion floors]
+    if (std::find(floorless.begin(), floorless.end(), v.entry) == floorless.end()) continue;
+    const Status st = Guarded([&] { return KeepDemotionFloor(v.entry, v.block); });
+    if (!st.ok()) {
+      spdlog::info("weight cache: '{}' demoted without a host floor (its next load reads the "
+                   "file): {}",
+                   v.entry->model.key, st.message());
+    }
+  }
+  FreeVictims(&victims);
+  if (!floorless.empty()) {
+    MutexLock l(&mu_);
+    for (Entry* e : floorless) e->busy = false;
+    changed_.SignalAll();
+  }
+  return freed;
+}
+
+Status WeightCache::KeepDemotionFloor(Entry* e, const PoolBlock& block) {
+  MemoryCharge charge;
+  if (options_.ledger != nullptr) {
+    const uint64_t estimate =
+        AlignUp(64 + 16 * e->tensor_bytes.size() + e->block_bytes + kHostFloorAlignment, 4096);
+    ARBITER_ASSIGN_OR_RETURN(charge, options_.ledger->TryCharge(kHostDomain, Owner(e->model.key),
+                                                                ChargeKind::kHostFloor, estimate));
+  }
+  const WeightFill from_device = [this, e, block](const std::vector<void*>& arrays) -> Status {
+    std::vector<CopyTicket> copies;
+    copies.reserve(arrays.size());
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      copies.push_back(options_.device->CopyFromDevice(
+          block.region, block.offset + e->rel_offsets[i], arrays[i], e->tensor_bytes[i]));
+    }
+    return WaitAll(copies);
+  };
+  Result<std::unique_ptr<HostFloor>> floor =
+      store_->Materialize(e->model.key, e->model.digest, e->model.specs, from_device);
+  if (!floor.ok()) return floor.status();
+  charge.ForceResize((*floor)->mapped_bytes());
+  spdlog::info("weight cache: '{}' demoted to a host floor ({})", e->model.key,
+               FormatSize((*floor)->mapped_bytes()));
+  MutexLock l(&mu_);
+  e->floor = std::move(floor).value();
+  e->floor_charge = std::move(charge);
+  return OkStatus();
+}
+
+size_t WeightCache::DropDemotionFloors(size_t bytes) {
+  std::vector<std::unique_ptr<HostFloor>> floors;
+  std::vector<MemoryCharge> charges;
+  uint64_t freed = 0;
+  {
+    MutexLock l(&mu_);
+    while (freed < bytes) {
+      Entry* victim = nullptr;
+      for (const auto& o : entries_) {
+        Entry* c = o.get();
+        if (c->floor == nullptr || c->busy || c->residency != ResidencyState::kUnpinned) continue;
+        if (victim == nullptr || c->last_used < victim->last_used) victim = c;
+      }
+      if (victim == nullptr) break;
+      freed += victim->floor->mapped_bytes();
+      floors.push_back(std::move(victim->floor));
+      charges.push_back(std::move(victim->floor_charge));
+    }
+  }
+  floors.clear();  // the memory goes back before the charges (STYLE rule 6)
+  for (MemoryCharge& c : charges) c.Release();
+  if (freed > 0) spdlog::info("weight cache: dropped {} of demotion floors", FormatSize(freed));
+  return freed;
+}
+
 Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t bytes) {
   MemoryLedger* ledger = options_.ledger;
   if (ledger == nullptr) return MemoryCharge();
@@ -970,19 +1073,31 @@ Result<ResidencyState> WeightCache::SetResidency(std::string_view key, Residency
 
 Result<bool> WeightCache::Evict(std::string_view key) {
   std::vector<Victim> victims;
+  std::unique_ptr<HostFloor> floor;
+  MemoryCharge floor_charge;
+  bool evicted = false;
   {
     MutexLock l(&mu_);
     Entry* e = FindLocked(key);
     if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
-    if (!e->resident || e->residency == ResidencyState::kPinnedDevice) return false;
-    if (e->leases > 0 || e->busy) {
-      e->evict_when_idle = e->leases > 0;
-      return false;
+    if (e->residency == ResidencyState::kUnpinned && !e->busy) {
+      // A demotion floor goes with the copy (Note [Demotion floors]).
+      floor = std::move(e->floor);
+      floor_charge = std::move(e->floor_charge);
     }
-    TakeDeviceLocked(e, &victims);
+    if (e->resident && e->residency != ResidencyState::kPinnedDevice) {
+      if (e->leases > 0 || e->busy) {
+        e->evict_when_idle = e->leases > 0;
+      } else {
+        TakeDeviceLocked(e, &victims);
+        evicted = true;
+      }
+    }
   }
   FreeVictims(&victims);
-  return true;
+  floor.reset();
+  floor_charge.Release();
+  return evicted;
 }
 
 Status WeightCache::ReleaseAll(std::string_view key) {

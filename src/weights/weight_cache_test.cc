@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -806,6 +807,106 @@ TEST_F(WeightCacheTest, ConcurrentAcquiresShareOneLoadAndKeepTheBooks) {
   EXPECT_LE(s.resident_bytes, s.max_bytes);
   ExpectLedgerMatches();
   for (const WeightModelStats& m : s.models) EXPECT_EQ(m.leases, 0);
+}
+
+// Note [Demotion floors]: a cache whose copies live in a device domain
+// (the "cpu" backend standing in for the device). Demoting for room on the
+// device keeps a host floor (charged kHostFloor to the host) when the host
+// takes it as it stands, so the next wake copies from it without reading
+// the file; the host's stage drops such floors, never a pinned floor.
+TEST_F(WeightCacheTest, DemotionOnADeviceKeepsAHostFloorWhenTheHostBudgetAllows) {
+  Result<std::unique_ptr<CpuDeviceBackend>> d = CpuDeviceBackend::Create(64 << 10);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  device_ = std::move(d).value();
+  ledger_ = std::make_unique<MemoryLedger>(64 << 10);
+  Result<MemoryDomain> gpu = ledger_->RegisterDomain("vulkan:0", {.budget_bytes = 16 << 10});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  WeightCacheOptions o;
+  o.device = device_.get();
+  o.ledger = ledger_.get();
+  o.wiggle = 0;
+  o.fraction = 1.0;
+  o.domain = *gpu;
+  Result<std::unique_ptr<WeightCache>> c = WeightCache::Create(std::move(o));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  cache_ = std::move(c).value();
+  FakeModel a{"a"}, b{"b"}, p{"p"};
+  ASSERT_TRUE(cache_->Register(a.Make()).ok());
+  ASSERT_TRUE(cache_->Register(b.Make()).ok());
+  ASSERT_TRUE(cache_->Register(p.Make(ResidencyState::kPinnedSystem)).ok());
+  auto books_match = [&] {
+    const WeightCacheStats s = cache_->Stats();
+    EXPECT_EQ(ledger_->DomainSnapshot(kHostDomain).kind_bytes(ChargeKind::kHostFloor), s.host_bytes);
+    EXPECT_EQ(ledger_->DomainSnapshot(*gpu).kind_bytes(ChargeKind::kDeviceWeights),
+              s.resident_bytes + s.pinned_bytes);
+    EXPECT_EQ(ledger_->DomainSnapshot(*gpu).kind_bytes(ChargeKind::kHostFloor), 0u);
+  };
+  ASSERT_TRUE(cache_->Acquire("a").ok());
+  EXPECT_EQ(a.fills->load(), 1);
+  EXPECT_FALSE(ModelStats("a").host_resident);
+
+  // Demoted for room on the device: the device copy goes, a floor stays.
+  EXPECT_EQ(cache_->DemoteIdle(1), a.bytes());
+  EXPECT_FALSE(ModelStats("a").device_resident);
+  EXPECT_TRUE(ModelStats("a").host_resident);
+  EXPECT_GE(ModelStats("a").host_bytes, a.bytes());
+  EXPECT_EQ(ledger_->charged_bytes(*gpu), 0u);
+  books_match();
+  // The wake copies from the floor: the file is never read.
+  a.poisoned->store(true);
+  {
+    Result<WeightLease> l = cache_->Acquire("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(ModelStats("a").last_load_source, WeightLoadSource::kFloor);
+    const float* w = static_cast<const float*>(l->tensor(1));
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w[7], 1.0f + 1000 + 7);  // the floor holds what the file held
+  }
+  a.poisoned->store(false);
+  EXPECT_EQ(a.fills->load(), 1);
+  books_match();
+
+  // The host's stage drops demotion floors, never a pinned floor.
+  ASSERT_TRUE(cache_->PreloadPinned().ok());
+  EXPECT_TRUE(ModelStats("p").host_resident);
+  EXPECT_GE(cache_->DropDemotionFloors(std::numeric_limits<size_t>::max()), a.bytes());
+  EXPECT_FALSE(ModelStats("a").host_resident);
+  EXPECT_TRUE(ModelStats("a").device_resident);  // its device copy is untouched
+  EXPECT_TRUE(ModelStats("p").host_resident);
+  books_match();
+
+  // A host without room for the floor: demoted all the same, without one,
+  // and the host's other charges are never reclaimed for it.
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  ledger_->SetBudget(ledger_->charged_bytes() + 1024);
+  EXPECT_EQ(cache_->DemoteIdle(std::numeric_limits<size_t>::max()), a.bytes() + b.bytes());
+  EXPECT_FALSE(ModelStats("a").host_resident);
+  EXPECT_FALSE(ModelStats("b").host_resident);
+  EXPECT_FALSE(ModelStats("b").device_resident);
+  EXPECT_LE(ledger_->charged_bytes(), ledger_->budget_bytes());
+  EXPECT_EQ(ledger_->Snapshot().over_commits, 0u);
+  books_match();
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  EXPECT_EQ(ModelStats("b").last_load_source, WeightLoadSource::kFile);
+  // A model's unload (Evict) drops its demotion floor with the device copy;
+  // ReleaseAll drops it too; a pinned floor stays.
+  ledger_->SetBudget(64 << 10);
+  ASSERT_EQ(cache_->DemoteIdle(std::numeric_limits<size_t>::max()), b.bytes());
+  EXPECT_TRUE(ModelStats("b").host_resident);
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  EXPECT_EQ(ModelStats("b").last_load_source, WeightLoadSource::kFloor);
+  EXPECT_TRUE(cache_->Evict("b").value());
+  EXPECT_FALSE(ModelStats("b").host_resident);
+  EXPECT_FALSE(ModelStats("b").device_resident);
+  ASSERT_TRUE(cache_->Acquire("b").ok());
+  ASSERT_EQ(cache_->DemoteIdle(std::numeric_limits<size_t>::max()), b.bytes());
+  EXPECT_TRUE(ModelStats("b").host_resident);
+  ASSERT_TRUE(cache_->ReleaseAll("b").ok());
+  EXPECT_FALSE(ModelStats("b").host_resident);
+  ASSERT_TRUE(cache_->Acquire("p").ok());
+  EXPECT_TRUE(cache_->Evict("p").value());
+  EXPECT_TRUE(ModelStats("p").host_resident);
+  books_match();
 }
 
 TEST(WeightCacheNamesTest, ParseAndNames) {

@@ -258,6 +258,9 @@ BenchCommands::BenchCommands(CLI::App* app) : commands_(std::make_unique<Command
   c.kv->add_option("--only", k.only,
                    "Run one scenario: ttft, save_restore, shared_prefix or qa (default: all)")
       ->check(CLI::IsMember({"ttft", "save_restore", "shared_prefix", "qa"}));
+  c.kv->add_option("--device", k.device,
+                   "Compute device of every scenario: cpu (default), vulkan or vulkan:N "
+                   "(arbiter devices)");
   c.kv->add_option("--kv-type", c.kv_type, "KV cache type: f16 (default), bf16, q8_0, f32")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}));
   c.kv->add_flag("--json", c.kv_json, "Print the result as JSON");

@@ -298,15 +298,31 @@ class WeightCache {
   // errors as Acquire. On error the residency is unchanged.
   Result<ResidencyState> SetResidency(std::string_view key, ResidencyState target) EXCLUDES(mu_);
 
-  // Frees `key`'s device copy unless it is device-pinned (the floor stays).
-  // A leased copy is freed when its last lease is released. Returns whether
-  // the copy was freed now. Errors: kNotFound.
+  // Frees `key`'s device copy unless it is device-pinned; a pinned floor stays, an
+  // unpinned one (DemoteIdle's) goes. A leased copy is freed when its last lease is
+  // released. Returns whether the copy was freed now. Errors: kNotFound.
   Result<bool> Evict(std::string_view key) EXCLUDES(mu_);
 
   // Frees device copies of idle (unleased) non-device-pinned models, least
   // recently used first, until `bytes` are freed or none is left (memory
   // pressure: demote device weights to their floors). Returns bytes freed.
   size_t EvictIdle(size_t bytes) EXCLUDES(mu_);
+
+  // EvictIdle for room in the cache's device domain (the device's demote
+  // stage): each demoted model without a host floor gets one, copied from
+  // its device copy before that copy is freed, when the host domain takes
+  // the floor's kHostFloor charge as it stands (TryCharge; nothing is
+  // reclaimed for it). A model whose floor could not be made is demoted
+  // without one (its next load reads the file). Returns device bytes freed.
+  // Note [Demotion floors] in weight_cache.cc.
+  size_t DemoteIdle(size_t bytes) EXCLUDES(mu_);
+
+  // Drops the host floors kept by DemoteIdle — floors of unpinned models
+  // that are not busy — least recently used first, until `bytes` host bytes
+  // are freed or none is left (the host's demote stage). Floors of
+  // pinned_system and pinned_device models are never dropped here. Returns
+  // host bytes freed.
+  size_t DropDemotionFloors(size_t bytes) EXCLUDES(mu_);
 
   // Releases everything `key` holds: device copy (pinned too), LRU place,
   // host floor. The model stays registered (kUnpinned).
@@ -357,6 +373,9 @@ class WeightCache {
   // Loads e's device copy (e is marked loading by the caller).
   Status LoadDevice(Entry* e) EXCLUDES(mu_);
   Status MaterializeFloor(Entry* e) EXCLUDES(mu_);
+  // DemoteIdle's floor for `e` (busy, by the caller) from `block`, its
+  // device copy taken out of residency and not yet freed.
+  Status KeepDemotionFloor(Entry* e, const PoolBlock& block) EXCLUDES(mu_);
   Result<MemoryCharge> ChargeRoom(Entry* e, ChargeKind kind, uint64_t bytes) EXCLUDES(mu_);
   // Another entry is leased or busy (a load or floor in flight holds its
   // charge and is about to be used): ChargeRoom must not over-commit.
