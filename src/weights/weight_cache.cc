@@ -1080,14 +1080,17 @@ Result<bool> WeightCache::Evict(std::string_view key) {
     MutexLock l(&mu_);
     Entry* e = FindLocked(key);
     if (e == nullptr) return NotFoundError(fmt::format("weight cache: no model '{}'", key));
-    if (e->residency == ResidencyState::kUnpinned && !e->busy) {
+    // A load or a demotion in flight finishes first, so the floor a
+    // demotion is making cannot outlive the unload.
+    while (e->busy) changed_.Wait();
+    if (e->residency == ResidencyState::kUnpinned) {
       // A demotion floor goes with the copy (Note [Demotion floors]).
       floor = std::move(e->floor);
       floor_charge = std::move(e->floor_charge);
     }
     if (e->resident && e->residency != ResidencyState::kPinnedDevice) {
-      if (e->leases > 0 || e->busy) {
-        e->evict_when_idle = e->leases > 0;
+      if (e->leases > 0) {
+        e->evict_when_idle = true;
       } else {
         TakeDeviceLocked(e, &victims);
         evicted = true;

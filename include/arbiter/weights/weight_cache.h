@@ -300,7 +300,8 @@ class WeightCache {
 
   // Frees `key`'s device copy unless it is device-pinned; a pinned floor stays, an
   // unpinned one (DemoteIdle's) goes. A leased copy is freed when its last lease is
-  // released. Returns whether the copy was freed now. Errors: kNotFound.
+  // released. A load or demotion of `key` in flight is waited for first. Returns
+  // whether the copy was freed now. Errors: kNotFound.
   Result<bool> Evict(std::string_view key) EXCLUDES(mu_);
 
   // Frees device copies of idle (unleased) non-device-pinned models, least
