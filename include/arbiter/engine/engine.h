@@ -93,6 +93,19 @@ struct EngineOptions {
   // another name fails Load / Footprint / WeightModelFor with
   // kInvalidArgument naming it.
   std::string device = "cpu";
+  // Partial offload (Note [Partial offload] in
+  // src/engine/internal/split_compute.cc): on a Vulkan device, how many of
+  // the model's last layers run there, with the final norm and the output
+  // projection; the others run on the CPU, their KV and scratch in host
+  // memory. −1 (or ≥ n_layers): every layer on the device; 0: none (the
+  // model runs on the CPU, device() "cpu"). Ignored on "cpu". A split needs
+  // kv_type f16. With weight_cache set, a split's device part is
+  // `weight_key` in weight_cache (WeightModelFor) and its host part
+  // `host_weight_key` in `host_weight_cache` (HostWeightModelFor, a cpu
+  // arena); in private mode Load makes both.
+  int device_layers = -1;
+  WeightCache* host_weight_cache = nullptr;
+  std::string host_weight_key;
 };
 
 // How the next token is drawn (engine/sampler.h has the pipeline's order).
@@ -353,6 +366,16 @@ class Engine {
   static Result<WeightModel> WeightModelFor(const std::string& model_dir, const std::string& key,
                                             const EngineOptions& options,
                                             ResidencyState residency = ResidencyState::kUnpinned);
+  // A split model (options.device_layers in (0, n_layers) on a Vulkan
+  // device): WeightModelFor registers only the device part's buffers (the
+  // last device_layers layers, the final norm, the output projection) and
+  // this the host part's (the embedding and the other layers), each with
+  // the same digest rule and a fill of its own buffers; scratch_bytes is
+  // the host part's. Errors: as WeightModelFor; kInvalidArgument when
+  // `options` is not a split.
+  static Result<WeightModel> HostWeightModelFor(const ModelFiles& files, const std::string& key,
+                                                const EngineOptions& options,
+                                                ResidencyState residency = ResidencyState::kUnpinned);
 
   // What Load(files, options) will hold (engine bytes) and register (weight
   // bytes), without allocating anything; n_ctx is clamped as Load clamps it.
@@ -379,6 +402,9 @@ class Engine {
   // The memory domain kv_bytes() and scratch_bytes() live in, the one
   // their ledger charges belong to: "host" (RAM) for the CPU device.
   virtual std::string_view memory_domain() const = 0;
+  // Partial offload: how many of the last layers run on device() (the
+  // others on the CPU); config's n_layers when all of them do.
+  virtual int device_layers() const = 0;
 
   // --- Slots. Indices are [0, n_slots()). The slot methods below never take
   // a WeightLease: they touch only the slot's KV buffers and work while the
