@@ -1101,6 +1101,31 @@ Result<WeightModel> Engine::WeightModelFor(const ModelFiles& files, const std::s
   return MakeWeightModel(files, key, residency, slot.scratch_bytes);
 }
 
+Result<int> Engine::DeviceLayersFor(const ModelFiles& files, const EngineOptions& options,
+                                    uint64_t budget_bytes) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
+  // Device arenas place each buffer on at least this boundary.
+  constexpr uint64_t kPad = 256;
+  const int n_layers = layout.dims.n_layers;
+  const auto n_slots = static_cast<uint64_t>(options.n_slots);
+  for (int n = n_layers; n >= 1; --n) {
+    EngineOptions o = options;
+    o.device_layers = n;
+    ARBITER_ASSIGN_OR_RETURN(engine_internal::SlotFootprint slot, SlotFootprint(files, o));
+    uint64_t bytes = n_slots * (slot.bytes() - slot.host_kv_bytes - slot.host_scratch_bytes);
+    if (n == n_layers) {
+      for (size_t i = 0; i < layout.buffers.size(); ++i) bytes += layout.buffer_bytes(i) + kPad;
+    } else {
+      for (size_t i : engine_internal::SplitBuffersOf(layout, n_layers - n).device) {
+        bytes += layout.buffer_bytes(i) + kPad;
+      }
+    }
+    if (bytes <= budget_bytes) return n;
+  }
+  return 0;
+}
+
 Result<WeightModel> Engine::HostWeightModelFor(const ModelFiles& files, const std::string& key,
                                                const EngineOptions& options,
                                                ResidencyState residency) {
@@ -1136,8 +1161,10 @@ Result<EngineFootprint> Engine::Footprint(const ModelFiles& files, const EngineO
   const size_t n_slots = static_cast<size_t>(options.n_slots);
   EngineFootprint f;
   // Per slot: n_layers × 2 × n_ctx rows of kv_type, and the activations.
-  f.kv_bytes = n_slots * slot.kv_bytes;
-  f.scratch_bytes = n_slots * slot.scratch_bytes;
+  f.kv_bytes = n_slots * (slot.kv_bytes - slot.host_kv_bytes);
+  f.scratch_bytes = n_slots * (slot.scratch_bytes - slot.host_scratch_bytes);
+  f.host_kv_bytes = n_slots * slot.host_kv_bytes;
+  f.host_scratch_bytes = n_slots * slot.host_scratch_bytes;
   f.weight_bytes = layout.bytes();
   return f;
 }

@@ -304,7 +304,12 @@ struct EngineFootprint {
   size_t kv_bytes = 0;
   size_t scratch_bytes = 0;  // every slot's activation scratch
   size_t weight_bytes = 0;   // the f32 compute layout (held by the WeightCache, not the engine)
-  // What the engine itself holds: kv_bytes + scratch_bytes.
+  // A split model (EngineOptions::device_layers): the CPU layers' KV and
+  // scratch, in host memory; kv_bytes and scratch_bytes are then the device
+  // part's only.
+  size_t host_kv_bytes = 0;
+  size_t host_scratch_bytes = 0;
+  // What the engine itself holds on its device: kv_bytes + scratch_bytes.
   size_t engine_bytes() const { return kv_bytes + scratch_bytes; }
 };
 
@@ -373,6 +378,17 @@ class Engine {
   // the same digest rule and a fill of its own buffers; scratch_bytes is
   // the host part's. Errors: as WeightModelFor; kInvalidArgument when
   // `options` is not a split.
+  // Partial offload: the most of the model's last layers that can run on
+  // options.device within `budget_bytes` of its memory — the device part's
+  // weights (those layers, the final norm and the output projection, each
+  // buffer padded to the device's alignment) plus options.n_slots slots'
+  // device part (the device layers' KV and scratch; the CPU layers' are
+  // host memory, host_kv_bytes / host_scratch_bytes). n_layers when the whole model fits; 0 when
+  // not even one layer with the output projection does (the model should
+  // run on the CPU). options.device_layers is ignored. Reads nothing.
+  // Errors: kInvalidArgument for options Load would refuse.
+  static Result<int> DeviceLayersFor(const ModelFiles& files, const EngineOptions& options,
+                                     uint64_t budget_bytes);
   static Result<WeightModel> HostWeightModelFor(const ModelFiles& files, const std::string& key,
                                                 const EngineOptions& options,
                                                 ResidencyState residency = ResidencyState::kUnpinned);
@@ -397,6 +413,11 @@ class Engine {
   virtual GgmlType kv_type() const = 0;
   // The scratch part of kv_bytes(): every slot's activation buffers.
   virtual size_t scratch_bytes() const = 0;
+  // Partial offload: a split model's bytes in host memory (the `host`
+  // domain), both included in kv_bytes(): its CPU layers' KV caches, and
+  // their scratch (also in scratch_bytes()); 0 otherwise.
+  virtual size_t host_kv_bytes() const = 0;
+  virtual size_t host_scratch_bytes() const = 0;
   // EngineOptions::device as loaded ("cpu").
   virtual std::string_view device() const = 0;
   // The memory domain kv_bytes() and scratch_bytes() live in, the one

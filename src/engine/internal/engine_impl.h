@@ -125,6 +125,12 @@ class EngineImpl final : public Engine {
   size_t kv_bytes() const override;
   GgmlType kv_type() const override { return options_.kv_type; }
   size_t scratch_bytes() const override;
+  size_t host_kv_bytes() const override {
+    return slot_states_.size() * compute_->slot_footprint().host_kv_bytes;
+  }
+  size_t host_scratch_bytes() const override {
+    return slot_states_.size() * compute_->slot_footprint().host_scratch_bytes;
+  }
 
   std::vector<SlotInfo> Slots() const override EXCLUDES(mu_);
   std::vector<int32_t> SlotTokens(int slot) const override EXCLUDES(mu_);
