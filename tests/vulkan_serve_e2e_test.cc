@@ -8,7 +8,12 @@
 //     domain to 0;
 //   - a device budget that holds one model of two: loading the second
 //     evicts the first, the domain is never over its budget, and after 100
-//     load/unload cycles it is at 0.
+//     load/unload cycles it is at 0;
+//   - partial offload: a device budget between what one layer and what
+//     both layers of the model need splits it (one layer and the output on
+//     the device, one on the CPU), decided at startup; it chats as the CPU
+//     model does, /admin/status shows its layers per device, the device's
+//     domain stays within its budget, and unloading empties it.
 // The Khronos validation layer is on in the server (ARBITER_VULKAN_VALIDATION
 // inherited); a validation message is logged at error level, and the suite
 // fails on any in the server log.
@@ -21,6 +26,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "arbiter/engine/engine.h"
+#include "arbiter/engine/model_files.h"
 #include "server_process.h"
 #include "server_suite.h"
 #include "tools/model_maker/model_maker.h"
@@ -192,6 +199,104 @@ TEST_F(VulkanServeE2E, ADeviceBudgetForOneModelEvictsTheOtherAndEmptiesAfterCycl
   d = Domain(Status());
   EXPECT_EQ(d["charged_bytes"].get<int64_t>(), 0);
   EXPECT_LE(d["peak_bytes"].get<int64_t>(), d["budget_bytes"].get<int64_t>());
+}
+
+
+// Partial offload (Note [Partial offload] in src/engine/internal/split_compute.cc).
+class VulkanSplitServeE2E : public ::arbiter::testing::ServerSuite {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(MakeDir("vulkan-split-e2e"));
+    ASSERT_TRUE(MakeModel("tiny-qwen3", dir_ + "/tiny", 5).ok());
+    // The device budget: between the smallest that holds one layer (with
+    // the output layer and the slot's device part) and the smallest that
+    // holds both, as the engine counts them.
+    Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(dir_ + "/tiny");
+    ASSERT_TRUE(files.ok()) << files.status().ToString();
+    EngineOptions o;
+    o.n_ctx = 256;
+    o.device = "vulkan";
+    auto least_for = [&](int layers) {
+      uint64_t lo = 0, hi = uint64_t{1} << 30;
+      while (lo + 1 < hi) {
+        const uint64_t mid = (lo + hi) / 2;
+        (*Engine::DeviceLayersFor(**files, o, mid) >= layers ? hi : lo) = mid;
+      }
+      return hi;
+    };
+    one_ = least_for(1);
+    const uint64_t two = least_for(2);
+    ASSERT_LT(one_ + 64 * 1024, two) << "the split's one layer needs about as much as the model";
+    std::ostringstream config;
+    config << "[memory]\nbudget = \"1GiB\"\n"
+           << "[pressure]\nsource = \"none\"\n"
+           << "[devices.\"vulkan:0\"]\nbudget = " << (one_ + two) / 2 << "\n"
+           << "[[models]]\nname = \"chat-cpu\"\npath = \"tiny\"\nctx = 256\n"
+           << "[[models]]\nname = \"split\"\npath = \"tiny\"\nctx = 256\ndevice = \"vulkan\"\n";
+    std::string error;
+    ASSERT_TRUE(StartServe(config.str(), &error)) << error;
+  }
+
+  static json Get(const std::string& path) {
+    httplib::Client cli("127.0.0.1", server_.port);
+    cli.set_read_timeout(300, 0);
+    auto r = cli.Get(path);
+    return r ? json::parse(r->body, nullptr, false) : json();
+  }
+  static json Chat(const std::string& model, const json& messages, int max_tokens) {
+    httplib::Client cli("127.0.0.1", server_.port);
+    cli.set_read_timeout(300, 0);
+    json body = {{"model", model},   {"messages", messages}, {"max_tokens", max_tokens},
+                 {"temperature", 0}, {"logprobs", true},     {"top_logprobs", 2}};
+    auto r = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r ? json::parse(r->body, nullptr, false) : json();
+  }
+  static json Model(const json& status, const std::string& name) {
+    for (const json& m : status["models"]) {
+      if (m["name"] == name) return m;
+    }
+    return json();
+  }
+  void TearDown() override {
+    ServerSuite::TearDown();
+    EXPECT_EQ(::arbiter::testing::ReadAll(server_.log).find("vulkan validation"), std::string::npos)
+        << "the validation layer reported a message (see the log)";
+  }
+
+  static inline uint64_t one_ = 0;
+};
+
+TEST_F(VulkanSplitServeE2E, AModelOverTheDeviceBudgetRunsSplitAndChatsAsTheCpu) {
+  EXPECT_NE(::arbiter::testing::ReadAll(server_.log)
+                .find("model \"split\": 1 of its 2 layers (and the output layer) on device "
+                      "vulkan:0, 1 on the CPU"),
+            std::string::npos);
+  json st = Get("/admin/status");
+  EXPECT_EQ(Model(st, "split")["layers"], json({{"vulkan:0", 1}, {"cpu", 1}})) << st.dump();
+  EXPECT_EQ(Model(st, "chat-cpu")["layers"], json({{"cpu", 2}}));
+  const json msgs = json::array({{{"role", "user"}, {"content", "Tell me about the sea"}}});
+  json a = Chat("chat-cpu", msgs, 24);
+  json b = Chat("split", msgs, 24);
+  const json& la = a["choices"][0]["logprobs"]["content"];
+  const json& lb = b["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    if (la[i]["token"] == lb[i]["token"]) continue;
+    const json& tops = la[i]["top_logprobs"];
+    const double margin = tops[0]["logprob"].get<double>() - tops[1]["logprob"].get<double>();
+    EXPECT_LT(margin, 0.02) << "greedy output differs at token " << i << " (not a near-tie)";
+    break;
+  }
+  st = Get("/admin/status");
+  const json& dev = st["domains"]["vulkan:0"];
+  EXPECT_GT(dev["charged_bytes"].get<int64_t>(), 0);
+  EXPECT_LE(dev["peak_bytes"].get<int64_t>(), dev["budget_bytes"].get<int64_t>()) << dev.dump();
+  httplib::Client cli("127.0.0.1", server_.port);
+  auto r = cli.Post("/admin/models/split/unload");
+  ASSERT_TRUE(r && r->status == 200);
+  st = Get("/admin/status");
+  EXPECT_EQ(st["domains"]["vulkan:0"]["charged_bytes"].get<int64_t>(), 0) << st.dump();
 }
 
 }  // namespace

@@ -138,6 +138,7 @@ void MemoryArbiterImpl::EvictLocked(Entry* e, UnloadReason reason, std::vector<U
   resident_bytes_ -= e->bytes;
   e->charge.Release();
   e->part_charges.clear();
+  e->host_charges.clear();
   out->push_back(Unloaded{e->reg, e->capability, e->model_key, std::move(e->backend), reason,
                           e->bytes});
   e->backend = LoadedBackend{};

@@ -277,6 +277,9 @@ Result<ArbiterHandle> MemoryArbiterImpl::LoadClaimed(Entry* e, bool pin) {
             if (kind != main_kind) e->part_charges.push_back(ledger_->Charge(e->domain, e->key, kind, bytes));
           }
         }
+        for (const auto& [kind, bytes] : b.host_charge_parts) {
+          e->host_charges.push_back(ledger_->Charge(MemoryDomain(), e->key, kind, bytes));
+        }
       }
       e->state = ModelState::kLoaded;
       e->backend = std::move(b);

@@ -257,6 +257,12 @@ EngineImpl::~EngineImpl() = default;
 Result<EngineImpl::LeasedWeights> EngineImpl::AcquireWeights() const {
   LeasedWeights out;
   ARBITER_ASSIGN_OR_RETURN(out.lease, weights_.cache->Acquire(weights_.key));
+  if (compute_->split()) {
+    ARBITER_ASSIGN_OR_RETURN(out.host_lease, weights_.host_cache->Acquire(weights_.host_key));
+    ARBITER_ASSIGN_OR_RETURN(out.w,
+                             compute_->BindWeights(out.lease, out.host_lease, weights_.key));
+    return out;
+  }
   ARBITER_ASSIGN_OR_RETURN(out.w, compute_->BindWeights(out.lease, weights_.key));
   return out;
 }
@@ -919,6 +925,11 @@ Status CheckOptions(const EngineOptions& options) {
                                 std::to_string(options.prefill_batch) + "), n_threads ≥ 0 (got " +
                                 std::to_string(options.n_threads) + ")");
   }
+  if (options.device_layers < -1) {
+    return InvalidArgumentError("engine options: device_layers " +
+                                std::to_string(options.device_layers) +
+                                " (use −1 for every layer, or a count ≥ 0)");
+  }
   if (!IsKvType(options.kv_type)) {
     return InvalidArgumentError("engine options: kv_type " +
                                 std::string(GgmlTypeName(options.kv_type)) +
@@ -958,17 +969,30 @@ int ClampedContext(const EngineOptions& options, const ModelConfig& config) {
   return std::max(2, std::min(options.n_ctx, config.max_position_embeddings));
 }
 
-// The registration of `files`' layout (Note [One parse per load]).
+// The registration of `files`' layout (Note [One parse per load]), or of
+// its buffers `part` only (a split model's part, ascending indices; empty:
+// every buffer).
 WeightModel MakeWeightModel(const ModelFiles& files, const std::string& key,
-                            ResidencyState residency, uint64_t scratch_bytes) {
+                            ResidencyState residency, uint64_t scratch_bytes,
+                            std::vector<size_t> part = {}) {
   std::shared_ptr<const engine_internal::ComputeLayout> layout =
       engine_internal::ModelFilesAccess::layout(files);
   WeightModel m;
   m.key = key;
-  m.specs = layout->buffers;
+  if (part.empty()) {
+    m.specs = layout->buffers;
+  } else {
+    for (size_t i : part) m.specs.push_back(layout->buffers[i]);
+  }
   m.digest = files.WeightsDigestFor(key);
-  m.fill = [dir = files.dir(), token = files.files_token(),
-            layout](const std::vector<void*>& arrays) -> Status {
+  m.fill = [dir = files.dir(), token = files.files_token(), layout,
+            part = std::move(part)](const std::vector<void*>& given) -> Status {
+    // A part's arrays go to their buffers; the others stay null (skipped).
+    std::vector<void*> arrays = given;
+    if (!part.empty()) {
+      arrays.assign(layout->buffers.size(), nullptr);
+      for (size_t i = 0; i < part.size() && i < given.size(); ++i) arrays[part[i]] = given[i];
+    }
     const Status changed = FailedPreconditionError(
         dir + ": the weight files changed since the model was opened (their size or mtime "
               "differs from the token in the weights digest); reload the model to plan "
@@ -994,12 +1018,15 @@ WeightModel MakeWeightModel(const ModelFiles& files, const std::string& key,
 // A private cache holding exactly `files`' layout: a cpu arena of the
 // laid-out buffers (each at a 64-byte boundary, as the cache places them)
 // plus one alignment unit, no ledger, the whole arena for weights.
+// `part`: only those buffers (a split model's part; empty: all).
 Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files,
-                                                         std::string_view device) {
+                                                         std::string_view device,
+                                                         const std::vector<size_t>& part = {}) {
   const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
   constexpr uint64_t kAlign = 64;
   uint64_t arena = kAlign;
   for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    if (!part.empty() && !std::binary_search(part.begin(), part.end(), i)) continue;
     arena += (layout.buffer_bytes(i) + kAlign - 1) / kAlign * kAlign;
   }
   engine_internal::WeightSource src;
@@ -1022,7 +1049,7 @@ Result<engine_internal::WeightSource> MakePrivateWeights(const ModelFiles& files
   // scratch_bytes 0: this arena holds weights only (the engine's scratch is
   // its own memory), so no room is reserved for it in the budget.
   ARBITER_RETURN_IF_ERROR(src.cache->Register(
-      MakeWeightModel(files, src.key, ResidencyState::kUnpinned, 0)));
+      MakeWeightModel(files, src.key, ResidencyState::kUnpinned, 0, part)));
   return src;
 }
 
@@ -1037,7 +1064,14 @@ engine_internal::ComputeSpec ComputeSpecFor(const ModelFiles& files,
   spec.batch = std::min(options.prefill_batch, spec.n_ctx);
   spec.n_threads = options.n_threads > 0 ? options.n_threads : openblas_get_num_threads();
   spec.kv_type = options.kv_type;
+  spec.device_layers = options.device_layers;
   return spec;
+}
+
+// The split of `files` under `options` (Note [Partial offload] in
+// split_compute.cc): the first device layer, 0 when not split.
+int FirstDeviceLayer(const ModelFiles& files, const EngineOptions& options) {
+  return engine_internal::FirstDeviceLayer(ComputeSpecFor(files, options));
 }
 
 // One slot's memory under `options`, as the device will allocate it.
@@ -1058,7 +1092,55 @@ Result<WeightModel> Engine::WeightModelFor(const ModelFiles& files, const std::s
                                            ResidencyState residency) {
   ARBITER_RETURN_IF_ERROR(CheckOptions(options));
   ARBITER_ASSIGN_OR_RETURN(engine_internal::SlotFootprint slot, SlotFootprint(files, options));
+  if (const int first = FirstDeviceLayer(files, options); first > 0) {
+    return MakeWeightModel(
+        files, key, residency, slot.scratch_bytes - slot.host_scratch_bytes,
+        engine_internal::SplitBuffersOf(*engine_internal::ModelFilesAccess::layout(files), first)
+            .device);
+  }
   return MakeWeightModel(files, key, residency, slot.scratch_bytes);
+}
+
+Result<int> Engine::DeviceLayersFor(const ModelFiles& files, const EngineOptions& options,
+                                    uint64_t budget_bytes) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  const engine_internal::ComputeLayout& layout = *engine_internal::ModelFilesAccess::layout(files);
+  // Device arenas place each buffer on at least this boundary.
+  constexpr uint64_t kPad = 256;
+  const int n_layers = layout.dims.n_layers;
+  const auto n_slots = static_cast<uint64_t>(options.n_slots);
+  for (int n = n_layers; n >= 1; --n) {
+    EngineOptions o = options;
+    o.device_layers = n;
+    ARBITER_ASSIGN_OR_RETURN(engine_internal::SlotFootprint slot, SlotFootprint(files, o));
+    uint64_t bytes = n_slots * (slot.bytes() - slot.host_kv_bytes - slot.host_scratch_bytes);
+    if (n == n_layers) {
+      for (size_t i = 0; i < layout.buffers.size(); ++i) bytes += layout.buffer_bytes(i) + kPad;
+    } else {
+      for (size_t i : engine_internal::SplitBuffersOf(layout, n_layers - n).device) {
+        bytes += layout.buffer_bytes(i) + kPad;
+      }
+    }
+    if (bytes <= budget_bytes) return n;
+  }
+  return 0;
+}
+
+Result<WeightModel> Engine::HostWeightModelFor(const ModelFiles& files, const std::string& key,
+                                               const EngineOptions& options,
+                                               ResidencyState residency) {
+  ARBITER_RETURN_IF_ERROR(CheckOptions(options));
+  ARBITER_ASSIGN_OR_RETURN(engine_internal::SlotFootprint slot, SlotFootprint(files, options));
+  const int first = FirstDeviceLayer(files, options);
+  if (first == 0) {
+    return InvalidArgumentError("HostWeightModelFor: the model is not split (device \"" +
+                                options.device + "\", device_layers " +
+                                std::to_string(options.device_layers) + ")");
+  }
+  return MakeWeightModel(
+      files, key, residency, slot.host_scratch_bytes,
+      engine_internal::SplitBuffersOf(*engine_internal::ModelFilesAccess::layout(files), first)
+          .host);
 }
 
 Result<WeightModel> Engine::WeightModelFor(const std::string& model_dir, const std::string& key,
@@ -1079,8 +1161,10 @@ Result<EngineFootprint> Engine::Footprint(const ModelFiles& files, const EngineO
   const size_t n_slots = static_cast<size_t>(options.n_slots);
   EngineFootprint f;
   // Per slot: n_layers × 2 × n_ctx rows of kv_type, and the activations.
-  f.kv_bytes = n_slots * slot.kv_bytes;
-  f.scratch_bytes = n_slots * slot.scratch_bytes;
+  f.kv_bytes = n_slots * (slot.kv_bytes - slot.host_kv_bytes);
+  f.scratch_bytes = n_slots * (slot.scratch_bytes - slot.host_scratch_bytes);
+  f.host_kv_bytes = n_slots * slot.host_kv_bytes;
+  f.host_scratch_bytes = n_slots * slot.host_scratch_bytes;
   f.weight_bytes = layout.bytes();
   return f;
 }
@@ -1109,22 +1193,50 @@ Result<std::unique_ptr<Engine>> Engine::Load(std::shared_ptr<const ModelFiles> f
     const std::shared_ptr<const engine_internal::ComputeLayout>& layout =
         engine_internal::ModelFilesAccess::layout(*files);
     engine_internal::WeightSource weights;
-    if (options.weight_cache == nullptr) {
-      ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(*files, options.device));
+    const engine_internal::ComputeSpec spec = ComputeSpecFor(*files, options);
+    const int first = engine_internal::FirstDeviceLayer(spec);
+    const bool all_cpu = engine_internal::IsVulkanComputeDevice(options.device) &&
+                         options.device_layers == 0;
+    if (first > 0 && options.weight_cache != nullptr && options.host_weight_cache == nullptr) {
+      return InvalidArgumentError("engine options: a split model (device_layers " +
+                                  std::to_string(options.device_layers) +
+                                  ") needs host_weight_cache with its host part "
+                                  "(HostWeightModelFor)");
+    }
+    if (options.weight_cache == nullptr && first > 0) {
+      const engine_internal::SplitBuffers parts = engine_internal::SplitBuffersOf(*layout, first);
+      ARBITER_ASSIGN_OR_RETURN(weights, MakePrivateWeights(*files, options.device, parts.device));
+      ARBITER_ASSIGN_OR_RETURN(engine_internal::WeightSource host,
+                               MakePrivateWeights(*files, "cpu", parts.host));
+      weights.owned_host_device = std::move(host.owned_device);
+      weights.owned_host_cache = std::move(host.owned_cache);
+      weights.host_cache = weights.owned_host_cache.get();
+      weights.host_key = host.key;  // the private key, in its own cache
+    } else if (options.weight_cache == nullptr) {
+      ARBITER_ASSIGN_OR_RETURN(weights,
+                               MakePrivateWeights(*files, all_cpu ? "cpu" : options.device));
     } else {
       weights.cache = options.weight_cache;
       weights.key = options.weight_key;
+      if (first > 0) {
+        weights.host_cache = options.host_weight_cache;
+        weights.host_key = options.host_weight_key;
+      }
     }
-    const engine_internal::ComputeSpec spec = ComputeSpecFor(*files, options);
     ARBITER_ASSIGN_OR_RETURN(std::unique_ptr<engine_internal::DecoderCompute> compute,
                              engine_internal::MakeDecoderCompute(spec));
     {
       // Resident now; a conversion error surfaces here, and weights the
       // device cannot read. Released at once: requests take their own leases.
       ARBITER_ASSIGN_OR_RETURN(WeightLease lease, weights.cache->Acquire(weights.key));
-      ARBITER_RETURN_IF_ERROR(compute->BindWeights(lease, weights.key).status());
+      if (first > 0) {
+        ARBITER_ASSIGN_OR_RETURN(WeightLease host, weights.host_cache->Acquire(weights.host_key));
+        ARBITER_RETURN_IF_ERROR(compute->BindWeights(lease, host, weights.key).status());
+      } else {
+        ARBITER_RETURN_IF_ERROR(compute->BindWeights(lease, weights.key).status());
+      }
     }
-    if (options.weight_cache != nullptr) {
+    if (options.weight_cache != nullptr && first == 0) {
       // The key must name this model's layout, not another model's.
       for (const WeightModelStats& m : weights.cache->Stats().models) {
         if (m.key == weights.key && m.weight_bytes != layout->bytes()) {

@@ -351,6 +351,186 @@ TEST_P(VulkanEngineTest, AWakeFromTheImportedHostFloorGivesIdenticalLogits) {
   cache->reset();
 }
 
+// Partial offload (Note [Partial offload] in engine/internal/split_compute.cc):
+// a 4-layer model with its last N layers on the device and the rest on the
+// CPU, for N = 1, 2 and 3, against the whole model on the CPU (f16 KV, as
+// the split keeps): logits within the bound, greedy ids identical up to
+// near-ties, and KV moving split → CPU → split through the host layout.
+struct SplitCase {
+  std::string preset;
+  std::string format;  // "safetensors" (f16) | "gguf" (q8_0)
+  bool tied = false;
+  std::string Name() const {
+    std::string n = preset + "_" + format + (tied ? "_tied" : "");
+    std::replace(n.begin(), n.end(), '-', '_');
+    return n;
+  }
+};
+void PrintTo(const SplitCase& c, std::ostream* os) { *os << c.Name(); }
+
+class SplitEngineTest : public vulkan::VulkanTest,
+                        public ::testing::WithParamInterface<SplitCase> {
+ protected:
+  static constexpr int kLayers = 4;
+
+  void SetUp() override {
+    VulkanTest::SetUp();
+    if (IsSkipped()) return;
+    const SplitCase& c = GetParam();
+    dir_ = MakeTempDir("arbiter_split_engine_test_");
+    ModelShape shape = *PresetShape(c.preset);
+    shape.layers = kLayers;
+    shape.tied = c.tied;
+    Result<GeneratedModel> m = GenerateModel(shape, /*seed=*/11);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    if (c.format == "gguf") {
+      path_ = dir_ + "/model.gguf";
+      GgufModelOptions g;
+      g.type = GgmlType::kQ8_0;
+      Status s = WriteModelGguf(*m, path_, g);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    } else {
+      path_ = dir_ + "/model";
+      Status s = WriteModelDirectory(*m, path_, GgmlType::kF16);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  }
+
+  // The model on "vulkan" with `device_layers` there (−1: all), or on the
+  // CPU (a q8_0 file in f32 there, as VulkanEngineTest::Load says why).
+  std::unique_ptr<Engine> Load(int device_layers, bool cpu = false) {
+    EngineOptions o;
+    o.n_ctx = 96;
+    o.n_slots = 2;
+    o.prefill_batch = 16;
+    o.n_threads = 2;
+    o.device = cpu ? "cpu" : "vulkan";
+    o.device_layers = device_layers;
+    ModelFilesOptions fo;
+    fo.compute_f32 = GetParam().format == "gguf" && (cpu || device_layers < kLayers);
+    Result<std::shared_ptr<const ModelFiles>> files = OpenModelFiles(path_, fo);
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    if (!files.ok()) return nullptr;
+    Result<std::unique_ptr<Engine>> e = Engine::Load(*files, o);
+    EXPECT_TRUE(e.ok()) << device_layers << ": " << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  std::vector<int32_t> Prompt(const Engine& e, int n) const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % e.config().vocab_size);
+    return ids;
+  }
+
+  std::string dir_, path_;
+};
+
+TEST_P(SplitEngineTest, LogitsAndGreedyIdsMatchTheCpu) {
+  std::unique_ptr<Engine> cpu = Load(-1, /*cpu=*/true);
+  ASSERT_TRUE(cpu);
+  const std::vector<int32_t> ids = Prompt(*cpu, 40);
+  const std::vector<float> want = *cpu->ComputeLogits(ids);
+  const size_t vocab = static_cast<size_t>(cpu->config().vocab_size);
+  GenerationRequest req;
+  req.prompt_ids = Prompt(*cpu, 12);
+  req.sampling.temperature = 0;
+  req.max_tokens = 24;
+  req.ignore_eos = true;
+  const GenerationResult greedy = *cpu->Generate(req, nullptr, {});
+  for (int n : {1, 2, 3}) {
+    std::unique_ptr<Engine> split = Load(n);
+    ASSERT_TRUE(split);
+    EXPECT_EQ(split->device_layers(), n);
+    EXPECT_EQ(split->device(), "vulkan:0");
+    // The CPU layers' KV and scratch are in the footprint, and are not all of it.
+    EXPECT_GT(split->kv_bytes(), 0u);
+    const std::vector<float> got = *split->ComputeLogits(ids);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      EXPECT_LT(RangeError(got.data() + t * vocab, want.data() + t * vocab, vocab), kLogitBound)
+          << n << " device layers, position " << t;
+    }
+    const GenerationResult b = *split->Generate(req, nullptr, {});
+    ASSERT_EQ(b.output_ids.size(), greedy.output_ids.size());
+    for (size_t i = 0; i < b.output_ids.size(); ++i) {
+      if (b.output_ids[i] == greedy.output_ids[i]) continue;
+      std::vector<int32_t> prefix = req.prompt_ids;
+      prefix.insert(prefix.end(), greedy.output_ids.begin(), greedy.output_ids.begin() + i);
+      std::vector<float> l = *cpu->ComputeLogits(prefix);
+      std::vector<float> last(l.end() - vocab, l.end());
+      std::vector<float> sorted = last;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      const float range = sorted[0] - *std::min_element(last.begin(), last.end());
+      EXPECT_LT(sorted[0] - sorted[1], kLogitBound * range)
+          << n << " device layers: greedy ids differ at " << i << " without a near-tie";
+      break;
+    }
+  }
+  // N = 0 is the CPU; N = n_layers the whole model on the device.
+  std::unique_ptr<Engine> none = Load(0);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->device(), "cpu");
+  EXPECT_EQ(none->device_layers(), kLayers);
+  std::unique_ptr<Engine> all = Load(kLayers);
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->device_layers(), kLayers);
+  EXPECT_EQ(all->device(), "vulkan:0");
+}
+
+TEST_P(SplitEngineTest, KvMovesSplitToCpuAndBack) {
+  std::unique_ptr<Engine> cpu = Load(-1, /*cpu=*/true);
+  std::unique_ptr<Engine> split = Load(2);
+  ASSERT_TRUE(cpu && split);
+  GenerationRequest req;
+  req.prompt_ids = Prompt(*cpu, 24);
+  req.sampling.temperature = 0;
+  req.max_tokens = 1;
+  req.slot = 0;
+  ASSERT_TRUE(split->Generate(req, nullptr, {}).ok());
+  KvSnapshot from_split = *split->SaveSlot(0, {});
+  ASSERT_EQ(from_split.n_tokens(), 24u);
+  ASSERT_EQ(from_split.n_layers, static_cast<uint32_t>(kLayers));
+  // The CPU computes the same rows (both in f16) for the whole model.
+  req.slot = 1;
+  ASSERT_TRUE(cpu->Generate(req, nullptr, {}).ok());
+  KvSnapshot own = *cpu->SaveSlot(1, {});
+  ASSERT_EQ(own.kv.size(), from_split.kv.size());
+  // The split's rows restore into the CPU model and extend there.
+  ASSERT_EQ(*cpu->RestoreSlot(0, from_split, {}), 24);
+  KvSnapshot back = *cpu->SaveSlot(0, {});
+  ASSERT_TRUE(std::equal(back.kv.begin(), back.kv.end(), from_split.kv.begin()));
+  GenerationRequest more = req;
+  more.slot = 0;
+  more.prompt_ids = Prompt(*cpu, 30);
+  more.max_tokens = 8;
+  more.ignore_eos = true;
+  GenerationResult on_cpu = *cpu->Generate(more, nullptr, {});
+  EXPECT_EQ(on_cpu.cached_tokens, 24);
+  // And back into a split slot (another one: WriteKv, not the old rows).
+  more.slot = 1;
+  ASSERT_EQ(*split->RestoreSlot(1, back, {}), 24);
+  GenerationResult on_split = *split->Generate(more, nullptr, {});
+  EXPECT_EQ(on_split.cached_tokens, 24);
+  EXPECT_EQ(on_split.output_ids, on_cpu.output_ids);
+  // VisitSlot joins the two parts' rows in the host layout.
+  Status v = split->VisitSlot(1, [&](const KvRowsView& rows) -> Status {
+    EXPECT_EQ(rows.n_layers, static_cast<uint32_t>(kLayers));
+    EXPECT_EQ(rows.k.size(), static_cast<size_t>(kLayers));
+    const size_t row = rows.row_bytes();
+    for (size_t l = 0; l < rows.k.size(); ++l) {
+      const uint8_t* want_k = back.kv.data() + 2 * l * 24 * row;
+      EXPECT_TRUE(std::equal(rows.k[l], rows.k[l] + 24 * row, want_k)) << "layer " << l;
+    }
+    return OkStatus();
+  }, {});
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SplitEngineTest,
+                         ::testing::Values(SplitCase{"tiny-qwen3", "safetensors", false},
+                                           SplitCase{"tiny", "gguf", true}),
+                         [](const auto& info) { return info.param.Name(); });
+
 using VulkanDeviceNamesTest = vulkan::VulkanTest;
 
 TEST_F(VulkanDeviceNamesTest, AMissingDeviceFailsTheLoadNamingIt) {

@@ -780,6 +780,15 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
                                                    m.device));
       }
     }
+    if (t->get("device_layers") != nullptr) {
+      ARBITER_RETURN_IF_ERROR(ReadIntAs(*t, "device_layers", p, 0, 100000,
+                                        "an integer ≥ 0 (layers on the device)",
+                                        &m.device_layers));
+      if (m.device == "cpu") {
+        return KeyError(p + "device_layers", "used only with device = \"vulkan\" or "
+                                             "\"vulkan:N\" (layers on that device)");
+      }
+    }
     if (t->get("chat_template") != nullptr) {
       std::string name;
       ARBITER_RETURN_IF_ERROR(ReadString(*t, "chat_template", p, &name));
@@ -798,7 +807,7 @@ Status ParseModels(const toml::array& arr, const fs::path& base_dir, Config* c) 
     WarnUnknown(*t,
                 {"name", "path", "capability", "role", "idle_ttl", "parallel", "ctx",
                  "residency", "system_prompt", "same_role", "compute_dtype", "kv_type",
-                 "device", "chat_template", "engine", "language", "queue", "vision", "command", "health",
+                 "device_layers", "device", "chat_template", "engine", "language", "queue", "vision", "command", "health",
                  "ready_timeout_s", "estimated_size"},
                 p, &c->warnings);
     c->models.push_back(std::move(m));

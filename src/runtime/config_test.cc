@@ -249,6 +249,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nkv_type = \"q4_0\"\n",
                   "[[models]][0].kv_type must be one of \"f16\" (default), \"bf16\", \"q8_0\", "
                   "\"f32\" (got \"q4_0\")"},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\ndevice_layers = 2\n",
+                  "[[models]][0].device_layers must be used only with device = \"vulkan\""},
+        BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\ndevice = \"vulkan\"\n"
+                  "device_layers = -1\n",
+                  "[[models]][0].device_layers must be an integer ≥ 0"},
         BadConfig{"[[models]]\nname = \"a\"\npath = \"/a\"\nchat_template = \"vicuna\"\n",
                   "[[models]][0].chat_template must be one of \"chatml\""},
         BadConfig{"pressure = 1\n", "[pressure] must be a table"},
@@ -476,6 +481,8 @@ chat_template = "gemma"
 name = "b"
 path = "/b"
 compute_dtype = "auto"
+device = "vulkan"
+device_layers = 3
 )",
                            "a.toml", kMemTotal);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -496,6 +503,8 @@ compute_dtype = "auto"
   EXPECT_EQ(c->models[1].kv_type, GgmlType::kF16);  // the default
   EXPECT_EQ(c->models[0].chat_template, ChatTemplateKind::kGemma);
   EXPECT_EQ(c->models[1].chat_template, std::nullopt);
+  EXPECT_EQ(c->models[0].device_layers, -1);  // decided at startup
+  EXPECT_EQ(c->models[1].device_layers, 3);
 }
 
 TEST(Config, KvSection) {

@@ -100,6 +100,34 @@ Result<WeightModel> WeightModelForEntry(const ModelEntry& entry, const ModelFile
   return weights;
 }
 
+// Partial offload (Note [Partial offload] in
+// src/engine/internal/split_compute.cc): a split model's host part is
+// registered in the host's cache under this key, its device part in the
+// device's under the model's name.
+std::string HostWeightKey(const std::string& name) { return name + "#host"; }
+
+// Whether `entry` runs split between its device and the CPU.
+bool IsSplitEntry(const ModelEntry& entry, const ModelFiles& files) {
+  return entry.device != "cpu" && entry.device_layers > 0 &&
+         entry.device_layers < files.config().num_hidden_layers;
+}
+
+// Registers (or, when its files changed, replaces) a split entry's host
+// part in `host_cache`; nothing for other entries.
+Status RegisterHostPart(const ModelEntry& entry, const ModelFiles& files,
+                        WeightCache* host_cache) {
+  if (host_cache == nullptr || !IsSplitEntry(entry, files)) return OkStatus();
+  ARBITER_ASSIGN_OR_RETURN(WeightModel w,
+                           Engine::HostWeightModelFor(files, HostWeightKey(entry.name),
+                                                      EngineOptionsFor(entry, nullptr),
+                                                      entry.residency));
+  if (!host_cache->Contains(w.key)) {
+    Status st = host_cache->Register(std::move(w));
+    return st.code() == StatusCode::kAlreadyExists ? OkStatus() : st;
+  }
+  return host_cache->Replace(std::move(w)).status();
+}
+
 // [[models]] system_prompt → prefilled on the synthetic conversation
 // "__system_prefix__" (docs/kv-precache.md "Prewarm and keep-alive").
 // Best-effort: a failure is logged and the first request prefills cold.
@@ -128,7 +156,8 @@ void PrewarmSystemPrompt(const ModelEntry& entry, Engine* engine, KvPrecache* pr
 
 }  // namespace
 
-EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
+EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache,
+                               WeightCache* host_cache) {
   EngineOptions options;
   options.n_ctx = entry.ctx;
   options.n_slots = entry.parallel;
@@ -136,6 +165,9 @@ EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache) {
   options.weight_key = entry.name;
   options.kv_type = entry.kv_type;
   options.device = entry.device;
+  options.device_layers = entry.device_layers;
+  options.host_weight_cache = host_cache;
+  options.host_weight_key = HostWeightKey(entry.name);
   return options;
 }
 
@@ -181,7 +213,7 @@ Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry) {
 }
 
 Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache,
-                                      KvPrecache* precache) {
+                                      KvPrecache* precache, WeightCache* host_cache) {
   // One parse per load: the files are opened once, here, and the estimate,
   // the registration and the engine all use them. A model fixed on disk
   // since startup loads on the next request.
@@ -206,11 +238,20 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
       }
     }
   }
-  Result<std::unique_ptr<Engine>> loaded = Engine::Load(files, EngineOptionsFor(entry, cache));
+  if (cache != nullptr) {
+    Status host = RegisterHostPart(entry, *files, host_cache);
+    if (!host.ok()) return NameTheModel(entry, host);
+  }
+  Result<std::unique_ptr<Engine>> loaded =
+      Engine::Load(files, EngineOptionsFor(entry, cache, host_cache));
   if (!loaded.ok()) return NameTheModel(entry, loaded.status());
   std::unique_ptr<Engine> engine = std::move(loaded).value();
-  const size_t bytes = engine->kv_bytes();
-  const size_t scratch = engine->scratch_bytes();
+  // A split model's CPU layers' KV and scratch are host memory: charged
+  // in the host domain, the rest in the model's (the device's).
+  const size_t host_kv = engine->host_kv_bytes();
+  const size_t host_scratch = engine->host_scratch_bytes();
+  const size_t bytes = engine->kv_bytes() - host_kv - host_scratch;
+  const size_t scratch = engine->scratch_bytes() - host_scratch;
   if (precache != nullptr) {
     precache->AttachEngine(engine.get());
     if (!entry.system_prompt.empty()) PrewarmSystemPrompt(entry, engine.get(), precache);
@@ -221,6 +262,10 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
   LoadedBackend backend = LoadedBackend::Of(std::move(shared), bytes);
   // Two ledger charges: the KV caches (kv_slot) and the activations (scratch).
   backend.charge_parts = {{ChargeKind::kKvSlot, bytes - scratch}, {ChargeKind::kScratch, scratch}};
+  if (host_kv + host_scratch > 0) {
+    backend.host_charge_parts = {{ChargeKind::kKvSlot, host_kv},
+                                 {ChargeKind::kScratch, host_scratch}};
+  }
   return backend;
 }
 
@@ -257,7 +302,7 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 // never under a user), its KV freed late, and the step writes a warning;
 // the weights are evicted all the same (a lease taken later reloads them).
 void UnloadEngineModel(const std::string& model_key, LoadedBackend backend, WeightCache* cache,
-                       KvPrecache* precache) {
+                       KvPrecache* precache, WeightCache* host_cache) {
   std::shared_ptr<Engine> engine;
   if (backend.type == typeid(Engine)) {
     engine = std::static_pointer_cast<Engine>(std::move(backend.object));
@@ -282,6 +327,14 @@ void UnloadEngineModel(const std::string& model_key, LoadedBackend backend, Weig
     if (!evicted.ok() && evicted.status().code() != StatusCode::kNotFound) {
       spdlog::warn("model \"{}\": evicting its weights on unload failed: {}", model_key,
                    evicted.status().ToString());
+    }
+  }
+  // A split model's host part (not registered for the others: kNotFound).
+  if (host_cache != nullptr && host_cache != cache) {
+    Result<bool> evicted = host_cache->Evict(HostWeightKey(model_key));
+    if (!evicted.ok() && evicted.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("model \"{}\": evicting its host layers' weights on unload failed: {}",
+                   model_key, evicted.status().ToString());
     }
   }
   // 5. Return the memory.
@@ -344,14 +397,15 @@ CapabilityRegistration EngineCapabilityRegistration(
       return NotFoundError(fmt::format("model \"{}\" not found", ClipInput(key)));
     }
     ARBITER_ASSIGN_OR_RETURN(WeightCache * cache, caches.For(it->second));
-    return LoadEngineModel(it->second, cache, kv != nullptr ? kv->Find(key) : nullptr);
+    return LoadEngineModel(it->second, cache, kv != nullptr ? kv->Find(key) : nullptr,
+                           caches.host());
   };
   r.unload = [models, caches, kv](const std::string& key, LoadedBackend backend) {
     auto it = models->find(key);
     Result<WeightCache*> cache =
         it == models->end() ? Result<WeightCache*>(caches.host()) : caches.For(it->second);
     UnloadEngineModel(key, std::move(backend), cache.ok() ? *cache : nullptr,
-                      kv != nullptr ? kv->Find(key) : nullptr);
+                      kv != nullptr ? kv->Find(key) : nullptr, caches.host());
   };
   // A model on a device is charged there: its KV slots and scratch (this
   // registration's charges) and its device weights (its cache's).
@@ -367,6 +421,58 @@ OpenedModels OpenConfiguredModels(const Config& config) {
   OpenedModels out;
   for (const ModelEntry& m : config.models) {
     if (m.engine == ModelEngine::kBuiltin) out.emplace(m.name, OpenEntryFiles(m));
+  }
+  return out;
+}
+
+ModelLayers ResolveDeviceLayers(Config* config, const ServeWeights& weights,
+                                const OpenedModels& opened) {
+  ModelLayers out;
+  for (ModelEntry& m : config->models) {
+    if (m.engine != ModelEngine::kBuiltin) continue;
+    auto found = opened.find(m.name);
+    if (found == opened.end() || !found->second.ok()) continue;
+    const ModelFiles& files = **found->second;
+    const int n_layers = files.config().num_hidden_layers;
+    if (m.device == "cpu") {
+      out[m.name] = {{"cpu", n_layers}};
+      continue;
+    }
+    Result<WeightCache*> cache = weights.caches.For(m);
+    if (!cache.ok() || *cache == nullptr) continue;
+    std::string domain = m.device;
+    for (const auto& [name, d] : weights.devices) {
+      if (d.cache.get() == *cache) domain = name;
+    }
+    if (m.device_layers < 0) {
+      const uint64_t budget = (*cache)->Stats().max_bytes;
+      Result<int> n = Engine::DeviceLayersFor(files, EngineOptionsFor(m, nullptr), budget);
+      if (!n.ok()) continue;  // Load reports the options' error
+      if (*n == 0) {
+        spdlog::warn("model \"{}\": not even one layer and the output layer fit device {}'s "
+                     "budget of {} with {} slot(s) of ctx {}; it runs on the CPU (raise "
+                     "[devices.\"{}\"] budget, or lower parallel or ctx)",
+                     m.name, domain, FormatSize(budget), m.parallel, m.ctx, domain);
+        m.device = "cpu";
+        out[m.name] = {{"cpu", n_layers}};
+        continue;
+      }
+      if (*n < n_layers) {
+        spdlog::info("model \"{}\": {} of its {} layers (and the output layer) on device {}, "
+                     "{} on the CPU: the whole model does not fit the device's budget of {}",
+                     m.name, *n, n_layers, domain, n_layers - *n, FormatSize(budget));
+        m.device_layers = *n;
+      }
+    }
+    const int on_device =
+        m.device_layers < 0 ? n_layers : std::min(m.device_layers, n_layers);
+    if (on_device == 0) {
+      m.device = "cpu";
+      out[m.name] = {{"cpu", n_layers}};
+      continue;
+    }
+    out[m.name][domain] = on_device;
+    if (on_device < n_layers) out[m.name]["cpu"] = n_layers - on_device;
   }
   return out;
 }
@@ -399,6 +505,7 @@ Status RegisterConfiguredModels(const Config& config, MemoryArbiter* arbiter,
     if (estimate.ok() && cache != nullptr) {
       Result<WeightModel> weights = WeightModelForEntry(m, **files, cache);
       Status st = weights.ok() ? cache->Register(std::move(weights).value()) : weights.status();
+      if (st.ok()) st = RegisterHostPart(m, **files, caches.host());
       if (!st.ok()) estimate = st;
     }
     estimates[m.name] = estimate.ok() ? estimate->engine_bytes : 0;

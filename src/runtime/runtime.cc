@@ -85,6 +85,8 @@ arbiter::Status RuntimeImpl::Build() {
   const OpenedModels opened = OpenConfiguredModels(config_);
   ARBITER_ASSIGN_OR_RETURN(kv_, MakeServeKv(config_, ledger_.get(), &opened));
   ARBITER_ASSIGN_OR_RETURN(weights_, MakeServeWeights(config_, ledger_.get(), &policy_));
+  // Partial offload: how many layers of each device model run there.
+  layers_ = ResolveDeviceLayers(&config_, *weights_, opened);
   vision_cache_ = std::make_unique<VisionEmbeddingCache>(
       VisionEmbeddingCache::Options{.ledger = ledger_.get()});
   targets_.vision_cache = vision_cache_.get();
@@ -318,6 +320,7 @@ RuntimeStatus RuntimeImpl::Status() const {
         ms.device = e.device;
       }
     }
+    if (auto l = layers_.find(m.name); l != layers_.end()) ms.layers = l->second;
     ms.total_bytes = m.bytes;
     for (const ProcessModelStats& p : s.processes) {
       if (p.name == m.name) ms.process = p;

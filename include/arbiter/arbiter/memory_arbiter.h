@@ -143,6 +143,11 @@ struct LoadedBackend {
   // the entry's owner with its own kind. Empty → one charge of the
   // registration's charge_kind.
   std::vector<std::pair<ChargeKind, size_t>> charge_parts;
+  // Bytes the backend holds in host memory although its registration's
+  // domain is a device's (a model split between a device and the CPU):
+  // each part is charged under the entry's owner in the `host` domain,
+  // outside resident_bytes, and released when the entry is evicted.
+  std::vector<std::pair<ChargeKind, size_t>> host_charge_parts;
 
   template <typename T>
   static LoadedBackend Of(std::shared_ptr<T> backend, size_t resident_bytes) {

@@ -93,6 +93,19 @@ struct EngineOptions {
   // another name fails Load / Footprint / WeightModelFor with
   // kInvalidArgument naming it.
   std::string device = "cpu";
+  // Partial offload (Note [Partial offload] in
+  // src/engine/internal/split_compute.cc): on a Vulkan device, how many of
+  // the model's last layers run there, with the final norm and the output
+  // projection; the others run on the CPU, their KV and scratch in host
+  // memory. −1 (or ≥ n_layers): every layer on the device; 0: none (the
+  // model runs on the CPU, device() "cpu"). Ignored on "cpu". A split needs
+  // kv_type f16. With weight_cache set, a split's device part is
+  // `weight_key` in weight_cache (WeightModelFor) and its host part
+  // `host_weight_key` in `host_weight_cache` (HostWeightModelFor, a cpu
+  // arena); in private mode Load makes both.
+  int device_layers = -1;
+  WeightCache* host_weight_cache = nullptr;
+  std::string host_weight_key;
 };
 
 // How the next token is drawn (engine/sampler.h has the pipeline's order).
@@ -291,7 +304,12 @@ struct EngineFootprint {
   size_t kv_bytes = 0;
   size_t scratch_bytes = 0;  // every slot's activation scratch
   size_t weight_bytes = 0;   // the f32 compute layout (held by the WeightCache, not the engine)
-  // What the engine itself holds: kv_bytes + scratch_bytes.
+  // A split model (EngineOptions::device_layers): the CPU layers' KV and
+  // scratch, in host memory; kv_bytes and scratch_bytes are then the device
+  // part's only.
+  size_t host_kv_bytes = 0;
+  size_t host_scratch_bytes = 0;
+  // What the engine itself holds on its device: kv_bytes + scratch_bytes.
   size_t engine_bytes() const { return kv_bytes + scratch_bytes; }
 };
 
@@ -353,6 +371,27 @@ class Engine {
   static Result<WeightModel> WeightModelFor(const std::string& model_dir, const std::string& key,
                                             const EngineOptions& options,
                                             ResidencyState residency = ResidencyState::kUnpinned);
+  // A split model (options.device_layers in (0, n_layers) on a Vulkan
+  // device): WeightModelFor registers only the device part's buffers (the
+  // last device_layers layers, the final norm, the output projection) and
+  // this the host part's (the embedding and the other layers), each with
+  // the same digest rule and a fill of its own buffers; scratch_bytes is
+  // the host part's. Errors: as WeightModelFor; kInvalidArgument when
+  // `options` is not a split.
+  // Partial offload: the most of the model's last layers that can run on
+  // options.device within `budget_bytes` of its memory — the device part's
+  // weights (those layers, the final norm and the output projection, each
+  // buffer padded to the device's alignment) plus options.n_slots slots'
+  // device part (the device layers' KV and scratch; the CPU layers' are
+  // host memory, host_kv_bytes / host_scratch_bytes). n_layers when the whole model fits; 0 when
+  // not even one layer with the output projection does (the model should
+  // run on the CPU). options.device_layers is ignored. Reads nothing.
+  // Errors: kInvalidArgument for options Load would refuse.
+  static Result<int> DeviceLayersFor(const ModelFiles& files, const EngineOptions& options,
+                                     uint64_t budget_bytes);
+  static Result<WeightModel> HostWeightModelFor(const ModelFiles& files, const std::string& key,
+                                                const EngineOptions& options,
+                                                ResidencyState residency = ResidencyState::kUnpinned);
 
   // What Load(files, options) will hold (engine bytes) and register (weight
   // bytes), without allocating anything; n_ctx is clamped as Load clamps it.
@@ -374,11 +413,19 @@ class Engine {
   virtual GgmlType kv_type() const = 0;
   // The scratch part of kv_bytes(): every slot's activation buffers.
   virtual size_t scratch_bytes() const = 0;
+  // Partial offload: a split model's bytes in host memory (the `host`
+  // domain), both included in kv_bytes(): its CPU layers' KV caches, and
+  // their scratch (also in scratch_bytes()); 0 otherwise.
+  virtual size_t host_kv_bytes() const = 0;
+  virtual size_t host_scratch_bytes() const = 0;
   // EngineOptions::device as loaded ("cpu").
   virtual std::string_view device() const = 0;
   // The memory domain kv_bytes() and scratch_bytes() live in, the one
   // their ledger charges belong to: "host" (RAM) for the CPU device.
   virtual std::string_view memory_domain() const = 0;
+  // Partial offload: how many of the last layers run on device() (the
+  // others on the CPU); config's n_layers when all of them do.
+  virtual int device_layers() const = 0;
 
   // --- Slots. Indices are [0, n_slots()). The slot methods below never take
   // a WeightLease: they touch only the slot's KV buffers and work while the

@@ -276,6 +276,12 @@ struct ModelEntry {
   // scratch — "cpu" (the host domain), "vulkan" (the first GPU, else the
   // first Vulkan device) or "vulkan:N" (its own memory domain, `[devices]`).
   std::string device = "cpu";
+  // device_layers (on a Vulkan device): how many of the model's last layers
+  // run there, with the output layer; the others run on the CPU (partial
+  // offload, EngineOptions::device_layers). −1 (unset): arbiter decides at
+  // startup — every layer when the model fits the device's budget, else the
+  // most that fit (ResolveDeviceLayers), the CPU when none does.
+  int device_layers = -1;
   // chat_template = "<family>": render chats in that family instead of the
   // one the model's template or tokens give (ModelFilesOptions::chat_template).
   std::optional<ChatTemplateKind> chat_template;

@@ -49,9 +49,12 @@ struct ModelFootprint {
 using OpenedModels = std::map<std::string, Result<std::shared_ptr<const ModelFiles>>>;
 OpenedModels OpenConfiguredModels(const Config& config);
 
-// The engine options of a [[models]] entry (ctx, parallel), with its weights
-// in `cache` under the entry's name (null: a private cache).
-EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache);
+// The engine options of a [[models]] entry (ctx, parallel, device,
+// device_layers), with its weights in `cache` under the entry's name (null:
+// a private cache) and, for a split entry, its host layers in `host_cache`
+// under "<name>#host".
+EngineOptions EngineOptionsFor(const ModelEntry& entry, WeightCache* cache,
+                               WeightCache* host_cache = nullptr);
 
 // The footprint of `entry` (ctx, parallel) from its opened files
 // (Engine::Footprint). Reads nothing. Errors: kInvalidArgument for a ctx or
@@ -78,8 +81,15 @@ Result<ModelFootprint> EstimateModelFootprint(const ModelEntry& entry);
 // With `precache` (the model's KV precache; may be null) the new engine is
 // attached to it and the entry's system_prompt is prewarmed on
 // "__system_prefix__" (best-effort, logged).
+//
+// A split entry (device_layers in (0, n_layers) on a device; Note [Partial
+// offload] in src/engine/internal/split_compute.cc) registers its host
+// layers in `host_cache` (the host's) under "<name>#host" as well; its
+// CPU layers' KV and scratch are charged to the host domain
+// (LoadedBackend::host_charge_parts), the rest to the device's.
 Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cache,
-                                      KvPrecache* precache = nullptr);
+                                      KvPrecache* precache = nullptr,
+                                      WeightCache* host_cache = nullptr);
 
 // Unloads an engine model loaded by LoadEngineModel, taking `backend` (the
 // arbiter's reference): detaches it from `precache` (saving the
@@ -91,8 +101,9 @@ Result<LoadedBackend> LoadEngineModel(const ModelEntry& entry, WeightCache* cach
 // guarantee for in-flight users: Note [Unloading an engine model] in
 // src/runtime/models.cc. `cache` and `precache` may be null. Never fails
 // (a weight eviction error is logged). Thread-safe for distinct models.
+// A split model's host part is evicted from `host_cache` too.
 void UnloadEngineModel(const std::string& model_key, LoadedBackend backend, WeightCache* cache,
-                       KvPrecache* precache);
+                       KvPrecache* precache, WeightCache* host_cache = nullptr);
 
 // The registration of `capability` for every entry of that capability
 // (model key = entry name, per-model estimates of the engine bytes from
@@ -212,5 +223,22 @@ struct ServeWeights {
 // cache, naming the [memory] key; a device's budget error naming its key.
 Result<std::unique_ptr<ServeWeights>> MakeServeWeights(
     const Config& config, MemoryLedger* ledger, Reclaimer* reclaimer);
+
+// Each built-in model's layers per compute device ("vulkan:0" → 12, "cpu"
+// → 4), by model name.
+using ModelLayers = std::map<std::string, std::map<std::string, int>>;
+
+// Partial offload (Note [Partial offload] in
+// src/engine/internal/split_compute.cc), decided once at startup, before
+// RegisterConfiguredModels: for each built-in model on a device that does
+// not set device_layers, Engine::DeviceLayersFor against the device
+// cache's budget — every layer when the whole model (weights and its
+// slots) fits, else the most that fit (sets device_layers; logged), and
+// when not even one layer with the output layer fits the model runs on the
+// CPU (sets device = "cpu"; logged with the fix): the model still serves,
+// the log says why. Returns every built-in model's layers per device;
+// models whose files did not open or whose device is broken are left out.
+ModelLayers ResolveDeviceLayers(Config* config, const ServeWeights& weights,
+                                const OpenedModels& opened);
 
 }  // namespace arbiter

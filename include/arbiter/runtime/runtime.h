@@ -173,6 +173,9 @@ struct ModelStatus {
   bool ready = true;
   std::optional<std::string> engine;       // ModelEngineName of its [[models]] engine
   std::optional<std::string> device;       // its [[models]] device ("cpu", "vulkan", "vulkan:N")
+  // A built-in model's layers per compute device ("vulkan:0" → 12, "cpu" →
+  // 4: partial offload, ResolveDeviceLayers); empty for other engines.
+  std::map<std::string, int> layers;
   // Everything the model costs now: the arbiter's bytes (its entry's
   // charges, or the estimate when not loaded) plus its weights' ledger
   // charges (device weights and host floors, owner "weights::<name>").

@@ -116,6 +116,7 @@ struct Entry {
   MemoryCharge charge;    // live while kLoading/kLoaded
   // LoadedBackend::charge_parts beyond the registration's kind (kLoaded only).
   std::vector<MemoryCharge> part_charges;
+  std::vector<MemoryCharge> host_charges;  // LoadedBackend::host_charge_parts
   LoadedBackend backend;
   // Note [Fast path]: kOpen | refcount; read and written without mu_.
   std::atomic<uint32_t> pin{0};

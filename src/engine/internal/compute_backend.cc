@@ -26,6 +26,7 @@
 #include "engine/internal/compute_backend.h"
 
 #include "engine/internal/cpu_compute.h"
+#include "engine/internal/split_compute.h"
 #include "engine/internal/vulkan_compute.h"
 
 namespace arbiter::engine_internal {
@@ -49,16 +50,62 @@ Status CheckComputeDevice(std::string_view device) {
                               "\"vulkan:N\"");
 }
 
+int FirstDeviceLayer(const ComputeSpec& spec) {
+  const int n = spec.layout->dims.n_layers;
+  if (!IsVulkanComputeDevice(spec.device) || spec.device_layers <= 0 || spec.device_layers >= n) {
+    return 0;
+  }
+  return n - spec.device_layers;
+}
+
+SplitBuffers SplitBuffersOf(const ComputeLayout& layout, int first_device_layer) {
+  std::vector<bool> dev(layout.buffers.size(), false), host(layout.buffers.size(), false);
+  auto mark = [](std::vector<bool>& v, int b) {
+    if (b >= 0) v[static_cast<size_t>(b)] = true;
+  };
+  auto mark_matrix = [&](std::vector<bool>& v, const MatrixBuffers& m) {
+    for (int k = 0; k < m.n; ++k) mark(v, m.buffer[static_cast<size_t>(k)]);
+  };
+  mark_matrix(host, layout.embed);
+  for (size_t l = 0; l < layout.layers.size(); ++l) {
+    std::vector<bool>& v = static_cast<int>(l) < first_device_layer ? host : dev;
+    const LayerBuffers& lb = layout.layers[l];
+    for (int b : {lb.attn_norm, lb.bqkv, lb.q_norm, lb.k_norm, lb.ffn_norm}) mark(v, b);
+    for (const MatrixBuffers* m : {&lb.wqkv, &lb.wo, &lb.w_gate_up, &lb.w_down}) {
+      mark_matrix(v, *m);
+    }
+  }
+  mark(dev, layout.final_norm);
+  mark_matrix(dev, layout.lm_head.n > 0 ? layout.lm_head : layout.embed);
+  SplitBuffers out;
+  for (size_t i = 0; i < layout.buffers.size(); ++i) {
+    if (dev[i]) out.device.push_back(i);
+    if (host[i]) out.host.push_back(i);
+  }
+  return out;
+}
+
 Result<SlotFootprint> SlotFootprintFor(const ComputeSpec& spec) {
   ARBITER_RETURN_IF_ERROR(CheckComputeDevice(spec.device));
+  if (FirstDeviceLayer(spec) > 0) return SplitSlotFootprint(spec);
+  if (IsVulkanComputeDevice(spec.device) && spec.device_layers == 0) {
+    ComputeSpec cpu = spec;
+    cpu.device = "cpu";
+    return CpuDecoderCompute::FootprintFor(cpu);
+  }
   if (IsVulkanComputeDevice(spec.device)) return VulkanSlotFootprint(spec);
   return CpuDecoderCompute::FootprintFor(spec);
 }
 
 Result<std::unique_ptr<DecoderCompute>> MakeDecoderCompute(const ComputeSpec& spec) {
   ARBITER_RETURN_IF_ERROR(CheckComputeDevice(spec.device));
-  if (IsVulkanComputeDevice(spec.device)) return MakeVulkanDecoderCompute(spec);
-  return std::unique_ptr<DecoderCompute>(std::make_unique<CpuDecoderCompute>(spec));
+  if (FirstDeviceLayer(spec) > 0) return MakeSplitDecoderCompute(spec);
+  if (IsVulkanComputeDevice(spec.device) && spec.device_layers != 0) {
+    return MakeVulkanDecoderCompute(spec);
+  }
+  ComputeSpec cpu = spec;
+  cpu.device = "cpu";
+  return std::unique_ptr<DecoderCompute>(std::make_unique<CpuDecoderCompute>(cpu));
 }
 
 }  // namespace arbiter::engine_internal

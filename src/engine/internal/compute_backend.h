@@ -43,6 +43,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "arbiter/base/status.h"
 #include "arbiter/engine/kv_snapshot.h"
@@ -69,7 +70,36 @@ struct ComputeSpec {
   int batch = 0;        // tokens per prefill chunk, in [1, n_ctx]
   int n_threads = 1;    // the device's worker threads (cpu: decode's MatVecPool), ≥ 1
   GgmlType kv_type = kDefaultKvType;  // IsKvType; KvRowBytes(kv_type, head_dim) > 0
+  // Partial offload (Note [Partial offload] in split_compute.cc): on a
+  // Vulkan device, how many of the last layers run there (with the final
+  // norm and the output projection); the others run on the CPU. −1 or ≥
+  // n_layers: every layer on the device; 0: none (the model runs on the
+  // CPU). Ignored on "cpu".
+  int device_layers = -1;
+  // Set only by a split for its two parts: this compute runs layers
+  // [first_layer, end_layer) (end_layer −1: n_layers) and holds their KV
+  // only. first_layer > 0: its input is the residual stream entering that
+  // layer (HiddenInputCompute); end_layer < n_layers: its output is the
+  // residual stream leaving end_layer − 1 (no final norm, no logits).
+  int first_layer = 0;
+  int end_layer = -1;
 };
+
+// The layers a device of a split model runs, [first, n_layers): first =
+// n_layers − spec.device_layers when 0 < device_layers < n_layers, else 0
+// (the whole model on spec.device).
+int FirstDeviceLayer(const ComputeSpec& spec);
+
+// Which of `layout`'s buffers each part of a split at `first_device_layer`
+// reads (ascending indices): the device the layers [first, n_layers), the
+// final norm and the output projection; the host the embedding and layers
+// [0, first). A tied model's embedding is in both (the host looks tokens
+// up in it, the device computes the logits from it).
+// REQUIRES: 0 < first_device_layer < n_layers.
+struct SplitBuffers {
+  std::vector<size_t> device, host;
+};
+SplitBuffers SplitBuffersOf(const ComputeLayout& layout, int first_device_layer);
 
 // One slot's memory on the device, in bytes: what its owner charges to the
 // ledger (kv_slot and scratch), in the device's memory domain.
@@ -77,6 +107,10 @@ struct SlotFootprint {
   size_t kv_bytes = 0;       // the KV cache: n_layers · 2 · n_ctx rows
   size_t scratch_bytes = 0;  // activations and work buffers
   size_t kv_bytes_per_token = 0;  // n_layers · 2 · KvRowBytes(kv_type, kv_dim)
+  // A split's host part (Note [Partial offload]), included in the figures
+  // above: the CPU layers' KV and their scratch, in the `host` domain.
+  size_t host_kv_bytes = 0;
+  size_t host_scratch_bytes = 0;
   size_t bytes() const { return kv_bytes + scratch_bytes; }
 };
 
@@ -111,6 +145,14 @@ class DecoderCompute {
   virtual int n_ctx() const = 0;
   // The bytes every slot it makes holds.
   virtual SlotFootprint slot_footprint() const = 0;
+  // Partial offload: the layers that run on device() ([n_layers −
+  // device_layers(), n_layers)); the others run on the CPU, their KV and
+  // scratch in host memory (SlotFootprint::host_bytes). n_layers when the
+  // whole model runs on device().
+  virtual int device_layers() const { return dims().n_layers; }
+  // Whether BindWeights takes two leases (a split: its device part, then
+  // its host part) rather than one.
+  virtual bool split() const { return false; }
 
   // --- slots and weights
   // A new slot (contents undefined: no valid rows). Errors:
@@ -121,6 +163,18 @@ class DecoderCompute {
   // where this device cannot read it (naming `key` and what to do).
   virtual Result<std::unique_ptr<ComputeWeights>> BindWeights(const WeightLease& lease,
                                                               const std::string& key) const = 0;
+  // A split's weights: `device` holds SplitBuffersOf(...).device in that
+  // order, `host` the host part (registered as `key` and its host key).
+  // Errors: as BindWeights; kFailedPrecondition on a compute that is not
+  // split().
+  virtual Result<std::unique_ptr<ComputeWeights>> BindWeights(const WeightLease& device,
+                                                              const WeightLease& host,
+                                                              const std::string& key) const {
+    (void)device;
+    (void)host;
+    return FailedPreconditionError("weights '" + key + "': the model is not split between " +
+                                   "devices; bind one lease");
+  }
 
   // --- the forward pass
   // Runs `tokens` [n] at positions [pos, pos + n), appending their K/V rows
@@ -153,6 +207,20 @@ class DecoderCompute {
   // model's.
   virtual Status VisitKv(const ComputeSlot& slot, KvRowsView rows,
                          const std::function<Status(const KvRowsView&)>& visit) = 0;
+};
+
+// A compute that runs a split's device part (ComputeSpec::first_layer >
+// 0): its input is the residual stream [n, hidden] entering first_layer,
+// computed on the host, instead of token ids (Prefill and Decode are not
+// used on it).
+class HiddenInputCompute : public DecoderCompute {
+ public:
+  // As Prefill, with rows `x` [n, hidden] for the tokens at [pos, pos + n).
+  virtual Status PrefillHidden(const ComputeWeights& w, ComputeSlot& slot, const float* x, int n,
+                               int pos, const ForwardOutputs& out) = 0;
+  // As Decode, with the row `x` [hidden] for the token at `pos`.
+  virtual Status DecodeHidden(const ComputeWeights& w, ComputeSlot& slot, const float* x, int pos,
+                              float* logits) = 0;
 };
 
 // Whether `device` is "vulkan" or "vulkan:N" (built or not).

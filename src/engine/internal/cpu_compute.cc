@@ -16,9 +16,9 @@ namespace {
 
 class CpuSlot final : public ComputeSlot {
  public:
-  CpuSlot(const ModelDims& d, int n_ctx, int batch, bool typed, GgmlType kv_type,
+  CpuSlot(const ModelDims& d, int n_layers, int n_ctx, int batch, bool typed, GgmlType kv_type,
           size_t kv_bytes_per_token)
-      : kv(d.n_layers, n_ctx, d.kv_dim, kv_type),
+      : kv(n_layers, n_ctx, d.kv_dim, kv_type),
         scratch(d, batch, n_ctx, typed, kv_type),
         kv_bytes_per_token_(kv_bytes_per_token) {}
   SlotFootprint footprint() const override {
@@ -67,25 +67,31 @@ Status CheckWeightLease(const WeightLease& lease, const ComputeLayout& layout,
 CpuDecoderCompute::CpuDecoderCompute(const ComputeSpec& spec)
     : layout_(spec.layout),
       decoder_(spec.layout->config, spec.layout->has_lm_head, spec.n_ctx,
-               std::max(1, spec.n_threads)),
+               std::max(1, spec.n_threads), spec.end_layer),
       kv_type_(spec.kv_type),
       batch_(spec.batch),
-      footprint_(FootprintFor(spec)) {}
+      footprint_(FootprintFor(spec)) {
+  if (decoder_.end_layer() < decoder_.dims().n_layers) {
+    lease_buffers_ = SplitBuffersOf(*layout_, decoder_.end_layer()).host;
+  }
+}
 
 SlotFootprint CpuDecoderCompute::FootprintFor(const ComputeSpec& spec) {
   const ModelDims& d = spec.layout->dims;
+  const int n_layers =
+      spec.end_layer < 0 ? d.n_layers : std::min(spec.end_layer, d.n_layers);
   SlotFootprint f;
-  f.kv_bytes = KvCache::BytesFor(d.n_layers, spec.n_ctx, d.kv_dim, spec.kv_type);
+  f.kv_bytes = KvCache::BytesFor(n_layers, spec.n_ctx, d.kv_dim, spec.kv_type);
   f.scratch_bytes =
       ForwardScratch::BytesFor(d, spec.batch, spec.n_ctx, spec.layout->typed(), spec.kv_type);
-  f.kv_bytes_per_token = size_t{2} * d.n_layers * KvRowBytes(spec.kv_type, d.kv_dim);
+  f.kv_bytes_per_token = size_t{2} * n_layers * KvRowBytes(spec.kv_type, d.kv_dim);
   return f;
 }
 
 Result<std::unique_ptr<ComputeSlot>> CpuDecoderCompute::CreateSlot() {
   try {
     return std::unique_ptr<ComputeSlot>(std::make_unique<CpuSlot>(
-        decoder_.dims(), decoder_.n_ctx(), batch_, layout_->typed(), kv_type_,
+        decoder_.dims(), decoder_.end_layer(), decoder_.n_ctx(), batch_, layout_->typed(), kv_type_,
         footprint_.kv_bytes_per_token));
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("out of memory allocating a KV slot (" +
@@ -95,6 +101,27 @@ Result<std::unique_ptr<ComputeSlot>> CpuDecoderCompute::CreateSlot() {
 
 Result<std::unique_ptr<ComputeWeights>> CpuDecoderCompute::BindWeights(
     const WeightLease& lease, const std::string& key) const {
+  if (!lease_buffers_.empty()) {
+    // A split's host part: the lease holds lease_buffers_, in order; the
+    // device's buffers stay unbound (null views this part never reads).
+    if (lease.size() != lease_buffers_.size()) {
+      return FailedPreconditionError("weights '" + key + "' have " + std::to_string(lease.size()) +
+                                     " tensors but the host part of the split model has " +
+                                     std::to_string(lease_buffers_.size()) +
+                                     "; register the key with Engine::HostWeightModelFor");
+    }
+    std::vector<const void*> arrays(layout_->buffers.size(), nullptr);
+    for (size_t i = 0; i < lease_buffers_.size(); ++i) {
+      if (lease.tensor(i) == nullptr) {
+        return FailedPreconditionError("weights '" + key +
+                                       "' are in a device arena the CPU engine cannot read; "
+                                       "register the host part with a cpu arena");
+      }
+      arrays[lease_buffers_[i]] = lease.tensor(i);
+    }
+    return std::unique_ptr<ComputeWeights>(
+        std::make_unique<CpuWeights>(BindModelWeights(*layout_, arrays)));
+  }
   ARBITER_RETURN_IF_ERROR(CheckWeightLease(lease, *layout_, key));
   return std::unique_ptr<ComputeWeights>(
       std::make_unique<CpuWeights>(BindModelWeights(*layout_, lease.tensors())));
@@ -106,6 +133,12 @@ Status CpuDecoderCompute::Prefill(const ComputeWeights& w, ComputeSlot& slot,
   CpuSlot& s = Slot(slot);
   decoder_.Forward(Weights(w), s.kv, s.scratch, tokens, n, pos, out);
   return OkStatus();
+}
+
+void CpuDecoderCompute::ForwardHidden(const ComputeWeights& w, ComputeSlot& slot,
+                                      const int32_t* tokens, int nt, int pos, float* x) {
+  CpuSlot& s = Slot(slot);
+  decoder_.ForwardHidden(Weights(w), s.kv, s.scratch, tokens, nt, pos, x);
 }
 
 Status CpuDecoderCompute::Decode(const ComputeWeights& w, ComputeSlot& slot, int32_t token,

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/internal/compute_backend.h"
 #include "engine/internal/forward.h"
@@ -51,6 +52,13 @@ class CpuDecoderCompute final : public DecoderCompute {
   Status VisitKv(const ComputeSlot& slot, KvRowsView rows,
                  const std::function<Status(const KvRowsView&)>& visit) override;
 
+  // A split's host part (spec.end_layer < n_layers; Note [Partial offload]
+  // in split_compute.cc): one chunk of nt ≤ spec.batch tokens through the
+  // embedding and layers [0, end_layer), their residual stream into `x`
+  // [nt, hidden]. REQUIRES: as Prefill.
+  void ForwardHidden(const ComputeWeights& w, ComputeSlot& slot, const int32_t* tokens, int nt,
+                     int pos, float* x);
+
   // The CPU forward pass itself (tests and benchmarks read its shapes).
   const Decoder& decoder() const { return decoder_; }
 
@@ -59,6 +67,9 @@ class CpuDecoderCompute final : public DecoderCompute {
   Decoder decoder_;
   GgmlType kv_type_;
   int batch_;
+  // A split's host part: the layout buffers its lease holds, in order
+  // (SplitBuffersOf(...).host); empty when it runs the whole model.
+  std::vector<size_t> lease_buffers_;
   SlotFootprint footprint_;
 };
 

@@ -94,6 +94,12 @@ struct WeightSource {
   std::unique_ptr<WeightCache> owned_cache;
   WeightCache* cache = nullptr;  // owned_cache.get() or EngineOptions::weight_cache
   std::string key;
+  // A split model's host part (Note [Partial offload] in split_compute.cc);
+  // null / empty otherwise. Owned in private mode, as above.
+  std::unique_ptr<DeviceBackend> owned_host_device;
+  std::unique_ptr<WeightCache> owned_host_cache;
+  WeightCache* host_cache = nullptr;
+  std::string host_key;
 };
 
 class EngineImpl final : public Engine {
@@ -114,10 +120,17 @@ class EngineImpl final : public Engine {
   int n_slots() const override { return static_cast<int>(slot_states_.size()); }
   std::string_view device() const override { return compute_->device(); }
   std::string_view memory_domain() const override { return compute_->memory_domain(); }
+  int device_layers() const override { return compute_->device_layers(); }
   size_t weight_bytes() const override { return layout_->bytes(); }
   size_t kv_bytes() const override;
   GgmlType kv_type() const override { return options_.kv_type; }
   size_t scratch_bytes() const override;
+  size_t host_kv_bytes() const override {
+    return slot_states_.size() * compute_->slot_footprint().host_kv_bytes;
+  }
+  size_t host_scratch_bytes() const override {
+    return slot_states_.size() * compute_->slot_footprint().host_scratch_bytes;
+  }
 
   std::vector<SlotInfo> Slots() const override EXCLUDES(mu_);
   std::vector<int32_t> SlotTokens(int slot) const override EXCLUDES(mu_);
@@ -175,6 +188,7 @@ class EngineImpl final : public Engine {
   // One call's weights: the lease that pins them and views of them.
   struct LeasedWeights {
     WeightLease lease;
+    WeightLease host_lease;  // a split model's host part
     std::unique_ptr<ComputeWeights> w;  // views of the lease's buffers: destroyed first
   };
 

@@ -358,8 +358,10 @@ void Decoder::Project(const WeightMatrix& w, ForwardScratch& s, const float* x, 
   }
 }
 
-Decoder::Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads)
+Decoder::Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads,
+                 int end_layer)
     : config_(config), dims_(DimsOf(config)), has_lm_head_(has_lm_head), n_ctx_(n_ctx),
+      end_layer_(end_layer < 0 ? dims_.n_layers : std::min(end_layer, dims_.n_layers)),
       pool_(std::make_unique<MatVecPool>(std::max(1, n_threads))) {
   const int half = dims_.head_dim / 2;
   rope_cos_.Resize(size_t{1} * n_ctx * half);
@@ -417,6 +419,12 @@ void Decoder::Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s,
   }
 }
 
+void Decoder::ForwardHidden(const ModelWeights& w, KvCache& kv, ForwardScratch& s,
+                            const int32_t* tokens, int nt, int pos, float* x) const {
+  ForwardChunk(w, kv, s, tokens, nt, pos, /*need_all_rows=*/true);
+  std::memcpy(x, s.x.data(), sizeof(float) * nt * dims_.hidden);
+}
+
 void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s,
                            const int32_t* tokens, int nt, int pos, bool need_all_rows) const {
   const ModelDims& d = dims_;
@@ -431,7 +439,7 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
 
   for (int t = 0; t < nt; ++t) w.embed.RowToF32(tokens[t], x + size_t{1} * t * H);
 
-  for (int li = 0; li < d.n_layers; ++li) {
+  for (int li = 0; li < end_layer_; ++li) {
     const LayerWeights& L = w.layers[li];
 
     // --- attention block
@@ -476,6 +484,8 @@ void Decoder::ForwardChunk(const ModelWeights& w, KvCache& kv, ForwardScratch& s
     }
     Project(L.w_down, s, act, nt, x, H, true);
   }
+  // A split's host part ends with the residual stream (ForwardHidden).
+  if (end_layer_ < d.n_layers) return;
 
   // Final norm into xn: every row when needed, else only the last (into row 0).
   if (need_all_rows) {

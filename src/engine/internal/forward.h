@@ -160,7 +160,11 @@ class Decoder {
   // dequantization. Prefill's sgemm uses OpenBLAS's own thread count.
   // `has_lm_head`: whether the weights it will be given can produce logits.
   // REQUIRES: DimsOf(config) valid (PlanComputeLayout accepted it).
-  Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads = 1);
+  // `end_layer` (−1: n_layers): a split's host part (Note [Partial
+  // offload] in split_compute.cc) runs layers [0, end_layer) only, through
+  // ForwardHidden; its KV caches hold end_layer layers.
+  Decoder(const ModelConfig& config, bool has_lm_head, int n_ctx, int n_threads = 1,
+          int end_layer = -1);
 
   const ModelConfig& config() const { return config_; }
   const ModelDims& dims() const { return dims_; }
@@ -176,6 +180,15 @@ class Decoder {
   // has_lm_head(); `s` made with typed = w.typed() and kv.type().
   void Forward(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens, int n,
                int pos, const ForwardOutputs& out) const;
+  // One chunk of a split's host part: the embedding and layers [0,
+  // end_layer) for `tokens` [nt], the residual stream leaving the last of
+  // them into `x` [nt, hidden]. `w` needs only those layers and the
+  // embedding. REQUIRES: as Forward; nt ≤ s.batch(); kv.n_layers() ==
+  // end_layer.
+  void ForwardHidden(const ModelWeights& w, KvCache& kv, ForwardScratch& s, const int32_t* tokens,
+                     int nt, int pos, float* x) const;
+  // The layers this decoder runs: [0, end_layer()).
+  int end_layer() const { return end_layer_; }
 
  private:
   // One chunk of nt ≤ s.batch() tokens.
@@ -193,6 +206,7 @@ class Decoder {
   const ModelDims dims_;
   const bool has_lm_head_;
   const int n_ctx_;
+  const int end_layer_;  // ≤ dims_.n_layers; < only for a split's host part
   std::unique_ptr<MatVecPool> pool_;  // Run() is thread-safe
   AlignedFloats rope_cos_;  // [n_ctx, head_dim / 2]
   AlignedFloats rope_sin_;  // [n_ctx, head_dim / 2]

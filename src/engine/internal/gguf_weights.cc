@@ -119,15 +119,15 @@ Status FillComputeLayoutGguf(const ComputeLayout& layout, const GgufFile& gguf,
                                 " arrays for a compute layout of " +
                                 std::to_string(layout.buffers.size()) + " buffers");
   }
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    if (arrays[i] == nullptr) {
-      return InvalidArgumentError(path + ": no memory for compute buffer " +
-                                  layout.buffers[i].name);
-    }
+  // A null array is a buffer this fill does not hold (a split model's
+  // other part, Note [Partial offload] in split_compute.cc): skipped.
+  if (std::all_of(arrays.begin(), arrays.end(), [](void* a) { return a == nullptr; })) {
+    return InvalidArgumentError(path + ": no memory for any compute buffer");
   }
   ARBITER_ASSIGN_OR_RETURN(UniqueFd fd, UniqueFd::Open(path.c_str(), O_RDONLY | O_CLOEXEC));
   std::vector<uint8_t> chunk;
   for (const ComputePart& part : layout.parts) {
+    if (arrays[part.buffer] == nullptr) continue;
     ARBITER_ASSIGN_OR_RETURN(const GgufTensorInfo* t,
                              FindGgufPart(part, gguf, path, &part.stored));
     const GgmlType to = layout.buffer_type(part.buffer);

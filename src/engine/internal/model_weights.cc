@@ -510,14 +510,14 @@ Status FillComputeLayout(const ComputeLayout& layout, const SafetensorsModel& st
                                 " arrays for a compute layout of " +
                                 std::to_string(layout.buffers.size()) + " buffers");
   }
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    if (arrays[i] == nullptr) {
-      return InvalidArgumentError(model_dir + ": no memory for compute buffer " +
-                                  layout.buffers[i].name);
-    }
+  // A null array is a buffer this fill does not hold (a split model's
+  // other part, Note [Partial offload] in split_compute.cc): skipped.
+  if (std::all_of(arrays.begin(), arrays.end(), [](void* a) { return a == nullptr; })) {
+    return InvalidArgumentError(model_dir + ": no memory for any compute buffer");
   }
   TensorReader reader;
   for (const ComputePart& part : layout.parts) {
+    if (arrays[part.buffer] == nullptr) continue;
     ARBITER_ASSIGN_OR_RETURN(const TensorInfo* info,
                              FindPart(part, layout.config, layout.dims, st, model_dir));
     ARBITER_RETURN_IF_ERROR(reader.Read(*info, layout.buffer_type(part.buffer),

@@ -272,7 +272,8 @@ Status ValidateModelWeights(const ModelConfig& config, const SafetensorsModel& s
 // Copies (or converts to f32) every tensor of `st` into its slice of
 // `arrays` (one per layout.buffers entry, each buffer_bytes(i) bytes,
 // 4-byte aligned; their previous contents are irrelevant: every byte is
-// written). `st` is looked up again by name (the file may have changed since
+// written; a null entry is a buffer this fill does not hold — a split
+// model's other part — and is skipped, but not every entry may be null). `st` is looked up again by name (the file may have changed since
 // planning): presence and shape errors as PlanComputeLayout (model_dir in
 // messages); kDataLoss when a tensor's dtype changed; kUnimplemented (from
 // ConvertToF32, naming the tensor and file) for a dtype that cannot be

@@ -200,13 +200,17 @@ struct SiluPush {
   uint32_t n;
 };
 
-class VulkanDecoderCompute final : public DecoderCompute {
+class VulkanDecoderCompute final : public HiddenInputCompute {
  public:
   VulkanDecoderCompute(const ComputeSpec& spec, std::shared_ptr<VulkanDevice> dev)
       : spec_(spec), layout_(spec.layout), dims_(spec.layout->dims), dev_(std::move(dev)),
         domain_(dev_->domain()), footprint_(VulkanSlotFootprint(spec)),
         scratch_(ScratchFor(dims_, spec.batch, spec.n_ctx)), outl_(OutFor(dims_, spec.batch)),
-        decode_splits_(DecodeSplits(dims_, spec.n_ctx)) {}
+        decode_splits_(DecodeSplits(dims_, spec.n_ctx)),
+        first_(std::clamp(spec.first_layer, 0, dims_.n_layers)),
+        n_kv_layers_(dims_.n_layers - first_) {
+    if (first_ > 0) lease_buffers_ = SplitBuffersOf(*layout_, first_).device;
+  }
   ~VulkanDecoderCompute() override {
     if (profile_) LogProfile();
     dev_->Destroy(rope_);
@@ -245,7 +249,11 @@ class VulkanDecoderCompute final : public DecoderCompute {
     for (std::string_view k : {"rmsnorm", "rope_kv", "attention", "silu_mul"}) {
       ARBITER_RETURN_IF_ERROR(dev_->Pipeline(k).status());
     }
-    for (size_t i = 0; i < layout_->buffers.size(); ++i) {
+    std::vector<size_t> used = lease_buffers_;
+    if (first_ == 0) {
+      for (size_t i = 0; i < layout_->buffers.size(); ++i) used.push_back(i);
+    }
+    for (size_t i : used) {
       const GgmlType t = layout_->buffer_type(i);
       if (TypeSuffix(t).empty()) {
         return InvalidArgumentError(fmt::format(
@@ -284,10 +292,11 @@ class VulkanDecoderCompute final : public DecoderCompute {
 
   Result<std::unique_ptr<ComputeWeights>> BindWeights(const WeightLease& lease,
                                                       const std::string& key) const override {
-    if (lease.size() != layout_->buffers.size()) {
+    const size_t want = first_ > 0 ? lease_buffers_.size() : layout_->buffers.size();
+    if (lease.size() != want) {
       return FailedPreconditionError(fmt::format(
-          "weights '{}' have {} tensors but the model's compute layout has {}", key,
-          lease.size(), layout_->buffers.size()));
+          "weights '{}' have {} tensors but the model's compute layout {} {}", key,
+          lease.size(), first_ > 0 ? "puts on the device" : "has", want));
     }
     auto* backend = dynamic_cast<vulkan::VulkanDeviceBackend*>(lease.device());
     if (backend == nullptr || backend->device().get() != dev_.get()) {
@@ -298,9 +307,12 @@ class VulkanDecoderCompute final : public DecoderCompute {
     }
     auto w = std::make_unique<VulkanWeights>();
     uint64_t h = 1469598103934665603ull;
+    // A split's device part holds lease_buffers_ only; the host's buffers
+    // have address 0 (never read here).
+    w->addr.assign(layout_->buffers.size(), 0);
     for (size_t i = 0; i < lease.size(); ++i) {
       ARBITER_ASSIGN_OR_RETURN(uint64_t a, backend->Address(lease.region(), lease.device_offset(i)));
-      w->addr.push_back(a);
+      w->addr[first_ > 0 ? lease_buffers_[i] : i] = a;
       h = (h ^ a) * 1099511628211ull;
     }
     w->id = h == 0 ? 1 : h;
@@ -309,6 +321,29 @@ class VulkanDecoderCompute final : public DecoderCompute {
 
   Status Prefill(const ComputeWeights& w, ComputeSlot& slot, const int32_t* tokens, int n,
                  int pos, const ForwardOutputs& out) override {
+    if (first_ > 0) return InternalError("a split's device part takes hidden rows");
+    return Run(w, slot, tokens, nullptr, n, pos, out);
+  }
+  Status PrefillHidden(const ComputeWeights& w, ComputeSlot& slot, const float* x, int n, int pos,
+                       const ForwardOutputs& out) override {
+    if (first_ == 0) return InternalError("a whole model's compute takes token ids");
+    return Run(w, slot, nullptr, x, n, pos, out);
+  }
+  Status Decode(const ComputeWeights& w, ComputeSlot& slot, int32_t token, int pos,
+                float* logits) override {
+    if (first_ > 0) return InternalError("a split's device part takes hidden rows");
+    return Step(w, slot, &token, nullptr, pos, logits);
+  }
+  Status DecodeHidden(const ComputeWeights& w, ComputeSlot& slot, const float* x, int pos,
+                      float* logits) override {
+    if (first_ == 0) return InternalError("a whole model's compute takes token ids");
+    return Step(w, slot, nullptr, x, pos, logits);
+  }
+
+  // Prefill of `tokens` [n], or (a split's device part) of the hidden rows
+  // `x` [n, hidden] entering first_.
+  Status Run(const ComputeWeights& w, ComputeSlot& slot, const int32_t* tokens, const float* x,
+             int n, int pos, const ForwardOutputs& out) {
     auto& s = static_cast<VulkanSlot&>(slot);
     const auto& vw = static_cast<const VulkanWeights&>(w);
     const size_t vocab = static_cast<size_t>(dims_.vocab);
@@ -332,7 +367,12 @@ class VulkanDecoderCompute final : public DecoderCompute {
       auto* host = static_cast<uint8_t*>(s.out.host);
       const auto p = static_cast<uint32_t>(pos + c0);
       std::memcpy(host, &p, 4);
-      std::memcpy(host + outl_.tokens, tokens + c0, size_t{4} * m);
+      if (x != nullptr) {
+        std::memcpy(host + outl_.hidden, x + size_t{1} * c0 * dims_.hidden,
+                    size_t{4} * m * dims_.hidden);
+      } else {
+        std::memcpy(host + outl_.tokens, tokens + c0, size_t{4} * m);
+      }
       st = Record(vw, s, 1, m, lg, all.address);
       if (st.ok()) st = dev_->SubmitAndWait(s.cbs[1]);
       if (!st.ok()) break;
@@ -359,8 +399,9 @@ class VulkanDecoderCompute final : public DecoderCompute {
     return st;
   }
 
-  Status Decode(const ComputeWeights& w, ComputeSlot& slot, int32_t token, int pos,
-                float* logits) override {
+  // One decode step of `*token`, or of the hidden row `x` [hidden].
+  Status Step(const ComputeWeights& w, ComputeSlot& slot, const int32_t* token, const float* x,
+              int pos, float* logits) {
     auto& s = static_cast<VulkanSlot&>(slot);
     const auto& vw = static_cast<const VulkanWeights&>(w);
     if (s.decode_for != vw.id) {
@@ -370,7 +411,11 @@ class VulkanDecoderCompute final : public DecoderCompute {
     auto* host = static_cast<uint8_t*>(s.out.host);
     const auto p = static_cast<uint32_t>(pos);
     std::memcpy(host, &p, 4);
-    std::memcpy(host + outl_.tokens, &token, 4);
+    if (x != nullptr) {
+      std::memcpy(host + outl_.hidden, x, size_t{4} * dims_.hidden);
+    } else {
+      std::memcpy(host + outl_.tokens, token, 4);
+    }
     ARBITER_RETURN_IF_ERROR(dev_->SubmitAndWait(s.cbs[0]));
     if (profile_) Collect(s, 0, 1);
     std::memcpy(logits, host + outl_.logits, size_t{4} * dims_.vocab);
@@ -383,7 +428,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     auto& b = static_cast<VulkanSlot&>(dst);
     const size_t row = KvRowBytesF16(dims_);
     std::vector<VkBufferCopy> regions;
-    for (int l = 0; l < 2 * dims_.n_layers; ++l) {
+    for (int l = 0; l < 2 * n_kv_layers_; ++l) {
       const uint64_t off = (uint64_t{1} * l * spec_.n_ctx + begin) * row;
       regions.push_back({off, off, uint64_t{1} * (end - begin) * row});
     }
@@ -404,12 +449,13 @@ class VulkanDecoderCompute final : public DecoderCompute {
                  const std::function<Status(const KvRowsView&)>& visit) override {
     const size_t row = KvRowBytesF16(dims_);
     const size_t n = rows.n_tokens;
-    std::vector<uint8_t> host(size_t{2} * dims_.n_layers * n * row);
+    std::vector<uint8_t> host(size_t{2} * n_kv_layers_ * n * row);
     ARBITER_RETURN_IF_ERROR(MoveKv(const_cast<VulkanSlot&>(static_cast<const VulkanSlot&>(slot)),
                                    static_cast<int>(n), host.data(), true));
-    rows.k.assign(static_cast<size_t>(dims_.n_layers), nullptr);
-    rows.v.assign(static_cast<size_t>(dims_.n_layers), nullptr);
-    for (int l = 0; l < dims_.n_layers; ++l) {
+    rows.k.assign(static_cast<size_t>(n_kv_layers_), nullptr);
+    rows.v.assign(static_cast<size_t>(n_kv_layers_), nullptr);
+    rows.n_layers = static_cast<uint32_t>(n_kv_layers_);
+    for (int l = 0; l < n_kv_layers_; ++l) {
       rows.k[static_cast<size_t>(l)] = host.data() + (size_t{2} * l) * n * row;
       rows.v[static_cast<size_t>(l)] = host.data() + (size_t{2} * l + 1) * n * row;
     }
@@ -510,12 +556,12 @@ class VulkanDecoderCompute final : public DecoderCompute {
   Status MoveKv(VulkanSlot& s, int n, uint8_t* data, bool to_host) {
     if (n <= 0) return OkStatus();
     const size_t row = KvRowBytesF16(dims_);
-    const uint64_t bytes = uint64_t{2} * dims_.n_layers * n * row;
+    const uint64_t bytes = uint64_t{2} * n_kv_layers_ * n * row;
     ARBITER_ASSIGN_OR_RETURN(
         VulkanBuffer staging,
         dev_->CreateBuffer(bytes, to_host ? BufferMemory::kReadback : BufferMemory::kUpload));
     std::vector<VkBufferCopy> regions;
-    for (int l = 0; l < 2 * dims_.n_layers; ++l) {
+    for (int l = 0; l < 2 * n_kv_layers_; ++l) {
       const uint64_t dev_off = uint64_t{1} * l * spec_.n_ctx * row;
       const uint64_t host_off = uint64_t{1} * l * n * row;
       regions.push_back(to_host ? VkBufferCopy{dev_off, host_off, uint64_t{1} * n * row}
@@ -636,7 +682,7 @@ class VulkanDecoderCompute final : public DecoderCompute {
     ARBITER_ASSIGN_OR_RETURN(Kernel rope, K("rope_kv"));
     ARBITER_ASSIGN_OR_RETURN(Kernel attn, K("attention"));
     ARBITER_ASSIGN_OR_RETURN(Kernel silu, K("silu_mul"));
-    {
+    if (first_ == 0) {
       const auto b = static_cast<size_t>(layout_->embed.buffer[0]);
       const GgmlType t = layout_->buffer_type(b);
       ARBITER_ASSIGN_OR_RETURN(Kernel p, K("embed_" + std::string(TypeSuffix(t))));
@@ -649,9 +695,9 @@ class VulkanDecoderCompute final : public DecoderCompute {
       ds.push_back({p, Bytes(push), 1, um});
     }
     const size_t row = KvRowBytesF16(d);
-    for (int l = 0; l < d.n_layers; ++l) {
+    for (int l = first_; l < d.n_layers; ++l) {
       const LayerBuffers& lb = layout_->layers[static_cast<size_t>(l)];
-      const uint64_t kc = s.kv.address + uint64_t{2} * l * spec_.n_ctx * row;
+      const uint64_t kc = s.kv.address + uint64_t{2} * (l - first_) * spec_.n_ctx * row;
       const uint64_t vc = kc + uint64_t{1} * spec_.n_ctx * row;
       // Decode folds each RMSNorm into the projection after it, and
       // silu·up into the down projection, where the rows allow.
@@ -726,6 +772,17 @@ class VulkanDecoderCompute final : public DecoderCompute {
     }
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     vkBeginCommandBuffer(cb, &bi);
+    if (first_ > 0) {
+      // A split's device part: the host's residual rows (written to the
+      // hidden rows before the submission) are the input x.
+      const VkBufferCopy in{outl_.hidden, 4 * scratch_.x, uint64_t{4} * m * d.hidden};
+      vkCmdCopyBuffer(cb, s.out.buffer, s.scratch.buffer, 1, &in);
+      VkMemoryBarrier ib{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+      ib.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+      ib.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+      vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                           0, 1, &ib, 0, nullptr, 0, nullptr);
+    }
     uint32_t q0 = 0;
     if (profile_) {
       ARBITER_RETURN_IF_ERROR(EnsureQueries(s, static_cast<uint32_t>(ds.size()) + 1));
@@ -783,6 +840,13 @@ class VulkanDecoderCompute final : public DecoderCompute {
   const OutLayout outl_;
   const uint32_t decode_splits_;
   vulkan::GemmKernels gemm_ = vulkan::Fp32Gemm();  // the prefill GEMM (Init)
+  // A split's device part (Note [Partial offload] in split_compute.cc):
+  // layers [first_, n_layers) run here, their KV only in the slots
+  // (n_kv_layers_), and the lease holds lease_buffers_ in order. first_ 0:
+  // the whole model.
+  const int first_;
+  const int n_kv_layers_;
+  std::vector<size_t> lease_buffers_;
   VulkanBuffer rope_;
 
   // Profiling: on when ARBITER_VULKAN_PROFILE is set (not "0") and the
@@ -810,7 +874,8 @@ bool VulkanComputeBuilt() { return true; }
 SlotFootprint VulkanSlotFootprint(const ComputeSpec& spec) {
   const ModelDims& d = spec.layout->dims;
   SlotFootprint f;
-  f.kv_bytes_per_token = size_t{2} * d.n_layers * KvRowBytesF16(d);
+  const int n_layers = d.n_layers - std::clamp(spec.first_layer, 0, d.n_layers);
+  f.kv_bytes_per_token = size_t{2} * n_layers * KvRowBytesF16(d);
   f.kv_bytes = f.kv_bytes_per_token * static_cast<size_t>(spec.n_ctx);
   f.scratch_bytes =
       ScratchFor(d, spec.batch, spec.n_ctx).total * 4 + OutFor(d, spec.batch).total;

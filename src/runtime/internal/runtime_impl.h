@@ -130,7 +130,11 @@ class RuntimeImpl final : public Runtime {
   void KvEvictionPass();
   void StopMaintenance();
 
-  const Config config_;
+  // Written only by Start (ResolveDeviceLayers places each device model's
+  // layers) before any model registers; read-only after.
+  Config config_;
+  // Each built-in model's layers per device (ResolveDeviceLayers), for Status.
+  ModelLayers layers_;
   std::vector<std::pair<std::string, Capability>> names_;  // configuration order
   std::atomic<bool> stopping_{false};
 

@@ -112,6 +112,7 @@ json ModelStatusJson(const ModelStatus& model) {
                {"idle_ttl_ms", m.idle_ttl_ms ? json(*m.idle_ttl_ms) : json(nullptr)}};
   if (model.engine) item["engine"] = *model.engine;
   if (model.device) item["device"] = *model.device;
+  if (!model.layers.empty()) item["layers"] = model.layers;
   if (model.process) {
     const ProcessModelStats& p = *model.process;
     item["process"] = {{"starts", p.starts},
