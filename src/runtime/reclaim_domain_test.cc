@@ -407,7 +407,8 @@ TEST_P(ReclaimDomainTest, ADeviceDemotionKeepsAFloorThatTheHostsDemoteStageDrops
   const ReclaimReport r = policy_.MakeRoomReport(gpu_, 7 * kMiB + kMiB / 2);
   EXPECT_EQ(Stages(r.steps), std::vector<ReclaimStage>{ReclaimStage::kDemoteDeviceWeights});
   EXPECT_EQ(ledger_->charged_bytes(gpu_), 0u);
-  const WeightModelStats* s = W(weights_->Stats(), "du");
+  const WeightCacheStats stats = weights_->Stats();  // s points into it
+  const WeightModelStats* s = W(stats, "du");
   EXPECT_FALSE(s->device_resident);
   EXPECT_TRUE(s->host_resident);
   const size_t floor_bytes = s->host_bytes;
