@@ -587,15 +587,14 @@ size_t WeightCache::DemoteIdle(size_t bytes) {
   return freed;
 }
 
-Status WeightCache::KeepDemotionFloor(Entry* e, const PoolBlock& block) {
-  MemoryCharge charge;
-  if (options_.ledger != nullptr) {
-    const uint64_t estimate =
-        AlignUp(64 + 16 * e->tensor_bytes.size() + e->block_bytes + kHostFloorAlignment, 4096);
-    ARBITER_ASSIGN_OR_RETURN(charge, options_.ledger->TryCharge(kHostDomain, Owner(e->model.key),
-                                                                ChargeKind::kHostFloor, estimate));
-  }
-  const WeightFill from_device = [this, e, block](const std::vector<void*>& arrays) -> Status {
+uint64_t WeightCache::FloorEstimate(const Entry* e) {
+  // Page-rounded payload plus the shared region's header and table: what the
+  // store will map, charged up front and corrected after.
+  return AlignUp(64 + 16 * e->tensor_bytes.size() + e->block_bytes + kHostFloorAlignment, 4096);
+}
+
+WeightFill WeightCache::FillFromDevice(const Entry* e, const PoolBlock& block) {
+  return [this, e, block](const std::vector<void*>& arrays) -> Status {
     std::vector<CopyTicket> copies;
     copies.reserve(arrays.size());
     for (size_t i = 0; i < arrays.size(); ++i) {
@@ -604,8 +603,17 @@ Status WeightCache::KeepDemotionFloor(Entry* e, const PoolBlock& block) {
     }
     return WaitAll(copies);
   };
-  Result<std::unique_ptr<HostFloor>> floor =
-      store_->Materialize(e->model.key, e->model.digest, e->model.specs, from_device);
+}
+
+Status WeightCache::KeepDemotionFloor(Entry* e, const PoolBlock& block) {
+  MemoryCharge charge;
+  if (options_.ledger != nullptr) {
+    ARBITER_ASSIGN_OR_RETURN(charge,
+                             options_.ledger->TryCharge(kHostDomain, Owner(e->model.key),
+                                                        ChargeKind::kHostFloor, FloorEstimate(e)));
+  }
+  Result<std::unique_ptr<HostFloor>> floor = store_->Materialize(
+      e->model.key, e->model.digest, e->model.specs, FillFromDevice(e, block));
   if (!floor.ok()) return floor.status();
   charge.ForceResize((*floor)->mapped_bytes());
   spdlog::info("weight cache: '{}' demoted to a host floor ({})", e->model.key,
@@ -708,11 +716,8 @@ Result<MemoryCharge> WeightCache::ChargeRoom(Entry* e, ChargeKind kind, uint64_t
 }
 
 Status WeightCache::MaterializeFloor(Entry* e) {
-  // Page-rounded payload plus the shared region's header and table: what the
-  // store will map, charged up front and corrected after.
-  const uint64_t estimate =
-      AlignUp(64 + 16 * e->tensor_bytes.size() + e->block_bytes + kHostFloorAlignment, 4096);
-  ARBITER_ASSIGN_OR_RETURN(MemoryCharge charge, ChargeRoom(e, ChargeKind::kHostFloor, estimate));
+  ARBITER_ASSIGN_OR_RETURN(MemoryCharge charge,
+                           ChargeRoom(e, ChargeKind::kHostFloor, FloorEstimate(e)));
   bool from_device;
   PoolBlock block;
   {
@@ -720,18 +725,8 @@ Status WeightCache::MaterializeFloor(Entry* e) {
     from_device = e->resident && options_.device->HostPointer(e->block.region, e->block.offset) != nullptr;
     block = e->block;
   }
-  WeightFill fill = e->model.fill;
-  if (from_device) {  // Note [Floors from the device]
-    fill = [this, e, block](const std::vector<void*>& arrays) -> Status {
-      std::vector<CopyTicket> copies;
-      copies.reserve(arrays.size());
-      for (size_t i = 0; i < arrays.size(); ++i) {
-        copies.push_back(options_.device->CopyFromDevice(
-            block.region, block.offset + e->rel_offsets[i], arrays[i], e->tensor_bytes[i]));
-      }
-      return WaitAll(copies);
-    };
-  }
+  // Note [Floors from the device]
+  const WeightFill fill = from_device ? FillFromDevice(e, block) : e->model.fill;
   Result<std::unique_ptr<HostFloor>> floor =
       store_->Materialize(e->model.key, e->model.digest, e->model.specs, fill);
   if (!floor.ok()) return floor.status();

@@ -374,6 +374,12 @@ class WeightCache {
   // Loads e's device copy (e is marked loading by the caller).
   Status LoadDevice(Entry* e) EXCLUDES(mu_);
   Status MaterializeFloor(Entry* e) EXCLUDES(mu_);
+  // The bytes a floor of `e` is charged before the store maps it (corrected
+  // to its mapped size after).
+  static uint64_t FloorEstimate(const Entry* e);
+  // A fill that copies e's tensors out of its device copy at `block` (Note
+  // [Floors from the device]); `e` and the block must outlive the fill.
+  WeightFill FillFromDevice(const Entry* e, const PoolBlock& block);
   // DemoteIdle's floor for `e` (busy, by the caller) from `block`, its
   // device copy taken out of residency and not yet freed.
   Status KeepDemotionFloor(Entry* e, const PoolBlock& block) EXCLUDES(mu_);
